@@ -1,0 +1,11 @@
+// Every subcommand main.c dispatches to; each returns the process exit status.
+#ifndef MICRO_COMMANDS_H
+#define MICRO_COMMANDS_H
+
+int cmd_eval(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+
+#endif

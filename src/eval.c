@@ -1,0 +1,138 @@
+// micro eval: loss in nats per token on each text, with the chosen cache, against the fp32 cache.
+#include "eval.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "forward.h"
+#include "model_file.h"
+#include "text.h"
+
+// -log softmax(logits)[target], in double so long sums do not drift.
+static double nll(const float *logits, int vocab, int target) {
+    float max = logits[0];
+    for (int i = 1; i < vocab; i++) max = logits[i] > max ? logits[i] : max;
+    double sum = 0;
+    for (int i = 0; i < vocab; i++) sum += exp((double)logits[i] - max);
+    return log(sum) - ((double)logits[target] - max);
+}
+
+int eval_tokens(const Model *m, const uint8_t *tokens, int n, const char *k_spec, const char *v_spec,
+                int n_threads, EvalResult *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (n < 2) {
+        snprintf(err, errlen, "need at least one token after BOS to score");
+        return -1;
+    }
+    Decoder d;
+    if (decoder_init(&d, m, k_spec, v_spec, n, n_threads, err, errlen)) return -1;
+    double total = 0;
+    for (int t = 0; t + 1 < n; t++) {
+        const float *logits = decoder_forward(&d, tokens[t], t);
+        total += nll(logits, m->config.vocab_size, tokens[t + 1]);
+    }
+    // The last token's key and value are cached too, so the cache's size is that of n tokens.
+    decoder_forward(&d, tokens[n - 1], n - 1);
+    out->tokens = n;
+    out->loss = total / (n - 1);
+    out->cache_bytes = kvcache_bytes(&d.cache);
+    out->bits_per_element = kvcache_bits_per_element(&d.cache);
+    snprintf(out->k_spec, sizeof out->k_spec, "%s", d.cache.k[0].spec);
+    snprintf(out->v_spec, sizeof out->v_spec, "%s", d.cache.v[0].spec);
+    decoder_free(&d);
+    return 0;
+}
+
+static const char *eval_usage =
+    "usage: micro eval [options]\n"
+    "  Mean negative log-likelihood (nats per predicted token) of each text, decoded token by token\n"
+    "  from BOS through the chosen KV cache, and its increase (delta) over the fp32 cache.\n"
+    "options:\n"
+    "  --model FILE        model file (default models/micro.bin)\n"
+    "  --text FILE[:CHARS] a text to score, cut after CHARS UTF-8 characters; repeatable\n"
+    "                      (default data/plates/en.txt:1500 and data/plates/zh.txt:500)\n"
+    "  --cache SPEC        codec for keys and values (default fp32); see `micro --help` for specs\n"
+    "  --k SPEC, --v SPEC  codec for keys / values alone (override --cache)\n"
+    "  --threads N         decode threads (default 1); results do not depend on it\n"
+    "  --csv               print CSV: text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes\n"
+    "  -h, --help          this help\n";
+
+int cmd_eval(int argc, char **argv) {
+    const char *model_path = NULL, *cache = "fp32", *k_spec = NULL, *v_spec = NULL;
+    const char *texts[64];
+    int n_texts = 0, threads = 1, csv = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *t;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(eval_usage, stdout);
+            return 0;
+        } else if (!strcmp(a, "--csv")) {
+            csv = 1;
+        } else if (cli_value(argc, argv, &i, "--text", &t)) {
+            if (n_texts == 64) return cli_error("at most 64 texts");
+            texts[n_texts++] = t;
+        } else if (!cli_value(argc, argv, &i, "--model", &model_path) &&
+                   !cli_value(argc, argv, &i, "--cache", &cache) &&
+                   !cli_value(argc, argv, &i, "--k", &k_spec) && !cli_value(argc, argv, &i, "--v", &v_spec) &&
+                   !cli_int(argc, argv, &i, "--threads", 1, 256, &threads)) {
+            cli_unknown(eval_usage, a);
+        }
+    }
+    if (!k_spec) k_spec = cache;
+    if (!v_spec) v_spec = cache;
+
+    // The user's own arguments are checked first, the model after.
+    char err[512], path[4096];
+    if (kvstream_check_spec(k_spec, KV_ROLE_KEY, err, sizeof err) ||
+        kvstream_check_spec(v_spec, KV_ROLE_VALUE, err, sizeof err))
+        return cli_error("%s", err);
+    char default_en[4200], default_zh[4200];
+    if (n_texts == 0) {
+        snprintf(default_en, sizeof default_en, "%s:1500", cli_default_path(NULL, "data/plates/en.txt", path, sizeof path));
+        snprintf(default_zh, sizeof default_zh, "%s:500", cli_default_path(NULL, "data/plates/zh.txt", path, sizeof path));
+        texts[n_texts++] = default_en;
+        texts[n_texts++] = default_zh;
+    }
+    Text *loaded = calloc((size_t)n_texts, sizeof *loaded);
+    if (!loaded) return cli_error("out of memory");
+    int status = 0;
+    for (int i = 0; i < n_texts && !status; i++)
+        if (text_load(&loaded[i], texts[i], INT_MAX, err, sizeof err)) status = cli_error("%s", err);
+    Model m = {0};
+    if (!status && model_load(&m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
+        status = cli_error("%s", err);
+    for (int i = 0; i < n_texts && !status; i++) {
+        if (loaded[i].n_tokens > m.config.max_seq_len) {
+            text_context_error(loaded[i].path, (size_t)loaded[i].n_tokens, m.config.max_seq_len, err, sizeof err);
+            status = cli_error("%s", err);
+        }
+    }
+    if (!status && csv) printf("text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes\n");
+    if (!status && !csv)
+        printf("%-10s %-28s %-28s %7s %9s %9s %6s %10s\n", "text", "k_cache", "v_cache", "tokens", "loss",
+               "delta", "bits", "bytes");
+    for (int i = 0; i < n_texts && !status; i++) {
+        EvalResult ref, r;
+        if (eval_tokens(&m, loaded[i].tokens, loaded[i].n_tokens, "fp32", "fp32", threads, &ref, err, sizeof err) ||
+            eval_tokens(&m, loaded[i].tokens, loaded[i].n_tokens, k_spec, v_spec, threads, &r, err, sizeof err)) {
+            status = cli_error("%s", err);
+            break;
+        }
+        double delta = r.loss - ref.loss;
+        if (csv)
+            printf("%s,%s,%s,%d,%.6f,%.6f,%.4f,%zu\n", loaded[i].name, r.k_spec, r.v_spec, r.tokens, r.loss,
+                   delta, r.bits_per_element, r.cache_bytes);
+        else
+            printf("%-10s %-28s %-28s %7d %9.4f %+9.4f %6.2f %10zu\n", loaded[i].name, r.k_spec, r.v_spec,
+                   r.tokens, r.loss, delta, r.bits_per_element, r.cache_bytes);
+    }
+    for (int i = 0; i < n_texts; i++) text_free(&loaded[i]);
+    free(loaded);
+    model_free(&m);
+    return status;
+}

@@ -1,0 +1,248 @@
+// Streams, the codec registry and spec-string parsing.
+#include "kvcache.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codecs/codecs.h"
+
+// Adding a codec family is one source file in codecs/ and one line here.
+static const CodecFamily *const registry[] = {
+    &codec_fp32,
+    &codec_fp16,
+    &codec_bf16,
+    &codec_fp8,
+    &codec_int,
+    &codec_kivi,
+    &codec_q8_0,
+    &codec_q4_0,
+    &codec_q4_1,
+    &codec_q5_0,
+    &codec_q5_1,
+    &codec_iq4_nl,
+};
+
+const CodecFamily *const *codec_families(int *count) {
+    *count = (int)(sizeof registry / sizeof registry[0]);
+    return registry;
+}
+
+static int copy_token(char *dst, const char *src, size_t n, const char *what, const char *text,
+                      char *err, size_t errlen) {
+    if (n == 0) {
+        snprintf(err, errlen, "cache spec '%s': empty %s", text, what);
+        return -1;
+    }
+    if (n >= SPEC_TEXT) {
+        snprintf(err, errlen, "cache spec '%s': %s too long", text, what);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)src[i];
+        if (!(isalnum(ch) || ch == '_' || ch == '.' || ch == '-' || ch == '+')) {
+            snprintf(err, errlen, "cache spec '%s': unexpected character '%c' in %s", text, ch, what);
+            return -1;
+        }
+        dst[i] = (char)tolower(ch);
+    }
+    dst[n] = '\0';
+    return 0;
+}
+
+int spec_parse(const char *text, CodecSpec *spec, char *err, size_t errlen) {
+    memset(spec, 0, sizeof *spec);
+    const char *colon = strchr(text, ':');
+    size_t name_len = colon ? (size_t)(colon - text) : strlen(text);
+    if (copy_token(spec->name, text, name_len, "codec name", text, err, errlen)) return -1;
+    if (!colon) return 0;
+    const char *p = colon + 1;
+    if (*p == '\0') {
+        snprintf(err, errlen, "cache spec '%s': nothing after ':'", text);
+        return -1;
+    }
+    for (;;) {
+        const char *end = strchr(p, ',');
+        if (!end) end = p + strlen(p);
+        if (spec->n_options == SPEC_MAX_OPTIONS) {
+            snprintf(err, errlen, "cache spec '%s': more than %d options", text, SPEC_MAX_OPTIONS);
+            return -1;
+        }
+        SpecOption *o = &spec->options[spec->n_options];
+        const char *eq = memchr(p, '=', (size_t)(end - p));
+        size_t key_len = eq ? (size_t)(eq - p) : (size_t)(end - p);
+        if (copy_token(o->key, p, key_len, "option name", text, err, errlen)) return -1;
+        if (eq) {
+            o->has_value = 1;
+            if (copy_token(o->value, eq + 1, (size_t)(end - eq - 1), "option value", text, err, errlen))
+                return -1;
+        }
+        for (int i = 0; i < spec->n_options; i++) {
+            if (strcmp(spec->options[i].key, o->key) == 0) {
+                snprintf(err, errlen, "cache spec '%s': option '%s' given twice", text, o->key);
+                return -1;
+            }
+        }
+        spec->n_options++;
+        if (*end == '\0') break;
+        p = end + 1;
+    }
+    return 0;
+}
+
+static SpecOption *find_option(CodecSpec *spec, const char *key) {
+    for (int i = 0; i < spec->n_options; i++)
+        if (strcmp(spec->options[i].key, key) == 0) return &spec->options[i];
+    return NULL;
+}
+
+int spec_int(CodecSpec *spec, const char *key, int fallback, int lo, int hi, int *out, char *err,
+             size_t errlen) {
+    SpecOption *o = find_option(spec, key);
+    if (!o) {
+        *out = fallback;
+        return 0;
+    }
+    o->used = 1;
+    char *end = NULL;
+    errno = 0;
+    long v = o->has_value ? strtol(o->value, &end, 10) : 0;
+    if (!o->has_value || errno || *end != '\0' || end == o->value) {
+        snprintf(err, errlen, "%s: option '%s' needs an integer value", spec->name, key);
+        return -1;
+    }
+    if (v < lo || v > hi) {
+        snprintf(err, errlen, "%s: %s=%ld is out of range (%d..%d)", spec->name, key, v, lo, hi);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+const char *spec_string(CodecSpec *spec, const char *key) {
+    SpecOption *o = find_option(spec, key);
+    if (!o) return NULL;
+    o->used = 1;
+    return o->value;
+}
+
+int spec_flag(CodecSpec *spec, const char *key) {
+    SpecOption *o = find_option(spec, key);
+    if (!o) return 0;
+    o->used = 1;
+    return 1;
+}
+
+int kvstream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
+                  char *err, size_t errlen) {
+    memset(s, 0, sizeof *s);
+    CodecSpec spec;
+    if (spec_parse(spec_text, &spec, err, errlen)) return -1;
+    if (find_option(&spec, "role")) {
+        snprintf(err, errlen, "%s: 'role' is set by the cache (--k / --v), not by the spec", spec.name);
+        return -1;
+    }
+    if (spec.n_options == SPEC_MAX_OPTIONS) {
+        snprintf(err, errlen, "cache spec '%s': more than %d options", spec_text, SPEC_MAX_OPTIONS - 1);
+        return -1;
+    }
+    SpecOption *role_option = &spec.options[spec.n_options++];
+    snprintf(role_option->key, sizeof role_option->key, "role");
+    snprintf(role_option->value, sizeof role_option->value, "%s", role == KV_ROLE_KEY ? "k" : "v");
+    role_option->has_value = 1;
+    int count;
+    const CodecFamily *const *families = codec_families(&count);
+    const CodecFamily *family = NULL;
+    for (int i = 0; i < count; i++)
+        if (strcmp(families[i]->name, spec.name) == 0) family = families[i];
+    if (!family) {
+        snprintf(err, errlen, "unknown cache codec '%s' (see micro --help for the list)", spec.name);
+        return -1;
+    }
+    void *state = family->create(&spec, n_heads, head_dim, capacity, s->spec, sizeof s->spec, err, errlen);
+    if (!state) return -1;
+    role_option->used = 1; // codecs that treat keys and values alike ignore it
+    for (int i = 0; i < spec.n_options; i++) {
+        if (!spec.options[i].used) {
+            snprintf(err, errlen, "%s: unknown option '%s'", spec.name, spec.options[i].key);
+            family->ops->destroy(state);
+            return -1;
+        }
+    }
+    s->ops = family->ops;
+    s->state = state;
+    s->n_heads = n_heads;
+    s->head_dim = head_dim;
+    s->capacity = capacity;
+    return 0;
+}
+
+void kvstream_free(KVStream *s) {
+    if (s->ops) s->ops->destroy(s->state);
+    memset(s, 0, sizeof *s);
+}
+
+int kvstream_check_spec(const char *spec_text, KVRole role, char *err, size_t errlen) {
+    KVStream s;
+    if (kvstream_init(&s, spec_text, role, 1, 32, 1, err, errlen)) return -1;
+    kvstream_free(&s);
+    return 0;
+}
+
+void kvstream_append(KVStream *s, const float *vec) {
+    s->ops->append(s->state, vec);
+    s->length++;
+}
+
+double kvstream_bits_per_element(const KVStream *s) {
+    if (s->length == 0) return 0.0;
+    return 8.0 * (double)s->ops->bytes(s->state) / ((double)s->length * s->n_heads * s->head_dim);
+}
+
+int kvcache_init(KVCache *c, int n_layers, int n_kv_heads, int head_dim, int capacity,
+                 const char *k_spec, const char *v_spec, char *err, size_t errlen) {
+    memset(c, 0, sizeof *c);
+    c->k = calloc((size_t)n_layers, sizeof *c->k);
+    c->v = calloc((size_t)n_layers, sizeof *c->v);
+    if (!c->k || !c->v) {
+        free(c->k);
+        free(c->v);
+        snprintf(err, errlen, "out of memory allocating the KV cache");
+        return -1;
+    }
+    c->n_layers = n_layers;
+    for (int l = 0; l < n_layers; l++) {
+        if (kvstream_init(&c->k[l], k_spec, KV_ROLE_KEY, n_kv_heads, head_dim, capacity, err, errlen) ||
+            kvstream_init(&c->v[l], v_spec, KV_ROLE_VALUE, n_kv_heads, head_dim, capacity, err, errlen)) {
+            kvcache_free(c);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void kvcache_free(KVCache *c) {
+    for (int l = 0; l < c->n_layers; l++) {
+        kvstream_free(&c->k[l]);
+        kvstream_free(&c->v[l]);
+    }
+    free(c->k);
+    free(c->v);
+    memset(c, 0, sizeof *c);
+}
+
+size_t kvcache_bytes(const KVCache *c) {
+    size_t total = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        total += c->k[l].ops->bytes(c->k[l].state) + c->v[l].ops->bytes(c->v[l].state);
+    return total;
+}
+
+double kvcache_bits_per_element(const KVCache *c) {
+    double elements = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        elements += 2.0 * c->k[l].length * c->k[l].n_heads * c->k[l].head_dim;
+    return elements > 0 ? 8.0 * (double)kvcache_bytes(c) / elements : 0.0;
+}

@@ -1,0 +1,99 @@
+// The pluggable KV cache: per layer a key stream and a value stream, each with its own codec.
+// A codec keeps only its encoded form; attention reads it back through scores() and mix().
+#ifndef MICRO_KVCACHE_H
+#define MICRO_KVCACHE_H
+
+#include <stddef.h>
+
+#define SPEC_MAX_OPTIONS 8
+#define SPEC_TEXT 32
+#define SPEC_NORMALISED 96
+
+// A parsed spec string `name[:key=value,...]`; a key may come without a value (`fp8:e4m3`).
+typedef struct {
+    char key[SPEC_TEXT];
+    char value[SPEC_TEXT]; // "" when the option had no '='
+    int has_value;
+    int used; // set by the codec that consumed it; leftovers are reported as unknown
+} SpecOption;
+
+typedef struct {
+    char name[SPEC_TEXT];
+    int n_options;
+    SpecOption options[SPEC_MAX_OPTIONS];
+} CodecSpec;
+
+// Operations on one stream's encoded state. Every call is for one stream (keys or values of one
+// layer); scores/mix/read for different heads may run concurrently and must not write state.
+typedef struct {
+    // One token's vectors, all heads: vec[n_heads * head_dim] (keys after RoPE).
+    void (*append)(void *state, const float *vec);
+    // After attention of the current step has read the stream (KIVI flushes its residual here). May be NULL.
+    void (*end_step)(void *state);
+    // out[j] = q · k̂_j for cached tokens j in [0, n) of one head (not yet scaled by 1/√head_dim).
+    void (*scores)(const void *state, int head, const float *q, float *out, int n);
+    // out[d] = Σ_j p[j] · v̂_j[d] over j in [0, n) of one head; out is overwritten.
+    void (*mix)(const void *state, int head, const float *p, float *out, int n);
+    // The decoded vector of one head at one token (tests and inspection).
+    void (*read)(const void *state, int head, int token, float *out);
+    // Exact bytes held for the tokens appended so far: codes, scales, minimums and residuals.
+    size_t (*bytes)(const void *state);
+    void (*destroy)(void *state);
+} CodecOps;
+
+// A codec family: parses its options and creates the state for a stream of at most `capacity`
+// tokens. Writes its normalised spec (all options explicit) to `normalised`. Returns NULL with one
+// line in err on a bad option value.
+typedef struct {
+    const char *name;
+    const char *help; // one line for `--help`
+    const CodecOps *ops;
+    void *(*create)(CodecSpec *spec, int n_heads, int head_dim, int capacity,
+                    char *normalised, size_t normalised_len, char *err, size_t errlen);
+} CodecFamily;
+
+typedef struct {
+    const CodecOps *ops;
+    void *state;
+    int n_heads, head_dim, capacity;
+    int length; // tokens appended
+    char spec[SPEC_NORMALISED];
+} KVStream;
+
+typedef struct {
+    int n_layers;
+    KVStream *k; // [n_layers]
+    KVStream *v; // [n_layers]
+} KVCache;
+
+// The registry (kvcache.c): one line per codec family.
+const CodecFamily *const *codec_families(int *count);
+
+int spec_parse(const char *text, CodecSpec *spec, char *err, size_t errlen);
+// Option look-ups for codecs: mark the option used; -1 with a message on a bad value.
+int spec_int(CodecSpec *spec, const char *key, int fallback, int lo, int hi, int *out, char *err, size_t errlen);
+// Returns the option's value ("" when given without '='), or NULL when absent.
+const char *spec_string(CodecSpec *spec, const char *key);
+// 1 when `key` is present (as a bare flag or with a value), marking it used.
+int spec_flag(CodecSpec *spec, const char *key);
+
+// Whether a stream holds keys or values: schemes such as KIVI quantise the two differently. The
+// stream passes it to its codec as the option `role=k` or `role=v` (a spec string cannot set it).
+typedef enum { KV_ROLE_KEY, KV_ROLE_VALUE } KVRole;
+
+int kvstream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
+                  char *err, size_t errlen);
+void kvstream_free(KVStream *s);
+// Checks a spec string before any model is loaded (a one-token stream of micro's head shape).
+int kvstream_check_spec(const char *spec_text, KVRole role, char *err, size_t errlen);
+void kvstream_append(KVStream *s, const float *vec);
+// Bits per cached number including metadata, at the current length (0 when empty).
+double kvstream_bits_per_element(const KVStream *s);
+
+int kvcache_init(KVCache *c, int n_layers, int n_kv_heads, int head_dim, int capacity,
+                 const char *k_spec, const char *v_spec, char *err, size_t errlen);
+void kvcache_free(KVCache *c);
+size_t kvcache_bytes(const KVCache *c);
+double kvcache_bits_per_element(const KVCache *c);
+
+#endif

@@ -1,0 +1,54 @@
+// micro: one tiny transformer, a pluggable quantised KV cache, and what each cache width costs.
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "kvcache.h"
+
+#ifndef MICRO_VERSION
+#define MICRO_VERSION "dev"
+#endif
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} commands[] = {
+    {"eval", cmd_eval, "held-out loss per text through a chosen KV cache, and its increase over fp32"},
+    {"generate", cmd_generate, "continue a prompt byte by byte through a chosen KV cache"},
+    {"bench", cmd_bench, "decode speed, memory roofline and attention time per cache codec"},
+    {"train", cmd_train, "train micro from the corpus (batched forward/backward, AdamW)"},
+    {"export", cmd_export, "write llama2.c's legacy checkpoint"},
+};
+#define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: micro COMMAND [options]   (micro COMMAND --help for its options)\n\ncommands:\n");
+    for (int i = 0; i < N_COMMANDS; i++) fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\ncache specs (name[:key=value,...]) for --cache, --k and --v:\n");
+    int n;
+    const CodecFamily *const *families = codec_families(&n);
+    for (int i = 0; i < n; i++) fprintf(out, "  %s\n", families[i]->help);
+    fprintf(out, "\n  -h, --help     this help\n  --version      print the version\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("micro %s\n", MICRO_VERSION);
+        return 0;
+    }
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(cmd, commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "micro: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}

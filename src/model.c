@@ -1,0 +1,126 @@
+// micro's configuration, tensor layout and the checks every config must pass.
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+ModelConfig model_config_micro(void) {
+    return (ModelConfig){
+        .dim = 192, .n_layers = 4, .n_heads = 6, .n_kv_heads = 6, .head_dim = 32,
+        .hidden_dim = 512, .vocab_size = 256, .max_seq_len = 2048,
+        .rope_theta = 10000.0f, .norm_eps = 1e-5f,
+    };
+}
+
+// a*b into *out; 0 on overflow.
+static int mul(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
+
+int model_tensor_infos(const ModelConfig *c, TensorInfo info[MODEL_N_TENSORS]) {
+    size_t L = (size_t)c->n_layers, d = (size_t)c->dim, hid = (size_t)c->hidden_dim;
+    size_t qd, kvd, qdd, kvdd, hd2, ld, n;
+    if (!mul((size_t)c->n_heads, (size_t)c->head_dim, &qd) ||
+        !mul((size_t)c->n_kv_heads, (size_t)c->head_dim, &kvd) || !mul(qd, d, &qdd) ||
+        !mul(kvd, d, &kvdd) || !mul(hid, d, &hd2) || !mul(L, d, &ld) ||
+        !mul((size_t)c->vocab_size, d, &n))
+        return -1;
+    size_t wq, wk, wo, w13;
+    if (!mul(L, qdd, &wq) || !mul(L, kvdd, &wk) || !mul(L, qdd, &wo) || !mul(L, hd2, &w13)) return -1;
+    TensorInfo t[MODEL_N_TENSORS] = {
+        {"token_embedding", n, 1}, {"attn_norm", ld, 0}, {"wq", wq, 1},  {"wk", wk, 1},
+        {"wv", wk, 1},             {"wo", wo, 1},        {"ffn_norm", ld, 0}, {"w1", w13, 1},
+        {"w2", w13, 1},            {"w3", w13, 1},       {"final_norm", d, 0},
+    };
+    memcpy(info, t, sizeof t);
+    return 0;
+}
+
+size_t model_param_count(const ModelConfig *c) {
+    TensorInfo info[MODEL_N_TENSORS];
+    if (model_tensor_infos(c, info)) return 0;
+    size_t total = 0;
+    for (int i = 0; i < MODEL_N_TENSORS; i++)
+        if (__builtin_add_overflow(total, info[i].count, &total)) return 0;
+    return total;
+}
+
+void model_point_weights(const ModelConfig *c, float *base, ModelWeights *w) {
+    TensorInfo info[MODEL_N_TENSORS];
+    model_tensor_infos(c, info);
+    float **slots[MODEL_N_TENSORS] = {&w->token_embedding, &w->attn_norm, &w->wq, &w->wk,
+                                      &w->wv, &w->wo, &w->ffn_norm, &w->w1,
+                                      &w->w2, &w->w3, &w->final_norm};
+    for (int i = 0; i < MODEL_N_TENSORS; i++) {
+        *slots[i] = base;
+        base += info[i].count;
+    }
+}
+
+// Generous bounds: they exist to refuse nonsense before any size is computed, not to limit research.
+#define CHECK_RANGE(field, lo, hi)                                                           \
+    if (c->field < (lo) || c->field > (hi)) {                                                \
+        snprintf(err, errlen, #field " = %d is out of range (%d..%d)", c->field, (lo), (hi)); \
+        return -1;                                                                           \
+    }
+
+int model_config_validate(const ModelConfig *c, char *err, size_t errlen) {
+    CHECK_RANGE(dim, 1, 65536);
+    CHECK_RANGE(n_layers, 1, 1024);
+    CHECK_RANGE(n_heads, 1, 4096);
+    CHECK_RANGE(n_kv_heads, 1, 4096);
+    CHECK_RANGE(head_dim, 2, 4096);
+    CHECK_RANGE(hidden_dim, 1, 1 << 20);
+    CHECK_RANGE(vocab_size, 256, 256); // tokens are raw bytes
+    CHECK_RANGE(max_seq_len, 1, 1 << 20);
+    if (c->dim % c->n_heads != 0) {
+        snprintf(err, errlen, "dim %d is not divisible by n_heads %d", c->dim, c->n_heads);
+        return -1;
+    }
+    if (c->n_heads * c->head_dim != c->dim) {
+        snprintf(err, errlen, "n_heads %d x head_dim %d does not equal dim %d", c->n_heads,
+                 c->head_dim, c->dim);
+        return -1;
+    }
+    if (c->n_heads % c->n_kv_heads != 0) {
+        snprintf(err, errlen, "n_kv_heads %d does not divide n_heads %d", c->n_kv_heads, c->n_heads);
+        return -1;
+    }
+    if (c->head_dim % 2 != 0) {
+        snprintf(err, errlen, "head_dim %d is odd (RoPE rotates pairs)", c->head_dim);
+        return -1;
+    }
+    if (!isfinite(c->rope_theta) || c->rope_theta <= 1.0f) {
+        snprintf(err, errlen, "rope_theta %g is not a finite number above 1", (double)c->rope_theta);
+        return -1;
+    }
+    if (!isfinite(c->norm_eps) || c->norm_eps <= 0.0f || c->norm_eps >= 1.0f) {
+        snprintf(err, errlen, "norm_eps %g is not in (0, 1)", (double)c->norm_eps);
+        return -1;
+    }
+    // Each field is in range, but their products may still be absurd (or overflow a narrower size_t).
+    size_t n = model_param_count(c);
+    if (n == 0 || n > MODEL_MAX_PARAMS) {
+        snprintf(err, errlen, "the dimensions multiply to %s parameters, beyond the %llu this loader accepts",
+                 n ? "too many" : "an overflowing number of", (unsigned long long)MODEL_MAX_PARAMS);
+        return -1;
+    }
+    return 0;
+}
+
+int model_alloc(Model *m, const ModelConfig *c) {
+    memset(m, 0, sizeof *m);
+    size_t n = model_param_count(c);
+    if (n == 0 || n > SIZE_MAX / sizeof(float)) return -1;
+    m->params = calloc(n, sizeof(float));
+    if (!m->params) return -1;
+    m->config = *c;
+    m->n_params = n;
+    model_point_weights(c, m->params, &m->w);
+    return 0;
+}
+
+void model_free(Model *m) {
+    free(m->params);
+    memset(m, 0, sizeof *m);
+}

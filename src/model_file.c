@@ -1,0 +1,179 @@
+// Reading and writing models/micro.bin. The loader trusts nothing it has not checked: magic,
+// version, every field's range, sizes that multiply without overflow, the exact length, the
+// checksum and finite values, in that order, so each bad file gets its own one-line reason.
+#include "model_file.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the payload is read as little-endian fp32 in place; add byte swapping for this host"
+#endif
+
+unsigned long long model_checksum(const void *bytes, size_t n) {
+    const unsigned char *p = bytes;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static uint32_t get_u32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t get_u64(const unsigned char *p) { return get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
+static float get_f32(const unsigned char *p) {
+    uint32_t u = get_u32(p);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static void put_u32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put_u64(unsigned char *p, uint64_t v) {
+    put_u32(p, (uint32_t)v);
+    put_u32(p + 4, (uint32_t)(v >> 32));
+}
+static void put_f32(unsigned char *p, float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    put_u32(p, u);
+}
+
+// Config fields in header order, as offsets of ModelConfig's int members.
+static const struct {
+    const char *name;
+    size_t offset;
+} int_fields[] = {
+    {"dim", offsetof(ModelConfig, dim)},
+    {"n_layers", offsetof(ModelConfig, n_layers)},
+    {"n_heads", offsetof(ModelConfig, n_heads)},
+    {"n_kv_heads", offsetof(ModelConfig, n_kv_heads)},
+    {"head_dim", offsetof(ModelConfig, head_dim)},
+    {"hidden_dim", offsetof(ModelConfig, hidden_dim)},
+    {"vocab_size", offsetof(ModelConfig, vocab_size)},
+    {"max_seq_len", offsetof(ModelConfig, max_seq_len)},
+};
+#define N_INT_FIELDS (sizeof int_fields / sizeof int_fields[0])
+
+static void encode_header(const Model *m, uint64_t checksum, unsigned char h[MODEL_FILE_HEADER_BYTES]) {
+    memcpy(h, MODEL_FILE_MAGIC, 8);
+    put_u32(h + 8, MODEL_FILE_VERSION);
+    for (size_t i = 0; i < N_INT_FIELDS; i++)
+        put_u32(h + 12 + 4 * i, (uint32_t) * (const int *)((const char *)&m->config + int_fields[i].offset));
+    put_f32(h + 44, m->config.rope_theta);
+    put_f32(h + 48, m->config.norm_eps);
+    put_u64(h + 52, m->n_params);
+    put_u64(h + 60, checksum);
+}
+
+int model_save(const Model *m, const char *path, char *err, size_t errlen) {
+    unsigned char header[MODEL_FILE_HEADER_BYTES];
+    size_t payload = m->n_params * sizeof(float);
+    encode_header(m, model_checksum(m->params, payload), header);
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        snprintf(err, errlen, "%s: path too long", path);
+        return -1;
+    }
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot write: %s", tmp, strerror(errno));
+        return -1;
+    }
+    int ok = fwrite(header, 1, sizeof header, f) == sizeof header &&
+             fwrite(m->params, 1, payload, f) == payload;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+#define FAIL(...)                                       \
+    do {                                                \
+        int n_ = snprintf(err, errlen, "%s: ", path);   \
+        if (n_ >= 0 && (size_t)n_ < errlen)             \
+            snprintf(err + n_, errlen - (size_t)n_, __VA_ARGS__); \
+        goto fail;                                      \
+    } while (0)
+
+int model_load(Model *m, const char *path, char *err, size_t errlen) {
+    memset(m, 0, sizeof *m);
+    FILE *f = NULL;
+    struct stat st;
+    if (stat(path, &st) != 0) FAIL("cannot open: %s", strerror(errno));
+    if (S_ISDIR(st.st_mode)) FAIL("is a directory, not a model file");
+    if (!S_ISREG(st.st_mode)) FAIL("is not a regular file");
+    f = fopen(path, "rb");
+    if (!f) FAIL("cannot open: %s", strerror(errno));
+    uint64_t file_bytes = (uint64_t)st.st_size;
+    if (file_bytes == 0) FAIL("empty file");
+
+    unsigned char h[MODEL_FILE_HEADER_BYTES];
+    if (file_bytes < sizeof h)
+        FAIL("truncated header: %llu bytes, a header needs %d", (unsigned long long)file_bytes,
+             MODEL_FILE_HEADER_BYTES);
+    if (fread(h, 1, sizeof h, f) != sizeof h) FAIL("read error in the header");
+    if (memcmp(h, MODEL_FILE_MAGIC, 8) != 0) FAIL("not a micro model file (bad magic)");
+    uint32_t version = get_u32(h + 8);
+    if (version != MODEL_FILE_VERSION)
+        FAIL("format version %u is not supported (this build reads version %u)", version, MODEL_FILE_VERSION);
+
+    ModelConfig c;
+    for (size_t i = 0; i < N_INT_FIELDS; i++) {
+        uint32_t v = get_u32(h + 12 + 4 * i);
+        if (v > INT32_MAX) FAIL("%s = %u is out of range", int_fields[i].name, v);
+        *(int *)((char *)&c + int_fields[i].offset) = (int)v;
+    }
+    c.rope_theta = get_f32(h + 44);
+    c.norm_eps = get_f32(h + 48);
+    char why[256];
+    if (model_config_validate(&c, why, sizeof why)) FAIL("%s", why);
+
+    size_t n_params = model_param_count(&c);
+    uint64_t stored_params = get_u64(h + 52);
+    if (stored_params != n_params)
+        FAIL("header says %llu parameters but its dimensions give %zu",
+             (unsigned long long)stored_params, n_params);
+    uint64_t expected = 0;
+    if (__builtin_mul_overflow((uint64_t)n_params, (uint64_t)sizeof(float), &expected) ||
+        __builtin_add_overflow(expected, (uint64_t)MODEL_FILE_HEADER_BYTES, &expected))
+        FAIL("parameter count overflows the file size");
+    if (file_bytes < expected)
+        FAIL("truncated: %llu bytes, the header promises %llu", (unsigned long long)file_bytes,
+             (unsigned long long)expected);
+    if (file_bytes > expected)
+        FAIL("%llu trailing bytes after the last tensor", (unsigned long long)(file_bytes - expected));
+
+    if (model_alloc(m, &c)) FAIL("out of memory for %zu parameters", n_params);
+    size_t payload = n_params * sizeof(float);
+    if (fread(m->params, 1, payload, f) != payload) FAIL("read error in the payload");
+    uint64_t stored_sum = get_u64(h + 60);
+    if (model_checksum(m->params, payload) != stored_sum) FAIL("checksum mismatch: the payload is corrupt");
+
+    TensorInfo info[MODEL_N_TENSORS];
+    model_tensor_infos(&c, info);
+    const float *p = m->params;
+    for (int t = 0; t < MODEL_N_TENSORS; t++) {
+        for (size_t i = 0; i < info[t].count; i++)
+            if (!isfinite(p[i])) FAIL("tensor %s holds a non-finite value at element %zu", info[t].name, i);
+        p += info[t].count;
+    }
+    fclose(f);
+    return 0;
+fail:
+    if (f) fclose(f);
+    model_free(m);
+    return -1;
+}

@@ -1,0 +1,21 @@
+// models/micro.bin: reading (validated before anything is trusted) and writing. Format: docs/model-format.md.
+#ifndef MICRO_MODEL_FILE_H
+#define MICRO_MODEL_FILE_H
+
+#include <stddef.h>
+
+#include "model.h"
+
+#define MODEL_FILE_MAGIC "MICROLM\0"
+#define MODEL_FILE_VERSION 1u
+#define MODEL_FILE_HEADER_BYTES 68
+
+// Loads and validates path into m. On failure writes one line naming the problem to err, leaves m
+// empty and returns -1 (callers exit with status 2).
+int model_load(Model *m, const char *path, char *err, size_t errlen);
+// Writes m to path (atomically: a temporary file renamed into place). -1 with a message on failure.
+int model_save(const Model *m, const char *path, char *err, size_t errlen);
+// 64-bit FNV-1a over the payload bytes, as stored in the header.
+unsigned long long model_checksum(const void *bytes, size_t n);
+
+#endif

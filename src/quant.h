@@ -1,0 +1,112 @@
+// Shared quantisation arithmetic: rounding, fp16 / bf16 / fp8 conversion and dense bit packing.
+// Every codec builds on these; nothing here knows about caches, heads or tokens.
+#ifndef MICRO_QUANT_H
+#define MICRO_QUANT_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+// ---- Rounding -------------------------------------------------------------------------------
+// Round to nearest, ties to even (the default floating-point rounding mode, which micro never
+// changes): 0.5 -> 0, 1.5 -> 2, 2.5 -> 2, -2.5 -> -2.
+static inline float quant_round_even(float x) { return nearbyintf(x); }
+
+// Round to nearest even and clamp to [lo, hi]; NaN gives lo. Never converts an out-of-range float.
+static inline int quant_round_clamp(float x, int lo, int hi) {
+    if (!(x > (float)lo)) return lo;
+    if (x >= (float)hi) return hi;
+    return (int)nearbyintf(x);
+}
+
+// ---- IEEE binary16 (fp16) -------------------------------------------------------------------
+// fp32 -> fp16, round to nearest even; subnormals kept; overflow gives ±inf; NaN stays (quiet) NaN.
+uint16_t quant_fp32_to_fp16(float x);
+// As above but finite values that overflow saturate to ±65504 (for stored scales, which must stay
+// finite). ±inf also saturates; NaN stays NaN.
+uint16_t quant_fp32_to_fp16_sat(float x);
+
+// fp16 -> fp32, exact for every code (subnormals, ±inf, NaN with its payload).
+static inline float quant_fp16_to_fp32(uint16_t h) {
+    // Move exponent and mantissa into fp32 position (an fp32 with bias 15 instead of 127), then
+    // multiply by 2^(127-15) to rebias; this also normalises fp16 subnormals exactly. An all-ones
+    // exponent (inf/NaN) is widened to fp32's all-ones exponent first.
+    uint32_t bits = (uint32_t)(h & 0x7fffu) << 13;
+    if ((h & 0x7c00u) == 0x7c00u) bits |= 0x7f800000u;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    f *= 0x1p112f;
+    memcpy(&bits, &f, sizeof bits);
+    bits |= (uint32_t)(h & 0x8000u) << 16;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+// ---- bfloat16 -------------------------------------------------------------------------------
+// fp32 -> bf16, round to nearest even; overflow gives ±inf; NaN stays (quiet) NaN.
+uint16_t quant_fp32_to_bf16(float x);
+static inline float quant_bf16_to_fp32(uint16_t b) {
+    uint32_t bits = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+// ---- FP8 ------------------------------------------------------------------------------------
+// E4M3 is OCP's E4M3FN: bias 7, no infinities, max ±448, NaN only as S.1111.111.
+// E5M2: bias 15, max ±57344, IEEE-style ±inf (S.11111.00) and NaN (S.11111.xx, xx != 0).
+// Encoding rounds to nearest even and saturates: every value beyond the largest finite one,
+// ±inf included, becomes ±max (as CUDA's __NV_SATFINITE); NaN stays NaN.
+typedef enum { QUANT_FP8_E4M3 = 0, QUANT_FP8_E5M2 = 1 } QuantFp8Format;
+
+uint8_t quant_fp32_to_fp8(float x, QuantFp8Format format);
+float quant_fp8_to_fp32(uint8_t code, QuantFp8Format format);
+// The largest finite value (448 or 57344).
+float quant_fp8_max(QuantFp8Format format);
+// table[c] = quant_fp8_to_fp32(c) for all 256 codes (decode kernels look codes up).
+void quant_fp8_table(QuantFp8Format format, float table[256]);
+
+// ---- Dense bit packing ----------------------------------------------------------------------
+// n codes of `bits` bits (1..8) form one little-endian bit stream: code i occupies bits
+// [i*bits, (i+1)*bits), least significant bit first, so 3-, 5-, 6- and 7-bit codes straddle
+// bytes. Eight codes always fill exactly `bits` bytes. Unused high bits of the last byte are zero.
+static inline size_t quant_packed_bytes(size_t n, int bits) { return (n * (size_t)bits + 7) / 8; }
+
+// Writes quant_packed_bytes(n, bits) bytes; only the low `bits` bits of each code are kept.
+void quant_pack(uint8_t *dst, const uint8_t *codes, size_t n, int bits);
+void quant_unpack(const uint8_t *src, uint8_t *codes, size_t n, int bits);
+
+// The kernels' unpack: n codes starting at a byte boundary, written as floats
+// out[i] = code_i * mul - offset (small integers, exact). Inline so that the decode loops of the
+// codecs see the constant-width inner loop.
+static inline void quant_unpack_float(const uint8_t *src, int n, int bits, float mul, float offset,
+                                      float *out) {
+    const uint32_t mask = (1u << bits) - 1u;
+    int i = 0;
+    if (bits == 8) {
+        for (; i < n; i++) out[i] = (float)src[i] * mul - offset;
+        return;
+    }
+    if (bits == 4) {
+        for (; i + 2 <= n; i += 2) {
+            out[i] = (float)(src[i / 2] & 0x0f) * mul - offset;
+            out[i + 1] = (float)(src[i / 2] >> 4) * mul - offset;
+        }
+    } else {
+        for (; i + 8 <= n; i += 8) {
+            const uint8_t *g = src + (i / 8) * bits;
+            uint64_t w = 0;
+            for (int b = 0; b < bits; b++) w |= (uint64_t)g[b] << (8 * b);
+            for (int k = 0; k < 8; k++) out[i + k] = (float)((w >> (k * bits)) & mask) * mul - offset;
+        }
+    }
+    for (; i < n; i++) {
+        size_t bit = (size_t)i * (size_t)bits;
+        uint32_t v = src[bit >> 3];
+        if ((bit & 7) + (size_t)bits > 8) v |= (uint32_t)src[(bit >> 3) + 1] << 8;
+        out[i] = (float)((v >> (bit & 7)) & mask) * mul - offset;
+    }
+}
+
+#endif

@@ -1,0 +1,37 @@
+// Texts to evaluate: a file, cut after its first N UTF-8 characters, as bytes after BOS.
+#ifndef MICRO_TEXT_H
+#define MICRO_TEXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    char name[256];   // file name without directory and extension ("en")
+    char path[4096];
+    long chars;       // characters kept (the whole file when no limit was given)
+    int n_tokens;     // BOS included
+    uint8_t *tokens;  // [n_tokens]: BOS, then the UTF-8 bytes
+} Text;
+
+// Checks UTF-8; returns the byte offset of the first invalid sequence, or -1 when valid.
+long utf8_first_invalid(const uint8_t *s, size_t n);
+// Bytes spanned by the first `chars` characters of valid UTF-8 (all of it when shorter).
+size_t utf8_prefix_bytes(const uint8_t *s, size_t n, long chars, long *chars_found);
+
+// arg is FILE or FILE:CHARS. max_tokens is the model's context. One line in err on failure.
+int text_load(Text *t, const char *arg, int max_tokens, char *err, size_t errlen);
+void text_free(Text *t);
+// The one message for a text longer than the model's context.
+void text_context_error(const char *path, size_t tokens, int max_tokens, char *err, size_t errlen);
+
+
+
+// Streaming UTF-8 validity, for sampling that never emits a broken character: `state` is the number
+// of continuation bytes still owed and the allowed range of the next one (0 when between characters).
+typedef struct {
+    int owed;
+    uint8_t lo, hi; // range of the next continuation byte
+} Utf8State;
+int utf8_byte_allowed(const Utf8State *s, uint8_t b);
+void utf8_push(Utf8State *s, uint8_t b);
+#endif

@@ -1,0 +1,22 @@
+// A tiny fork-join pool for the decode step. Work is split by output rows or heads, and every row is
+// computed whole by one thread, so results do not depend on the thread count.
+#ifndef MICRO_THREADPOOL_H
+#define MICRO_THREADPOOL_H
+
+typedef struct ThreadPool ThreadPool;
+typedef void (*PoolTask)(void *ctx, int thread, int n_threads);
+
+// NULL on failure. n_threads == 1 creates no threads: pool_run calls the task inline.
+ThreadPool *pool_create(int n_threads);
+// Runs task(ctx, i, n) for i in [0, n) on the pool's threads (i = 0 on the caller) and waits for all.
+void pool_run(ThreadPool *pool, PoolTask task, void *ctx);
+int pool_threads(const ThreadPool *pool);
+void pool_destroy(ThreadPool *pool);
+
+// The half-open share [*begin, *end) of n items for thread i of n_threads.
+static inline void pool_share(int n, int i, int n_threads, int *begin, int *end) {
+    *begin = (int)((long long)n * i / n_threads);
+    *end = (int)((long long)n * (i + 1) / n_threads);
+}
+
+#endif

@@ -1,0 +1,142 @@
+#include "train/checkpoint.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    FILE *f;
+    uint64_t hash;
+    int bad;
+} Writer;
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+#define FNV_BASIS 0xcbf29ce484222325ULL
+
+static void put(Writer *w, const void *p, size_t n) {
+    if (n == 0) return;
+    w->hash = fnv(w->hash, p, n);
+    if (fwrite(p, 1, n, w->f) != n) w->bad = 1;
+}
+
+int checkpoint_save(const char *path, const Checkpoint *c, char *err, size_t errlen) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    Writer w = {fopen(tmp, "wb"), FNV_BASIS, 0};
+    if (!w.f) {
+        snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    uint32_t version = CKPT_VERSION;
+    size_t n = (size_t)c->pr.n_params;
+    put(&w, CKPT_MAGIC, 8);
+    put(&w, &version, sizeof version);
+    put(&w, &c->id, sizeof c->id);
+    put(&w, &c->pr, sizeof c->pr);
+    put(&w, c->params, n * sizeof(float));
+    put(&w, c->m, n * sizeof(float));
+    put(&w, c->v, n * sizeof(float));
+    put(&w, c->train_loss, (size_t)c->id.steps * sizeof(float));
+    put(&w, c->val, (size_t)c->pr.n_val * sizeof(ValRecord));
+    uint64_t h = w.hash;
+    if (fwrite(&h, sizeof h, 1, w.f) != 1) w.bad = 1;
+    if (fflush(w.f) != 0) w.bad = 1;
+    if (fclose(w.f) != 0) w.bad = 1;
+    if (w.bad || rename(tmp, path) != 0) {
+        snprintf(err, errlen, "cannot write checkpoint %s: %s", path, strerror(errno));
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+void checkpoint_free_arrays(Checkpoint *c) {
+    free(c->params);
+    free(c->m);
+    free(c->v);
+    free(c->train_loss);
+    free(c->val);
+    c->params = c->m = c->v = c->train_loss = NULL;
+    c->val = NULL;
+}
+
+int checkpoint_load(const char *path, Checkpoint *c, char *err, size_t errlen) {
+    memset(c, 0, sizeof *c);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "cannot open checkpoint %s: %s", path, strerror(errno));
+        return -1;
+    }
+    unsigned char *buf = NULL;
+    long len = -1;
+    if (fseek(f, 0, SEEK_END) == 0) len = ftell(f);
+    if (len > 0 && fseek(f, 0, SEEK_SET) == 0) buf = malloc((size_t)len);
+    int ok = buf && fread(buf, 1, (size_t)len, f) == (size_t)len;
+    fclose(f);
+    size_t head = 8 + 4 + sizeof(RunIdent) + sizeof(RunProgress);
+    if (!ok || (size_t)len < head + 8) {
+        free(buf);
+        snprintf(err, errlen, "checkpoint %s is unreadable or too short", path);
+        return -1;
+    }
+    uint32_t version;
+    memcpy(&version, buf + 8, 4);
+    if (memcmp(buf, CKPT_MAGIC, 8) != 0 || version != CKPT_VERSION) {
+        free(buf);
+        snprintf(err, errlen, "%s is not a version-%u micro checkpoint", path, CKPT_VERSION);
+        return -1;
+    }
+    memcpy(&c->id, buf + 12, sizeof c->id);
+    memcpy(&c->pr, buf + 12 + sizeof c->id, sizeof c->pr);
+    int64_t n = c->pr.n_params, steps = c->id.steps, nv = c->pr.n_val;
+    if (n <= 0 || n > ((int64_t)1 << 32) || steps < 0 || steps > ((int64_t)1 << 30) || nv < 0 ||
+        nv > ((int64_t)1 << 30) || c->pr.step < 0 || c->pr.step > steps) {
+        free(buf);
+        snprintf(err, errlen, "checkpoint %s has impossible sizes", path);
+        return -1;
+    }
+    size_t want = head + 3 * (size_t)n * sizeof(float) + (size_t)steps * sizeof(float) + (size_t)nv * sizeof(ValRecord) + 8;
+    if ((size_t)len != want) {
+        free(buf);
+        snprintf(err, errlen, "checkpoint %s is %ld bytes, expected %zu (truncated?)", path, len, want);
+        return -1;
+    }
+    uint64_t stored;
+    memcpy(&stored, buf + want - 8, 8);
+    if (fnv(FNV_BASIS, buf, want - 8) != stored) {
+        free(buf);
+        snprintf(err, errlen, "checkpoint %s fails its checksum", path);
+        return -1;
+    }
+    c->params = malloc((size_t)n * sizeof(float));
+    c->m = malloc((size_t)n * sizeof(float));
+    c->v = malloc((size_t)n * sizeof(float));
+    c->train_loss = malloc(((size_t)steps + 1) * sizeof(float));
+    c->val = malloc(((size_t)nv + 1) * sizeof(ValRecord));
+    if (!c->params || !c->m || !c->v || !c->train_loss || !c->val) {
+        checkpoint_free_arrays(c);
+        free(buf);
+        snprintf(err, errlen, "out of memory reading checkpoint %s", path);
+        return -1;
+    }
+    const unsigned char *p = buf + head;
+    memcpy(c->params, p, (size_t)n * sizeof(float));
+    p += (size_t)n * sizeof(float);
+    memcpy(c->m, p, (size_t)n * sizeof(float));
+    p += (size_t)n * sizeof(float);
+    memcpy(c->v, p, (size_t)n * sizeof(float));
+    p += (size_t)n * sizeof(float);
+    memcpy(c->train_loss, p, (size_t)steps * sizeof(float));
+    p += (size_t)steps * sizeof(float);
+    memcpy(c->val, p, (size_t)nv * sizeof(ValRecord));
+    free(buf);
+    return 0;
+}

@@ -1,0 +1,51 @@
+// Training checkpoints: everything a run needs to continue bit-exactly (parameters, AdamW moments,
+// step, data RNG, the loss history), little-endian, closed by a 64-bit FNV-1a checksum.
+#ifndef MICRO_TRAIN_CHECKPOINT_H
+#define MICRO_TRAIN_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CKPT_MAGIC "MICROCKP"
+#define CKPT_VERSION 1u
+
+// What must match for a resume to continue the same run (all 8-byte fields: no padding).
+typedef struct {
+    int64_t dim, n_layers, n_heads, n_kv_heads, head_dim, hidden_dim, vocab_size, max_seq_len;
+    double rope_theta, norm_eps;
+    int64_t batch, seq, steps, warmup, val_windows;
+    double lr, min_lr_frac, weight_decay, grad_clip, beta1, beta2, adam_eps;
+    uint64_t seed;
+    char corpus_sha256[72];
+} RunIdent;
+
+typedef struct {
+    int64_t step;          // steps completed
+    uint64_t rng_state;    // the data loader's RNG after `step` batches
+    uint64_t tokens_seen;
+    double wall_seconds;   // training time so far, over all sessions
+    int64_t n_params;
+    int64_t n_val;         // validation records
+    char blas_core[32];    // OpenBLAS kernel family (results depend on it)
+} RunProgress;
+
+typedef struct {
+    int64_t step;
+    double en, zh;
+} ValRecord;
+
+// Everything in one place; arrays are caller-owned on save, malloc'ed by checkpoint_load.
+typedef struct {
+    RunIdent id;
+    RunProgress pr;
+    float *params, *m, *v; // [n_params] each
+    float *train_loss;     // [id.steps], the first pr.step filled
+    ValRecord *val;        // [pr.n_val]
+} Checkpoint;
+
+int checkpoint_save(const char *path, const Checkpoint *c, char *err, size_t errlen);
+// Reads and verifies (magic, version, length, checksum) path; one line in err on failure.
+int checkpoint_load(const char *path, Checkpoint *c, char *err, size_t errlen);
+void checkpoint_free_arrays(Checkpoint *c);
+
+#endif

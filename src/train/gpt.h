@@ -1,0 +1,83 @@
+// The trainer's batched model: forward and backward over (B, T) token windows, in the manner of
+// llm.c's train_gpt2.c. Every matrix product is an OpenBLAS sgemm; every activation and gradient
+// buffer is named in TrainActs and allocated once in train_net_init (nothing is allocated per
+// step). Work is split into fixed-size tasks (row chunks, weight-row chunks, (batch, kv head)
+// pairs) whose results do not depend on the thread count, so a run is bit-reproducible.
+#ifndef MICRO_TRAIN_GPT_H
+#define MICRO_TRAIN_GPT_H
+
+#include <stddef.h>
+
+#include "model.h"
+#include "train/pool.h"
+
+// Query rows per attention block: a block reads keys only up to its last row (causal), so the
+// work is about T²/2 + T·block/2 per head, and the scratch is [block, T] per thread.
+#define TRAIN_ATT_BLOCK 128
+
+// Activations of one forward pass (N = B*T tokens, D = dim, QD = n_heads*head_dim,
+// KD = n_kv_heads*head_dim, F = hidden_dim, V = vocab, L = n_layers), and the backward's scratch.
+typedef struct {
+    float *x;          // [2L+1, N, D] residual stream: x[2l] enters layer l's attention, x[2l+1] its FFN, x[2L] the final norm
+    float *attn_rstd;  // [L, N] 1/sqrt(mean(x²)+eps) of the attention norm
+    float *attn_xn;    // [L, N, D] normalised input of the attention (x * rstd * gain)
+    float *q;          // [L, N, QD] queries after RoPE
+    float *k;          // [L, N, KD] keys after RoPE
+    float *v;          // [L, N, KD] values
+    float *att_lse;    // [L, B, n_heads, T] log-sum-exp of each row's scaled scores (backward recomputes the weights)
+    float *att_out;    // [L, N, QD] attention output before Wo
+    float *ffn_rstd;   // [L, N]
+    float *ffn_xn;     // [L, N, D]
+    float *h1;         // [L, N, F] W1 h
+    float *h3;         // [L, N, F] W3 h
+    float *hg;         // [L, N, F] silu(W1 h) * W3 h, the input of W2
+    float *final_rstd; // [N]
+    float *final_xn;   // [N, D]
+    float *probs;      // [N, V] softmax of the logits; the backward turns it into dloss/dlogits
+    float *losses;     // [N] per-token negative log-likelihood (nats)
+    // backward scratch, reused by every layer
+    float *dx;         // [N, D] gradient at the residual stream (running)
+    float *dx2;        // [N, D] gradient at the residual between a layer's two sublayers
+    float *dxn;        // [N, D] gradient at a norm's output
+    float *datt;       // [N, QD] gradient at the attention output
+    float *dq;         // [N, QD]
+    float *dk;         // [N, KD]
+    float *dv;         // [N, KD]
+    float *dhg;        // [N, F]
+    float *dh1;        // [N, F]
+    float *dh3;        // [N, F]
+    float *att_scratch; // [n_threads, 2, ATT_BLOCK, T] scores/weights and their gradient, per thread
+    float *rope_cos;   // [T, head_dim/2]
+    float *rope_sin;   // [T, head_dim/2]
+} TrainActs;
+
+typedef struct {
+    ModelConfig c;
+    int B, T;
+    Model *model;       // borrowed: parameters in payload order
+    float *grads;       // [n_params] gradients, same layout as model->params
+    ModelWeights g;     // pointers into grads
+    TrainActs a;
+    float *act_memory;  // the one buffer TrainActs points into
+    size_t act_floats;
+    const int *inputs;  // [B*T] of the last forward
+    const int *targets; // [B*T] of the last forward (NULL: no loss)
+    float mean_loss;
+    TrainPool *pool;
+    int n_threads;
+    int att_block;      // TRAIN_ATT_BLOCK; tests may lower it (1..TRAIN_ATT_BLOCK) to cover several blocks
+} TrainNet;
+
+// Sizes everything for B windows of T tokens (T <= model max_seq_len). One line in err on failure.
+int train_net_init(TrainNet *n, Model *m, int B, int T, int n_threads, char *err, size_t errlen);
+void train_net_free(TrainNet *n);
+
+// Forward pass over inputs[B*T]; with targets[B*T] (bytes 0..V-1) returns the mean loss (nats per
+// token) and fills a.losses. Without targets returns 0 and leaves the probabilities in a.probs.
+// The arrays must stay valid until the backward.
+float train_net_forward(TrainNet *n, const int *inputs, const int *targets);
+void train_net_zero_grad(TrainNet *n);
+// Accumulates d(mean loss)/d(params) of the last forward (which must have had targets) into grads.
+void train_net_backward(TrainNet *n);
+
+#endif

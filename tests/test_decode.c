@@ -1,0 +1,173 @@
+// The decoder: thread count never changes a bit of the logits; the cache holds exactly what was
+// appended; a hand-written single-layer reference (naive loops, recomputing every key) agrees.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "forward.h"
+
+static int failures = 0;
+
+static void random_model(Model *m, const ModelConfig *c, unsigned seed) {
+    if (model_alloc(m, c)) exit(1);
+    srand(seed);
+    for (size_t i = 0; i < m->n_params; i++) m->params[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * 0.2f;
+    // Norm gains near 1, as a trained model has them.
+    TensorInfo info[MODEL_N_TENSORS];
+    model_tensor_infos(c, info);
+    float *norms[] = {m->w.attn_norm, m->w.ffn_norm, m->w.final_norm};
+    size_t counts[] = {info[1].count, info[6].count, info[10].count};
+    for (int t = 0; t < 3; t++)
+        for (size_t i = 0; i < counts[t]; i++) norms[t][i] += 1.0f;
+}
+
+// Naive reference of the whole forward pass for the last position, recomputing all keys and values
+// from scratch with the textbook formulas (no cache, no codec).
+static void reference_logits(const Model *m, const int *tokens, int n, float *logits) {
+    const ModelConfig *c = &m->config;
+    int D = c->dim, H = c->n_heads, hd = c->head_dim, F = c->hidden_dim, kvH = c->n_kv_heads;
+    double *x = calloc((size_t)n * D, sizeof(double)), *h = calloc((size_t)D, sizeof(double));
+    double *K = calloc((size_t)n * kvH * hd, sizeof(double)), *V = calloc((size_t)n * kvH * hd, sizeof(double));
+    double *Q = calloc((size_t)n * H * hd, sizeof(double)), *o = calloc((size_t)H * hd, sizeof(double));
+    double *g = calloc((size_t)F, sizeof(double)), *att = calloc((size_t)n, sizeof(double));
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < D; i++) x[t * D + i] = m->w.token_embedding[tokens[t] * D + i];
+    for (int l = 0; l < c->n_layers; l++) {
+        const float *wq = m->w.wq + (size_t)l * H * hd * D, *wk = m->w.wk + (size_t)l * kvH * hd * D;
+        const float *wv = m->w.wv + (size_t)l * kvH * hd * D, *wo = m->w.wo + (size_t)l * D * H * hd;
+        for (int t = 0; t < n; t++) {
+            double ss = 0;
+            for (int i = 0; i < D; i++) ss += x[t * D + i] * x[t * D + i];
+            double inv = 1.0 / sqrt(ss / D + c->norm_eps);
+            for (int i = 0; i < D; i++) h[i] = x[t * D + i] * inv * m->w.attn_norm[l * D + i];
+            for (int r = 0; r < H * hd; r++) {
+                double a = 0;
+                for (int i = 0; i < D; i++) a += wq[r * D + i] * h[i];
+                Q[t * H * hd + r] = a;
+            }
+            for (int r = 0; r < kvH * hd; r++) {
+                double a = 0, b = 0;
+                for (int i = 0; i < D; i++) a += wk[r * D + i] * h[i], b += wv[r * D + i] * h[i];
+                K[t * kvH * hd + r] = a, V[t * kvH * hd + r] = b;
+            }
+            for (int r = 0; r < H * hd; r += 2) {
+                int i = (r % hd) / 2;
+                double ang = t * pow(c->rope_theta, -2.0 * i / hd), cs = cos(ang), sn = sin(ang);
+                double a = Q[t * H * hd + r], b = Q[t * H * hd + r + 1];
+                Q[t * H * hd + r] = a * cs - b * sn, Q[t * H * hd + r + 1] = a * sn + b * cs;
+                if (r < kvH * hd) {
+                    a = K[t * kvH * hd + r], b = K[t * kvH * hd + r + 1];
+                    K[t * kvH * hd + r] = a * cs - b * sn, K[t * kvH * hd + r + 1] = a * sn + b * cs;
+                }
+            }
+        }
+        for (int t = 0; t < n; t++) {
+            for (int hh = 0; hh < H; hh++) {
+                int kh = hh / (H / kvH);
+                double max = -1e300, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    double s = 0;
+                    for (int d = 0; d < hd; d++) s += Q[t * H * hd + hh * hd + d] * K[j * kvH * hd + kh * hd + d];
+                    att[j] = s / sqrt((double)hd);
+                    if (att[j] > max) max = att[j];
+                }
+                for (int j = 0; j <= t; j++) sum += att[j] = exp(att[j] - max);
+                for (int d = 0; d < hd; d++) {
+                    double a = 0;
+                    for (int j = 0; j <= t; j++) a += att[j] / sum * V[j * kvH * hd + kh * hd + d];
+                    o[hh * hd + d] = a;
+                }
+            }
+            for (int r = 0; r < D; r++) {
+                double a = 0;
+                for (int i = 0; i < H * hd; i++) a += wo[r * H * hd + i] * o[i];
+                x[t * D + r] += a;
+            }
+            double ss = 0;
+            for (int i = 0; i < D; i++) ss += x[t * D + i] * x[t * D + i];
+            double inv = 1.0 / sqrt(ss / D + c->norm_eps);
+            for (int i = 0; i < D; i++) h[i] = x[t * D + i] * inv * m->w.ffn_norm[l * D + i];
+            const float *w1 = m->w.w1 + (size_t)l * F * D, *w3 = m->w.w3 + (size_t)l * F * D, *w2 = m->w.w2 + (size_t)l * D * F;
+            for (int r = 0; r < F; r++) {
+                double a = 0, b = 0;
+                for (int i = 0; i < D; i++) a += w1[r * D + i] * h[i], b += w3[r * D + i] * h[i];
+                g[r] = a / (1 + exp(-a)) * b;
+            }
+            for (int r = 0; r < D; r++) {
+                double a = 0;
+                for (int i = 0; i < F; i++) a += w2[r * F + i] * g[i];
+                x[t * D + r] += a;
+            }
+        }
+    }
+    double ss = 0;
+    int t = n - 1;
+    for (int i = 0; i < D; i++) ss += x[t * D + i] * x[t * D + i];
+    double inv = 1.0 / sqrt(ss / D + c->norm_eps);
+    for (int i = 0; i < D; i++) h[i] = x[t * D + i] * inv * m->w.final_norm[i];
+    for (int v = 0; v < c->vocab_size; v++) {
+        double a = 0;
+        for (int i = 0; i < D; i++) a += m->w.token_embedding[v * D + i] * h[i];
+        logits[v] = (float)a;
+    }
+    free(x), free(h), free(K), free(V), free(Q), free(o), free(g), free(att);
+}
+
+int main(void) {
+    char err[512];
+    ModelConfig c = model_config_micro();
+    Model m;
+    random_model(&m, &c, 7);
+    enum { N = 300 };
+    int tokens[N];
+    for (int i = 0; i < N; i++) tokens[i] = i == 0 ? MICRO_BOS : (i * 37 + 11) % 256;
+
+    // 1. Bit-identical logits on 1, 2 and 3 threads at every position.
+    Decoder d1, d2, d3;
+    if (decoder_init(&d1, &m, "fp32", "fp32", N, 1, err, sizeof err) ||
+        decoder_init(&d2, &m, "fp32", "fp32", N, 2, err, sizeof err) ||
+        decoder_init(&d3, &m, "fp32", "fp32", N, 3, err, sizeof err)) {
+        printf("FAIL init: %s\n", err);
+        return 1;
+    }
+    int differ = 0;
+    for (int t = 0; t < N; t++) {
+        float *a = decoder_forward(&d1, tokens[t], t), *b = decoder_forward(&d2, tokens[t], t),
+              *e = decoder_forward(&d3, tokens[t], t);
+        if (memcmp(a, b, 256 * sizeof(float)) || memcmp(a, e, 256 * sizeof(float))) differ++;
+    }
+    printf("%s thread counts 1/2/3: %d of %d positions differ\n", differ ? "FAIL" : "ok  ", differ, N);
+    failures += differ != 0;
+    if (kvcache_bytes(&d1.cache) != (size_t)N * 4 * 2 * 192 * 4) {
+        printf("FAIL fp32 cache holds %zu bytes, expected %d\n", kvcache_bytes(&d1.cache), N * 4 * 2 * 192 * 4);
+        failures++;
+    }
+
+    // 2. Against the naive double-precision reference at a few lengths.
+    int lengths[] = {1, 2, 17, 64};
+    float ref[256];
+    for (int li = 0; li < 4; li++) {
+        int n = lengths[li];
+        if (decoder_reset(&d1, err, sizeof err)) return 1;
+        float *logits = NULL;
+        for (int t = 0; t < n; t++) logits = decoder_forward(&d1, tokens[t], t);
+        reference_logits(&m, tokens, n, ref);
+        double worst = 0;
+        for (int v = 0; v < 256; v++) worst = fmax(worst, fabs((double)logits[v] - ref[v]));
+        int bad = !(worst < 1e-4);
+        printf("%s length %d: max |logit - reference| = %.2e (bound 1e-4)\n", bad ? "FAIL" : "ok  ", n, worst);
+        failures += bad;
+    }
+
+    // 3. A bad spec is refused with a message, not a crash.
+    Decoder bad;
+    if (decoder_init(&bad, &m, "nonsense", "fp32", 8, 1, err, sizeof err) == 0 || !strstr(err, "nonsense")) {
+        printf("FAIL unknown codec accepted or unnamed: %s\n", err);
+        failures++;
+    }
+    decoder_free(&d1), decoder_free(&d2), decoder_free(&d3);
+    model_free(&m);
+    printf("%d failures\n", failures);
+    return failures ? 1 : 0;
+}
