@@ -27,20 +27,35 @@ uint16_t quant_fp32_to_fp16(float x);
 // finite). ±inf also saturates; NaN stays NaN.
 uint16_t quant_fp32_to_fp16_sat(float x);
 
-// fp16 -> fp32, exact for every code (subnormals, ±inf, NaN with its payload).
-static inline float quant_fp16_to_fp32(uint16_t h) {
-    // Move exponent and mantissa into fp32 position (an fp32 with bias 15 instead of 127), then
-    // multiply by 2^(127-15) to rebias; this also normalises fp16 subnormals exactly. An all-ones
-    // exponent (inf/NaN) is widened to fp32's all-ones exponent first.
-    uint32_t bits = (uint32_t)(h & 0x7fffu) << 13;
-    if ((h & 0x7c00u) == 0x7c00u) bits |= 0x7f800000u;
+// fp16 -> fp32, exact for every code (subnormals, ±inf, NaN with its payload). Branch-free so that
+// kernels vectorise it, and without arithmetic on fp32 subnormals (slow on x86): a normal number
+// gets its exponent rebiased by an integer add, a subnormal is m · 2^-24 by a conversion, ±inf and
+// NaN keep their mantissa under fp32's all-ones exponent.
+static inline float quant_from_bits(uint32_t bits) {
     float f;
     memcpy(&f, &bits, sizeof f);
-    f *= 0x1p112f;
-    memcpy(&bits, &f, sizeof bits);
-    bits |= (uint32_t)(h & 0x8000u) << 16;
-    memcpy(&f, &bits, sizeof f);
     return f;
+}
+
+static inline uint32_t quant_to_bits(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    return bits;
+}
+
+// a if ca, else b if cb, else c (ca and cb not both true), with masks rather than branches so that
+// the decoders vectorise inside kernel loops.
+static inline uint32_t quant_select3(int ca, uint32_t a, int cb, uint32_t b, uint32_t c) {
+    const uint32_t ma = 0u - (uint32_t)ca, mb = 0u - (uint32_t)cb;
+    return (a & ma) | (b & mb) | (c & ~(ma | mb));
+}
+
+static inline float quant_fp16_to_fp32(uint16_t h) {
+    const uint32_t em = h & 0x7fffu, e = em >> 10;
+    const uint32_t normal = (em << 13) + (112u << 23);
+    const uint32_t special = 0x7f800000u | ((em & 0x3ffu) << 13);
+    const uint32_t tiny = quant_to_bits((float)(int32_t)(em & 0x3ffu) * 0x1p-24f);
+    return quant_from_bits(quant_select3(e == 0, tiny, e == 0x1f, special, normal) | ((uint32_t)(h & 0x8000u) << 16));
 }
 
 // ---- bfloat16 -------------------------------------------------------------------------------
@@ -61,7 +76,29 @@ static inline float quant_bf16_to_fp32(uint16_t b) {
 typedef enum { QUANT_FP8_E4M3 = 0, QUANT_FP8_E5M2 = 1 } QuantFp8Format;
 
 uint8_t quant_fp32_to_fp8(float x, QuantFp8Format format);
+// The reference decoder (by the formats' definitions).
 float quant_fp8_to_fp32(uint8_t code, QuantFp8Format format);
+
+// Branch-free decoders for the kernels, equal to quant_fp8_to_fp32 on all 256 codes (a test checks),
+// built as quant_fp16_to_fp32 is.
+static inline float quant_e4m3_to_fp32(uint8_t c) {
+    const uint32_t mag = c & 0x7fu;
+    const uint32_t normal = (mag << 20) + (120u << 23);
+    const uint32_t tiny = quant_to_bits((float)(int32_t)(mag & 7u) * 0x1p-9f);
+    // S.1111.111 is E4M3FN's only NaN.
+    return quant_from_bits(quant_select3(mag == 0x7fu, 0x7fc00000u, (mag >> 3) == 0, tiny, normal) |
+                           ((uint32_t)(c & 0x80u) << 24));
+}
+
+static inline float quant_e5m2_to_fp32(uint8_t c) {
+    const uint32_t mag = c & 0x7fu;
+    const uint32_t normal = (mag << 21) + (112u << 23);
+    const uint32_t special = 0x7f800000u | ((mag & 3u) << 21); // inf, NaN
+    const uint32_t tiny = quant_to_bits((float)(int32_t)(mag & 3u) * 0x1p-16f);
+    return quant_from_bits(quant_select3((mag >> 2) == 0x1f, special, (mag >> 2) == 0, tiny, normal) |
+                           ((uint32_t)(c & 0x80u) << 24));
+}
+
 // The largest finite value (448 or 57344).
 float quant_fp8_max(QuantFp8Format format);
 // table[c] = quant_fp8_to_fp32(c) for all 256 codes (decode kernels look codes up).

@@ -87,6 +87,17 @@ static void test_bounds(int bits, const char *levels, int fp32_scale, int head_d
                 }
                 continue;
             }
+            // Codes are the nearest levels under the *stored* scale, which the decoded extreme reveals
+            // (it sits on level ±L, or −2^(B−1) with levels=full): no slack for the scale's rounding.
+            double ymax = 0;
+            for (int d = 0; d < head_dim; d++) ymax = fmax(ymax, fabs(y[d]));
+            const double ds = ymax / (full ? half : L);
+            for (int d = 0; d < head_dim; d++) {
+                const double lim = full ? (v[d] / (extreme / -half) > 0 ? half - 1 : half) : L;
+                if (ds > 0 && fabs(v[d]) / ds <= lim + 0.5 - 1e-4)
+                    CHECK(fabs(v[d] - y[d]) <= ds / 2 * (1 + 1e-5) + amax * 1e-7, "%s t=%d h=%d d=%d: %.9g decodes to "
+                          "%.9g, not the nearest level of the stored scale %.9g", spec, t, h, d, v[d], y[d], ds);
+            }
             // d: the scale the scheme defines; Δ: how far its stored value may be from it.
             const double step = full ? amax / half : amax / L;
             const double delta = fp32_scale ? step * 0x1p-22 : fmax(step * 0x1p-11, 0x1p-25);

@@ -203,6 +203,8 @@ static void test_fp8_format(QuantFp8Format f, const char *name, double (*ref)(ui
         CHECK(same_value(quant_fp8_to_fp32((uint8_t)c, f), want), "%s code %02x decodes to %g, want %g", name, c,
               quant_fp8_to_fp32((uint8_t)c, f), want);
         CHECK(same_value(table[c], want), "%s table[%02x]", name, c);
+        const float fast = f == QUANT_FP8_E4M3 ? quant_e4m3_to_fp32((uint8_t)c) : quant_e5m2_to_fp32((uint8_t)c);
+        CHECK(same_value(fast, want), "%s kernel decoder: code %02x gives %g, want %g", name, c, fast, want);
         if (!isnan(want) && !isinf(want))
             CHECK(quant_fp32_to_fp8((float)want, f) == c, "%s code %02x does not round-trip (%02x)", name, c,
                   quant_fp32_to_fp8((float)want, f));

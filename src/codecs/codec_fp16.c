@@ -46,9 +46,10 @@ static void fp16_append(void *state, const float *vec) {
     s->length++;
 }
 
-static void fp16_scores(const void *state, int head, const float *q, float *out, int n) {
-    const Fp16State *s = state;
-    const int hd = s->head_dim;
+// The kernels are written once with head_dim as a parameter and instantiated for micro's 32, where
+// the compiler unrolls and vectorises with constant trip counts, and for any other head_dim.
+static inline __attribute__((always_inline)) void fp16_scores_hd(const Fp16State *s, int head, const float *q,
+                                                                 float *out, int n, const int hd) {
     for (int j = 0; j < n; j++) {
         const uint16_t *k = fp16_row(s, head, j);
         float acc = 0.0f;
@@ -58,9 +59,16 @@ static void fp16_scores(const void *state, int head, const float *q, float *out,
     }
 }
 
-static void fp16_mix(const void *state, int head, const float *p, float *out, int n) {
+static void fp16_scores(const void *state, int head, const float *q, float *out, int n) {
     const Fp16State *s = state;
-    const int hd = s->head_dim;
+    if (s->head_dim == 32)
+        fp16_scores_hd(s, head, q, out, n, 32);
+    else
+        fp16_scores_hd(s, head, q, out, n, s->head_dim);
+}
+
+static inline __attribute__((always_inline)) void fp16_mix_hd(const Fp16State *s, int head, const float *p,
+                                                              float *out, int n, const int hd) {
     memset(out, 0, sizeof(float) * (size_t)hd);
     for (int j = 0; j < n; j++) {
         const uint16_t *v = fp16_row(s, head, j);
@@ -68,6 +76,14 @@ static void fp16_mix(const void *state, int head, const float *p, float *out, in
 #pragma omp simd
         for (int d = 0; d < hd; d++) out[d] += pj * quant_fp16_to_fp32(v[d]);
     }
+}
+
+static void fp16_mix(const void *state, int head, const float *p, float *out, int n) {
+    const Fp16State *s = state;
+    if (s->head_dim == 32)
+        fp16_mix_hd(s, head, p, out, n, 32);
+    else
+        fp16_mix_hd(s, head, p, out, n, s->head_dim);
 }
 
 static void fp16_read(const void *state, int head, int token, float *out) {

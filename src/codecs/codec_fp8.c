@@ -12,11 +12,12 @@
 #include "../quant.h"
 #include "codecs.h"
 
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
 typedef struct {
     int n_heads, head_dim, capacity, length;
     QuantFp8Format format;
     int scaled;
-    float lut[256];   // code -> value
     uint8_t *codes;   // [head][token][head_dim]
     uint16_t *scales; // [head][token] fp16, only with scale=token
 } Fp8State;
@@ -62,7 +63,6 @@ static void *fp8_create(CodecSpec *spec, int n_heads, int head_dim, int capacity
     s->capacity = capacity;
     s->format = e5 ? QUANT_FP8_E5M2 : QUANT_FP8_E4M3;
     s->scaled = scaled;
-    quant_fp8_table(s->format, s->lut);
     snprintf(normalised, normalised_len, "fp8:%s,scale=%s", e5 ? "e5m2" : "e4m3", scaled ? "token" : "none");
     return s;
 oom:
@@ -106,35 +106,63 @@ static void fp8_append(void *state, const float *vec) {
     s->length++;
 }
 
-static void fp8_scores(const void *state, int head, const float *q, float *out, int n) {
-    const Fp8State *s = state;
-    const int hd = s->head_dim;
+static ALWAYS_INLINE float fp8_decode(uint8_t c, const QuantFp8Format format) {
+    return format == QUANT_FP8_E5M2 ? quant_e5m2_to_fp32(c) : quant_e4m3_to_fp32(c);
+}
+
+// Written once with head_dim and the format as parameters, instantiated for micro's 32 (constant
+// trip counts) and for any other head_dim.
+static ALWAYS_INLINE void fp8_scores_impl(const Fp8State *s, int head, const float *q, float *out, int n, const int hd,
+                                          const QuantFp8Format format) {
     for (int j = 0; j < n; j++) {
         const uint8_t *k = s->codes + fp8_index(s, head, j) * hd;
         float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-        for (int d = 0; d < hd; d++) acc += q[d] * s->lut[k[d]];
+        for (int d = 0; d < hd; d++) acc += q[d] * fp8_decode(k[d], format);
         out[j] = acc * fp8_scale(s, head, j);
     }
 }
 
-static void fp8_mix(const void *state, int head, const float *p, float *out, int n) {
-    const Fp8State *s = state;
-    const int hd = s->head_dim;
+static ALWAYS_INLINE void fp8_mix_impl(const Fp8State *s, int head, const float *p, float *out, int n, const int hd,
+                                       const QuantFp8Format format) {
     memset(out, 0, sizeof(float) * (size_t)hd);
     for (int j = 0; j < n; j++) {
         const uint8_t *v = s->codes + fp8_index(s, head, j) * hd;
         const float w = p[j] * fp8_scale(s, head, j);
 #pragma omp simd
-        for (int d = 0; d < hd; d++) out[d] += w * s->lut[v[d]];
+        for (int d = 0; d < hd; d++) out[d] += w * fp8_decode(v[d], format);
     }
+}
+
+#define FP8_DISPATCH(s, KERNEL)                                                                    \
+    if ((s)->head_dim == 32 && (s)->format == QUANT_FP8_E4M3)                                      \
+        KERNEL(32, QUANT_FP8_E4M3);                                                                \
+    else if ((s)->head_dim == 32)                                                                  \
+        KERNEL(32, QUANT_FP8_E5M2);                                                                \
+    else if ((s)->format == QUANT_FP8_E4M3)                                                        \
+        KERNEL((s)->head_dim, QUANT_FP8_E4M3);                                                     \
+    else                                                                                           \
+        KERNEL((s)->head_dim, QUANT_FP8_E5M2);
+
+static void fp8_scores(const void *state, int head, const float *q, float *out, int n) {
+    const Fp8State *s = state;
+#define SCORES(hd, format) fp8_scores_impl(s, head, q, out, n, hd, format)
+    FP8_DISPATCH(s, SCORES)
+#undef SCORES
+}
+
+static void fp8_mix(const void *state, int head, const float *p, float *out, int n) {
+    const Fp8State *s = state;
+#define MIX(hd, format) fp8_mix_impl(s, head, p, out, n, hd, format)
+    FP8_DISPATCH(s, MIX)
+#undef MIX
 }
 
 static void fp8_read(const void *state, int head, int token, float *out) {
     const Fp8State *s = state;
     const uint8_t *v = s->codes + fp8_index(s, head, token) * s->head_dim;
     const float sd = fp8_scale(s, head, token);
-    for (int d = 0; d < s->head_dim; d++) out[d] = s->lut[v[d]] * sd;
+    for (int d = 0; d < s->head_dim; d++) out[d] = fp8_decode(v[d], s->format) * sd;
 }
 
 static size_t fp8_bytes(const void *state) {
@@ -163,7 +191,8 @@ static const CodecOps fp8_ops = {
 
 const CodecFamily codec_fp8 = {
     .name = "fp8",
-    .help = "fp8:e4m3|e5m2[,scale=none|token]  OCP FP8, saturating; scale=token adds an fp16 absmax scale per head per token",
+    .help = "fp8:e4m3|e5m2        OCP FP8 (E4M3FN, max 448 / E5M2, max 57344), saturating, 8 bits; "
+            "scale=token adds an fp16 absmax scale per head per token",
     .ops = &fp8_ops,
     .create = fp8_create,
 };

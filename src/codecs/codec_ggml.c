@@ -210,53 +210,50 @@ static void quantise_block(BlockFormat f, const float *x, uint8_t *b) {
     }
 }
 
-// ---- Decoding: one block into a local float[32] -------------------------------------------
-static inline void decode_block(BlockFormat f, const uint8_t *b, float *out) {
-    const float d = load_f16(b);
+// ---- Decoding ------------------------------------------------------------------------------
+// Numbers j and j + 16 of a block (j < 16) share a byte of qs, so every kernel walks j over 16 and
+// decodes the pair in registers: lo = x̂_j, hi = x̂_{j+16}. The block's scale (and minimum, high
+// bits) are read once per block into BlockHead.
+typedef struct {
+    float d, m;
+    uint32_t qh;
+} BlockHead;
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+static ALWAYS_INLINE BlockHead block_head(BlockFormat f, const uint8_t *b) {
+    BlockHead h = {load_f16(b), 0.0f, 0};
+    if (f == FMT_Q4_1 || f == FMT_Q5_1) h.m = load_f16(b + 2);
+    if (f == FMT_Q5_0) h.qh = load_u32(b + 2);
+    if (f == FMT_Q5_1) h.qh = load_u32(b + 4);
+    return h;
+}
+
+static ALWAYS_INLINE void block_pair(BlockFormat f, const uint8_t *b, BlockHead h, int j, float *lo, float *hi) {
     switch (f) {
     case FMT_Q8_0:
-        for (int j = 0; j < QK; j++) out[j] = (float)(int8_t)b[2 + j] * d;
+        *lo = (float)(int8_t)b[2 + j] * h.d;
+        *hi = (float)(int8_t)b[2 + QK / 2 + j] * h.d;
         break;
     case FMT_Q4_0:
-        for (int j = 0; j < QK / 2; j++) {
-            out[j] = (float)((b[2 + j] & 0x0f) - 8) * d;
-            out[j + QK / 2] = (float)((b[2 + j] >> 4) - 8) * d;
-        }
+        *lo = (float)((b[2 + j] & 0x0f) - 8) * h.d;
+        *hi = (float)((b[2 + j] >> 4) - 8) * h.d;
         break;
-    case FMT_Q4_1: {
-        const float m = load_f16(b + 2);
-        for (int j = 0; j < QK / 2; j++) {
-            out[j] = (float)(b[4 + j] & 0x0f) * d + m;
-            out[j + QK / 2] = (float)(b[4 + j] >> 4) * d + m;
-        }
+    case FMT_Q4_1:
+        *lo = (float)(b[4 + j] & 0x0f) * h.d + h.m;
+        *hi = (float)(b[4 + j] >> 4) * h.d + h.m;
         break;
-    }
-    case FMT_Q5_0: {
-        const uint32_t qh = load_u32(b + 2);
-        for (int j = 0; j < QK / 2; j++) {
-            const int lo = (b[6 + j] & 0x0f) | (int)(((qh >> j) & 1) << 4);
-            const int hi = (b[6 + j] >> 4) | (int)(((qh >> (j + QK / 2)) & 1) << 4);
-            out[j] = (float)(lo - 16) * d;
-            out[j + QK / 2] = (float)(hi - 16) * d;
-        }
+    case FMT_Q5_0:
+        *lo = (float)((int)((b[6 + j] & 0x0f) | (((h.qh >> j) & 1) << 4)) - 16) * h.d;
+        *hi = (float)((int)((b[6 + j] >> 4) | (((h.qh >> (j + QK / 2)) & 1) << 4)) - 16) * h.d;
         break;
-    }
-    case FMT_Q5_1: {
-        const float m = load_f16(b + 2);
-        const uint32_t qh = load_u32(b + 4);
-        for (int j = 0; j < QK / 2; j++) {
-            const int lo = (b[8 + j] & 0x0f) | (int)(((qh >> j) & 1) << 4);
-            const int hi = (b[8 + j] >> 4) | (int)(((qh >> (j + QK / 2)) & 1) << 4);
-            out[j] = (float)lo * d + m;
-            out[j + QK / 2] = (float)hi * d + m;
-        }
+    case FMT_Q5_1:
+        *lo = (float)((b[8 + j] & 0x0f) | (((h.qh >> j) & 1) << 4)) * h.d + h.m;
+        *hi = (float)((b[8 + j] >> 4) | (((h.qh >> (j + QK / 2)) & 1) << 4)) * h.d + h.m;
         break;
-    }
     case FMT_IQ4_NL:
-        for (int j = 0; j < QK / 2; j++) {
-            out[j] = (float)iq4nl_values[b[2 + j] & 0x0f] * d;
-            out[j + QK / 2] = (float)iq4nl_values[b[2 + j] >> 4] * d;
-        }
+        *lo = (float)iq4nl_values[b[2 + j] & 0x0f] * h.d;
+        *hi = (float)iq4nl_values[b[2 + j] >> 4] * h.d;
         break;
     }
 }
@@ -304,42 +301,81 @@ static void block_append(void *state, const float *vec) {
     s->length++;
 }
 
-static void block_scores(const void *state, int head, const float *q, float *out, int n) {
-    const BlockState *s = state;
-    float k[QK];
+// The kernels are written once with the format as a parameter and instantiated per format, so
+// each inner loop is straight-line decoding the compiler vectorises.
+static ALWAYS_INLINE void block_scores_impl(const BlockState *s, int head, const float *q, float *out, int n,
+                                            const BlockFormat f) {
     for (int j = 0; j < n; j++) {
         const uint8_t *row = block_row(s, head, j);
         float acc = 0.0f;
         for (int i = 0; i < s->blocks; i++) {
-            decode_block(s->format, row + i * s->block_bytes, k);
+            const uint8_t *b = row + i * s->block_bytes;
+            const BlockHead h = block_head(f, b);
             const float *qb = q + i * QK;
 #pragma omp simd reduction(+ : acc)
-            for (int d = 0; d < QK; d++) acc += qb[d] * k[d];
+            for (int k = 0; k < QK / 2; k++) {
+                float lo, hi;
+                block_pair(f, b, h, k, &lo, &hi);
+                acc += qb[k] * lo + qb[k + QK / 2] * hi;
+            }
         }
         out[j] = acc;
     }
 }
 
-static void block_mix(const void *state, int head, const float *p, float *out, int n) {
-    const BlockState *s = state;
-    float v[QK];
+static ALWAYS_INLINE void block_mix_impl(const BlockState *s, int head, const float *p, float *out, int n,
+                                         const BlockFormat f) {
     memset(out, 0, sizeof(float) * (size_t)s->head_dim);
     for (int j = 0; j < n; j++) {
         const uint8_t *row = block_row(s, head, j);
         const float pj = p[j];
         for (int i = 0; i < s->blocks; i++) {
-            decode_block(s->format, row + i * s->block_bytes, v);
+            const uint8_t *b = row + i * s->block_bytes;
+            const BlockHead h = block_head(f, b);
             float *ob = out + i * QK;
 #pragma omp simd
-            for (int d = 0; d < QK; d++) ob[d] += pj * v[d];
+            for (int k = 0; k < QK / 2; k++) {
+                float lo, hi;
+                block_pair(f, b, h, k, &lo, &hi);
+                ob[k] += pj * lo;
+                ob[k + QK / 2] += pj * hi;
+            }
         }
     }
+}
+
+#define BLOCK_DISPATCH(s, KERNEL)                                                                  \
+    switch ((s)->format) {                                                                         \
+    case FMT_Q8_0: KERNEL(FMT_Q8_0); break;                                                        \
+    case FMT_Q4_0: KERNEL(FMT_Q4_0); break;                                                        \
+    case FMT_Q4_1: KERNEL(FMT_Q4_1); break;                                                        \
+    case FMT_Q5_0: KERNEL(FMT_Q5_0); break;                                                        \
+    case FMT_Q5_1: KERNEL(FMT_Q5_1); break;                                                        \
+    case FMT_IQ4_NL: KERNEL(FMT_IQ4_NL); break;                                                    \
+    }
+
+static void block_scores(const void *state, int head, const float *q, float *out, int n) {
+    const BlockState *s = state;
+#define SCORES(f) block_scores_impl(s, head, q, out, n, f)
+    BLOCK_DISPATCH(s, SCORES)
+#undef SCORES
+}
+
+static void block_mix(const void *state, int head, const float *p, float *out, int n) {
+    const BlockState *s = state;
+#define MIX(f) block_mix_impl(s, head, p, out, n, f)
+    BLOCK_DISPATCH(s, MIX)
+#undef MIX
 }
 
 static void block_read(const void *state, int head, int token, float *out) {
     const BlockState *s = state;
     const uint8_t *row = block_row(s, head, token);
-    for (int i = 0; i < s->blocks; i++) decode_block(s->format, row + i * s->block_bytes, out + i * QK);
+    for (int i = 0; i < s->blocks; i++) {
+        const uint8_t *b = row + i * s->block_bytes;
+        const BlockHead h = block_head(s->format, b);
+        for (int k = 0; k < QK / 2; k++) block_pair(s->format, b, h, k, &out[i * QK + k], &out[i * QK + k + QK / 2]);
+    }
 }
 
 static size_t block_bytes(const void *state) {

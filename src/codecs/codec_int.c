@@ -174,49 +174,115 @@ static void int_append(void *state, const float *vec) {
 }
 
 // Decode numbers [c, c + n) of one head at one token (c a multiple of 32, n <= 32), unscaled:
-// out = q, the signed level; the caller multiplies by the scale.
-static inline void int_levels(const IntState *s, const uint8_t *row, int c, int n, float *out) {
-    if (s->levels == LEVELS_SIGN)
-        quant_unpack_float(row + quant_packed_bytes((size_t)c, 1), n, 1, 2.0f, 1.0f, out);
+// out = q, the signed level; the caller multiplies by the scale. bits = 1 is sign x 1.
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+static ALWAYS_INLINE void int_levels(const uint8_t *row, int c, int n, const int bits, float *out) {
+    const size_t at = quant_packed_bytes((size_t)c, bits);
+    if (bits == 1)
+        quant_unpack_float(row + at, n, 1, 2.0f, 1.0f, out);
     else
-        quant_unpack_float(row + quant_packed_bytes((size_t)c, s->bits), n, s->bits, 1.0f,
-                           (float)(1 << (s->bits - 1)), out);
+        quant_unpack_float(row + at, n, bits, 1.0f, (float)(1 << (bits - 1)), out);
 }
 
-static void int_scores(const void *state, int head, const float *q, float *out, int n) {
-    const IntState *s = state;
-    const int hd = s->head_dim;
+// The kernels are written once with head_dim and bits as parameters and instantiated for micro's
+// head_dim 32 at each width, where the compiler unrolls the unpacking with constant shifts and
+// vectorises with constant trip counts; another head_dim takes the generic instance.
+// Widths 2 and 4 hold 8/B whole codes per byte: number e·i + k is bits [kB, kB+B) of byte i
+// (e = 8/B). The score kernel then walks the bytes and decodes in registers against q permuted to
+// the same order, qp[k][i] = q[e·i + k] (measured faster there; 1 bit and the mix kernel are not).
+static ALWAYS_INLINE void int_scores_bytes(const IntState *s, int head, const float *q, float *out, int n,
+                                           const int hd, const int bits) {
+    const int e = 8 / bits, nb = hd / e;
+    const unsigned mask = (1u << bits) - 1;
+    const float mul = bits == 1 ? 2.0f : 1.0f, off = bits == 1 ? 1.0f : (float)(1 << (bits - 1));
+    float qp[8][32];
+    for (int i = 0; i < nb; i++)
+        for (int k = 0; k < e; k++) qp[k][i] = q[e * i + k];
+    for (int j = 0; j < n; j++) {
+        const size_t slot = int_slot(s, head, j);
+        const uint8_t *row = s->codes + slot * s->row_bytes;
+        float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+        for (int i = 0; i < nb; i++)
+            for (int k = 0; k < e; k++) acc += qp[k][i] * ((float)((row[i] >> (k * bits)) & mask) * mul - off);
+        out[j] = acc * int_scale(s, slot);
+    }
+}
+
+static ALWAYS_INLINE void int_scores_impl(const IntState *s, int head, const float *q, float *out, int n,
+                                          const int hd, const int bits) {
+    if (hd == 32 && (bits == 2 || bits == 4)) {
+        int_scores_bytes(s, head, q, out, n, 32, bits);
+        return;
+    }
     float lv[32];
     for (int j = 0; j < n; j++) {
         const size_t slot = int_slot(s, head, j);
         const uint8_t *row = s->codes + slot * s->row_bytes;
         float acc = 0.0f;
-        for (int c = 0; c < hd; c += 32) {
-            const int m = hd - c < 32 ? hd - c : 32;
-            int_levels(s, row, c, m, lv);
+        if (bits == 8) { // bytes: unpack and multiply in one pass
 #pragma omp simd reduction(+ : acc)
-            for (int i = 0; i < m; i++) acc += q[c + i] * lv[i];
+            for (int i = 0; i < hd; i++) acc += q[i] * ((float)row[i] - 128.0f);
+        } else {
+            for (int c = 0; c < hd; c += 32) {
+                const int m = hd - c < 32 ? hd - c : 32;
+                int_levels(row, c, m, bits, lv);
+#pragma omp simd reduction(+ : acc)
+                for (int i = 0; i < m; i++) acc += q[c + i] * lv[i];
+            }
         }
         out[j] = acc * int_scale(s, slot);
     }
 }
 
-static void int_mix(const void *state, int head, const float *p, float *out, int n) {
-    const IntState *s = state;
-    const int hd = s->head_dim;
+static ALWAYS_INLINE void int_mix_impl(const IntState *s, int head, const float *p, float *out, int n, const int hd,
+                                       const int bits) {
     float lv[32];
     memset(out, 0, sizeof(float) * (size_t)hd);
     for (int j = 0; j < n; j++) {
         const size_t slot = int_slot(s, head, j);
         const uint8_t *row = s->codes + slot * s->row_bytes;
         const float w = p[j] * int_scale(s, slot);
-        for (int c = 0; c < hd; c += 32) {
-            const int m = hd - c < 32 ? hd - c : 32;
-            int_levels(s, row, c, m, lv);
+        if (bits == 8) {
 #pragma omp simd
-            for (int i = 0; i < m; i++) out[c + i] += w * lv[i];
+            for (int i = 0; i < hd; i++) out[i] += w * ((float)row[i] - 128.0f);
+        } else {
+            for (int c = 0; c < hd; c += 32) {
+                const int m = hd - c < 32 ? hd - c : 32;
+                int_levels(row, c, m, bits, lv);
+#pragma omp simd
+                for (int i = 0; i < m; i++) out[c + i] += w * lv[i];
+            }
         }
     }
+}
+
+// Calls KERNEL(hd, bits) with compile-time constants at head_dim 32.
+#define INT_DISPATCH(s, KERNEL)                                                                    \
+    switch ((s)->head_dim == 32 ? (s)->bits : 0) {                                                 \
+    case 1: KERNEL(32, 1); break;                                                                  \
+    case 2: KERNEL(32, 2); break;                                                                  \
+    case 3: KERNEL(32, 3); break;                                                                  \
+    case 4: KERNEL(32, 4); break;                                                                  \
+    case 5: KERNEL(32, 5); break;                                                                  \
+    case 6: KERNEL(32, 6); break;                                                                  \
+    case 7: KERNEL(32, 7); break;                                                                  \
+    case 8: KERNEL(32, 8); break;                                                                  \
+    default: KERNEL((s)->head_dim, (s)->bits); break;                                              \
+    }
+
+static void int_scores(const void *state, int head, const float *q, float *out, int n) {
+    const IntState *s = state;
+#define SCORES(hd, bits) int_scores_impl(s, head, q, out, n, hd, bits)
+    INT_DISPATCH(s, SCORES)
+#undef SCORES
+}
+
+static void int_mix(const void *state, int head, const float *p, float *out, int n) {
+    const IntState *s = state;
+#define MIX(hd, bits) int_mix_impl(s, head, p, out, n, hd, bits)
+    INT_DISPATCH(s, MIX)
+#undef MIX
 }
 
 static void int_read(const void *state, int head, int token, float *out) {
@@ -226,7 +292,7 @@ static void int_read(const void *state, int head, int token, float *out) {
     const float ds = int_scale(s, slot);
     for (int c = 0; c < s->head_dim; c += 32) {
         const int m = s->head_dim - c < 32 ? s->head_dim - c : 32;
-        int_levels(s, row, c, m, out + c);
+        int_levels(row, c, m, s->bits, out + c);
         for (int i = 0; i < m; i++) out[c + i] *= ds;
     }
 }
@@ -258,8 +324,8 @@ static const CodecOps int_ops = {
 
 const CodecFamily codec_int = {
     .name = "int",
-    .help = "int:bits=B[,levels=sym|full,scale=fp16|fp32]  per head per token round-to-nearest, B=1..8; "
-            "B=1 stores sign x mean|x|",
+    .help = "int:bits=B           round to nearest per head per token, B=1..8, one scale (scale=fp16|fp32), "
+            "levels=sym|full; B=1 stores sign x mean|x|",
     .ops = &int_ops,
     .create = int_create,
 };

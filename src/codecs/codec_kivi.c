@@ -228,16 +228,18 @@ static inline void kivi_decode_full(const uint16_t *x, int n, float *out) {
 }
 
 // Key token t of group meta `meta`, numbers [c, c + n).
-static inline void kivi_decode_key(const KiviState *s, const uint8_t *row, const float *sc, const float *mn,
-                                   int c, int n, float *out) {
-    quant_unpack_float(row + quant_packed_bytes((size_t)c, s->bits), n, s->bits, 1.0f, 0.0f, out);
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+static ALWAYS_INLINE void kivi_decode_key(const uint8_t *row, const float *sc, const float *mn, int c, int n,
+                                          const int bits, float *out) {
+    quant_unpack_float(row + quant_packed_bytes((size_t)c, bits), n, bits, 1.0f, 0.0f, out);
     for (int i = 0; i < n; i++) out[i] = out[i] * sc[i] + mn[i];
 }
 
-static inline void kivi_decode_value(const KiviState *s, int head, int token, int c, int n, float *out) {
+static ALWAYS_INLINE void kivi_decode_value(const KiviState *s, int head, int token, int c, int n, const int bits,
+                                            float *out) {
     const uint16_t *meta = kivi_value_meta(s, head, token);
-    quant_unpack_float(kivi_row(s, head, token) + quant_packed_bytes((size_t)c, s->bits), n, s->bits, 1.0f, 0.0f,
-                       out);
+    quant_unpack_float(kivi_row(s, head, token) + quant_packed_bytes((size_t)c, bits), n, bits, 1.0f, 0.0f, out);
     if (s->group % 32 == 0) { // the chunk lies in one channel group
         const int g = c / s->group;
         const float sd = quant_fp16_to_fp32(meta[2 * g]), md = quant_fp16_to_fp32(meta[2 * g + 1]);
@@ -264,10 +266,10 @@ static inline void kivi_decode_chunk(const KiviState *s, int head, int token, in
     if (token >= s->n_quant) {
         kivi_decode_full(kivi_full(s, head, token) + c, n, out);
     } else if (s->is_value) {
-        kivi_decode_value(s, head, token, c, n, out);
+        kivi_decode_value(s, head, token, c, n, s->bits, out);
     } else {
         kivi_group_params(s, head, token / s->group, c, n, sc, mn);
-        kivi_decode_key(s, kivi_row(s, head, token), sc, mn, c, n, out);
+        kivi_decode_key(kivi_row(s, head, token), sc, mn, c, n, s->bits, out);
     }
 }
 
@@ -277,9 +279,8 @@ static void kivi_read(const void *state, int head, int token, float *out) {
         kivi_decode_chunk(s, head, token, c, s->head_dim - c < 32 ? s->head_dim - c : 32, out + c);
 }
 
-static void kivi_scores(const void *state, int head, const float *q, float *out, int n) {
-    const KiviState *s = state;
-    const int hd = s->head_dim;
+static ALWAYS_INLINE void kivi_scores_impl(const KiviState *s, int head, const float *q, float *out, int n, const int hd,
+                                           const int bits) {
     float sc[32], mn[32], k[32];
     if (s->is_value) { // scoring a value stream: not the usual use, kept correct
         for (int j = 0; j < n; j++) {
@@ -304,7 +305,7 @@ static void kivi_scores(const void *state, int head, const float *q, float *out,
             const int m = hd - c < 32 ? hd - c : 32;
             kivi_group_params(s, head, g0 / s->group, c, m, sc, mn);
             for (int j = g0; j < g1; j++) {
-                kivi_decode_key(s, kivi_row(s, head, j), sc, mn, c, m, k);
+                kivi_decode_key(kivi_row(s, head, j), sc, mn, c, m, bits, k);
                 float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
                 for (int i = 0; i < m; i++) acc += q[c + i] * k[i];
@@ -321,9 +322,8 @@ static void kivi_scores(const void *state, int head, const float *q, float *out,
     }
 }
 
-static void kivi_mix(const void *state, int head, const float *p, float *out, int n) {
-    const KiviState *s = state;
-    const int hd = s->head_dim;
+static ALWAYS_INLINE void kivi_mix_impl(const KiviState *s, int head, const float *p, float *out, int n, const int hd,
+                                        const int bits) {
     float v[32];
     const int nq = n < s->n_quant ? n : s->n_quant;
     memset(out, 0, sizeof(float) * (size_t)hd);
@@ -331,7 +331,7 @@ static void kivi_mix(const void *state, int head, const float *p, float *out, in
         for (int c = 0; c < hd; c += 32) {
             const int m = hd - c < 32 ? hd - c : 32;
             if (s->is_value)
-                kivi_decode_value(s, head, j, c, m, v);
+                kivi_decode_value(s, head, j, c, m, bits, v);
             else // mixing a key stream: not the usual use, kept correct
                 kivi_decode_chunk(s, head, j, c, m, v);
             const float pj = p[j];
@@ -345,6 +345,34 @@ static void kivi_mix(const void *state, int head, const float *p, float *out, in
 #pragma omp simd
         for (int d = 0; d < hd; d++) out[d] += pj * quant_fp16_to_fp32(x[d]);
     }
+}
+
+// Instantiated for micro's head_dim 32 at each width (constant shifts and trip counts), and generic.
+#define KIVI_DISPATCH(s, KERNEL)                                                                   \
+    switch ((s)->head_dim == 32 ? (s)->bits : 0) {                                                 \
+    case 1: KERNEL(32, 1); break;                                                                  \
+    case 2: KERNEL(32, 2); break;                                                                  \
+    case 3: KERNEL(32, 3); break;                                                                  \
+    case 4: KERNEL(32, 4); break;                                                                  \
+    case 5: KERNEL(32, 5); break;                                                                  \
+    case 6: KERNEL(32, 6); break;                                                                  \
+    case 7: KERNEL(32, 7); break;                                                                  \
+    case 8: KERNEL(32, 8); break;                                                                  \
+    default: KERNEL((s)->head_dim, (s)->bits); break;                                              \
+    }
+
+static void kivi_scores(const void *state, int head, const float *q, float *out, int n) {
+    const KiviState *s = state;
+#define SCORES(hd, bits) kivi_scores_impl(s, head, q, out, n, hd, bits)
+    KIVI_DISPATCH(s, SCORES)
+#undef SCORES
+}
+
+static void kivi_mix(const void *state, int head, const float *p, float *out, int n) {
+    const KiviState *s = state;
+#define MIX(hd, bits) kivi_mix_impl(s, head, p, out, n, hd, bits)
+    KIVI_DISPATCH(s, MIX)
+#undef MIX
 }
 
 static size_t kivi_bytes(const void *state) {
@@ -380,8 +408,8 @@ static const CodecOps kivi_ops = {
 
 const CodecFamily codec_kivi = {
     .name = "kivi",
-    .help = "kivi[:bits=2,group=32,residual=128]  KIVI: keys per channel, values per token, B-bit "
-            "min/max groups of G, newest R kept in fp16",
+    .help = "kivi                 KIVI: B-bit min/max groups of G, keys per channel, values per token, newest R "
+            "in fp16 (bits=2,group=32,residual=128)",
     .ops = &kivi_ops,
     .create = kivi_create,
 };

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #define ROW_CHUNK 256   // tokens per row task (fixed, so results do not depend on the thread count)
-#define WROW_CHUNK 32   // output rows per weight-gradient task
+#define WROW_CHUNK 96   // output rows per weight-gradient task
 #define ATT_BLOCK TRAIN_ATT_BLOCK
 
 // ---------------------------------------------------------------------------------------------

@@ -169,7 +169,7 @@ static int write_json(const char *path, const TrainOptions *o, const Corpus *cor
             o->threads, core, ck->pr.wall_seconds, session_tps);
     // the train-loss curve: the mean over each ~5% slice of the steps done
     fprintf(f, "  \"loss_curve\": [");
-    int64_t slice = done / 20 > 0 ? done / 20 : 1;
+    int64_t slice = (done + 19) / 20 > 0 ? (done + 19) / 20 : 1; // about 5% of the steps
     first = 1;
     for (int64_t s0 = 0; s0 < done; s0 += slice) {
         int64_t s1 = s0 + slice < done ? s0 + slice : done;

@@ -1,0 +1,170 @@
+// fp16, bf16 and fp8 (e4m3 / e5m2, unscaled and scale=token) as cache codecs: representable
+// numbers come back exactly, others within half a unit in the last place (computed here from each
+// format's precision), saturation, zero vectors with a per-token scale, and bytes per number.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvcache.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            if (failures < 40) {                                                                   \
+                fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                    \
+                fprintf(stderr, __VA_ARGS__);                                                      \
+                fprintf(stderr, "\n");                                                             \
+            }                                                                                      \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static uint64_t rng_state = 0xda942042e4dd58b5ull;
+static double urand(void) {
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
+}
+
+static void must_init(KVStream *s, const char *spec, int n_heads, int head_dim, int capacity) {
+    char err[256];
+    if (kvstream_init(s, spec, KV_ROLE_VALUE, n_heads, head_dim, capacity, err, sizeof err)) {
+        fprintf(stderr, "cannot create '%s': %s\n", spec, err);
+        exit(1);
+    }
+}
+
+// A format by its precision: `mbits` fraction bits, smallest normal 2^emin, largest finite `max`.
+typedef struct {
+    const char *spec;
+    int mbits, emin;
+    double max;
+    int bytes_per_number;
+    int scaled;
+} Format;
+
+static const Format formats[] = {
+    {"fp16", 10, -14, 65504.0, 2, 0},
+    {"bf16", 7, -126, 3.3895313892515355e38, 2, 0},
+    {"fp8:e4m3", 3, -6, 448.0, 1, 0},
+    {"fp8:e5m2", 2, -14, 57344.0, 1, 0},
+    {"fp8:e4m3,scale=token", 3, -6, 448.0, 1, 1},
+    {"fp8:e5m2,scale=token", 2, -14, 57344.0, 1, 1},
+};
+
+// Half a unit in the last place at |x| (absolute, in the subnormal range too).
+static double half_ulp(const Format *f, double x) {
+    int e;
+    frexp(fabs(x), &e); // |x| in [2^(e-1), 2^e)
+    const int exp = e - 1 < f->emin ? f->emin : e - 1;
+    return ldexp(1.0, exp - f->mbits - 1);
+}
+
+// A random number the format holds exactly: an (mbits+1)-bit integer times a power of two.
+static float representable(const Format *f, int lo_exp, int hi_exp) {
+    const int m = (int)(urand() * (1 << (f->mbits + 1)));
+    const int e = lo_exp + (int)(urand() * (hi_exp - lo_exp + 1));
+    return (float)(ldexp(m, e - f->mbits) * (urand() < 0.5 ? -1 : 1));
+}
+
+static void test_format(const Format *f, int head_dim) {
+    enum { H = 3, T = 40 };
+    KVStream s;
+    must_init(&s, f->spec, H, head_dim, T);
+    float *x = malloc(sizeof(float) * (size_t)T * H * head_dim);
+    float y[128];
+    for (int t = 0; t < T; t++) {
+        float *v = x + (size_t)t * H * head_dim;
+        for (int i = 0; i < H * head_dim; i++) {
+            if (t % 4 == 0) { // representable without scaling (a scale may still apply: see below)
+                v[i] = representable(f, f->emin, f->mbits + 3 < 8 ? 6 : 8);
+            } else {
+                const double mag = pow(10.0, f->scaled ? -4.0 + 8.0 * urand() : -3.0 + 5.0 * urand());
+                v[i] = (float)(mag * (2.0 * urand() - 1.0));
+            }
+        }
+        if (t == 1) memset(v, 0, sizeof(float) * (size_t)H * head_dim); // all zero
+        if (t == 2) for (int i = 0; i < H * head_dim; i++) v[i] = (float)(f->max * 4 * (i % 2 ? 1 : -1)); // beyond the range
+        kvstream_append(&s, v);
+    }
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < H; h++) {
+            const float *v = x + ((size_t)t * H + h) * head_dim;
+            s.ops->read(s.state, h, t, y);
+            double amax = 0;
+            for (int d = 0; d < head_dim; d++) amax = fmax(amax, fabs(v[d]));
+            for (int d = 0; d < head_dim; d++) {
+                if (t == 1) {
+                    CHECK(y[d] == 0.0f, "%s: zero decodes to %g", f->spec, y[d]);
+                    continue;
+                }
+                if (!f->scaled && t == 2) {
+                    // Beyond the range: fp8 saturates to ±max; fp16 and bf16 are IEEE and give ±inf.
+                    const double want = f->bytes_per_number == 1 ? f->max : INFINITY;
+                    CHECK(fabs(y[d]) == want && (y[d] > 0) == (v[d] > 0), "%s: %g decodes to %g", f->spec, v[d], y[d]);
+                    continue;
+                }
+                CHECK(isfinite(y[d]), "%s t=%d: %g decodes to %g", f->spec, t, v[d], y[d]);
+                if (!f->scaled) {
+                    if (t % 4 == 0) {
+                        CHECK(y[d] == v[d], "%s: representable %a decodes to %a", f->spec, v[d], y[d]);
+                        continue;
+                    }
+                    const double bound = half_ulp(f, v[d]) * (1 + 1e-9);
+                    CHECK(fabs(y[d] - v[d]) <= bound, "%s: %a decodes to %a (bound %g)", f->spec, v[d], y[d], bound);
+                } else {
+                    // x is divided by s' = fp16(s), s = amax / max, cast, and multiplied back: half an ulp of
+                    // x (relative), or of the subnormal step times s'; the largest numbers may saturate by
+                    // how much s' falls short of s (2^-11 relative, or 2^-25 absolute when s' is subnormal).
+                    const double sc = amax / f->max;
+                    const double ds = fmax(0x1p-11, 0x1p-25 / sc);
+                    const double bound = ldexp(1.0, -f->mbits - 1) * fabs(v[d]) + amax * ds * 1.01 +
+                                         sc * (1 + ds) * ldexp(1.0, f->emin - f->mbits - 1) * 1.01 + amax * 1e-6;
+                    CHECK(fabs(y[d] - v[d]) <= bound, "%s t=%d: %g decodes to %g (bound %g)", f->spec, t, v[d], y[d], bound);
+                }
+            }
+        }
+    }
+    const size_t want = (size_t)T * H * ((size_t)head_dim * f->bytes_per_number + (f->scaled ? 2 : 0));
+    CHECK(s.ops->bytes(s.state) == want, "%s: %zu bytes, want %zu", f->spec, s.ops->bytes(s.state), want);
+    free(x);
+    kvstream_free(&s);
+}
+
+// With scale=token a vector whose largest number is exactly the format's max and whose numbers are
+// representable is stored with scale 1 and comes back exactly.
+static void test_scaled_exact(void) {
+    for (int i = 4; i < 6; i++) {
+        const Format *f = &formats[i];
+        KVStream s;
+        must_init(&s, f->spec, 1, 32, 10);
+        float v[32], y[32];
+        for (int t = 0; t < 10; t++) {
+            for (int d = 0; d < 32; d++) v[d] = representable(f, f->emin, 5);
+            v[7] = (float)(t % 2 ? f->max : -f->max);
+            kvstream_append(&s, v);
+            s.ops->read(s.state, 0, t, y);
+            for (int d = 0; d < 32; d++) CHECK(y[d] == v[d], "%s: %a decodes to %a", f->spec, v[d], y[d]);
+        }
+        kvstream_free(&s);
+    }
+}
+
+int main(void) {
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
+        test_format(&formats[i], 32);
+        test_format(&formats[i], 6);
+    }
+    test_scaled_exact();
+    if (failures) {
+        fprintf(stderr, "test_codec_floats: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_codec_floats: ok\n");
+    return 0;
+}

@@ -1,0 +1,239 @@
+// Every registered codec family: scores() on key streams and mix() on value streams (what attention
+// calls; they read the encoded bytes directly) agree with read() followed by a plain dot product /
+// weighted sum, within 1e-5 of the sum of the magnitudes of the terms (relative error of a dot
+// product), at lengths around group and residual
+// boundaries, before and after end_step. Also: normalised spec strings, bad specs and shapes fail
+// with a message, every family has a help line.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvcache.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            if (failures < 40) {                                                                   \
+                fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                    \
+                fprintf(stderr, __VA_ARGS__);                                                      \
+                fprintf(stderr, "\n");                                                             \
+            }                                                                                      \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static uint64_t rng_state = 0xbb67ae8584caa73bull;
+static double urand(void) {
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
+}
+
+// Specs that exercise every option of every family, with their normalised forms.
+static const struct { const char *spec, *norm; int blocks; } specs[] = {
+    {"fp32", "fp32", 0},
+    {"fp16", "fp16", 0},
+    {"bf16", "bf16", 0},
+    {"fp8:e4m3", "fp8:e4m3,scale=none", 0},
+    {"fp8:e5m2", "fp8:e5m2,scale=none", 0},
+    {"fp8:e4m3,scale=token", "fp8:e4m3,scale=token", 0},
+    {"fp8:scale=token,e5m2", "fp8:e5m2,scale=token", 0},
+    {"int:bits=1", "int:bits=1,levels=sign,scale=fp16", 0},
+    {"int:bits=2", "int:bits=2,levels=sym,scale=fp16", 0},
+    {"int:bits=3,levels=full", "int:bits=3,levels=full,scale=fp16", 0},
+    {"int:bits=4", "int:bits=4,levels=sym,scale=fp16", 0},
+    {"int:bits=4,levels=full,scale=fp32", "int:bits=4,levels=full,scale=fp32", 0},
+    {"int:bits=5,scale=fp32", "int:bits=5,levels=sym,scale=fp32", 0},
+    {"int:bits=6", "int:bits=6,levels=sym,scale=fp16", 0},
+    {"int:bits=7,levels=full", "int:bits=7,levels=full,scale=fp16", 0},
+    {"int:bits=8", "int:bits=8,levels=sym,scale=fp16", 0},
+    {"kivi", "kivi:bits=2,group=32,residual=128", 0},
+    {"kivi:bits=4,group=8,residual=16", "kivi:bits=4,group=8,residual=16", 0},
+    {"kivi:bits=3,group=2,residual=10", "kivi:bits=3,group=2,residual=10", 0},
+    {"q8_0", "q8_0", 1},
+    {"q4_0", "q4_0", 1},
+    {"q4_1", "q4_1", 1},
+    {"q5_0", "q5_0", 1},
+    {"q5_1", "q5_1", 1},
+    {"iq4_nl", "iq4_nl", 1},
+};
+#define N_SPECS (sizeof specs / sizeof specs[0])
+
+// Attention scores key streams and mixes value streams; `both` checks the other two as well (every
+// codec here supports them except fp32, whose key and value layouts each serve one kernel).
+static void check_kernels(KVStream *s, KVRole role, int both, const char *label, int n, float *q, float *p, float *out,
+                          float *ref_rows) {
+    const int hd = s->head_dim;
+    for (int h = 0; h < s->n_heads; h++) {
+        for (int j = 0; j < n; j++) s->ops->read(s->state, h, j, ref_rows + (size_t)j * hd);
+        for (int d = 0; d < hd; d++) q[d] = (float)(2 * urand() - 1);
+        double total = 0;
+        for (int j = 0; j < n; j++) total += (p[j] = (float)urand());
+        for (int j = 0; j < n; j++) p[j] = (float)(p[j] / total);
+        // scores over all n tokens and over a prefix
+        for (int m = n; (both || role == KV_ROLE_KEY) && m >= n - 1 && m >= 1; m--) {
+            s->ops->scores(s->state, h, q, out, m);
+            for (int j = 0; j < m; j++) {
+                double dot = 0, mag = 0;
+                for (int d = 0; d < hd; d++) {
+                    dot += (double)q[d] * ref_rows[(size_t)j * hd + d];
+                    mag += fabs((double)q[d] * ref_rows[(size_t)j * hd + d]);
+                }
+                CHECK(fabs(out[j] - dot) <= 1e-5 * mag + 1e-30, "%s n=%d m=%d h=%d: score[%d] = %.9g, read-then-dot %.9g",
+                      label, n, m, h, j, out[j], dot);
+            }
+        }
+        if (!both && role == KV_ROLE_KEY) continue;
+        s->ops->mix(s->state, h, p, out, n);
+        for (int d = 0; d < hd; d++) {
+            double sum = 0, mag = 0;
+            for (int j = 0; j < n; j++) {
+                sum += (double)p[j] * ref_rows[(size_t)j * hd + d];
+                mag += fabs((double)p[j] * ref_rows[(size_t)j * hd + d]);
+            }
+            CHECK(fabs(out[d] - sum) <= 1e-5 * mag + 1e-30, "%s n=%d h=%d: mix[%d] = %.9g, read-then-sum %.9g", label, n, h,
+                  d, out[d], sum);
+        }
+    }
+}
+
+static int is_checkpoint(int n) {
+    return n <= 3 || n % 16 == 15 || n % 16 == 0 || n % 16 == 1 || n == 129 || n == 130;
+}
+
+static void test_kernels(const char *spec, KVRole role, int head_dim) {
+    enum { H = 3, T = 170 };
+    char label[128];
+    snprintf(label, sizeof label, "%s (%s, head_dim %d)", spec, role == KV_ROLE_KEY ? "keys" : "values", head_dim);
+    KVStream s;
+    char err[256];
+    if (kvstream_init(&s, spec, role, H, head_dim, T, err, sizeof err)) {
+        CHECK(0, "%s: cannot create: %s", label, err);
+        return;
+    }
+    float *vec = malloc(sizeof(float) * H * head_dim), *rows = malloc(sizeof(float) * T * head_dim);
+    float *q = malloc(sizeof(float) * head_dim), *p = malloc(sizeof(float) * T);
+    float *out = malloc(sizeof(float) * (T > head_dim ? T : head_dim));
+    const int both = strcmp(spec, "fp32") != 0;
+    for (int n = 1; n <= T; n++) {
+        const double mag = pow(10.0, -1.0 + 2.0 * urand());
+        for (int i = 0; i < H * head_dim; i++) vec[i] = (float)(mag * (2 * urand() - 1));
+        kvstream_append(&s, vec);
+        if (is_checkpoint(n)) check_kernels(&s, role, both, label, n, q, p, out, rows); // as attention sees it
+        if (s.ops->end_step) s.ops->end_step(s.state);
+        if (is_checkpoint(n)) check_kernels(&s, role, both, label, n, q, p, out, rows);
+    }
+    free(vec);
+    free(rows);
+    free(q);
+    free(p);
+    free(out);
+    kvstream_free(&s);
+}
+
+static void test_normalised_and_registry(void) {
+    for (size_t i = 0; i < N_SPECS; i++)
+        for (int role = 0; role < 2; role++) {
+            KVStream s;
+            char err[256];
+            if (kvstream_init(&s, specs[i].spec, role ? KV_ROLE_VALUE : KV_ROLE_KEY, 6, 32, 16, err, sizeof err)) {
+                CHECK(0, "'%s' fails: %s", specs[i].spec, err);
+                continue;
+            }
+            CHECK(strcmp(s.spec, specs[i].norm) == 0, "'%s' normalises to '%s', want '%s'", specs[i].spec, s.spec,
+                  specs[i].norm);
+            kvstream_free(&s);
+            // The normalised form parses back to itself.
+            if (kvstream_init(&s, specs[i].norm, role ? KV_ROLE_VALUE : KV_ROLE_KEY, 6, 32, 16, err, sizeof err)) {
+                CHECK(0, "normalised '%s' fails: %s", specs[i].norm, err);
+                continue;
+            }
+            CHECK(strcmp(s.spec, specs[i].norm) == 0, "'%s' is not a fixed point ('%s')", specs[i].norm, s.spec);
+            kvstream_free(&s);
+        }
+    int count;
+    const CodecFamily *const *families = codec_families(&count);
+    for (int f = 0; f < count; f++) {
+        int covered = 0;
+        for (size_t i = 0; i < N_SPECS; i++) {
+            const size_t len = strlen(families[f]->name);
+            covered |= strncmp(specs[i].spec, families[f]->name, len) == 0 &&
+                       (specs[i].spec[len] == '\0' || specs[i].spec[len] == ':');
+        }
+        CHECK(covered, "family '%s' is registered but not covered by this test", families[f]->name);
+        CHECK(families[f]->help && strncmp(families[f]->help, families[f]->name, strlen(families[f]->name)) == 0,
+              "family '%s' needs a help line starting with its name", families[f]->name);
+        for (int g = 0; g < f; g++)
+            CHECK(strcmp(families[f]->name, families[g]->name) != 0, "family '%s' registered twice", families[f]->name);
+    }
+}
+
+static void test_bad_specs(void) {
+    struct { const char *spec; KVRole role; int head_dim; } bad[] = {
+        {"int:bits=0", KV_ROLE_KEY, 32},        {"int:bits=9", KV_ROLE_KEY, 32},
+        {"int", KV_ROLE_KEY, 32},               {"int:bits=4,foo=1", KV_ROLE_KEY, 32},
+        {"int:bits=x", KV_ROLE_KEY, 32},        {"int:bits=4,levels=odd", KV_ROLE_KEY, 32},
+        {"int:bits=1,levels=full", KV_ROLE_KEY, 32}, {"int:bits=4,scale=fp8", KV_ROLE_KEY, 32},
+        {"int:bits=4,bits=5", KV_ROLE_KEY, 32}, {"int:bits=", KV_ROLE_KEY, 32},
+        {"int:", KV_ROLE_KEY, 32},              {":bits=4", KV_ROLE_KEY, 32},
+        {"int:bits=4,,levels=sym", KV_ROLE_KEY, 32}, {"int:bits=4;", KV_ROLE_KEY, 32},
+        {"int:bits", KV_ROLE_KEY, 32},          {"nosuch", KV_ROLE_KEY, 32},
+        {"kivi:group=32,residual=100", KV_ROLE_KEY, 32}, {"kivi:bits=0", KV_ROLE_KEY, 32},
+        {"kivi:bits=9", KV_ROLE_VALUE, 32},     {"kivi:residual=0", KV_ROLE_KEY, 32},
+        {"kivi:group=0", KV_ROLE_KEY, 32},      {"kivi:bits=2.5", KV_ROLE_KEY, 32},
+        {"kivi:role=v", KV_ROLE_KEY, 32},       {"kivi:window=4", KV_ROLE_KEY, 32},
+        {"kivi:group=64,residual=128", KV_ROLE_VALUE, 32}, // value groups run along head_dim
+        {"kivi", KV_ROLE_VALUE, 48},            // group 32 does not divide head_dim 48
+        {"fp8", KV_ROLE_KEY, 32},               {"fp8:e4m3,e5m2", KV_ROLE_KEY, 32},
+        {"fp8:e4m3=1", KV_ROLE_KEY, 32},        {"fp8:e4m3,scale=row", KV_ROLE_KEY, 32},
+        {"fp8:e6m1", KV_ROLE_KEY, 32},          {"fp16:x=1", KV_ROLE_KEY, 32},
+        {"bf16:fast", KV_ROLE_KEY, 32},         {"q4_0:bits=4", KV_ROLE_KEY, 32},
+        {"iq4_nl:x", KV_ROLE_KEY, 32},          {"q4_0", KV_ROLE_KEY, 48},
+        {"q8_0", KV_ROLE_VALUE, 16},            {"int:bits=4", KV_ROLE_KEY, 7},
+        {"fp16", KV_ROLE_KEY, 5},               {"fp8:e4m3", KV_ROLE_KEY, 3},
+        {"kivi", KV_ROLE_KEY, 9},               {"iq4_nl", KV_ROLE_KEY, 0},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        KVStream s;
+        char err[256] = "";
+        const int rc = kvstream_init(&s, bad[i].spec, bad[i].role, 2, bad[i].head_dim, 16, err, sizeof err);
+        CHECK(rc != 0, "'%s' (head_dim %d) was accepted", bad[i].spec, bad[i].head_dim);
+        CHECK(rc == 0 || strlen(err) > 10, "'%s' failed without a message", bad[i].spec);
+        if (rc == 0) kvstream_free(&s);
+        if (getenv("SHOW_MESSAGES")) printf("%-32s -> %s\n", bad[i].spec, err);
+    }
+}
+
+// Shapes a family accepts: blocks need head_dim a multiple of 32; KIVI's value groups of G channels
+// need G to divide head_dim; everything else any even head_dim.
+static int shape_ok(size_t i, KVRole role, int head_dim) {
+    if (specs[i].blocks) return head_dim % 32 == 0;
+    if (strncmp(specs[i].spec, "kivi", 4) == 0 && role == KV_ROLE_VALUE) {
+        const char *g = strstr(specs[i].spec, "group=");
+        return head_dim % (g ? atoi(g + 6) : 32) == 0;
+    }
+    return 1;
+}
+
+int main(void) {
+    const int dims[] = {32, 64, 6, 40};
+    for (size_t i = 0; i < N_SPECS; i++)
+        for (int role = 0; role < 2; role++)
+            for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
+                const KVRole r = role ? KV_ROLE_VALUE : KV_ROLE_KEY;
+                if (shape_ok(i, r, dims[k])) test_kernels(specs[i].spec, r, dims[k]);
+            }
+    test_normalised_and_registry();
+    test_bad_specs();
+    if (failures) {
+        fprintf(stderr, "test_codec_kernels: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_codec_kernels: ok\n");
+    return 0;
+}
