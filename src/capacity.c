@@ -172,9 +172,12 @@ int cmd_capacity(int argc, char **argv) {
         CapacityRow r = capacity_row(&m, bits[i]);
         // A decode step at the end of a conversation reads its whole cache once.
         if (csv)
-            printf("%s,%s,%.4f,%.1f,%ld,%.6f,%.0f\n", m.name ? m.name : "custom", labels[i], r.bits_per_element,
-                   r.bytes_per_token, r.conversations, r.bytes_per_conversation / 1e9, r.bytes_per_conversation);
-        else
+        {
+            printf("%s,", m.name ? m.name : "custom");
+            csv_field(labels[i]);
+            printf(",%.4f,%.1f,%ld,%.6f,%.0f\n", r.bits_per_element, r.bytes_per_token, r.conversations,
+                   r.bytes_per_conversation / 1e9, r.bytes_per_conversation);
+        } else
             printf("%-34s %8.3f %14.0f %12.4f %14ld %18.1f\n", labels[i], r.bits_per_element, r.bytes_per_token,
                    r.bytes_per_conversation / 1e9, r.conversations, r.bytes_per_conversation / 1e6);
     }

@@ -88,3 +88,16 @@ const char *cli_default_path(const char *given, const char *relative, char *buf,
     if (access(buf, R_OK) == 0) return buf;
     return relative; // so the error names the path a user expects
 }
+
+void csv_field(const char *text) {
+    if (!strpbrk(text, ",\"\n")) {
+        fputs(text, stdout);
+        return;
+    }
+    putchar('"');
+    for (const char *c = text; *c; c++) {
+        if (*c == '"') putchar('"');
+        putchar(*c);
+    }
+    putchar('"');
+}

@@ -19,4 +19,8 @@ _Noreturn void cli_unknown(const char *usage, const char *arg);
 // `given` when set; else `relative` when it exists from the current directory; else the installed copy.
 const char *cli_default_path(const char *given, const char *relative, char *buf, size_t n);
 
+// Prints one CSV field, quoted as RFC 4180 says when it holds a comma, a quote or a newline
+// (normalised specs such as int:bits=4,levels=sym,scale=fp16 do).
+void csv_field(const char *text);
+
 #endif

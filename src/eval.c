@@ -13,33 +13,77 @@
 #include "model_file.h"
 #include "text.h"
 
-// -log softmax(logits)[target], in double so long sums do not drift.
-static double nll(const float *logits, int vocab, int target) {
+// log softmax(logits) into out, in double so long sums do not drift.
+static void log_softmax(const float *logits, int vocab, double *out) {
     float max = logits[0];
     for (int i = 1; i < vocab; i++) max = logits[i] > max ? logits[i] : max;
     double sum = 0;
     for (int i = 0; i < vocab; i++) sum += exp((double)logits[i] - max);
-    return log(sum) - ((double)logits[target] - max);
+    double log_sum = log(sum);
+    for (int i = 0; i < vocab; i++) out[i] = (double)logits[i] - max - log_sum;
+}
+
+int eval_trace_alloc(EvalTrace *t, const Model *m, int n_tokens) {
+    t->steps = n_tokens - 1;
+    t->n_layers = m->config.n_layers;
+    t->n_heads = m->config.n_heads;
+    t->vocab = m->config.vocab_size;
+    t->top_position = calloc((size_t)t->steps * t->n_layers * t->n_heads, sizeof(int));
+    t->log_probs = calloc((size_t)t->steps * t->vocab, sizeof(float));
+    if (!t->top_position || !t->log_probs) {
+        eval_trace_free(t);
+        return -1;
+    }
+    return 0;
+}
+
+void eval_trace_free(EvalTrace *t) {
+    free(t->top_position);
+    free(t->log_probs);
+    memset(t, 0, sizeof *t);
 }
 
 int eval_tokens(const Model *m, const uint8_t *tokens, int n, const char *k_spec, const char *v_spec,
-                int n_threads, EvalResult *out, char *err, size_t errlen) {
+                int n_threads, EvalTrace *record, const EvalTrace *reference, EvalResult *out, char *err,
+                size_t errlen) {
     memset(out, 0, sizeof *out);
     if (n < 2) {
         snprintf(err, errlen, "need at least one token after BOS to score");
         return -1;
     }
+    const int vocab = m->config.vocab_size, heads = m->config.n_layers * m->config.n_heads;
+    if (reference && reference->steps != n - 1) {
+        snprintf(err, errlen, "the reference trace has %d steps, the text %d", reference->steps, n - 1);
+        return -1;
+    }
     Decoder d;
     if (decoder_init(&d, m, k_spec, v_spec, n, n_threads, err, errlen)) return -1;
-    double total = 0;
+    double total = 0, kl = 0, lp[256];
+    long agree = 0;
     for (int t = 0; t + 1 < n; t++) {
-        const float *logits = decoder_forward(&d, tokens[t], t);
-        total += nll(logits, m->config.vocab_size, tokens[t + 1]);
+        log_softmax(decoder_forward(&d, tokens[t], t), vocab, lp);
+        total -= lp[tokens[t + 1]];
+        if (record) {
+            memcpy(record->top_position + (size_t)t * heads, d.top_position, sizeof(int) * (size_t)heads);
+            for (int i = 0; i < vocab; i++) record->log_probs[(size_t)t * vocab + i] = (float)lp[i];
+        }
+        if (reference) {
+            const int *top = reference->top_position + (size_t)t * heads;
+            for (int h = 0; h < heads; h++) agree += top[h] == d.top_position[h];
+            // KL(reference || this), from the reference's stored log-probabilities; when the two
+            // runs are the same the terms cancel exactly, so the fp32 cache gets exactly 0.
+            const float *ref = reference->log_probs + (size_t)t * vocab;
+            double step = 0;
+            for (int i = 0; i < vocab; i++) step += exp((double)ref[i]) * ((double)ref[i] - (double)(float)lp[i]);
+            kl += step;
+        }
     }
     // The last token's key and value are cached too, so the cache's size is that of n tokens.
     decoder_forward(&d, tokens[n - 1], n - 1);
     out->tokens = n;
     out->loss = total / (n - 1);
+    out->top1_agree = reference ? (double)agree / ((double)(n - 1) * heads) : 1.0;
+    out->kl = reference ? kl / (n - 1) : 0.0;
     out->cache_bytes = kvcache_bytes(&d.cache);
     out->bits_per_element = kvcache_bits_per_element(&d.cache);
     snprintf(out->k_spec, sizeof out->k_spec, "%s", d.cache.k[0].spec);
@@ -59,7 +103,10 @@ static const char *eval_usage =
     "  --cache SPEC        codec for keys and values (default fp32); see `micro --help` for specs\n"
     "  --k SPEC, --v SPEC  codec for keys / values alone (override --cache)\n"
     "  --threads N         decode threads (default 1); results do not depend on it\n"
-    "  --csv               print CSV: text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes\n"
+    "  --csv               print CSV: text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes,\n"
+    "                      top1_agree,kl (top1_agree: share of (layer, head, position) whose most-attended\n"
+    "                      position matches the fp32 cache's; kl: mean KL(fp32 || this) of next-token\n"
+    "                      distributions, nats)\n"
     "  -h, --help          this help\n";
 
 int cmd_eval(int argc, char **argv) {
@@ -112,24 +159,38 @@ int cmd_eval(int argc, char **argv) {
             status = cli_error("%s", err);
         }
     }
-    if (!status && csv) printf("text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes\n");
+    if (!status && csv) printf("text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes,top1_agree,kl\n");
     if (!status && !csv)
-        printf("%-10s %-28s %-28s %7s %9s %9s %6s %10s\n", "text", "k_cache", "v_cache", "tokens", "loss",
-               "delta", "bits", "bytes");
+        printf("%-6s %-34s %-34s %6s %8s %9s %6s %9s %6s %9s\n", "text", "k_cache", "v_cache", "tokens", "loss",
+               "delta", "bits", "bytes", "top1", "kl");
     for (int i = 0; i < n_texts && !status; i++) {
         EvalResult ref, r;
-        if (eval_tokens(&m, loaded[i].tokens, loaded[i].n_tokens, "fp32", "fp32", threads, &ref, err, sizeof err) ||
-            eval_tokens(&m, loaded[i].tokens, loaded[i].n_tokens, k_spec, v_spec, threads, &r, err, sizeof err)) {
+        EvalTrace trace;
+        if (eval_trace_alloc(&trace, &m, loaded[i].n_tokens)) {
+            status = cli_error("out of memory");
+            break;
+        }
+        int failed = eval_tokens(&m, loaded[i].tokens, loaded[i].n_tokens, "fp32", "fp32", threads, &trace, NULL, &ref,
+                                 err, sizeof err) ||
+                     eval_tokens(&m, loaded[i].tokens, loaded[i].n_tokens, k_spec, v_spec, threads, NULL, &trace, &r,
+                                 err, sizeof err);
+        eval_trace_free(&trace);
+        if (failed) {
             status = cli_error("%s", err);
             break;
         }
         double delta = r.loss - ref.loss;
-        if (csv)
-            printf("%s,%s,%s,%d,%.6f,%.6f,%.4f,%zu\n", loaded[i].name, r.k_spec, r.v_spec, r.tokens, r.loss,
-                   delta, r.bits_per_element, r.cache_bytes);
-        else
-            printf("%-10s %-28s %-28s %7d %9.4f %+9.4f %6.2f %10zu\n", loaded[i].name, r.k_spec, r.v_spec,
-                   r.tokens, r.loss, delta, r.bits_per_element, r.cache_bytes);
+        if (csv) {
+            csv_field(loaded[i].name);
+            putchar(',');
+            csv_field(r.k_spec);
+            putchar(',');
+            csv_field(r.v_spec);
+            printf(",%d,%.6f,%.6f,%.4f,%zu,%.6f,%.6g\n", r.tokens, r.loss, delta, r.bits_per_element, r.cache_bytes,
+                   r.top1_agree, r.kl);
+        } else
+            printf("%-6s %-34s %-34s %6d %8.4f %+9.4f %6.2f %9zu %6.4f %9.2e\n", loaded[i].name, r.k_spec, r.v_spec,
+                   r.tokens, r.loss, delta, r.bits_per_element, r.cache_bytes, r.top1_agree, r.kl);
     }
     for (int i = 0; i < n_texts; i++) text_free(&loaded[i]);
     free(loaded);

@@ -7,17 +7,31 @@
 
 #include "model.h"
 
+// What the fp32-cache run saw at every step, for comparing a quantised cache against it.
+typedef struct {
+    int steps, n_layers, n_heads, vocab;
+    int *top_position; // [steps, n_layers, n_heads] most-attended position
+    float *log_probs;  // [steps, vocab] next-token log-probabilities
+} EvalTrace;
+
 typedef struct {
     int tokens;              // tokens run through the decoder (BOS included)
     double loss;             // mean NLL, nats per predicted token
     double bits_per_element; // cache storage bits per cached number, metadata included, at the end
     size_t cache_bytes;      // exact bytes the cache holds at the end
+    double top1_agree;       // share of (layer, head, step) whose most-attended position matches the reference
+    double kl;               // mean KL(reference || this) of the next-token distributions, nats
     char k_spec[96], v_spec[96]; // the specs as normalised
 } EvalResult;
 
 // Runs tokens[0..n) from BOS through a decoder with the given cache and scores every next token.
+// With `record`, fills it (eval_trace_alloc first); with `reference`, compares every step against it
+// (top1_agree, kl; both left at 1 and 0 without one).
 int eval_tokens(const Model *m, const uint8_t *tokens, int n, const char *k_spec, const char *v_spec,
-                int n_threads, EvalResult *out, char *err, size_t errlen);
+                int n_threads, EvalTrace *record, const EvalTrace *reference, EvalResult *out, char *err,
+                size_t errlen);
+int eval_trace_alloc(EvalTrace *t, const Model *m, int n_tokens);
+void eval_trace_free(EvalTrace *t);
 
 
 

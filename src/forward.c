@@ -142,8 +142,15 @@ static void task_attention(void *arg, int t, int nt) {
     int group = p->n_heads / p->n_kv_heads, hd = p->head_dim;
     int b, e;
     pool_share(p->n_heads, t, nt, &b, &e);
-    for (int h = b; h < e; h++)
-        attention_head(ks, vs, h / group, d->q + h * hd, d->att + (size_t)h * d->capacity, d->xb2 + h * hd, c->n_pos);
+    for (int h = b; h < e; h++) {
+        float *att = d->att + (size_t)h * d->capacity;
+        attention_head(ks, vs, h / group, d->q + h * hd, att, d->xb2 + h * hd, c->n_pos);
+        // Which position this head attends to most: the evaluator's measure of whether quantised keys
+        // still pick out the right tokens. The first of equal weights wins, so it is well defined.
+        int top = 0;
+        for (int j = 1; j < c->n_pos; j++) top = att[j] > att[top] ? j : top;
+        d->top_position[c->layer * p->n_heads + h] = top;
+    }
 }
 
 // x += Wo · xb2 for this thread's rows.
@@ -255,11 +262,12 @@ int decoder_init(Decoder *d, const Model *m, const char *k_spec, const char *v_s
     d->hb2 = calloc(hid, sizeof(float));
     d->att = calloc((size_t)p->n_heads * capacity, sizeof(float));
     d->logits = calloc((size_t)p->vocab_size, sizeof(float));
+    d->top_position = calloc((size_t)p->n_layers * p->n_heads, sizeof(int));
     d->rope_cos = calloc((size_t)capacity * half, sizeof(float));
     d->rope_sin = calloc((size_t)capacity * half, sizeof(float));
     d->pool = pool_create(n_threads);
     if (!d->x || !d->xb || !d->xb2 || !d->q || !d->k || !d->v || !d->hb || !d->hb2 || !d->att ||
-        !d->logits || !d->rope_cos || !d->rope_sin || !d->pool) {
+        !d->logits || !d->top_position || !d->rope_cos || !d->rope_sin || !d->pool) {
         decoder_free(d);
         snprintf(err, errlen, "out of memory allocating the decoder");
         return -1;
@@ -299,6 +307,7 @@ void decoder_free(Decoder *d) {
     free(d->hb2);
     free(d->att);
     free(d->logits);
+    free(d->top_position);
     free(d->rope_cos);
     free(d->rope_sin);
     memset(d, 0, sizeof *d);

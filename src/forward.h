@@ -24,6 +24,7 @@ typedef struct {
     float *hb2;    // [hidden] W3 h
     float *att;    // [n_heads, capacity] attention scores then weights
     float *logits; // [vocab]
+    int *top_position; // [n_layers, n_heads]: the most-attended cached position of this step
     float *rope_cos, *rope_sin; // [capacity, head_dim/2]
 } Decoder;
 

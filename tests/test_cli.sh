@@ -65,8 +65,9 @@ if [ -f models/micro.bin ]; then
         ok "csv header" || bad "csv header: $(head -1 "$tmp/a.csv")"
     [ "$(wc -l <"$tmp/a.csv")" -eq 3 ] && ok "csv rows" || bad "csv rows: $(cat "$tmp/a.csv")"
     cmp -s "$tmp/a.csv" "$tmp/b.csv" && ok "eval identical on 1 and 2 threads" || bad "eval differs across threads"
-    awk -F, 'NR == 2 && $1 == "en" && $4 == 301 && $6 == 0 && $8 == 301 * 4 * 2 * 192 * 4 { found = 1 } END { exit !found }' \
-        "$tmp/a.csv" && ok "fp32 row: 301 tokens, delta 0, exact bytes" || bad "fp32 row: $(sed -n 2p "$tmp/a.csv")"
+    awk -F, 'NR == 2 && $1 == "en" && $4 == 301 && $6 == 0 && $8 == 301 * 4 * 2 * 192 * 4 && $9 == 1 && $10 == 0 { found = 1 }
+             END { exit !found }' "$tmp/a.csv" && ok "fp32 row: 301 tokens, delta 0, exact bytes, top1_agree 1, kl 0" ||
+        bad "fp32 row: $(sed -n 2p "$tmp/a.csv")"
 
     "$micro" export --llama2c "$tmp/micro.l2c" && [ "$(stat -c %s "$tmp/micro.l2c")" -eq 7543580 ] &&
         ok "llama2.c export is 7,543,580 bytes" || bad "llama2.c export size"
