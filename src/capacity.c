@@ -60,9 +60,7 @@ CapacityRow capacity_row(const CapacityModel *m, double bits) {
     return r;
 }
 
-// Storage bits per cached number of a scheme at the end of one full conversation, for this model's
-// head shape: keys and values through the real codecs, so scales, minimums and residuals count.
-static int scheme_bits(const CapacityModel *m, const char *spec, double *bits, char *err, size_t errlen) {
+int capacity_scheme_bits(const CapacityModel *m, const char *spec, double *bits, char *err, size_t errlen) {
     KVStream k, v;
     if (kvstream_init(&k, spec, KV_ROLE_KEY, m->kv_heads, m->head_dim, m->context, err, errlen)) return -1;
     if (kvstream_init(&v, spec, KV_ROLE_VALUE, m->kv_heads, m->head_dim, m->context, err, errlen)) {
@@ -155,7 +153,7 @@ int cmd_capacity(int argc, char **argv) {
         }
     }
     for (int i = 0; i < n_schemes && n < 32; i++) {
-        if (scheme_bits(&m, schemes[i], &bits[n], err, sizeof err)) return cli_error("%s", err);
+        if (capacity_scheme_bits(&m, schemes[i], &bits[n], err, sizeof err)) return cli_error("%s", err);
         snprintf(labels[n++], sizeof labels[0], "%s", schemes[i]);
     }
     if (csv) {

@@ -2,6 +2,8 @@
 #ifndef MICRO_CAPACITY_H
 #define MICRO_CAPACITY_H
 
+#include <stddef.h>
+
 typedef struct {
     const char *name;
     int layers, kv_heads, head_dim;
@@ -22,6 +24,9 @@ typedef struct {
 // returns -1 with one line in err.
 int capacity_check(const CapacityModel *m, char *err, unsigned long errlen);
 CapacityRow capacity_row(const CapacityModel *m, double bits_per_element);
+// Storage bits per cached number of a cache spec (keys and values alike) at the end of one full
+// conversation of m's head shape, through the real codecs: scales, minimums and residuals count.
+int capacity_scheme_bits(const CapacityModel *m, const char *spec, double *bits, char *err, size_t errlen);
 // The named preset, or NULL.
 const CapacityModel *capacity_preset(const char *name);
 

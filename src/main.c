@@ -14,6 +14,7 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *summary;
 } commands[] = {
+    {"plate", cmd_plate, "the plate's tables: every cache scheme's cost in loss, and what it buys in users"},
     {"eval", cmd_eval, "held-out loss per text through a chosen KV cache, and its increase over fp32"},
     {"generate", cmd_generate, "continue a prompt byte by byte through a chosen KV cache"},
     {"bench", cmd_bench, "decode speed, memory roofline and attention time per cache codec"},

@@ -1,0 +1,430 @@
+// micro plate: the plate's loss table reproduced on our micro, every other scheme beside it, what the
+// widths mean for a real server, and a bar chart. The main job, and the README's first command.
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "capacity.h"
+#include "cli.h"
+#include "commands.h"
+#include "eval.h"
+#include "model_file.h"
+#include "text.h"
+
+typedef struct {
+    const char *panel; // "loss" (the plate's scheme) or "beyond"
+    const char *label;
+    const char *k_spec, *v_spec;
+    double published; // the plate's published increase, NAN where it has none
+} PlateScheme;
+
+// The plate's scheme at each width (16 bits is bf16, as a server stores it), then the schemes people use or cite.
+static const PlateScheme schemes[] = {
+    {"loss", "int 16 (bf16)", "bf16", "bf16", NAN},
+    {"loss", "int 8", "int:bits=8", "int:bits=8", 0.0008},
+    {"loss", "int 4", "int:bits=4", "int:bits=4", 0.044},
+    {"loss", "int 3", "int:bits=3", "int:bits=3", 0.238},
+    {"loss", "int 2", "int:bits=2", "int:bits=2", 0.96},
+    {"beyond", "fp16", "fp16", "fp16", NAN},
+    {"beyond", "bf16", "bf16", "bf16", NAN},
+    {"beyond", "fp8 e4m3", "fp8:e4m3", "fp8:e4m3", NAN},
+    {"beyond", "fp8 e5m2", "fp8:e5m2", "fp8:e5m2", NAN},
+    {"beyond", "fp8 e4m3 + token scale", "fp8:e4m3,scale=token", "fp8:e4m3,scale=token", NAN},
+    {"beyond", "kivi 4", "kivi:bits=4", "kivi:bits=4", NAN},
+    {"beyond", "kivi 3", "kivi:bits=3", "kivi:bits=3", NAN},
+    {"beyond", "kivi 2", "kivi:bits=2", "kivi:bits=2", NAN},
+    {"beyond", "q8_0", "q8_0", "q8_0", NAN},
+    {"beyond", "q4_0", "q4_0", "q4_0", NAN},
+    {"beyond", "iq4_nl", "iq4_nl", "iq4_nl", NAN},
+    {"beyond", "K int 8 / V int 4", "int:bits=8", "int:bits=4", NAN},
+    {"beyond", "K int 4 / V int 2", "int:bits=4", "int:bits=2", NAN},
+    {"beyond", "K int 2 / V int 4", "int:bits=2", "int:bits=4", NAN},
+};
+#define N_SCHEMES (int)(sizeof schemes / sizeof schemes[0])
+#define N_TEXTS 2
+
+// The plate's capacity figures: Llama 3 8B at these widths, scales ignored, then with each
+// scheme's real metadata at head_dim 128.
+static const int capacity_bits[] = {16, 8, 4, 3, 2};
+static const char *capacity_schemes[] = {"int:bits=8", "int:bits=4", "int:bits=2", "kivi:bits=2", "q4_0"};
+#define N_CAP_BITS (int)(sizeof capacity_bits / sizeof capacity_bits[0])
+#define N_CAP_SCHEMES (int)(sizeof capacity_schemes / sizeof capacity_schemes[0])
+
+typedef struct {
+    const Model *model;
+    Text texts[N_TEXTS];
+    EvalTrace traces[N_TEXTS];      // the fp32 runs, every scheme is compared against
+    EvalResult reference[N_TEXTS];  // fp32
+    EvalResult results[N_SCHEMES][N_TEXTS];
+    atomic_int next_job;
+    atomic_int failed;
+    char err[512];
+    pthread_mutex_t err_lock;
+} PlateRun;
+
+static void fail_run(PlateRun *r, const char *err) {
+    pthread_mutex_lock(&r->err_lock);
+    if (!atomic_exchange(&r->failed, 1)) snprintf(r->err, sizeof r->err, "%s", err);
+    pthread_mutex_unlock(&r->err_lock);
+}
+
+// Phase 1 jobs: the fp32 reference of each text. Phase 2: every scheme on every text. Each job has
+// its own single-threaded decoder and writes only its own result, so the order jobs finish in
+// changes nothing.
+static void *reference_worker(void *arg) {
+    PlateRun *r = arg;
+    char err[512];
+    for (int j; (j = atomic_fetch_add(&r->next_job, 1)) < N_TEXTS && !atomic_load(&r->failed);) {
+        if (eval_tokens(r->model, r->texts[j].tokens, r->texts[j].n_tokens, "fp32", "fp32", 1, &r->traces[j], NULL,
+                        &r->reference[j], err, sizeof err))
+            fail_run(r, err);
+    }
+    return NULL;
+}
+
+static void *scheme_worker(void *arg) {
+    PlateRun *r = arg;
+    char err[512];
+    for (int j; (j = atomic_fetch_add(&r->next_job, 1)) < N_SCHEMES * N_TEXTS && !atomic_load(&r->failed);) {
+        const PlateScheme *s = &schemes[j / N_TEXTS];
+        int t = j % N_TEXTS;
+        if (eval_tokens(r->model, r->texts[t].tokens, r->texts[t].n_tokens, s->k_spec, s->v_spec, 1, NULL,
+                        &r->traces[t], &r->results[j / N_TEXTS][t], err, sizeof err))
+            fail_run(r, err);
+    }
+    return NULL;
+}
+
+static void run_phase(PlateRun *r, void *(*worker)(void *), int n_threads) {
+    pthread_t threads[8];
+    atomic_store(&r->next_job, 0);
+    int started = 0;
+    for (int i = 1; i < n_threads; i++)
+        if (pthread_create(&threads[started], NULL, worker, r) == 0) started++;
+    worker(r);
+    for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
+}
+
+static double delta_of(const PlateRun *r, int s, int t) { return r->results[s][t].loss - r->reference[t].loss; }
+
+// ---------------------------------------------------------------------------------------------
+// Terminal rendering
+
+static void print_scheme_table(const PlateRun *r, const char *panel, int with_published) {
+    printf("%-24s %6s | %8s %9s %6s %8s | %8s %9s %6s %8s", "cache (K / V)", "bits", "loss", "increase", "top1",
+           "KL", "loss", "increase", "top1", "KL");
+    printf(with_published ? " | %9s\n" : "\n", "plate");
+    printf("%-24s %6s | %8.4f %9s %6s %8s | %8.4f %9s %6s %8s%s\n", "fp32 (reference)", "32.00", r->reference[0].loss,
+           "", "", "", r->reference[1].loss, "", "", "", with_published ? " |" : "");
+    for (int s = 0; s < N_SCHEMES; s++) {
+        if (strcmp(schemes[s].panel, panel) != 0) continue;
+        // Bits per element differ slightly between texts only for KIVI (its residual); show English's.
+        printf("%-24s %6.2f", schemes[s].label, r->results[s][0].bits_per_element);
+        for (int t = 0; t < N_TEXTS; t++) {
+            const EvalResult *e = &r->results[s][t];
+            printf(" | %8.4f %+9.4f %6.3f %8.2e", e->loss, delta_of(r, s, t), e->top1_agree, e->kl);
+        }
+        if (with_published) {
+            if (isnan(schemes[s].published))
+                printf(" | %9s", "");
+            else
+                printf(" | %+9.4f", schemes[s].published);
+        }
+        printf("\n");
+    }
+}
+
+// Bars on a log scale from 1e-4 nats (below: a dot) to the largest increase, so that +0.001 and +1
+// are both visible.
+static void print_bars(const PlateRun *r) {
+    double top = 1e-3;
+    for (int s = 0; s < N_SCHEMES; s++)
+        for (int t = 0; t < N_TEXTS; t++) top = fmax(top, delta_of(r, s, t));
+    const double floor_delta = 1e-4;
+    const int width = 40;
+    printf("increase over the fp32 cache, nats/token (log scale: the left edge is %.0e, the full bar %.2f)\n", floor_delta,
+           top);
+    for (int s = 0; s < N_SCHEMES; s++) {
+        for (int t = 0; t < N_TEXTS; t++) {
+            double d = delta_of(r, s, t);
+            int n = d <= floor_delta ? 0 : (int)lround(width * log(d / floor_delta) / log(top / floor_delta));
+            printf("%-24s %s |", t == 0 ? schemes[s].label : "", t == 0 ? "en" : "zh");
+            for (int i = 0; i < n; i++) fputs(t == 0 ? "#" : "=", stdout);
+            if (n == 0) fputs(".", stdout);
+            printf(" %+.4f\n", d);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Machine-readable output: one table, a row per (panel, label, text); capacity rows fill their columns.
+
+static const char *csv_header =
+    "panel,label,text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes,top1_agree,kl,published_delta,"
+    "model,conversations,bytes_per_token\n";
+
+static void csv_number(double v, const char *fmt) {
+    putchar(',');
+    if (!isnan(v)) printf(fmt, v);
+}
+
+static void print_csv(const PlateRun *r, const CapacityModel *cap, const double *scheme_bits) {
+    fputs(csv_header, stdout);
+    for (int t = 0; t < N_TEXTS; t++) {
+        const EvalResult *e = &r->reference[t];
+        printf("reference,fp32,%s,fp32,fp32,%d,%.6f,0.000000,%.4f,%zu,1.000000,0,,,,\n", r->texts[t].name, e->tokens,
+               e->loss, e->bits_per_element, e->cache_bytes);
+    }
+    for (int s = 0; s < N_SCHEMES; s++) {
+        for (int t = 0; t < N_TEXTS; t++) {
+            const EvalResult *e = &r->results[s][t];
+            printf("%s,", schemes[s].panel);
+            csv_field(schemes[s].label);
+            printf(",%s,", r->texts[t].name);
+            csv_field(e->k_spec);
+            putchar(',');
+            csv_field(e->v_spec);
+            printf(",%d,%.6f,%.6f,%.4f,%zu,%.6f,%.6g", e->tokens, e->loss, delta_of(r, s, t), e->bits_per_element,
+                   e->cache_bytes, e->top1_agree, e->kl);
+            csv_number(schemes[s].published, "%.4f");
+            printf(",,,\n");
+        }
+    }
+    for (int i = 0; i < N_CAP_BITS + N_CAP_SCHEMES; i++) {
+        double bits = i < N_CAP_BITS ? capacity_bits[i] : scheme_bits[i - N_CAP_BITS];
+        CapacityRow row = capacity_row(cap, bits);
+        printf("capacity,");
+        if (i < N_CAP_BITS)
+            printf("%d-bit", capacity_bits[i]);
+        else
+            csv_field(capacity_schemes[i - N_CAP_BITS]);
+        printf(",,,,,,,%.4f,,,,,%s,%ld,%.1f\n", bits, cap->name, row.conversations, row.bytes_per_token);
+    }
+}
+
+static void json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void print_json(const PlateRun *r, const CapacityModel *cap, const double *scheme_bits) {
+    printf("{\n  \"reference\": [");
+    for (int t = 0; t < N_TEXTS; t++)
+        printf("%s{\"text\": \"%s\", \"tokens\": %d, \"loss\": %.6f, \"cache_bytes\": %zu}", t ? ", " : "",
+               r->texts[t].name, r->reference[t].tokens, r->reference[t].loss, r->reference[t].cache_bytes);
+    printf("],\n  \"schemes\": [\n");
+    for (int s = 0; s < N_SCHEMES; s++) {
+        printf("    {\"panel\": \"%s\", \"label\": ", schemes[s].panel);
+        json_string(stdout, schemes[s].label);
+        printf(", \"k_cache\": ");
+        json_string(stdout, r->results[s][0].k_spec);
+        printf(", \"v_cache\": ");
+        json_string(stdout, r->results[s][0].v_spec);
+        if (isnan(schemes[s].published))
+            printf(", \"published_delta\": null");
+        else
+            printf(", \"published_delta\": %.4f", schemes[s].published);
+        printf(", \"texts\": {");
+        for (int t = 0; t < N_TEXTS; t++) {
+            const EvalResult *e = &r->results[s][t];
+            printf("%s\"%s\": {\"tokens\": %d, \"loss\": %.6f, \"delta\": %.6f, \"bits_per_element\": %.4f, "
+                   "\"cache_bytes\": %zu, \"top1_agree\": %.6f, \"kl\": %.6g}",
+                   t ? ", " : "", r->texts[t].name, e->tokens, e->loss, delta_of(r, s, t), e->bits_per_element,
+                   e->cache_bytes, e->top1_agree, e->kl);
+        }
+        printf("}}%s\n", s + 1 < N_SCHEMES ? "," : "");
+    }
+    printf("  ],\n  \"capacity\": {\"model\": \"%s\", \"gpu_gb\": %g, \"util\": %g, \"weights_gb\": %g, \"context\": %d, "
+           "\"rows\": [\n",
+           cap->name, cap->gpu_gb, cap->util, cap->weights_gb, cap->context);
+    for (int i = 0; i < N_CAP_BITS + N_CAP_SCHEMES; i++) {
+        double bits = i < N_CAP_BITS ? capacity_bits[i] : scheme_bits[i - N_CAP_BITS];
+        CapacityRow row = capacity_row(cap, bits);
+        printf("    {\"cache\": ");
+        if (i < N_CAP_BITS) {
+            char label[32];
+            snprintf(label, sizeof label, "%d-bit", capacity_bits[i]);
+            json_string(stdout, label);
+        } else {
+            json_string(stdout, capacity_schemes[i - N_CAP_BITS]);
+        }
+        printf(", \"bits_per_element\": %.4f, \"bytes_per_token\": %.1f, \"conversations\": %ld}%s\n", bits,
+               row.bytes_per_token, row.conversations, i + 1 < N_CAP_BITS + N_CAP_SCHEMES ? "," : "");
+    }
+    printf("  ]}\n}\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+
+static const char *plate_usage =
+    "usage: micro plate [options]\n"
+    "  The plate, reproduced on micro: (a) the plate's scheme (symmetric round-to-nearest, one fp16\n"
+    "  scale per head per token) at 16, 8, 4, 3 and 2 bits, with the plate's published increases;\n"
+    "  (b) FP8, KIVI, llama.cpp's blocks and mixed K/V widths on the same texts; (c) what each width\n"
+    "  means for Llama 3 8B on an 80 GB GPU; (d) a bar chart of the increases. Each run decodes the\n"
+    "  text token by token from BOS through the cache; increases are over the fp32 cache. top1 is the\n"
+    "  share of (layer, head, position) that attend most to the same position as with fp32; KL is the\n"
+    "  mean KL(fp32 || scheme) of the next-token distributions.\n"
+    "options:\n"
+    "  --model FILE      model file (default models/micro.bin)\n"
+    "  --en FILE[:N]     English text (default data/plates/en.txt:1500)\n"
+    "  --zh FILE[:N]     Chinese text (default data/plates/zh.txt:500)\n"
+    "  --threads N       runs at once (default 2); results do not depend on it\n"
+    "  --csv | --json    machine-readable output instead of the panels\n"
+    "  --out DIR         also write DIR/plate.csv and DIR/plate.json, and draw DIR/plate.svg and\n"
+    "                    DIR/plate.png with scripts/plot when gnuplot is present (default out)\n"
+    "  --no-files        write nothing\n"
+    "  -h, --help        this help\n";
+
+// Writes the CSV and JSON next to each other by running the printers with stdout redirected.
+static int write_outputs(const char *dir, const PlateRun *r, const CapacityModel *cap, const double *scheme_bits,
+                         char *csv_path, size_t n) {
+    char path[4096];
+    mkdir(dir, 0777);
+    fflush(stdout);
+    int saved = dup(STDOUT_FILENO);
+    if (saved < 0) return -1;
+    int ok = 1;
+    for (int k = 0; k < 2 && ok; k++) {
+        snprintf(path, sizeof path, "%s/plate.%s", dir, k ? "json" : "csv");
+        if (!k) snprintf(csv_path, n, "%s", path);
+        if (!freopen(path, "w", stdout)) {
+            ok = 0;
+            break;
+        }
+        if (k)
+            print_json(r, cap, scheme_bits);
+        else
+            print_csv(r, cap, scheme_bits);
+        fflush(stdout);
+    }
+    dup2(saved, STDOUT_FILENO);
+    close(saved);
+    clearerr(stdout);
+    return ok ? 0 : -1;
+}
+
+int cmd_plate(int argc, char **argv) {
+    const char *model_path = NULL, *en = NULL, *zh = NULL, *out_dir = "out";
+    int threads = 2, csv = 0, json = 0, files = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(plate_usage, stdout);
+            return 0;
+        } else if (!strcmp(a, "--csv")) {
+            csv = 1;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--no-files")) {
+            files = 0;
+        } else if (!cli_value(argc, argv, &i, "--model", &model_path) && !cli_value(argc, argv, &i, "--en", &en) &&
+                   !cli_value(argc, argv, &i, "--zh", &zh) && !cli_value(argc, argv, &i, "--out", &out_dir) &&
+                   !cli_int(argc, argv, &i, "--threads", 1, 8, &threads)) {
+            cli_unknown(plate_usage, a);
+        }
+    }
+    if (csv && json) return cli_error("choose one of --csv and --json");
+
+    char err[512], path[4096], en_arg[4200], zh_arg[4200];
+    if (!en) snprintf(en_arg, sizeof en_arg, "%s:1500", cli_default_path(NULL, "data/plates/en.txt", path, sizeof path));
+    if (!zh) snprintf(zh_arg, sizeof zh_arg, "%s:500", cli_default_path(NULL, "data/plates/zh.txt", path, sizeof path));
+    PlateRun *r = calloc(1, sizeof *r);
+    if (!r) return cli_error("out of memory");
+    pthread_mutex_init(&r->err_lock, NULL);
+    Model m = {0};
+    int status = 0;
+    const char *text_args[N_TEXTS] = {en ? en : en_arg, zh ? zh : zh_arg};
+    for (int t = 0; t < N_TEXTS && !status; t++)
+        if (text_load(&r->texts[t], text_args[t], INT32_MAX, err, sizeof err)) status = cli_error("%s", err);
+    if (!status && model_load(&m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
+        status = cli_error("%s", err);
+    for (int t = 0; t < N_TEXTS && !status; t++) {
+        if (r->texts[t].n_tokens > m.config.max_seq_len) {
+            text_context_error(r->texts[t].path, (size_t)r->texts[t].n_tokens, m.config.max_seq_len, err, sizeof err);
+            status = cli_error("%s", err);
+        } else if (r->texts[t].n_tokens < 2) {
+            status = cli_error("%s: nothing to score", r->texts[t].path);
+        } else if (eval_trace_alloc(&r->traces[t], &m, r->texts[t].n_tokens)) {
+            status = cli_error("out of memory");
+        }
+    }
+    const CapacityModel *cap = capacity_preset("llama3-8b");
+    double scheme_bits[N_CAP_SCHEMES];
+    for (int i = 0; i < N_CAP_SCHEMES && !status; i++)
+        if (capacity_scheme_bits(cap, capacity_schemes[i], &scheme_bits[i], err, sizeof err)) status = cli_error("%s", err);
+    if (!status) {
+        r->model = &m;
+        run_phase(r, reference_worker, threads);
+        if (!atomic_load(&r->failed)) run_phase(r, scheme_worker, threads);
+        if (atomic_load(&r->failed)) status = cli_error("%s", r->err);
+    }
+    char csv_path[4200] = "";
+    if (!status && files && write_outputs(out_dir, r, cap, scheme_bits, csv_path, sizeof csv_path))
+        status = cli_error("%s: cannot write the plate's CSV and JSON", out_dir);
+    if (!status && csv) print_csv(r, cap, scheme_bits);
+    if (!status && json) print_json(r, cap, scheme_bits);
+    if (!status && !csv && !json) {
+        printf("micro plate: %s, %zu parameters; English %ld characters = %d tokens, Chinese %ld characters = %d "
+               "tokens\n\n",
+               cli_default_path(model_path, "models/micro.bin", path, sizeof path), m.n_params, r->texts[0].chars,
+               r->texts[0].n_tokens, r->texts[1].chars, r->texts[1].n_tokens);
+        printf("(a) the plate's scheme: symmetric round-to-nearest, one fp16 scale per head per token\n");
+        printf("%31s | %-36s | %-36s |\n", "", "English", "Chinese");
+        print_scheme_table(r, "loss", 1);
+        printf("\n(b) beyond the plate, same texts (bits = storage per cached number, metadata included)\n");
+        printf("%31s | %-36s | %-36s\n", "", "English", "Chinese");
+        print_scheme_table(r, "beyond", 0);
+        printf("\n(c) what it buys: %s, %.1f GB weights, %.0f GB GPU at %.0f%% use, %d-token conversations\n",
+               cap->name, cap->weights_gb, cap->gpu_gb, 100 * cap->util, cap->context);
+        printf("%-24s %8s %14s %14s\n", "cache", "bits", "bytes/token", "conversations");
+        for (int i = 0; i < N_CAP_BITS + N_CAP_SCHEMES; i++) {
+            double bits = i < N_CAP_BITS ? capacity_bits[i] : scheme_bits[i - N_CAP_BITS];
+            CapacityRow row = capacity_row(cap, bits);
+            char label[64];
+            if (i < N_CAP_BITS)
+                snprintf(label, sizeof label, "%d-bit, scales ignored", capacity_bits[i]);
+            else
+                snprintf(label, sizeof label, "%s", capacity_schemes[i - N_CAP_BITS]);
+            printf("%-24s %8.3f %14.0f %14ld\n", label, bits, row.bytes_per_token, row.conversations);
+        }
+        printf("\n(d) ");
+        print_bars(r);
+        if (files) {
+            printf("\nwritten: %s and %s/plate.json\n", csv_path, out_dir);
+            fflush(stdout);
+            // The figure is drawn by gnuplot through scripts/plot, when both are at hand.
+            char plot[4096];
+            snprintf(plot, sizeof plot, "%s", cli_default_path(NULL, "scripts/plot", path, sizeof path));
+            if (access(plot, X_OK) != 0)
+                printf("figure: scripts/plot is not here (run from the repository root to draw it)\n");
+            else if (system("command -v gnuplot >/dev/null 2>&1") != 0)
+                printf("figure: gnuplot is missing: apt-get install gnuplot-nox, or run scripts/plot, which installs it\n");
+            else {
+                char cmd[9000];
+                snprintf(cmd, sizeof cmd, "'%s' --csv '%s' --out '%s' >/dev/null", plot, csv_path, out_dir);
+                if (system(cmd) == 0)
+                    printf("figure: %s/plate.svg and %s/plate.png\n", out_dir, out_dir);
+                else
+                    printf("figure: scripts/plot failed (run it by hand to see why)\n");
+            }
+        }
+    }
+    for (int t = 0; t < N_TEXTS; t++) {
+        text_free(&r->texts[t]);
+        eval_trace_free(&r->traces[t]);
+    }
+    pthread_mutex_destroy(&r->err_lock);
+    free(r);
+    model_free(&m);
+    return status;
+}
