@@ -146,4 +146,43 @@ static inline void quant_unpack_float(const uint8_t *src, int n, int bits, float
     }
 }
 
+// ---- Token tiles ----------------------------------------------------------------------------
+// The layout the attention kernels read codes from, with SIMD lanes = tokens (as the fp32 codec
+// lays out its keys): QUANT_TILE consecutive tokens of one head form a tile, and a chunk of 32
+// numbers of each token, packed as above (32·bits bits = `bits` little-endian 32-bit words), is
+// stored word-interleaved: word g of lane (token) l at tile[g * QUANT_TILE + l]. Number d of the
+// chunk is then bits [d·bits, (d+1)·bits) of its lane's word stream, found by constant shifts.
+#define QUANT_TILE 16
+
+// Lane `lane` of a tile of `words`-word chunks from/to quant_pack's byte stream (4·words bytes).
+static inline void quant_tile_put(uint32_t *tile, int lane, const uint8_t *packed, int words) {
+    for (int g = 0; g < words; g++)
+        tile[g * QUANT_TILE + lane] = (uint32_t)packed[4 * g] | (uint32_t)packed[4 * g + 1] << 8 |
+                                      (uint32_t)packed[4 * g + 2] << 16 | (uint32_t)packed[4 * g + 3] << 24;
+}
+
+static inline void quant_tile_get(const uint32_t *tile, int lane, uint8_t *packed, int words) {
+    for (int g = 0; g < words; g++)
+        for (int b = 0; b < 4; b++) packed[4 * g + b] = (uint8_t)(tile[g * QUANT_TILE + lane] >> (8 * b));
+}
+
+// Code d (0..31) of lane l as an unsigned number. With constant d and bits every shift is a
+// constant, so a loop over the 16 lanes vectorises; codes that straddle two words join them.
+static inline uint32_t quant_tile_code(const uint32_t *tile, int l, int d, int bits) {
+    const int bit = d * bits, g = bit >> 5, sh = bit & 31;
+    uint32_t v = tile[g * QUANT_TILE + l] >> sh;
+    if (sh + bits > 32) v |= tile[(g + 1) * QUANT_TILE + l] << (32 - sh);
+    return v & ((1u << bits) - 1u);
+}
+
+// Code d of lane l read as a `bits`-bit two's complement number (sign-extended): two shifts.
+// (Right shifts of negative numbers are arithmetic on every compiler micro supports.)
+static inline int32_t quant_tile_code_signed(const uint32_t *tile, int l, int d, int bits) {
+    const int bit = d * bits, g = bit >> 5, sh = bit & 31;
+    const uint32_t w = tile[g * QUANT_TILE + l];
+    if (sh + bits <= 32) return (int32_t)(w << (32 - bits - sh)) >> (32 - bits);
+    const uint32_t hi = tile[(g + 1) * QUANT_TILE + l];
+    return ((int32_t)(hi << (64 - bits - sh)) >> (32 - bits)) | (int32_t)(w >> sh);
+}
+
 #endif

@@ -7,8 +7,14 @@
 //               |x| of the vector: x̂ = sign(x) · mean|x| (x >= 0 counts as +).
 // The scale is stored as fp16 (scale=fp16, default, saturating) or exactly (scale=fp32); numbers
 // are quantised with the stored scale so that decode is consistent. An all-zero vector stores scale
-// 0 and decodes to zeros. Codes are packed densely, B bits each (quant.h), code = q + 2^(B-1).
+// 0 and decodes to zeros. Codes are packed densely, B bits each (quant.h): the level q as a B-bit
+// two's complement number (q mod 2^B), and at B = 1 the sign bit (1 for x < 0).
 // Bytes per head per token: ceil(head_dim·B / 8) + 2 (or + 4), e.g. bits=4: 16 + 2 = 18.
+//
+// Layout: with head_dim a multiple of 32 (micro's 32) the codes lie in token tiles (quant.h): 16
+// tokens per tile, each token's 32-number chunk as B 32-bit words, word-interleaved, so that the
+// kernels run one SIMD lane per token with constant shifts (no horizontal sums), for keys and values
+// alike. Any other head_dim keeps one packed row per token. Scales are [head][token].
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,15 +22,26 @@
 #include "../quant.h"
 #include "codecs.h"
 
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
+#define TILE QUANT_TILE
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
 enum { LEVELS_SYM, LEVELS_FULL, LEVELS_SIGN };
 
 typedef struct {
     int n_heads, head_dim, capacity, length;
     int bits, levels, scale_fp32;
+    int tiled;         // head_dim % 32 == 0: codes in token tiles
+    int tiles;         // tiles per head (capacity rounded up to whole tiles)
     size_t row_bytes;  // packed codes of one head at one token
-    uint8_t *codes;    // [head][token][row_bytes]
-    uint16_t *scale16; // [head][token] with scale=fp16
-    float *scale32;    // [head][token] with scale=fp32
+    size_t tile_words; // tiled: words per tile, (head_dim / 32) · B · 16
+    uint32_t *words;   // tiled: [head][tile][chunk of 32 numbers][B words][16 lanes]
+    uint8_t *codes;    // untiled: [head][token][row_bytes]
+    uint16_t *scale16; // [head][tiles · 16] with scale=fp16 (zero past the last token)
+    float *scale32;    // [head][tiles · 16] with scale=fp32
 } IntState;
 
 static const char *levels_name[] = {"sym", "full", "sign"};
@@ -79,18 +96,27 @@ static void *int_create(CodecSpec *spec, int n_heads, int head_dim, int capacity
     s->levels = levels;
     s->scale_fp32 = scale_fp32;
     s->row_bytes = quant_packed_bytes((size_t)head_dim, bits);
-    const size_t slots = (size_t)n_heads * (size_t)capacity;
-    s->codes = malloc(slots * s->row_bytes);
+    s->tiled = head_dim % 32 == 0;
+    s->tiles = (capacity + TILE - 1) / TILE;
+    const size_t slots = (size_t)n_heads * (size_t)s->tiles * TILE;
+    if (s->tiled) {
+        s->tile_words = (size_t)(head_dim / 32) * (size_t)bits * TILE;
+        // Zeroed: the lanes of a partial tile past the last token decode to finite numbers.
+        s->words = calloc((size_t)n_heads * (size_t)s->tiles * s->tile_words, sizeof(uint32_t));
+    } else {
+        s->codes = malloc((size_t)n_heads * (size_t)capacity * s->row_bytes);
+    }
     if (scale_fp32)
-        s->scale32 = malloc(slots * sizeof(float));
+        s->scale32 = calloc(slots, sizeof(float));
     else
-        s->scale16 = malloc(slots * sizeof(uint16_t));
-    if (!s->codes || (!s->scale32 && !s->scale16)) goto oom;
+        s->scale16 = calloc(slots, sizeof(uint16_t));
+    if ((!s->words && !s->codes) || (!s->scale32 && !s->scale16)) goto oom;
     snprintf(normalised, normalised_len, "int:bits=%d,levels=%s,scale=%s", bits, levels_name[levels],
              scale_fp32 ? "fp32" : "fp16");
     return s;
 oom:
     if (s) {
+        free(s->words);
         free(s->codes);
         free(s->scale16);
         free(s->scale32);
@@ -101,7 +127,11 @@ oom:
 }
 
 static inline size_t int_slot(const IntState *s, int head, int token) {
-    return (size_t)head * s->capacity + (size_t)token;
+    return (size_t)head * (size_t)s->tiles * TILE + (size_t)token;
+}
+
+static inline uint32_t *int_tile(const IntState *s, int head, int tile) {
+    return s->words + ((size_t)head * (size_t)s->tiles + (size_t)tile) * s->tile_words;
 }
 
 // Store a scale in the stream's format; returns the value decode will use.
@@ -118,19 +148,35 @@ static inline float int_scale(const IntState *s, size_t slot) {
     return s->scale_fp32 ? s->scale32[slot] : quant_fp16_to_fp32(s->scale16[slot]);
 }
 
+// The level of a sign-extended code: q itself, or at B = 1 the sign: 0 -> +1, -1 -> -1.
+static ALWAYS_INLINE int32_t int_level(int32_t code, const int bits) { return bits == 1 ? code | 1 : code; }
+
+// Packs one 32-number chunk of codes (or fewer, the tail of an untiled row) where it belongs.
+static void int_store_chunk(IntState *s, int head, int c, const uint8_t *q, int n) {
+    if (s->tiled) {
+        uint8_t packed[32];
+        quant_pack(packed, q, 32, s->bits);
+        const int t = s->length;
+        quant_tile_put(int_tile(s, head, t / TILE) + (size_t)c * s->bits * TILE, t % TILE, packed, s->bits);
+    } else {
+        uint8_t *row = s->codes + ((size_t)head * s->capacity + (size_t)s->length) * s->row_bytes;
+        quant_pack(row + quant_packed_bytes((size_t)c, s->bits), q, (size_t)n, s->bits);
+    }
+}
+
 static void int_encode(IntState *s, int head, const float *x) {
     const int hd = s->head_dim;
     const size_t slot = int_slot(s, head, s->length);
+    const unsigned mask = (1u << s->bits) - 1u;
     uint8_t q[32];
-    uint8_t *row = s->codes + slot * s->row_bytes;
     if (s->levels == LEVELS_SIGN) {
         float sum = 0.0f;
         for (int d = 0; d < hd; d++) sum += fabsf(x[d]);
         (void)int_store_scale(s, slot, sum / (float)hd);
         for (int c = 0; c < hd; c += 32) {
             const int n = hd - c < 32 ? hd - c : 32;
-            for (int i = 0; i < n; i++) q[i] = x[c + i] >= 0.0f ? 1 : 0;
-            quant_pack(row + quant_packed_bytes((size_t)c, 1), q, (size_t)n, 1);
+            for (int i = 0; i < n; i++) q[i] = x[c + i] >= 0.0f ? 0 : 1;
+            int_store_chunk(s, head, c / 32, q, n);
         }
         return;
     }
@@ -161,9 +207,10 @@ static void int_encode(IntState *s, int head, const float *x) {
         const int n = hd - c < 32 ? hd - c : 32;
         for (int i = 0; i < n; i++) {
             const int v = ds != 0.0f ? quant_round_clamp(x[c + i] / ds, lo, hi) : 0;
-            q[i] = (uint8_t)(v + half);
+            q[i] = (uint8_t)((unsigned)v & mask);
         }
-        quant_pack(row + quant_packed_bytes((size_t)c, s->bits), q, (size_t)n, s->bits);
+        for (int i = n; i < 32; i++) q[i] = 0;
+        int_store_chunk(s, head, c / 32, q, n);
     }
 }
 
@@ -173,126 +220,226 @@ static void int_append(void *state, const float *vec) {
     s->length++;
 }
 
-// Decode numbers [c, c + n) of one head at one token (c a multiple of 32, n <= 32), unscaled:
-// out = q, the signed level; the caller multiplies by the scale. bits = 1 is sign x 1.
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-static ALWAYS_INLINE void int_levels(const uint8_t *row, int c, int n, const int bits, float *out) {
-    const size_t at = quant_packed_bytes((size_t)c, bits);
-    if (bits == 1)
-        quant_unpack_float(row + at, n, 1, 2.0f, 1.0f, out);
-    else
-        quant_unpack_float(row + at, n, bits, 1.0f, (float)(1 << (bits - 1)), out);
-}
-
-// The kernels are written once with head_dim and bits as parameters and instantiated for micro's
-// head_dim 32 at each width, where the compiler unrolls the unpacking with constant shifts and
-// vectorises with constant trip counts; another head_dim takes the generic instance.
-// Widths 2 and 4 hold 8/B whole codes per byte: number e·i + k is bits [kB, kB+B) of byte i
-// (e = 8/B). The score kernel then walks the bytes and decodes in registers against q permuted to
-// the same order, qp[k][i] = q[e·i + k] (measured faster there; 1 bit and the mix kernel are not).
-static ALWAYS_INLINE void int_scores_bytes(const IntState *s, int head, const float *q, float *out, int n,
-                                           const int hd, const int bits) {
-    const int e = 8 / bits, nb = hd / e;
-    const unsigned mask = (1u << bits) - 1;
-    const float mul = bits == 1 ? 2.0f : 1.0f, off = bits == 1 ? 1.0f : (float)(1 << (bits - 1));
-    float qp[8][32];
-    for (int i = 0; i < nb; i++)
-        for (int k = 0; k < e; k++) qp[k][i] = q[e * i + k];
-    for (int j = 0; j < n; j++) {
-        const size_t slot = int_slot(s, head, j);
-        const uint8_t *row = s->codes + slot * s->row_bytes;
-        float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-        for (int i = 0; i < nb; i++)
-            for (int k = 0; k < e; k++) acc += qp[k][i] * ((float)((row[i] >> (k * bits)) & mask) * mul - off);
-        out[j] = acc * int_scale(s, slot);
-    }
-}
-
-static ALWAYS_INLINE void int_scores_impl(const IntState *s, int head, const float *q, float *out, int n,
-                                          const int hd, const int bits) {
-    if (hd == 32 && (bits == 2 || bits == 4)) {
-        int_scores_bytes(s, head, q, out, n, 32, bits);
+// Levels of numbers [c, c + n) of one head at one token (c a multiple of 32, n <= 32), unscaled.
+static void int_levels(const IntState *s, int head, int token, int c, int n, float *out) {
+    if (s->tiled) {
+        const uint32_t *w = int_tile(s, head, token / TILE) + (size_t)(c / 32) * s->bits * TILE;
+        for (int i = 0; i < n; i++) out[i] = (float)int_level(quant_tile_code_signed(w, token % TILE, i, s->bits), s->bits);
         return;
     }
-    float lv[32];
-    for (int j = 0; j < n; j++) {
-        const size_t slot = int_slot(s, head, j);
-        const uint8_t *row = s->codes + slot * s->row_bytes;
-        float acc = 0.0f;
-        if (bits == 8) { // bytes: unpack and multiply in one pass
-#pragma omp simd reduction(+ : acc)
-            for (int i = 0; i < hd; i++) acc += q[i] * ((float)row[i] - 128.0f);
-        } else {
-            for (int c = 0; c < hd; c += 32) {
-                const int m = hd - c < 32 ? hd - c : 32;
-                int_levels(row, c, m, bits, lv);
-#pragma omp simd reduction(+ : acc)
-                for (int i = 0; i < m; i++) acc += q[c + i] * lv[i];
-            }
-        }
-        out[j] = acc * int_scale(s, slot);
+    const uint8_t *row = s->codes + ((size_t)head * s->capacity + (size_t)token) * s->row_bytes;
+    uint8_t q[32];
+    quant_unpack(row + quant_packed_bytes((size_t)c, s->bits), q, (size_t)n, s->bits);
+    const int sh = 32 - s->bits;
+    for (int i = 0; i < n; i++) out[i] = (float)int_level((int32_t)((uint32_t)q[i] << sh) >> sh, s->bits);
+}
+
+// ---- Kernels on token tiles -----------------------------------------------------------------
+// Written once with head_dim and bits as parameters and instantiated for micro's head_dim 32 at
+// each width, where every shift is a constant and the lane loops vectorise (16 tokens per vector).
+// Scores: acc_l = Σ_d q_d · level(l, d) in order of d, then times the token's scale; NT tiles at a
+// time so that their independent chains hide the latency of the adds.
+#define NT 4
+
+static ALWAYS_INLINE void int_scales(const IntState *s, size_t slot, float *sc) {
+    if (s->scale_fp32) {
+        for (int l = 0; l < TILE; l++) sc[l] = s->scale32[slot + l];
+    } else {
+#pragma omp simd
+        for (int l = 0; l < TILE; l++) sc[l] = quant_fp16_to_fp32(s->scale16[slot + l]);
     }
 }
 
-static ALWAYS_INLINE void int_mix_impl(const IntState *s, int head, const float *p, float *out, int n, const int hd,
-                                       const int bits) {
+static ALWAYS_INLINE void int_scores_tiles(const IntState *s, int head, const float *q, float *out, int t0, const int nt,
+                                           const int hd, const int bits) {
+    const uint32_t *tile = int_tile(s, head, t0 / TILE);
+    const size_t tw = s->tile_words;
+    float acc[NT][TILE] = {{0}};
+    for (int c = 0; c < hd / 32; c++) {
+        const uint32_t *w = tile + (size_t)c * bits * TILE;
+#pragma GCC unroll 32
+        for (int d = 0; d < 32; d++) {
+            const float qd = q[32 * c + d];
+#pragma GCC unroll 4
+            for (int k = 0; k < nt; k++) {
+#pragma omp simd
+                for (int l = 0; l < TILE; l++)
+                    acc[k][l] += qd * (float)int_level(quant_tile_code_signed(w + k * tw, l, d, bits), bits);
+            }
+        }
+    }
+    for (int k = 0; k < nt; k++) {
+        float sc[TILE];
+        int_scales(s, int_slot(s, head, t0 + k * TILE), sc);
+#pragma omp simd
+        for (int l = 0; l < TILE; l++) out[k * TILE + l] = acc[k][l] * sc[l];
+    }
+}
+
+static ALWAYS_INLINE void int_scores_tiled(const IntState *s, int head, const float *q, float *out, int n, const int hd,
+                                           const int bits) {
+    int t0 = 0;
+    for (; t0 + NT * TILE <= n; t0 += NT * TILE) int_scores_tiles(s, head, q, out + t0, t0, NT, hd, bits);
+    for (; t0 < n; t0 += TILE) {
+        float part[TILE];
+        int_scores_tiles(s, head, q, part, t0, 1, hd, bits);
+        memcpy(out + t0, part, sizeof(float) * (size_t)(n - t0 < TILE ? n - t0 : TILE));
+    }
+}
+
+// Mix: per number d and lane l, acc[d][l] = Σ over the lane's tokens of (p_j · scale_j) · level, in
+// token order; then out[d] = the 16 lanes summed pairwise (a fixed tree).
+static ALWAYS_INLINE void int_mix_tiled(const IntState *s, int head, const float *p, float *out, int n, const int hd,
+                                        const int bits) {
+    for (int c = 0; c < hd / 32; c++) {
+        float acc[32][TILE] = {{0}};
+        for (int t0 = 0; t0 < n; t0 += TILE) {
+            const uint32_t *w = int_tile(s, head, t0 / TILE) + (size_t)c * bits * TILE;
+            float wt[TILE];
+            int_scales(s, int_slot(s, head, t0), wt);
+            if (n - t0 >= TILE) {
+#pragma omp simd
+                for (int l = 0; l < TILE; l++) wt[l] *= p[t0 + l];
+            } else {
+                for (int l = 0; l < TILE; l++) wt[l] = t0 + l < n ? wt[l] * p[t0 + l] : 0.0f;
+            }
+#pragma GCC unroll 32
+            for (int d = 0; d < 32; d++) {
+#pragma omp simd
+                for (int l = 0; l < TILE; l++)
+                    acc[d][l] += wt[l] * (float)int_level(quant_tile_code_signed(w, l, d, bits), bits);
+            }
+        }
+        for (int d = 0; d < 32; d++) {
+            float *a = acc[d];
+            for (int width = TILE / 2; width >= 1; width /= 2)
+                for (int l = 0; l < width; l++) a[l] += a[l + width];
+            out[32 * c + d] = a[0];
+        }
+    }
+}
+
+// ---- Kernels on rows (head_dim not a multiple of 32) ----------------------------------------
+static void int_scores_rows(const IntState *s, int head, const float *q, float *out, int n) {
+    const int hd = s->head_dim;
+    float lv[32];
+    for (int j = 0; j < n; j++) {
+        float acc = 0.0f;
+        for (int c = 0; c < hd; c += 32) {
+            const int m = hd - c < 32 ? hd - c : 32;
+            int_levels(s, head, j, c, m, lv);
+            for (int i = 0; i < m; i++) acc += q[c + i] * lv[i];
+        }
+        out[j] = acc * int_scale(s, int_slot(s, head, j));
+    }
+}
+
+static void int_mix_rows(const IntState *s, int head, const float *p, float *out, int n) {
+    const int hd = s->head_dim;
     float lv[32];
     memset(out, 0, sizeof(float) * (size_t)hd);
     for (int j = 0; j < n; j++) {
-        const size_t slot = int_slot(s, head, j);
-        const uint8_t *row = s->codes + slot * s->row_bytes;
-        const float w = p[j] * int_scale(s, slot);
-        if (bits == 8) {
-#pragma omp simd
-            for (int i = 0; i < hd; i++) out[i] += w * ((float)row[i] - 128.0f);
-        } else {
-            for (int c = 0; c < hd; c += 32) {
-                const int m = hd - c < 32 ? hd - c : 32;
-                int_levels(row, c, m, bits, lv);
-#pragma omp simd
-                for (int i = 0; i < m; i++) out[c + i] += w * lv[i];
-            }
+        const float w = p[j] * int_scale(s, int_slot(s, head, j));
+        for (int c = 0; c < hd; c += 32) {
+            const int m = hd - c < 32 ? hd - c : 32;
+            int_levels(s, head, j, c, m, lv);
+            for (int i = 0; i < m; i++) out[c + i] += w * lv[i];
         }
     }
 }
 
-// Calls KERNEL(hd, bits) with compile-time constants at head_dim 32.
-#define INT_DISPATCH(s, KERNEL)                                                                    \
-    switch ((s)->head_dim == 32 ? (s)->bits : 0) {                                                 \
-    case 1: KERNEL(32, 1); break;                                                                  \
-    case 2: KERNEL(32, 2); break;                                                                  \
-    case 3: KERNEL(32, 3); break;                                                                  \
-    case 4: KERNEL(32, 4); break;                                                                  \
-    case 5: KERNEL(32, 5); break;                                                                  \
-    case 6: KERNEL(32, 6); break;                                                                  \
-    case 7: KERNEL(32, 7); break;                                                                  \
-    case 8: KERNEL(32, 8); break;                                                                  \
-    default: KERNEL((s)->head_dim, (s)->bits); break;                                              \
+#ifdef __AVX512F__
+static void int_scores_perm4(const IntState *s, int head, const float *q, float *out, int n) {
+    float T[32][16] __attribute__((aligned(64)));
+    for (int d = 0; d < 32; d++)
+        for (int c = 0; c < 16; c++) T[d][c] = q[d] * (float)(c < 8 ? c : c - 16);
+    int t0 = 0;
+    for (; t0 + 4 * TILE <= n; t0 += 4 * TILE) {
+        const uint32_t *w = int_tile(s, head, t0 / TILE);
+        if (getenv("PF")) for (int i = 0; i < 1024; i += 16) _mm_prefetch((const char *)(w + 1024 + i), _MM_HINT_T0);
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int g = 0; g < 4; g++) {
+            const __m512i w0 = _mm512_loadu_si512(w + g * TILE), w1 = _mm512_loadu_si512(w + 64 + g * TILE),
+                          w2 = _mm512_loadu_si512(w + 128 + g * TILE), w3 = _mm512_loadu_si512(w + 192 + g * TILE);
+#define STEP(k)                                                                                    \
+    {                                                                                              \
+        const __m512 t = _mm512_load_ps(T[8 * g + k]);                                             \
+        a0 = _mm512_add_ps(a0, _mm512_permutexvar_ps(_mm512_srli_epi32(w0, 4 * k), t));            \
+        a1 = _mm512_add_ps(a1, _mm512_permutexvar_ps(_mm512_srli_epi32(w1, 4 * k), t));            \
+        a2 = _mm512_add_ps(a2, _mm512_permutexvar_ps(_mm512_srli_epi32(w2, 4 * k), t));            \
+        a3 = _mm512_add_ps(a3, _mm512_permutexvar_ps(_mm512_srli_epi32(w3, 4 * k), t));            \
     }
+            STEP(0) STEP(1) STEP(2) STEP(3) STEP(4) STEP(5) STEP(6) STEP(7)
+#undef STEP
+        }
+        float sc[4][TILE];
+        for (int k = 0; k < 4; k++) int_scales(s, int_slot(s, head, t0 + k * TILE), sc[k]);
+        _mm512_storeu_ps(out + t0, _mm512_mul_ps(a0, _mm512_loadu_ps(sc[0])));
+        _mm512_storeu_ps(out + t0 + 16, _mm512_mul_ps(a1, _mm512_loadu_ps(sc[1])));
+        _mm512_storeu_ps(out + t0 + 32, _mm512_mul_ps(a2, _mm512_loadu_ps(sc[2])));
+        _mm512_storeu_ps(out + t0 + 48, _mm512_mul_ps(a3, _mm512_loadu_ps(sc[3])));
+    }
+    for (; t0 < n; t0 += TILE) {
+        float part[TILE];
+        int_scores_tiles(s, head, q, part, t0, 1, 32, 4);
+        memcpy(out + t0, part, sizeof(float) * (size_t)(n - t0 < TILE ? n - t0 : TILE));
+    }
+}
+#endif
+
+// One instance per width at micro's head_dim 32 (constant shifts and trip counts) and one generic.
+typedef void (*IntScoresFn)(const IntState *, int, const float *, float *, int);
+#define INT_INSTANCE(B)                                                                            \
+    static void int_scores_32_##B(const IntState *s, int head, const float *q, float *out, int n) { \
+        int_scores_tiled(s, head, q, out, n, 32, B);                                               \
+    }                                                                                              \
+    static void int_mix_32_##B(const IntState *s, int head, const float *p, float *out, int n) {   \
+        int_mix_tiled(s, head, p, out, n, 32, B);                                                  \
+    }
+INT_INSTANCE(1)
+INT_INSTANCE(2)
+INT_INSTANCE(3)
+INT_INSTANCE(4)
+INT_INSTANCE(5)
+INT_INSTANCE(6)
+INT_INSTANCE(7)
+INT_INSTANCE(8)
+#undef INT_INSTANCE
+static const IntScoresFn int_scores_32[9] = {NULL, int_scores_32_1, int_scores_32_2, int_scores_32_3, int_scores_32_4,
+                                             int_scores_32_5, int_scores_32_6, int_scores_32_7, int_scores_32_8};
+static const IntScoresFn int_mix_32[9] = {NULL, int_mix_32_1, int_mix_32_2, int_mix_32_3, int_mix_32_4,
+                                          int_mix_32_5, int_mix_32_6, int_mix_32_7, int_mix_32_8};
 
 static void int_scores(const void *state, int head, const float *q, float *out, int n) {
     const IntState *s = state;
-#define SCORES(hd, bits) int_scores_impl(s, head, q, out, n, hd, bits)
-    INT_DISPATCH(s, SCORES)
-#undef SCORES
+    if (!s->tiled)
+        int_scores_rows(s, head, q, out, n);
+#ifdef __AVX512F__
+    else if (s->head_dim == 32 && s->bits == 4 && getenv("PERM"))
+        int_scores_perm4(s, head, q, out, n);
+#endif
+    else if (s->head_dim == 32)
+        int_scores_32[s->bits](s, head, q, out, n);
+    else
+        int_scores_tiled(s, head, q, out, n, s->head_dim, s->bits);
 }
 
 static void int_mix(const void *state, int head, const float *p, float *out, int n) {
     const IntState *s = state;
-#define MIX(hd, bits) int_mix_impl(s, head, p, out, n, hd, bits)
-    INT_DISPATCH(s, MIX)
-#undef MIX
+    if (!s->tiled)
+        int_mix_rows(s, head, p, out, n);
+    else if (s->head_dim == 32)
+        int_mix_32[s->bits](s, head, p, out, n);
+    else
+        int_mix_tiled(s, head, p, out, n, s->head_dim, s->bits);
 }
 
 static void int_read(const void *state, int head, int token, float *out) {
     const IntState *s = state;
-    const size_t slot = int_slot(s, head, token);
-    const uint8_t *row = s->codes + slot * s->row_bytes;
-    const float ds = int_scale(s, slot);
+    const float ds = int_scale(s, int_slot(s, head, token));
     for (int c = 0; c < s->head_dim; c += 32) {
         const int m = s->head_dim - c < 32 ? s->head_dim - c : 32;
-        int_levels(row, c, m, s->bits, out + c);
+        int_levels(s, head, token, c, m, out + c);
         for (int i = 0; i < m; i++) out[c + i] *= ds;
     }
 }
@@ -306,6 +453,7 @@ static size_t int_bytes(const void *state) {
 static void int_destroy(void *state) {
     IntState *s = state;
     if (!s) return;
+    free(s->words);
     free(s->codes);
     free(s->scale16);
     free(s->scale32);
