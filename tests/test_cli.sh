@@ -32,7 +32,7 @@ expect 2 "usage" "no command" -- "$micro"
 expect 2 "unknown command 'bogus'" "unknown command" -- "$micro" bogus
 expect 0 "" "--help" -- "$micro" --help
 expect 0 "" "--version" -- "$micro" --version
-for cmd in eval generate bench train export; do
+for cmd in plate eval generate bench train export capacity; do
     expect 0 "" "$cmd --help" -- "$micro" "$cmd" --help
     expect 2 "unknown option '--bogus'" "$cmd unknown option" -- "$micro" "$cmd" --bogus
 done
@@ -55,6 +55,15 @@ expect 2 "needs a value" "missing value" -- "$micro" eval --text
 expect 2 "out of range" "threads 0" -- "$micro" eval --threads 0
 expect 2 "needs --prompt" "generate without prompt" -- "$micro" generate
 expect 2 "needs --llama2c" "export without file" -- "$micro" export
+expect 2 "utilisation" "capacity util 0" -- "$micro" capacity --util 0
+expect 2 "utilisation" "capacity util above 1" -- "$micro" capacity --util 1.2
+expect 2 "leave no room" "capacity weights above memory" -- "$micro" capacity --weights-gb 90
+expect 2 "context 0 must be positive" "capacity context 0" -- "$micro" capacity --context 0
+expect 2 "unknown preset" "capacity unknown preset" -- "$micro" capacity --preset gpt5
+"$micro" capacity --csv >"$tmp/cap.csv"
+head -1 "$tmp/cap.csv" | grep -q '^model,cache,bits,bytes_per_token,conversations' && ok "capacity csv header" || bad "capacity csv header"
+awk -F, '$3 == 16 && $5 == 52 {a=1} $3 == 8 && $5 == 104 {b=1} $3 == 4 && $5 == 208 {c=1} END {exit !(a && b && c)}' "$tmp/cap.csv" &&
+    ok "capacity: 52 / 104 / 208 at 16 / 8 / 4 bits" || bad "capacity figures: $(cat "$tmp/cap.csv")"
 
 if [ -f models/micro.bin ]; then
     expect 2 "context of 2048" "text beyond the context" -- "$micro" eval --text "$tmp/long.txt"
@@ -68,6 +77,26 @@ if [ -f models/micro.bin ]; then
     awk -F, 'NR == 2 && $1 == "en" && $4 == 301 && $6 == 0 && $8 == 301 * 4 * 2 * 192 * 4 && $9 == 1 && $10 == 0 { found = 1 }
              END { exit !found }' "$tmp/a.csv" && ok "fp32 row: 301 tokens, delta 0, exact bytes, top1_agree 1, kl 0" ||
         bad "fp32 row: $(sed -n 2p "$tmp/a.csv")"
+
+    # The plate, on short cuts of the plates so that the sanitizer build stays quick.
+    plate=(plate --en data/plates/en.txt:160 --zh data/plates/zh.txt:50 --no-files)
+    "$micro" "${plate[@]}" --csv >"$tmp/plate.csv" 2>"$tmp/plate.err" || bad "plate --csv failed: $(cat "$tmp/plate.err")"
+    "$micro" "${plate[@]}" --csv --threads 1 >"$tmp/plate1.csv"
+    cmp -s "$tmp/plate.csv" "$tmp/plate1.csv" && ok "plate identical on 1 and 2 threads" || bad "plate differs across threads"
+    # Every scheme row on both texts, every number finite; the fp32 reference has top1 1 and kl 0.
+    sed -E 's/"[^"]*"/spec/g' "$tmp/plate.csv" | awk -F, '
+        NR == 1 { if ($0 !~ /^panel,label,text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes,top1_agree,kl/) bad = "header"; next }
+        $1 == "loss" || $1 == "beyond" {
+            rows[$1]++
+            for (i = 6; i <= 12; i++) if ($i == "" || $i ~ /nan|inf/) bad = "non-finite " $0
+        }
+        $1 == "reference" && ($11 != 1 || $12 != 0) { bad = "reference " $0 }
+        $1 == "capacity" { cap++ }
+        END { if (rows["loss"] != 10 || rows["beyond"] < 26 || cap < 5) bad = bad " counts"; if (bad) { print bad; exit 1 } }' &&
+        ok "plate csv: every row, finite values, fp32 top1 1 and kl 0" || bad "plate csv: $(head -3 "$tmp/plate.csv")"
+    "$micro" "${plate[@]}" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert len(d["schemes"]) >= 18' 2>/dev/null &&
+        ok "plate json parses" || bad "plate json"
+    "$micro" "${plate[@]}" | grep -q "(c) what it buys" && ok "plate panels" || bad "plate panels"
 
     "$micro" export --llama2c "$tmp/micro.l2c" && [ "$(stat -c %s "$tmp/micro.l2c")" -eq 7543580 ] &&
         ok "llama2.c export is 7,543,580 bytes" || bad "llama2.c export size"

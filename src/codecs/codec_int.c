@@ -356,7 +356,7 @@ static void int_scores_perm4(const IntState *s, int head, const float *q, float 
     int t0 = 0;
     for (; t0 + 4 * TILE <= n; t0 += 4 * TILE) {
         const uint32_t *w = int_tile(s, head, t0 / TILE);
-        if (getenv("PF")) for (int i = 0; i < 1024; i += 16) _mm_prefetch((const char *)(w + 1024 + i), _MM_HINT_T0);
+        for (int i = 0; i < 256; i += 16) _mm_prefetch((const char *)(w + 512 + i), _MM_HINT_T0);
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int g = 0; g < 4; g++) {
             const __m512i w0 = _mm512_loadu_si512(w + g * TILE), w1 = _mm512_loadu_si512(w + 64 + g * TILE),
