@@ -17,6 +17,7 @@ static const struct {
     {"plate", cmd_plate, "the plate's tables: every cache scheme's cost in loss, and what it buys in users"},
     {"eval", cmd_eval, "held-out loss per text through a chosen KV cache, and its increase over fp32"},
     {"generate", cmd_generate, "continue a prompt byte by byte through a chosen KV cache"},
+    {"inspect", cmd_inspect, "outlier channels and tokens of the cached keys and values, per layer and head"},
     {"bench", cmd_bench, "decode speed, memory roofline and attention time per cache codec"},
     {"capacity", cmd_capacity, "conversations that fit beside a model on a GPU at each cache width"},
     {"train", cmd_train, "train micro from the corpus (batched forward/backward, AdamW)"},

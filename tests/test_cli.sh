@@ -32,7 +32,7 @@ expect 2 "usage" "no command" -- "$micro"
 expect 2 "unknown command 'bogus'" "unknown command" -- "$micro" bogus
 expect 0 "" "--help" -- "$micro" --help
 expect 0 "" "--version" -- "$micro" --version
-for cmd in plate eval generate bench train export capacity; do
+for cmd in plate eval generate bench train export capacity inspect; do
     expect 0 "" "$cmd --help" -- "$micro" "$cmd" --help
     expect 2 "unknown option '--bogus'" "$cmd unknown option" -- "$micro" "$cmd" --bogus
 done

@@ -1,0 +1,190 @@
+// micro inspect: KIVI's observation, looked for in our own micro. KIVI quantises keys per channel and
+// values per token because keys have a few channels of outsized magnitude and values do not. Here:
+// for every layer and head, how far the largest channel (and the largest token) stands above the
+// median one, for keys before RoPE, keys as cached (after RoPE) and values, over the plates.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "forward.h"
+#include "model_file.h"
+#include "text.h"
+
+enum { K_PRE_ROPE, K_CACHED, V_CACHED, N_STREAMS };
+static const char *stream_names[N_STREAMS] = {"k_pre_rope", "k", "v"};
+
+typedef struct {
+    double channel_ratio; // max over channels of (max_t |x|) / median over channels of the same
+    int top_channel;
+    double token_ratio;   // max over tokens of (max_c |x|) / median over tokens of the same
+    int top_token;
+    float *channel_max;   // [head_dim] max_t |x| per channel, for the profile strip
+} HeadStats;
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n, double *scratch) {
+    memcpy(scratch, v, sizeof(double) * (size_t)n);
+    qsort(scratch, (size_t)n, sizeof(double), compare_doubles);
+    return n % 2 ? scratch[n / 2] : 0.5 * (scratch[n / 2 - 1] + scratch[n / 2]);
+}
+
+// x[t * hd + c] for n tokens: the ratios of the largest channel and token magnitudes to the medians.
+static void head_stats(const float *x, int n, int hd, HeadStats *s) {
+    double *per_channel = calloc((size_t)hd, sizeof(double)), *per_token = calloc((size_t)n, sizeof(double));
+    double *scratch = malloc(sizeof(double) * (size_t)(n > hd ? n : hd));
+    for (int t = 0; t < n; t++)
+        for (int c = 0; c < hd; c++) {
+            double a = fabs(x[(size_t)t * hd + c]);
+            per_channel[c] = fmax(per_channel[c], a);
+            per_token[t] = fmax(per_token[t], a);
+        }
+    s->top_channel = 0;
+    for (int c = 0; c < hd; c++) {
+        if (per_channel[c] > per_channel[s->top_channel]) s->top_channel = c;
+        s->channel_max[c] = (float)per_channel[c];
+    }
+    s->top_token = 0;
+    for (int t = 0; t < n; t++)
+        if (per_token[t] > per_token[s->top_token]) s->top_token = t;
+    double mc = median(per_channel, hd, scratch), mt = median(per_token, n, scratch);
+    s->channel_ratio = mc > 0 ? per_channel[s->top_channel] / mc : 0;
+    s->token_ratio = mt > 0 ? per_token[s->top_token] / mt : 0;
+    free(per_channel);
+    free(per_token);
+    free(scratch);
+}
+
+// One character per channel, darker for larger max |x| relative to the head's largest channel.
+static void profile_strip(const float *channel_max, int hd) {
+    static const char shades[] = " .:-=+*#%@";
+    float top = 0;
+    for (int c = 0; c < hd; c++) top = fmaxf(top, channel_max[c]);
+    for (int c = 0; c < hd; c++) putchar(shades[top > 0 ? (int)lroundf(9 * channel_max[c] / top) : 0]);
+}
+
+static const char *inspect_usage =
+    "usage: micro inspect [options]\n"
+    "  Per layer and head, over the text(s): max |x| of each channel relative to the median channel\n"
+    "  (\"channel\"), and of each token relative to the median token (\"token\"), for keys before RoPE,\n"
+    "  keys as cached (after RoPE) and values. KIVI quantises keys per channel and values per token\n"
+    "  because keys show outlier channels and values do not; this shows whether micro does too.\n"
+    "  The strips draw each channel's max |x| (one character per channel, @ = the head's largest).\n"
+    "options:\n"
+    "  --model FILE        model file (default models/micro.bin)\n"
+    "  --text FILE[:CHARS] text to run; repeatable (default the two plates at 1500 / 500 characters)\n"
+    "  --csv               layer,head,stream,channel_ratio,top_channel,token_ratio,top_token,text\n"
+    "  -h, --help          this help\n";
+
+int cmd_inspect(int argc, char **argv) {
+    const char *model_path = NULL, *texts[16];
+    int n_texts = 0, csv = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *t;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(inspect_usage, stdout);
+            return 0;
+        } else if (!strcmp(a, "--csv")) {
+            csv = 1;
+        } else if (cli_value(argc, argv, &i, "--text", &t)) {
+            if (n_texts == 16) return cli_error("at most 16 texts");
+            texts[n_texts++] = t;
+        } else if (!cli_value(argc, argv, &i, "--model", &model_path)) {
+            cli_unknown(inspect_usage, a);
+        }
+    }
+    char err[512], path[4096], default_en[4200], default_zh[4200];
+    if (n_texts == 0) {
+        snprintf(default_en, sizeof default_en, "%s:1500", cli_default_path(NULL, "data/plates/en.txt", path, sizeof path));
+        snprintf(default_zh, sizeof default_zh, "%s:500", cli_default_path(NULL, "data/plates/zh.txt", path, sizeof path));
+        texts[n_texts++] = default_en;
+        texts[n_texts++] = default_zh;
+    }
+    Model m;
+    if (model_load(&m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
+        return cli_error("%s", err);
+    const ModelConfig *p = &m.config;
+    const int L = p->n_layers, H = p->n_kv_heads, hd = p->head_dim, half = hd / 2;
+    int status = 0;
+    if (csv) printf("layer,head,stream,channel_ratio,top_channel,token_ratio,top_token,text\n");
+    for (int ti = 0; ti < n_texts && !status; ti++) {
+        Text text;
+        if (text_load(&text, texts[ti], p->max_seq_len, err, sizeof err)) {
+            status = cli_error("%s", err);
+            break;
+        }
+        Decoder d;
+        if (decoder_init(&d, &m, "fp32", "fp32", text.n_tokens, 1, err, sizeof err)) {
+            text_free(&text);
+            status = cli_error("%s", err);
+            break;
+        }
+        for (int t = 0; t < text.n_tokens; t++) decoder_forward(&d, text.tokens[t], t);
+        int n = text.n_tokens;
+        float *x = malloc(sizeof(float) * (size_t)n * hd);
+        HeadStats *stats = calloc((size_t)L * H * N_STREAMS, sizeof *stats);
+        float *profiles = calloc((size_t)L * H * N_STREAMS * hd, sizeof(float));
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++)
+                for (int s = 0; s < N_STREAMS; s++) {
+                    const KVStream *st = s == V_CACHED ? &d.cache.v[l] : &d.cache.k[l];
+                    for (int t = 0; t < n; t++) {
+                        float *row = x + (size_t)t * hd;
+                        st->ops->read(st->state, h, t, row);
+                        // Undo RoPE (rotate back by the same angle) to see the key the projection made.
+                        if (s == K_PRE_ROPE)
+                            for (int i = 0; i < half; i++) {
+                                float c = d.rope_cos[(size_t)t * half + i], sn = d.rope_sin[(size_t)t * half + i];
+                                float a = row[2 * i], b = row[2 * i + 1];
+                                row[2 * i] = a * c + b * sn;
+                                row[2 * i + 1] = -a * sn + b * c;
+                            }
+                    }
+                    HeadStats *hs = &stats[(l * H + h) * N_STREAMS + s];
+                    hs->channel_max = profiles + (size_t)((l * H + h) * N_STREAMS + s) * hd;
+                    head_stats(x, n, hd, hs);
+                    if (csv)
+                        printf("%d,%d,%s,%.4f,%d,%.4f,%d,%s\n", l, h, stream_names[s], hs->channel_ratio,
+                               hs->top_channel, hs->token_ratio, hs->top_token, text.name);
+                }
+        if (!csv) {
+            printf("%s (%d tokens): max |x| of the largest channel / token over the median one\n", text.name, n);
+            printf("%-6s | %-17s %-17s %-17s | channel profile: keys before RoPE, values\n", "layer", "keys pre-RoPE",
+                   "keys cached", "values");
+            printf("%-6s | %8s %8s %8s %8s %8s %8s |\n", "head", "channel", "token", "channel", "token", "channel",
+                   "token");
+            double mean[N_STREAMS][2] = {{0}};
+            for (int l = 0; l < L; l++)
+                for (int h = 0; h < H; h++) {
+                    printf("L%d H%d  |", l, h);
+                    for (int s = 0; s < N_STREAMS; s++) {
+                        const HeadStats *hs = &stats[(l * H + h) * N_STREAMS + s];
+                        printf(" %8.2f %8.2f", hs->channel_ratio, hs->token_ratio);
+                        mean[s][0] += hs->channel_ratio / (L * H);
+                        mean[s][1] += hs->token_ratio / (L * H);
+                    }
+                    printf(" | K ");
+                    profile_strip(stats[(l * H + h) * N_STREAMS + K_PRE_ROPE].channel_max, hd);
+                    printf(" V ");
+                    profile_strip(stats[(l * H + h) * N_STREAMS + V_CACHED].channel_max, hd);
+                    printf("\n");
+                }
+            printf("%-6s |", "mean");
+            for (int s = 0; s < N_STREAMS; s++) printf(" %8.2f %8.2f", mean[s][0], mean[s][1]);
+            printf(" |\n\n");
+        }
+        free(x);
+        free(stats);
+        free(profiles);
+        decoder_free(&d);
+        text_free(&text);
+    }
+    model_free(&m);
+    return status;
+}
