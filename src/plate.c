@@ -15,6 +15,7 @@
 #include "eval.h"
 #include "model_file.h"
 #include "text.h"
+#include "threadpool.h"
 
 typedef struct {
     const char *panel; // "loss" (the plate's scheme) or "beyond"
@@ -61,7 +62,6 @@ typedef struct {
     EvalTrace traces[N_TEXTS];      // the fp32 runs, every scheme is compared against
     EvalResult reference[N_TEXTS];  // fp32
     EvalResult results[N_SCHEMES][N_TEXTS];
-    atomic_int next_job;
     atomic_int failed;
     char err[512];
     pthread_mutex_t err_lock;
@@ -73,41 +73,29 @@ static void fail_run(PlateRun *r, const char *err) {
     pthread_mutex_unlock(&r->err_lock);
 }
 
-// Phase 1 jobs: the fp32 reference of each text. Phase 2: every scheme on every text. Each job has
-// its own single-threaded decoder and writes only its own result, so the order jobs finish in
-// changes nothing.
-static void *reference_worker(void *arg) {
+// Phase 1: the fp32 reference of each text. Phase 2: every scheme on every text. Each task has its
+// own single-threaded decoder and writes only its own result, so the order tasks finish in changes
+// nothing.
+static void reference_task(void *arg, int j, int thread) {
+    (void)thread;
     PlateRun *r = arg;
     char err[512];
-    for (int j; (j = atomic_fetch_add(&r->next_job, 1)) < N_TEXTS && !atomic_load(&r->failed);) {
-        if (eval_tokens(r->model, r->texts[j].tokens, r->texts[j].n_tokens, "fp32", "fp32", 1, &r->traces[j], NULL,
-                        &r->reference[j], err, sizeof err))
-            fail_run(r, err);
-    }
-    return NULL;
+    if (!atomic_load(&r->failed) &&
+        eval_tokens(r->model, r->texts[j].tokens, r->texts[j].n_tokens, "fp32", "fp32", 1, &r->traces[j], NULL,
+                    &r->reference[j], err, sizeof err))
+        fail_run(r, err);
 }
 
-static void *scheme_worker(void *arg) {
+static void scheme_task(void *arg, int j, int thread) {
+    (void)thread;
     PlateRun *r = arg;
+    const PlateScheme *s = &schemes[j / N_TEXTS];
+    int t = j % N_TEXTS;
     char err[512];
-    for (int j; (j = atomic_fetch_add(&r->next_job, 1)) < N_SCHEMES * N_TEXTS && !atomic_load(&r->failed);) {
-        const PlateScheme *s = &schemes[j / N_TEXTS];
-        int t = j % N_TEXTS;
-        if (eval_tokens(r->model, r->texts[t].tokens, r->texts[t].n_tokens, s->k_spec, s->v_spec, 1, NULL,
-                        &r->traces[t], &r->results[j / N_TEXTS][t], err, sizeof err))
-            fail_run(r, err);
-    }
-    return NULL;
-}
-
-static void run_phase(PlateRun *r, void *(*worker)(void *), int n_threads) {
-    pthread_t threads[8];
-    atomic_store(&r->next_job, 0);
-    int started = 0;
-    for (int i = 1; i < n_threads; i++)
-        if (pthread_create(&threads[started], NULL, worker, r) == 0) started++;
-    worker(r);
-    for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
+    if (!atomic_load(&r->failed) &&
+        eval_tokens(r->model, r->texts[t].tokens, r->texts[t].n_tokens, s->k_spec, s->v_spec, 1, NULL, &r->traces[t],
+                    &r->results[j / N_TEXTS][t], err, sizeof err))
+        fail_run(r, err);
 }
 
 static double delta_of(const PlateRun *r, int s, int t) { return r->results[s][t].loss - r->reference[t].loss; }
@@ -362,12 +350,15 @@ int cmd_plate(int argc, char **argv) {
     double scheme_bits[N_CAP_SCHEMES];
     for (int i = 0; i < N_CAP_SCHEMES && !status; i++)
         if (capacity_scheme_bits(cap, capacity_schemes[i], &scheme_bits[i], err, sizeof err)) status = cli_error("%s", err);
+    ThreadPool *pool = status ? NULL : pool_create(threads);
+    if (!status && !pool) status = cli_error("cannot start %d threads", threads);
     if (!status) {
         r->model = &m;
-        run_phase(r, reference_worker, threads);
-        if (!atomic_load(&r->failed)) run_phase(r, scheme_worker, threads);
+        pool_run_tasks(pool, N_TEXTS, reference_task, r);
+        if (!atomic_load(&r->failed)) pool_run_tasks(pool, N_SCHEMES * N_TEXTS, scheme_task, r);
         if (atomic_load(&r->failed)) status = cli_error("%s", r->err);
     }
+    pool_destroy(pool);
     char csv_path[4200] = "";
     if (!status && files && write_outputs(out_dir, r, cap, scheme_bits, csv_path, sizeof csv_path))
         status = cli_error("%s: cannot write the plate's CSV and JSON", out_dir);

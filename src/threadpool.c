@@ -92,6 +92,29 @@ void pool_run(ThreadPool *p, PoolTask task, void *ctx) {
     while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0) backoff(&spins);
 }
 
+typedef struct {
+    PoolIndexedTask fn;
+    void *ctx;
+    int n_tasks;
+    atomic_int next;
+} TaskQueue;
+
+static void drain_queue(void *arg, int thread, int n_threads) {
+    (void)n_threads;
+    TaskQueue *q = arg;
+    for (int i; (i = atomic_fetch_add_explicit(&q->next, 1, memory_order_relaxed)) < q->n_tasks;) q->fn(q->ctx, i, thread);
+}
+
+void pool_run_tasks(ThreadPool *p, int n_tasks, PoolIndexedTask fn, void *ctx) {
+    if (n_tasks <= 0) return;
+    TaskQueue q = {fn, ctx, n_tasks, 0};
+    if (n_tasks == 1) {
+        drain_queue(&q, 0, 1);
+        return;
+    }
+    pool_run(p, drain_queue, &q);
+}
+
 int pool_threads(const ThreadPool *p) { return p->n_threads; }
 
 void pool_destroy(ThreadPool *p) {

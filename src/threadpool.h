@@ -10,6 +10,11 @@ typedef void (*PoolTask)(void *ctx, int thread, int n_threads);
 ThreadPool *pool_create(int n_threads);
 // Runs task(ctx, i, n) for i in [0, n) on the pool's threads (i = 0 on the caller) and waits for all.
 void pool_run(ThreadPool *pool, PoolTask task, void *ctx);
+// Runs fn(ctx, task, thread) for every task in [0, n_tasks), handed out one at a time to whichever
+// thread is free. Tasks must write disjoint outputs; `thread` only selects per-thread scratch, so
+// which thread ran a task never changes the result.
+typedef void (*PoolIndexedTask)(void *ctx, int task, int thread);
+void pool_run_tasks(ThreadPool *pool, int n_tasks, PoolIndexedTask fn, void *ctx);
 int pool_threads(const ThreadPool *pool);
 void pool_destroy(ThreadPool *pool);
 

@@ -71,10 +71,10 @@ static void adam_task(void *ctx, int task, int thread) {
     }
 }
 
-void adamw_update(AdamW *o, float *params, const float *grads, int t, float lr, float grad_scale, TrainPool *pool) {
+void adamw_update(AdamW *o, float *params, const float *grads, int t, float lr, float grad_scale, ThreadPool *pool) {
     AdamJob j = {o, params, grads, lr, grad_scale, 1.0f - powf(o->cfg.beta1, (float)t),
                  1.0f - powf(o->cfg.beta2, (float)t)};
-    train_pool_run(pool, (int)((o->n + ADAM_CHUNK - 1) / ADAM_CHUNK), adam_task, &j);
+    pool_run_tasks(pool, (int)((o->n + ADAM_CHUNK - 1) / ADAM_CHUNK), adam_task, &j);
 }
 
 double lr_schedule(int step, int steps, int warmup, double peak, double min_frac) {

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "model.h"
-#include "train/pool.h"
+#include "threadpool.h"
 
 typedef struct {
     float beta1, beta2, eps, weight_decay;
@@ -26,7 +26,7 @@ void adamw_free(AdamW *o);
 double grad_norm(const float *grads, size_t n);
 // One update at step t (1-based, for bias correction), learning rate lr; grads are multiplied by
 // grad_scale first (clipping). Parallel over fixed chunks: the result does not depend on threads.
-void adamw_update(AdamW *o, float *params, const float *grads, int t, float lr, float grad_scale, TrainPool *pool);
+void adamw_update(AdamW *o, float *params, const float *grads, int t, float lr, float grad_scale, ThreadPool *pool);
 
 // Linear warm-up over `warmup` steps to `peak`, then cosine decay to min_frac*peak at step `steps`.
 // step is 0-based.

@@ -347,7 +347,7 @@ int train_net_init(TrainNet *n, Model *m, int B, int T, int n_threads, char *err
     for (size_t i = 0; i < nslots; i++) total += (slots[i].count + 15) & ~(size_t)15; // 64-byte aligned
     n->act_memory = aligned_alloc(64, total * sizeof(float));
     n->grads = aligned_alloc(64, ((m->n_params * sizeof(float) + 63) / 64) * 64);
-    n->pool = train_pool_create(n->n_threads);
+    n->pool = pool_create(n->n_threads);
     if (!n->act_memory || !n->grads || !n->pool) {
         snprintf(err, errlen, "out of memory for %zu activation floats (batch %d x seq %d)", total, B, T);
         train_net_free(n);
@@ -376,7 +376,7 @@ int train_net_init(TrainNet *n, Model *m, int B, int T, int n_threads, char *err
 void train_net_free(TrainNet *n) {
     free(n->act_memory);
     free(n->grads);
-    train_pool_destroy(n->pool);
+    pool_destroy(n->pool);
     memset(n, 0, sizeof *n);
 }
 
@@ -510,12 +510,12 @@ float train_net_forward(TrainNet *n, const int *inputs, const int *targets) {
     int row_tasks = (N + ROW_CHUNK - 1) / ROW_CHUNK;
     for (int l = 0; l < c->n_layers; l++) {
         Job j = {n, l};
-        train_pool_run(n->pool, row_tasks, fwd_attn_in, &j);
-        train_pool_run(n->pool, n->B * c->n_kv_heads, fwd_attention, &j);
-        train_pool_run(n->pool, row_tasks, fwd_attn_out_ffn, &j);
+        pool_run_tasks(n->pool, row_tasks, fwd_attn_in, &j);
+        pool_run_tasks(n->pool, n->B * c->n_kv_heads, fwd_attention, &j);
+        pool_run_tasks(n->pool, row_tasks, fwd_attn_out_ffn, &j);
     }
     Job j = {n, 0};
-    train_pool_run(n->pool, row_tasks, fwd_head, &j);
+    pool_run_tasks(n->pool, row_tasks, fwd_head, &j);
     n->mean_loss = 0.0f;
     if (targets) {
         double sum = 0.0;
@@ -571,7 +571,7 @@ static void grad_task(void *ctx, int task, int thread) {
 }
 
 static void grad_job_run(GradJob *j) {
-    train_pool_run(j->n->pool, j->first_task[j->n_items], grad_task, j);
+    pool_run_tasks(j->n->pool, j->first_task[j->n_items], grad_task, j);
 }
 
 // rows: dlogits, d final_xn = dlogits·E, final norm backward into dx
@@ -649,7 +649,7 @@ void train_net_backward(TrainNet *n) {
     TrainActs *a = &n->a;
     int row_tasks = (N + ROW_CHUNK - 1) / ROW_CHUNK;
     Job j = {n, 0};
-    train_pool_run(n->pool, row_tasks, bwd_head, &j);
+    pool_run_tasks(n->pool, row_tasks, bwd_head, &j);
     GradJob gj = {.n = n};
     grad_job_add(&gj, a->probs, a->final_xn, NULL, n->g.token_embedding, V, D);
     grad_job_add(&gj, a->dxn, a->x + (size_t)2 * c->n_layers * N * D, a->final_rstd, n->g.final_norm, D, 0);
@@ -657,7 +657,7 @@ void train_net_backward(TrainNet *n) {
     for (int l = c->n_layers - 1; l >= 0; l--) {
         j.l = l;
         LayerW gw = layer_weights(c, &n->g, l);
-        train_pool_run(n->pool, row_tasks, bwd_ffn, &j);
+        pool_run_tasks(n->pool, row_tasks, bwd_ffn, &j);
         GradJob g1 = {.n = n};
         grad_job_add(&g1, a->dx, a->hg + (size_t)l * N * F, NULL, (float *)gw.w2, D, F);
         grad_job_add(&g1, a->dh1, a->ffn_xn + (size_t)l * N * D, NULL, (float *)gw.w1, F, D);
@@ -666,8 +666,8 @@ void train_net_backward(TrainNet *n) {
         grad_job_add(&g1, a->dxn, a->x + (size_t)(2 * l + 1) * N * D, a->ffn_rstd + (size_t)l * N, (float *)gw.fn, D,
                      0);
         grad_job_run(&g1);
-        train_pool_run(n->pool, n->B * c->n_kv_heads, bwd_attention, &j);
-        train_pool_run(n->pool, row_tasks, bwd_attn_in, &j);
+        pool_run_tasks(n->pool, n->B * c->n_kv_heads, bwd_attention, &j);
+        pool_run_tasks(n->pool, row_tasks, bwd_attn_in, &j);
         GradJob g2 = {.n = n};
         grad_job_add(&g2, a->dq, a->attn_xn + (size_t)l * N * D, NULL, (float *)gw.wq, QD, D);
         grad_job_add(&g2, a->dk, a->attn_xn + (size_t)l * N * D, NULL, (float *)gw.wk, KD, D);

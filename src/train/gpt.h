@@ -9,7 +9,7 @@
 #include <stddef.h>
 
 #include "model.h"
-#include "train/pool.h"
+#include "threadpool.h"
 
 // Query rows per attention block: a block reads keys only up to its last row (causal), so the
 // work is about T²/2 + T·block/2 per head, and the scratch is [block, T] per thread.
@@ -63,7 +63,7 @@ typedef struct {
     const int *inputs;  // [B*T] of the last forward
     const int *targets; // [B*T] of the last forward (NULL: no loss)
     float mean_loss;
-    TrainPool *pool;
+    ThreadPool *pool;
     int n_threads;
     int att_block;      // TRAIN_ATT_BLOCK; tests may lower it (1..TRAIN_ATT_BLOCK) to cover several blocks
 } TrainNet;
