@@ -146,12 +146,37 @@ static inline void quant_unpack_float(const uint8_t *src, int n, int bits, float
     }
 }
 
-// ---- Token tiles ----------------------------------------------------------------------------
-// The layout the attention kernels read codes from, with SIMD lanes = tokens (as the fp32 codec
-// lays out its keys): QUANT_TILE consecutive tokens of one head form a tile, and a chunk of 32
-// numbers of each token, packed as above (32·bits bits = `bits` little-endian 32-bit words), is
-// stored word-interleaved: word g of lane (token) l at tile[g * QUANT_TILE + l]. Number d of the
-// chunk is then bits [d·bits, (d+1)·bits) of its lane's word stream, found by constant shifts.
+// ---- Kernel layouts -------------------------------------------------------------------------
+// The attention kernels of the codecs read codes in one of two layouts, chosen by role:
+//   keys (scores): token tiles, SIMD lanes = tokens, as the fp32 codec lays out its keys;
+//   values (mix):  token groups, SIMD lanes = numbers of the vector.
+// Either way a kernel turns each B-bit code (or 4-bit combination of codes) into a float by a
+// 16-entry table built per call (or per group of tokens): the table holds the products the kernel
+// adds, e.g. q_d · level(c), so a lookup replaces unpacking, conversion and a multiplication. With
+// AVX-512 a lookup is one _mm512_permutexvar_ps; the portable code does the same lookups in plain
+// C, so both give the same bits (the products are computed once, in the table, either way; a test
+// compiles the codecs with MICRO_PORTABLE and compares).
+#if defined(__AVX512F__) && defined(__AVX512BW__) && !defined(MICRO_PORTABLE)
+#define QUANT_AVX512 1
+#include <immintrin.h>
+#endif
+
+#define QUANT_ALWAYS_INLINE inline __attribute__((always_inline))
+
+// Sixteen fp16 numbers to fp32, as quant_fp16_to_fp32 does each (AVX-512: one vcvtph2ps, which
+// agrees on every code but the signalling NaNs, which it quiets; no encoder here produces those).
+static QUANT_ALWAYS_INLINE void quant_fp16_to_fp32_16(const uint16_t *h, float *out) {
+#ifdef QUANT_AVX512
+    _mm512_storeu_ps(out, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h)));
+#else
+    for (int i = 0; i < 16; i++) out[i] = quant_fp16_to_fp32(h[i]);
+#endif
+}
+
+// Token tiles: QUANT_TILE consecutive tokens of one head form a tile, and a chunk of 32 numbers of
+// each token, packed as above (32·bits bits = `bits` little-endian 32-bit words), is stored
+// word-interleaved: word g of lane (token) l at tile[g * QUANT_TILE + l]. Number d of the chunk is
+// bits [d·bits, (d+1)·bits) of its lane's word stream, found by constant shifts.
 #define QUANT_TILE 16
 
 // Lane `lane` of a tile of `words`-word chunks from/to quant_pack's byte stream (4·words bytes).
@@ -183,6 +208,150 @@ static inline int32_t quant_tile_code_signed(const uint32_t *tile, int l, int d,
     if (sh + bits <= 32) return (int32_t)(w << (32 - bits - sh)) >> (32 - bits);
     const uint32_t hi = tile[(g + 1) * QUANT_TILE + l];
     return ((int32_t)(hi << (64 - bits - sh)) >> (32 - bits)) | (int32_t)(w >> sh);
+}
+
+// Table lookups on tiles, for widths 1..4. A chunk is read in steps: at bits 1, 2 and 4 step s is
+// the 4 bits [4s, 4s+4) of the stream (4/bits numbers: 32·bits/4 steps), at bits 3 step s is
+// number s (32 steps). table[s][e] is what the 4-bit value e at step s adds; at bits 3 the entries
+// must repeat with period 8 (the fourth bit belongs to the next number).
+static inline int quant_tile_steps(int bits) { return bits == 3 ? 32 : 8 * bits; }
+
+// acc[k][l] += Σ_s table[s][index_s(lane l of tile k)], s in order, for nt tiles of one head
+// (tile k at tile + k·tile_words; `tile` points at the chunk's first word).
+static QUANT_ALWAYS_INLINE void quant_tile_lookup(const uint32_t *tile, size_t tile_words, int nt,
+                                                  const float (*table)[16], const int bits, float (*acc)[16]) {
+    const int steps = quant_tile_steps(bits);
+#ifdef QUANT_AVX512
+    if (nt == 4) {
+        __m512 a0 = _mm512_loadu_ps(acc[0]), a1 = _mm512_loadu_ps(acc[1]), a2 = _mm512_loadu_ps(acc[2]),
+               a3 = _mm512_loadu_ps(acc[3]);
+        const uint32_t *t0 = tile, *t1 = tile + tile_words, *t2 = t1 + tile_words, *t3 = t2 + tile_words;
+#define QUANT_STEP(i0, i1, i2, i3, s)                                                              \
+    {                                                                                              \
+        const __m512 t = _mm512_loadu_ps(table[s]);                                                \
+        a0 = _mm512_add_ps(a0, _mm512_permutexvar_ps(i0, t));                                      \
+        a1 = _mm512_add_ps(a1, _mm512_permutexvar_ps(i1, t));                                      \
+        a2 = _mm512_add_ps(a2, _mm512_permutexvar_ps(i2, t));                                      \
+        a3 = _mm512_add_ps(a3, _mm512_permutexvar_ps(i3, t));                                      \
+        __asm__("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3));                                      \
+    }
+        // The empty asm statements keep gcc from hoisting the tables out of the caller's loop and
+        // every lookup above the adds, which runs out of registers and spills.
+        __asm__("" : "+r"(table));
+        if (bits != 3) { // a word at a time, 8 steps of 4 bits
+            for (int g = 0; g < bits; g++) {
+                const __m512i w0 = _mm512_loadu_si512(t0 + g * QUANT_TILE), w1 = _mm512_loadu_si512(t1 + g * QUANT_TILE),
+                              w2 = _mm512_loadu_si512(t2 + g * QUANT_TILE), w3 = _mm512_loadu_si512(t3 + g * QUANT_TILE);
+#define QUANT_WSTEP(k)                                                                             \
+    QUANT_STEP(_mm512_srli_epi32(w0, 4 * k), _mm512_srli_epi32(w1, 4 * k), _mm512_srli_epi32(w2, 4 * k), \
+               _mm512_srli_epi32(w3, 4 * k), 8 * g + k)
+                QUANT_STEP(w0, w1, w2, w3, 8 * g)
+                QUANT_WSTEP(1) QUANT_WSTEP(2) QUANT_WSTEP(3) QUANT_WSTEP(4) QUANT_WSTEP(5) QUANT_WSTEP(6) QUANT_WSTEP(7)
+#undef QUANT_WSTEP
+            }
+        } else {
+#pragma GCC unroll 32
+            for (int s = 0; s < 32; s++) {
+                const int bit = 3 * s, g = bit >> 5, sh = bit & 31;
+                __m512i i0, i1, i2, i3;
+                if (sh + 3 <= 32) {
+                    i0 = _mm512_srli_epi32(_mm512_loadu_si512(t0 + g * QUANT_TILE), (unsigned)sh);
+                    i1 = _mm512_srli_epi32(_mm512_loadu_si512(t1 + g * QUANT_TILE), (unsigned)sh);
+                    i2 = _mm512_srli_epi32(_mm512_loadu_si512(t2 + g * QUANT_TILE), (unsigned)sh);
+                    i3 = _mm512_srli_epi32(_mm512_loadu_si512(t3 + g * QUANT_TILE), (unsigned)sh);
+                } else { // a number across two words
+#define QUANT_JOIN(tp)                                                                             \
+    _mm512_or_si512(_mm512_srli_epi32(_mm512_loadu_si512(tp + g * QUANT_TILE), (unsigned)sh),      \
+                    _mm512_slli_epi32(_mm512_loadu_si512(tp + (g + 1) * QUANT_TILE), (unsigned)(32 - sh)))
+                    i0 = QUANT_JOIN(t0);
+                    i1 = QUANT_JOIN(t1);
+                    i2 = QUANT_JOIN(t2);
+                    i3 = QUANT_JOIN(t3);
+#undef QUANT_JOIN
+                }
+                QUANT_STEP(i0, i1, i2, i3, s)
+            }
+        }
+#undef QUANT_STEP
+        _mm512_storeu_ps(acc[0], a0);
+        _mm512_storeu_ps(acc[1], a1);
+        _mm512_storeu_ps(acc[2], a2);
+        _mm512_storeu_ps(acc[3], a3);
+        return;
+    }
+#endif
+    for (int k = 0; k < nt; k++) {
+        const uint32_t *t = tile + (size_t)k * tile_words;
+#pragma GCC unroll 32
+        for (int s = 0; s < steps; s++) {
+#pragma omp simd
+            for (int l = 0; l < QUANT_TILE; l++)
+                acc[k][l] += table[s][bits == 3 ? quant_tile_code(t, l, s, 3) : quant_tile_code(t, l, s, 4)];
+        }
+    }
+}
+
+// Token groups (values) at widths 1, 2 and 4: g = 4/bits consecutive tokens form a group whose
+// codes join into one 4-bit value per number, e(d) = Σ_t code_t(d) << (bits·t) over the group's
+// tokens t; a group's chunk of 32 numbers is 16 bytes, byte i = e(2i) | e(2i+1) << 4 (at bits 4,
+// one token, exactly quant_pack's order). A table per group, table[e] = what the group's tokens add
+// to a number whose value is e (e.g. Σ_t w_t · level(code_t)), then serves all its numbers.
+static inline void quant_group_put(uint8_t *chunk, int t, const uint8_t *codes, int n, int bits) {
+    for (int d = 0; d < n; d++) chunk[d / 2] |= (uint8_t)(codes[d] << (4 * (d % 2) + bits * t));
+}
+
+static inline uint32_t quant_group_code(const uint8_t *chunk, int t, int d, int bits) {
+    return (chunk[d / 2] >> (4 * (d % 2) + bits * t)) & ((1u << bits) - 1u);
+}
+
+// For groups u0 .. u0+ng-1 of one chunk (group k's 16 bytes at chunk + k·group_bytes, its table
+// table[k]): acc[u % 2][h][i] += table[e] for the value e of number 2i + h, group after group. The
+// even and odd groups' sums stay apart (two chains); the caller adds them: out[2i+h] = acc[0][h][i]
+// + acc[1][h][i].
+static QUANT_ALWAYS_INLINE void quant_group_lookup(const uint8_t *chunk, size_t group_bytes, int ng, int u0,
+                                                   const float (*table)[16], float (*acc)[2][16]) {
+#ifdef QUANT_AVX512
+    __m512 e0 = _mm512_loadu_ps(acc[0][0]), e1 = _mm512_loadu_ps(acc[0][1]), o0 = _mm512_loadu_ps(acc[1][0]),
+           o1 = _mm512_loadu_ps(acc[1][1]);
+    int k = 0;
+    if (u0 % 2) { // start on an odd group: take it alone
+        const __m512i i = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)chunk));
+        const __m512 t = _mm512_loadu_ps(table[0]);
+        o0 = _mm512_add_ps(o0, _mm512_permutexvar_ps(i, t));
+        o1 = _mm512_add_ps(o1, _mm512_permutexvar_ps(_mm512_srli_epi32(i, 4), t));
+        k = 1;
+    }
+    for (; k + 2 <= ng; k += 2) {
+        const uint8_t *c = chunk + (size_t)k * group_bytes;
+        const __m512i i0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)c));
+        const __m512i i1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(c + group_bytes)));
+        const __m512 t0 = _mm512_loadu_ps(table[k]), t1 = _mm512_loadu_ps(table[k + 1]);
+        e0 = _mm512_add_ps(e0, _mm512_permutexvar_ps(i0, t0));
+        e1 = _mm512_add_ps(e1, _mm512_permutexvar_ps(_mm512_srli_epi32(i0, 4), t0));
+        o0 = _mm512_add_ps(o0, _mm512_permutexvar_ps(i1, t1));
+        o1 = _mm512_add_ps(o1, _mm512_permutexvar_ps(_mm512_srli_epi32(i1, 4), t1));
+    }
+    if (k < ng) {
+        const __m512i i = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(chunk + (size_t)k * group_bytes)));
+        const __m512 t = _mm512_loadu_ps(table[k]);
+        e0 = _mm512_add_ps(e0, _mm512_permutexvar_ps(i, t));
+        e1 = _mm512_add_ps(e1, _mm512_permutexvar_ps(_mm512_srli_epi32(i, 4), t));
+    }
+    _mm512_storeu_ps(acc[0][0], e0);
+    _mm512_storeu_ps(acc[0][1], e1);
+    _mm512_storeu_ps(acc[1][0], o0);
+    _mm512_storeu_ps(acc[1][1], o1);
+#else
+    for (int k = 0; k < ng; k++) {
+        const uint8_t *c = chunk + (size_t)k * group_bytes;
+        float(*a)[16] = acc[(u0 + k) % 2];
+#pragma omp simd
+        for (int i = 0; i < 16; i++) {
+            a[0][i] += table[k][c[i] & 15];
+            a[1][i] += table[k][c[i] >> 4];
+        }
+    }
+#endif
 }
 
 #endif

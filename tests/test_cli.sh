@@ -100,6 +100,20 @@ if [ -f models/micro.bin ]; then
 
     "$micro" export --llama2c "$tmp/micro.l2c" && [ "$(stat -c %s "$tmp/micro.l2c")" -eq 7543580 ] &&
         ok "llama2.c export is 7,543,580 bytes" || bad "llama2.c export size"
+    # As llama2.c reads it: the 7-int header, then the weights exactly as our payload holds them, then
+    # freq_cis_real[0] = cos(0) = 1 and freq_cis_imag[0] = 0.
+    python3 - "$tmp/micro.l2c" models/micro.bin <<'PY' && ok "llama2.c export: header, weights, RoPE tables" || bad "llama2.c export contents"
+import struct, sys
+l2c = open(sys.argv[1], "rb").read()
+ours = open(sys.argv[2], "rb").read()
+assert struct.unpack("<7i", l2c[:28]) == (192, 512, 4, 6, 6, 256, 2048)
+n = 1820352 * 4
+assert l2c[28:28 + n] == ours[68:68 + n]
+table = 2048 * 16 * 4
+real = struct.unpack("<2f", l2c[28 + n:28 + n + 8])
+imag = struct.unpack("<f", l2c[28 + n + table:28 + n + table + 4])
+assert real[0] == 1.0 and imag[0] == 0.0
+PY
 
     g1=$("$micro" generate --prompt "The KV cache" -n 40)
     g2=$("$micro" generate --prompt "The KV cache" -n 40 --threads 2)

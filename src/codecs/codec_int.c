@@ -11,10 +11,15 @@
 // two's complement number (q mod 2^B), and at B = 1 the sign bit (1 for x < 0).
 // Bytes per head per token: ceil(head_dim·B / 8) + 2 (or + 4), e.g. bits=4: 16 + 2 = 18.
 //
-// Layout: with head_dim a multiple of 32 (micro's 32) the codes lie in token tiles (quant.h): 16
-// tokens per tile, each token's 32-number chunk as B 32-bit words, word-interleaved, so that the
-// kernels run one SIMD lane per token with constant shifts (no horizontal sums), for keys and values
-// alike. Any other head_dim keeps one packed row per token. Scales are [head][token].
+// Layout (quant.h, "Kernel layouts"), when head_dim is a multiple of 32 (micro's 32):
+//   keys    token tiles: the score kernel runs one lane per token and looks each code up in a table
+//           q_d · level (at B = 2 and 1, two and four numbers per lookup), then multiplies by the
+//           token's scale;
+//   values  at B = 4, 2, 1 token groups of 4/B tokens: the mix kernel looks each number's 4-bit
+//           group value up in a table Σ_t p_t · scale_t · level(code_t) built per group; at other
+//           widths one packed row per token, decoded in registers and weighted.
+// Any other head_dim keeps one packed row per token for both (the general kernels).
+// Scales are stored [head][token].
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,33 +27,31 @@
 #include "../quant.h"
 #include "codecs.h"
 
-#ifdef __AVX512F__
-#include <immintrin.h>
-#endif
-
 #define TILE QUANT_TILE
-#define ALWAYS_INLINE inline __attribute__((always_inline))
+#define ALWAYS_INLINE QUANT_ALWAYS_INLINE
 
 enum { LEVELS_SYM, LEVELS_FULL, LEVELS_SIGN };
+enum { LAYOUT_ROWS, LAYOUT_TILES, LAYOUT_GROUPS };
 
 typedef struct {
     int n_heads, head_dim, capacity, length;
     int bits, levels, scale_fp32;
-    int tiled;         // head_dim % 32 == 0: codes in token tiles
-    int tiles;         // tiles per head (capacity rounded up to whole tiles)
+    int layout;
+    int group;         // tokens per unit: 16 (tiles), 4/B (groups) or 1 (rows)
+    int units;         // units per head (capacity rounded up)
+    int slots;         // scale slots per head: capacity rounded up to whole tiles
     size_t row_bytes;  // packed codes of one head at one token
-    size_t tile_words; // tiled: words per tile, (head_dim / 32) · B · 16
-    uint32_t *words;   // tiled: [head][tile][chunk of 32 numbers][B words][16 lanes]
-    uint8_t *codes;    // untiled: [head][token][row_bytes]
-    uint16_t *scale16; // [head][tiles · 16] with scale=fp16 (zero past the last token)
-    float *scale32;    // [head][tiles · 16] with scale=fp32
+    size_t unit_bytes; // bytes of one unit of one head: group · row_bytes
+    uint8_t *codes;    // [head][unit][unit_bytes]; tiles: [chunk of 32][B words][16 lanes] as uint32
+    uint16_t *scale16; // [head][slots] with scale=fp16 (zero past the last token)
+    float *scale32;    // [head][slots] with scale=fp32
 } IntState;
 
 static const char *levels_name[] = {"sym", "full", "sign"};
 
 static void *int_create(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised,
                         size_t normalised_len, char *err, size_t errlen) {
-    (void)spec_string(spec, "role"); // keys and values are quantised alike
+    const char *role = spec_string(spec, "role");
     const char *bits_text = spec_string(spec, "bits");
     if (!bits_text) {
         snprintf(err, errlen, "int: give the width, e.g. int:bits=4 (bits=1..8)");
@@ -96,27 +99,31 @@ static void *int_create(CodecSpec *spec, int n_heads, int head_dim, int capacity
     s->levels = levels;
     s->scale_fp32 = scale_fp32;
     s->row_bytes = quant_packed_bytes((size_t)head_dim, bits);
-    s->tiled = head_dim % 32 == 0;
-    s->tiles = (capacity + TILE - 1) / TILE;
-    const size_t slots = (size_t)n_heads * (size_t)s->tiles * TILE;
-    if (s->tiled) {
-        s->tile_words = (size_t)(head_dim / 32) * (size_t)bits * TILE;
-        // Zeroed: the lanes of a partial tile past the last token decode to finite numbers.
-        s->words = calloc((size_t)n_heads * (size_t)s->tiles * s->tile_words, sizeof(uint32_t));
-    } else {
-        s->codes = malloc((size_t)n_heads * (size_t)capacity * s->row_bytes);
-    }
+    const int is_value = role && strcmp(role, "v") == 0;
+    if (head_dim % 32 != 0)
+        s->layout = LAYOUT_ROWS, s->group = 1;
+    else if (!is_value)
+        s->layout = LAYOUT_TILES, s->group = TILE;
+    else if (bits == 1 || bits == 2 || bits == 4)
+        s->layout = LAYOUT_GROUPS, s->group = 4 / bits;
+    else
+        s->layout = LAYOUT_ROWS, s->group = 1;
+    s->units = (capacity + s->group - 1) / s->group;
+    s->unit_bytes = (size_t)s->group * s->row_bytes;
+    s->slots = (capacity + TILE - 1) / TILE * TILE;
+    // Zeroed: tokens of a unit not yet appended decode to finite numbers (and groups are OR-ed in).
+    s->codes = calloc((size_t)n_heads * (size_t)s->units * s->unit_bytes, 1);
+    const size_t slots = (size_t)n_heads * (size_t)s->slots;
     if (scale_fp32)
         s->scale32 = calloc(slots, sizeof(float));
     else
         s->scale16 = calloc(slots, sizeof(uint16_t));
-    if ((!s->words && !s->codes) || (!s->scale32 && !s->scale16)) goto oom;
+    if (!s->codes || (!s->scale32 && !s->scale16)) goto oom;
     snprintf(normalised, normalised_len, "int:bits=%d,levels=%s,scale=%s", bits, levels_name[levels],
              scale_fp32 ? "fp32" : "fp16");
     return s;
 oom:
     if (s) {
-        free(s->words);
         free(s->codes);
         free(s->scale16);
         free(s->scale32);
@@ -127,11 +134,16 @@ oom:
 }
 
 static inline size_t int_slot(const IntState *s, int head, int token) {
-    return (size_t)head * (size_t)s->tiles * TILE + (size_t)token;
+    return (size_t)head * (size_t)s->slots + (size_t)token;
 }
 
-static inline uint32_t *int_tile(const IntState *s, int head, int tile) {
-    return s->words + ((size_t)head * (size_t)s->tiles + (size_t)tile) * s->tile_words;
+static inline uint8_t *int_unit(const IntState *s, int head, int unit) {
+    return s->codes + ((size_t)head * (size_t)s->units + (size_t)unit) * s->unit_bytes;
+}
+
+// Token tile `tile` of one head, as words.
+static inline const uint32_t *int_tile(const IntState *s, int head, int tile) {
+    return (const uint32_t *)(const void *)int_unit(s, head, tile);
 }
 
 // Store a scale in the stream's format; returns the value decode will use.
@@ -148,19 +160,25 @@ static inline float int_scale(const IntState *s, size_t slot) {
     return s->scale_fp32 ? s->scale32[slot] : quant_fp16_to_fp32(s->scale16[slot]);
 }
 
-// The level of a sign-extended code: q itself, or at B = 1 the sign: 0 -> +1, -1 -> -1.
-static ALWAYS_INLINE int32_t int_level(int32_t code, const int bits) { return bits == 1 ? code | 1 : code; }
+// The level of a B-bit code: its two's complement value, or at B = 1 the sign: 0 -> +1, 1 -> -1.
+static inline int32_t int_level(uint32_t code, int bits) {
+    if (bits == 1) return code ? -1 : 1;
+    return (int32_t)(code << (32 - bits)) >> (32 - bits);
+}
 
-// Packs one 32-number chunk of codes (or fewer, the tail of an untiled row) where it belongs.
+// Stores the codes of numbers [32c, 32c + n) of the token being appended (n < 32 only for the
+// tail of a row when head_dim is not a multiple of 32).
 static void int_store_chunk(IntState *s, int head, int c, const uint8_t *q, int n) {
-    if (s->tiled) {
+    const int t = s->length;
+    uint8_t *unit = int_unit(s, head, t / s->group);
+    if (s->layout == LAYOUT_TILES) {
         uint8_t packed[32];
         quant_pack(packed, q, 32, s->bits);
-        const int t = s->length;
-        quant_tile_put(int_tile(s, head, t / TILE) + (size_t)c * s->bits * TILE, t % TILE, packed, s->bits);
+        quant_tile_put((uint32_t *)(void *)unit + (size_t)c * s->bits * TILE, t % TILE, packed, s->bits);
+    } else if (s->layout == LAYOUT_GROUPS) {
+        quant_group_put(unit + (size_t)c * 16, t % s->group, q, 32, s->bits);
     } else {
-        uint8_t *row = s->codes + ((size_t)head * s->capacity + (size_t)s->length) * s->row_bytes;
-        quant_pack(row + quant_packed_bytes((size_t)c, s->bits), q, (size_t)n, s->bits);
+        quant_pack(unit + quant_packed_bytes((size_t)c * 32, s->bits), q, (size_t)n, s->bits);
     }
 }
 
@@ -209,7 +227,6 @@ static void int_encode(IntState *s, int head, const float *x) {
             const int v = ds != 0.0f ? quant_round_clamp(x[c + i] / ds, lo, hi) : 0;
             q[i] = (uint8_t)((unsigned)v & mask);
         }
-        for (int i = n; i < 32; i++) q[i] = 0;
         int_store_chunk(s, head, c / 32, q, n);
     }
 }
@@ -222,41 +239,80 @@ static void int_append(void *state, const float *vec) {
 
 // Levels of numbers [c, c + n) of one head at one token (c a multiple of 32, n <= 32), unscaled.
 static void int_levels(const IntState *s, int head, int token, int c, int n, float *out) {
-    if (s->tiled) {
-        const uint32_t *w = int_tile(s, head, token / TILE) + (size_t)(c / 32) * s->bits * TILE;
-        for (int i = 0; i < n; i++) out[i] = (float)int_level(quant_tile_code_signed(w, token % TILE, i, s->bits), s->bits);
-        return;
+    const uint8_t *unit = int_unit(s, head, token / s->group);
+    const int bits = s->bits, t = token % s->group;
+    if (s->layout == LAYOUT_TILES) {
+        const uint32_t *w = (const uint32_t *)(const void *)unit + (size_t)(c / 32) * bits * TILE;
+        for (int i = 0; i < n; i++) out[i] = (float)int_level(quant_tile_code(w, t, i, bits), bits);
+    } else if (s->layout == LAYOUT_GROUPS) {
+        for (int i = 0; i < n; i++) out[i] = (float)int_level(quant_group_code(unit + (c / 32) * 16, t, i, bits), bits);
+    } else {
+        uint8_t q[32];
+        quant_unpack(unit + quant_packed_bytes((size_t)c, bits), q, (size_t)n, bits);
+        for (int i = 0; i < n; i++) out[i] = (float)int_level(q[i], bits);
     }
-    const uint8_t *row = s->codes + ((size_t)head * s->capacity + (size_t)token) * s->row_bytes;
-    uint8_t q[32];
-    quant_unpack(row + quant_packed_bytes((size_t)c, s->bits), q, (size_t)n, s->bits);
-    const int sh = 32 - s->bits;
-    for (int i = 0; i < n; i++) out[i] = (float)int_level((int32_t)((uint32_t)q[i] << sh) >> sh, s->bits);
 }
 
-// ---- Kernels on token tiles -----------------------------------------------------------------
+// ---- Tables ---------------------------------------------------------------------------------
+// The products a kernel adds, for a 4-bit value e holding `per` codes of `bits` bits (per = 4/B, or
+// 1 at B = 3 where e's fourth bit is ignored): Σ_t x_t · level(code_t(e)) over t = 0..per-1 in that
+// order, x being the query numbers (keys) or the weights p·scale of a group's tokens (values).
+// lv[t][e] = level(code_t(e)), made once per call by int_table_levels.
+static void int_table_levels(int bits, float (*lv)[16]) {
+    const int per = bits == 3 ? 1 : 4 / bits;
+    for (int t = 0; t < per; t++)
+        for (int e = 0; e < 16; e++)
+            lv[t][e] = (float)int_level(bits == 3 ? (unsigned)e & 7u : ((unsigned)e >> (bits * t)) & ((1u << bits) - 1u), bits);
+}
+
+static ALWAYS_INLINE void int_table(const float *x, const int per, const float (*lv)[16], float *table) {
+#pragma omp simd
+    for (int e = 0; e < 16; e++) table[e] = x[0] * lv[0][e];
+    for (int t = 1; t < per; t++) {
+#pragma omp simd
+        for (int e = 0; e < 16; e++) table[e] += x[t] * lv[t][e];
+    }
+}
+
+// The tables of the score kernel for one chunk of the query (32 numbers).
+static ALWAYS_INLINE void int_key_tables(const float *q, const int bits, float (*tables)[16]) {
+    float lv[4][16];
+    int_table_levels(bits, lv);
+    const int per = bits == 3 ? 1 : 4 / bits;
+    for (int st = 0; st < quant_tile_steps(bits); st++) int_table(q + st * per, per, (const float(*)[16])lv, tables[st]);
+}
+
+// ---- Keys: token tiles ----------------------------------------------------------------------
 // Written once with head_dim and bits as parameters and instantiated for micro's head_dim 32 at
-// each width, where every shift is a constant and the lane loops vectorise (16 tokens per vector).
-// Scores: acc_l = Σ_d q_d · level(l, d) in order of d, then times the token's scale; NT tiles at a
-// time so that their independent chains hide the latency of the adds.
+// each width (constant shifts and trip counts). A token's score: its lane's sum over the chunk's
+// lookups (B <= 4) or products q_d · level (B >= 5) in order of d, times the token's scale. Four
+// tiles at a time: their independent chains hide the latency of the adds.
 #define NT 4
 
 static ALWAYS_INLINE void int_scales(const IntState *s, size_t slot, float *sc) {
     if (s->scale_fp32) {
         for (int l = 0; l < TILE; l++) sc[l] = s->scale32[slot + l];
     } else {
-#pragma omp simd
-        for (int l = 0; l < TILE; l++) sc[l] = quant_fp16_to_fp32(s->scale16[slot + l]);
+        quant_fp16_to_fp32_16(s->scale16 + slot, sc);
     }
 }
 
-static ALWAYS_INLINE void int_scores_tiles(const IntState *s, int head, const float *q, float *out, int t0, const int nt,
-                                           const int hd, const int bits) {
+// acc[k][l] for nt tiles from tile t0/16 on, chunk by chunk (tables: the chunk's, for B <= 4).
+static ALWAYS_INLINE void int_key_tiles(const IntState *s, int head, const float *q, int t0, const int nt, const int hd,
+                                        const int bits, const float (*tables)[16], float (*acc)[TILE]) {
     const uint32_t *tile = int_tile(s, head, t0 / TILE);
-    const size_t tw = s->tile_words;
-    float acc[NT][TILE] = {{0}};
+    const size_t tw = s->unit_bytes / 4;
     for (int c = 0; c < hd / 32; c++) {
         const uint32_t *w = tile + (size_t)c * bits * TILE;
+        if (bits <= 4) {
+            float own[32][16];
+            if (hd > 32) { // one chunk's tables at a time
+                int_key_tables(q + 32 * c, bits, own);
+                tables = (const float(*)[16])own;
+            }
+            quant_tile_lookup(w, tw, nt, tables, bits, acc);
+            continue;
+        }
 #pragma GCC unroll 32
         for (int d = 0; d < 32; d++) {
             const float qd = q[32 * c + d];
@@ -264,63 +320,121 @@ static ALWAYS_INLINE void int_scores_tiles(const IntState *s, int head, const fl
             for (int k = 0; k < nt; k++) {
 #pragma omp simd
                 for (int l = 0; l < TILE; l++)
-                    acc[k][l] += qd * (float)int_level(quant_tile_code_signed(w + k * tw, l, d, bits), bits);
+                    acc[k][l] += qd * (float)quant_tile_code_signed(w + k * tw, l, d, bits);
             }
         }
-    }
-    for (int k = 0; k < nt; k++) {
-        float sc[TILE];
-        int_scales(s, int_slot(s, head, t0 + k * TILE), sc);
-#pragma omp simd
-        for (int l = 0; l < TILE; l++) out[k * TILE + l] = acc[k][l] * sc[l];
     }
 }
 
 static ALWAYS_INLINE void int_scores_tiled(const IntState *s, int head, const float *q, float *out, int n, const int hd,
                                            const int bits) {
-    int t0 = 0;
-    for (; t0 + NT * TILE <= n; t0 += NT * TILE) int_scores_tiles(s, head, q, out + t0, t0, NT, hd, bits);
-    for (; t0 < n; t0 += TILE) {
-        float part[TILE];
-        int_scores_tiles(s, head, q, part, t0, 1, hd, bits);
-        memcpy(out + t0, part, sizeof(float) * (size_t)(n - t0 < TILE ? n - t0 : TILE));
-    }
-}
-
-// Mix: per number d and lane l, acc[d][l] = Σ over the lane's tokens of (p_j · scale_j) · level, in
-// token order; then out[d] = the 16 lanes summed pairwise (a fixed tree).
-static ALWAYS_INLINE void int_mix_tiled(const IntState *s, int head, const float *p, float *out, int n, const int hd,
-                                        const int bits) {
-    for (int c = 0; c < hd / 32; c++) {
-        float acc[32][TILE] = {{0}};
-        for (int t0 = 0; t0 < n; t0 += TILE) {
-            const uint32_t *w = int_tile(s, head, t0 / TILE) + (size_t)c * bits * TILE;
-            float wt[TILE];
-            int_scales(s, int_slot(s, head, t0), wt);
-            if (n - t0 >= TILE) {
+    float tables[32][16] __attribute__((aligned(64)));
+    if (bits <= 4 && hd == 32) int_key_tables(q, bits, tables);
+    for (int t0 = 0; t0 < n; t0 += NT * TILE) {
+        const int nt = n - t0 >= NT * TILE ? NT : (n - t0 + TILE - 1) / TILE;
+        if (t0 / TILE + 3 * NT <= s->units) { // the tiles after next, towards L1
+            const char *next = (const char *)int_tile(s, head, t0 / TILE + 2 * NT);
+            for (size_t b = 0; b < NT * s->unit_bytes; b += 64) __builtin_prefetch(next + b);
+        }
+        float acc[NT][TILE] = {{0}};
+        if (nt == NT)
+            int_key_tiles(s, head, q, t0, NT, hd, bits, (const float(*)[16])tables, acc);
+        else
+            int_key_tiles(s, head, q, t0, nt, hd, bits, (const float(*)[16])tables, acc);
+        for (int k = 0; k < nt; k++) {
+            float sc[TILE];
+            int_scales(s, int_slot(s, head, t0 + k * TILE), sc);
+            const int m = n - t0 - k * TILE < TILE ? n - t0 - k * TILE : TILE;
+            if (m == TILE) {
 #pragma omp simd
-                for (int l = 0; l < TILE; l++) wt[l] *= p[t0 + l];
+                for (int l = 0; l < TILE; l++) out[t0 + k * TILE + l] = acc[k][l] * sc[l];
             } else {
-                for (int l = 0; l < TILE; l++) wt[l] = t0 + l < n ? wt[l] * p[t0 + l] : 0.0f;
+                for (int l = 0; l < m; l++) out[t0 + k * TILE + l] = acc[k][l] * sc[l];
             }
-#pragma GCC unroll 32
-            for (int d = 0; d < 32; d++) {
-#pragma omp simd
-                for (int l = 0; l < TILE; l++)
-                    acc[d][l] += wt[l] * (float)int_level(quant_tile_code_signed(w, l, d, bits), bits);
-            }
-        }
-        for (int d = 0; d < 32; d++) {
-            float *a = acc[d];
-            for (int width = TILE / 2; width >= 1; width /= 2)
-                for (int l = 0; l < width; l++) a[l] += a[l + width];
-            out[32 * c + d] = a[0];
         }
     }
 }
 
-// ---- Kernels on rows (head_dim not a multiple of 32) ----------------------------------------
-static void int_scores_rows(const IntState *s, int head, const float *q, float *out, int n) {
+// ---- Values: token groups (B = 4, 2, 1) -----------------------------------------------------
+// Per group of g = 4/B tokens a table Σ_t w_t · level(code_t), w_t = p_t · scale_t (0 past n);
+// blocks of 16 groups: tables first, then the lookups of each chunk (quant_group_lookup).
+static ALWAYS_INLINE void int_mix_groups(const IntState *s, int head, const float *p, float *out, int n, const int hd,
+                                         const int bits) {
+    const int g = 4 / bits, ng = (n + g - 1) / g;
+    float lv[4][16];
+    int_table_levels(bits, lv);
+    for (int c = 0; c < hd / 32; c++) {
+        float acc[2][2][16] = {{{0}}};
+        for (int u0 = 0; u0 < ng; u0 += 16) {
+            const int nb = ng - u0 < 16 ? ng - u0 : 16;
+            float w[16 * 4] __attribute__((aligned(64)));
+            float sc[16 * 4];
+            const int j0 = u0 * g, nj = nb * g;
+            for (int i = 0; i < nj; i += TILE) int_scales(s, int_slot(s, head, j0 + i), sc + i);
+            if (j0 + nj <= n) {
+#pragma omp simd
+                for (int i = 0; i < nj; i++) w[i] = p[j0 + i] * sc[i];
+            } else {
+                for (int i = 0; i < nj; i++) w[i] = j0 + i < n ? p[j0 + i] * sc[i] : 0.0f;
+            }
+            float tables[16][16] __attribute__((aligned(64)));
+            for (int k = 0; k < nb; k++) int_table(w + k * g, g, (const float(*)[16])lv, tables[k]);
+            const uint8_t *chunk = int_unit(s, head, u0) + (size_t)c * 16;
+            if (u0 + 48 <= s->units) // the block after next, towards L1
+                for (size_t b = 0; b < 16 * s->unit_bytes; b += 64) __builtin_prefetch(chunk + 32 * s->unit_bytes + b);
+            quant_group_lookup(chunk, s->unit_bytes, nb, u0, (const float(*)[16])tables, acc);
+        }
+        for (int i = 0; i < 16; i++) {
+            out[32 * c + 2 * i] = acc[0][0][i] + acc[1][0][i];
+            out[32 * c + 2 * i + 1] = acc[0][1][i] + acc[1][1][i];
+        }
+    }
+}
+
+// ---- Values: rows (other widths), and the general kernels -----------------------------------
+// Mix on rows: per token the weights w = p · scale times the levels, decoded in registers 32 at a
+// time, even and odd tokens in separate sums (out = even + odd).
+static ALWAYS_INLINE void int_row_levels(const uint8_t *row, const int bits, float *lv) {
+    if (bits == 8) {
+#pragma omp simd
+        for (int i = 0; i < 32; i++) lv[i] = (float)(int8_t)row[i];
+        return;
+    }
+    for (int i = 0; i < 32; i += 8) { // eight codes fill `bits` bytes
+        const uint8_t *b = row + (i / 8) * bits;
+        uint64_t v = 0;
+        for (int k = 0; k < bits; k++) v |= (uint64_t)b[k] << (8 * k);
+        for (int k = 0; k < 8; k++) lv[i + k] = (float)int_level((uint32_t)(v >> (bits * k)) & ((1u << bits) - 1u), bits);
+    }
+}
+
+static ALWAYS_INLINE void int_mix_rows_hd(const IntState *s, int head, const float *p, float *out, int n, const int hd,
+                                          const int bits) {
+    for (int c = 0; c < hd / 32; c++) {
+        float even[32] = {0}, odd[32] = {0}, lv[32];
+        const size_t at = quant_packed_bytes((size_t)c * 32, bits);
+        int j = 0;
+        for (; j + 2 <= n; j += 2) {
+            const float w0 = p[j] * int_scale(s, int_slot(s, head, j)), w1 = p[j + 1] * int_scale(s, int_slot(s, head, j + 1));
+            int_row_levels(int_unit(s, head, j) + at, bits, lv);
+#pragma omp simd
+            for (int i = 0; i < 32; i++) even[i] += w0 * lv[i];
+            int_row_levels(int_unit(s, head, j + 1) + at, bits, lv);
+#pragma omp simd
+            for (int i = 0; i < 32; i++) odd[i] += w1 * lv[i];
+        }
+        if (j < n) {
+            const float w0 = p[j] * int_scale(s, int_slot(s, head, j));
+            int_row_levels(int_unit(s, head, j) + at, bits, lv);
+            for (int i = 0; i < 32; i++) even[i] += w0 * lv[i];
+        }
+        for (int i = 0; i < 32; i++) out[32 * c + i] = even[i] + odd[i];
+    }
+}
+
+// Any layout, any head_dim: token by token through int_levels (the odd shapes, scoring a value
+// stream and mixing a key stream).
+static void int_scores_general(const IntState *s, int head, const float *q, float *out, int n) {
     const int hd = s->head_dim;
     float lv[32];
     for (int j = 0; j < n; j++) {
@@ -334,7 +448,7 @@ static void int_scores_rows(const IntState *s, int head, const float *q, float *
     }
 }
 
-static void int_mix_rows(const IntState *s, int head, const float *p, float *out, int n) {
+static void int_mix_general(const IntState *s, int head, const float *p, float *out, int n) {
     const int hd = s->head_dim;
     float lv[32];
     memset(out, 0, sizeof(float) * (size_t)hd);
@@ -348,53 +462,18 @@ static void int_mix_rows(const IntState *s, int head, const float *p, float *out
     }
 }
 
-#ifdef __AVX512F__
-static void int_scores_perm4(const IntState *s, int head, const float *q, float *out, int n) {
-    float T[32][16] __attribute__((aligned(64)));
-    for (int d = 0; d < 32; d++)
-        for (int c = 0; c < 16; c++) T[d][c] = q[d] * (float)(c < 8 ? c : c - 16);
-    int t0 = 0;
-    for (; t0 + 4 * TILE <= n; t0 += 4 * TILE) {
-        const uint32_t *w = int_tile(s, head, t0 / TILE);
-        for (int i = 0; i < 256; i += 16) _mm_prefetch((const char *)(w + 512 + i), _MM_HINT_T0);
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int g = 0; g < 4; g++) {
-            const __m512i w0 = _mm512_loadu_si512(w + g * TILE), w1 = _mm512_loadu_si512(w + 64 + g * TILE),
-                          w2 = _mm512_loadu_si512(w + 128 + g * TILE), w3 = _mm512_loadu_si512(w + 192 + g * TILE);
-#define STEP(k)                                                                                    \
-    {                                                                                              \
-        const __m512 t = _mm512_load_ps(T[8 * g + k]);                                             \
-        a0 = _mm512_add_ps(a0, _mm512_permutexvar_ps(_mm512_srli_epi32(w0, 4 * k), t));            \
-        a1 = _mm512_add_ps(a1, _mm512_permutexvar_ps(_mm512_srli_epi32(w1, 4 * k), t));            \
-        a2 = _mm512_add_ps(a2, _mm512_permutexvar_ps(_mm512_srli_epi32(w2, 4 * k), t));            \
-        a3 = _mm512_add_ps(a3, _mm512_permutexvar_ps(_mm512_srli_epi32(w3, 4 * k), t));            \
-    }
-            STEP(0) STEP(1) STEP(2) STEP(3) STEP(4) STEP(5) STEP(6) STEP(7)
-#undef STEP
-        }
-        float sc[4][TILE];
-        for (int k = 0; k < 4; k++) int_scales(s, int_slot(s, head, t0 + k * TILE), sc[k]);
-        _mm512_storeu_ps(out + t0, _mm512_mul_ps(a0, _mm512_loadu_ps(sc[0])));
-        _mm512_storeu_ps(out + t0 + 16, _mm512_mul_ps(a1, _mm512_loadu_ps(sc[1])));
-        _mm512_storeu_ps(out + t0 + 32, _mm512_mul_ps(a2, _mm512_loadu_ps(sc[2])));
-        _mm512_storeu_ps(out + t0 + 48, _mm512_mul_ps(a3, _mm512_loadu_ps(sc[3])));
-    }
-    for (; t0 < n; t0 += TILE) {
-        float part[TILE];
-        int_scores_tiles(s, head, q, part, t0, 1, 32, 4);
-        memcpy(out + t0, part, sizeof(float) * (size_t)(n - t0 < TILE ? n - t0 : TILE));
-    }
-}
-#endif
-
-// One instance per width at micro's head_dim 32 (constant shifts and trip counts) and one generic.
-typedef void (*IntScoresFn)(const IntState *, int, const float *, float *, int);
+// One instance per width at micro's head_dim 32 (constant shifts and trip counts); other head_dims
+// that are multiples of 32 take the same code with run-time values.
+typedef void (*IntKernel)(const IntState *, int, const float *, float *, int);
 #define INT_INSTANCE(B)                                                                            \
     static void int_scores_32_##B(const IntState *s, int head, const float *q, float *out, int n) { \
         int_scores_tiled(s, head, q, out, n, 32, B);                                               \
     }                                                                                              \
     static void int_mix_32_##B(const IntState *s, int head, const float *p, float *out, int n) {   \
-        int_mix_tiled(s, head, p, out, n, 32, B);                                                  \
+        if (B == 1 || B == 2 || B == 4)                                                            \
+            int_mix_groups(s, head, p, out, n, 32, B == 1 || B == 2 || B == 4 ? B : 4);            \
+        else                                                                                       \
+            int_mix_rows_hd(s, head, p, out, n, 32, B);                                            \
     }
 INT_INSTANCE(1)
 INT_INSTANCE(2)
@@ -405,19 +484,15 @@ INT_INSTANCE(6)
 INT_INSTANCE(7)
 INT_INSTANCE(8)
 #undef INT_INSTANCE
-static const IntScoresFn int_scores_32[9] = {NULL, int_scores_32_1, int_scores_32_2, int_scores_32_3, int_scores_32_4,
-                                             int_scores_32_5, int_scores_32_6, int_scores_32_7, int_scores_32_8};
-static const IntScoresFn int_mix_32[9] = {NULL, int_mix_32_1, int_mix_32_2, int_mix_32_3, int_mix_32_4,
-                                          int_mix_32_5, int_mix_32_6, int_mix_32_7, int_mix_32_8};
+static const IntKernel int_scores_32[9] = {NULL, int_scores_32_1, int_scores_32_2, int_scores_32_3, int_scores_32_4,
+                                           int_scores_32_5, int_scores_32_6, int_scores_32_7, int_scores_32_8};
+static const IntKernel int_mix_32[9] = {NULL, int_mix_32_1, int_mix_32_2, int_mix_32_3, int_mix_32_4,
+                                        int_mix_32_5, int_mix_32_6, int_mix_32_7, int_mix_32_8};
 
 static void int_scores(const void *state, int head, const float *q, float *out, int n) {
     const IntState *s = state;
-    if (!s->tiled)
-        int_scores_rows(s, head, q, out, n);
-#ifdef __AVX512F__
-    else if (s->head_dim == 32 && s->bits == 4 && getenv("PERM"))
-        int_scores_perm4(s, head, q, out, n);
-#endif
+    if (s->layout != LAYOUT_TILES)
+        int_scores_general(s, head, q, out, n);
     else if (s->head_dim == 32)
         int_scores_32[s->bits](s, head, q, out, n);
     else
@@ -426,12 +501,14 @@ static void int_scores(const void *state, int head, const float *q, float *out, 
 
 static void int_mix(const void *state, int head, const float *p, float *out, int n) {
     const IntState *s = state;
-    if (!s->tiled)
-        int_mix_rows(s, head, p, out, n);
+    if (s->layout == LAYOUT_TILES || s->head_dim % 32 != 0)
+        int_mix_general(s, head, p, out, n);
     else if (s->head_dim == 32)
         int_mix_32[s->bits](s, head, p, out, n);
+    else if (s->layout == LAYOUT_GROUPS)
+        int_mix_groups(s, head, p, out, n, s->head_dim, s->bits);
     else
-        int_mix_tiled(s, head, p, out, n, s->head_dim, s->bits);
+        int_mix_rows_hd(s, head, p, out, n, s->head_dim, s->bits);
 }
 
 static void int_read(const void *state, int head, int token, float *out) {
@@ -453,7 +530,6 @@ static size_t int_bytes(const void *state) {
 static void int_destroy(void *state) {
     IntState *s = state;
     if (!s) return;
-    free(s->words);
     free(s->codes);
     free(s->scale16);
     free(s->scale32);
