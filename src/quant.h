@@ -307,41 +307,10 @@ static inline uint32_t quant_group_code(const uint8_t *chunk, int t, int d, int 
 // For groups u0 .. u0+ng-1 of one chunk (group k's 16 bytes at chunk + k·group_bytes, its table
 // table[k]): acc[u % 2][h][i] += table[e] for the value e of number 2i + h, group after group. The
 // even and odd groups' sums stay apart (two chains); the caller adds them: out[2i+h] = acc[0][h][i]
-// + acc[1][h][i].
+// + acc[1][h][i]. (The AVX-512 kernels keep the tables in registers and call quant_group_lookup16
+// per group; the sums are the same.)
 static QUANT_ALWAYS_INLINE void quant_group_lookup(const uint8_t *chunk, size_t group_bytes, int ng, int u0,
                                                    const float (*table)[16], float (*acc)[2][16]) {
-#ifdef QUANT_AVX512
-    __m512 e0 = _mm512_loadu_ps(acc[0][0]), e1 = _mm512_loadu_ps(acc[0][1]), o0 = _mm512_loadu_ps(acc[1][0]),
-           o1 = _mm512_loadu_ps(acc[1][1]);
-    int k = 0;
-    if (u0 % 2) { // start on an odd group: take it alone
-        const __m512i i = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)chunk));
-        const __m512 t = _mm512_loadu_ps(table[0]);
-        o0 = _mm512_add_ps(o0, _mm512_permutexvar_ps(i, t));
-        o1 = _mm512_add_ps(o1, _mm512_permutexvar_ps(_mm512_srli_epi32(i, 4), t));
-        k = 1;
-    }
-    for (; k + 2 <= ng; k += 2) {
-        const uint8_t *c = chunk + (size_t)k * group_bytes;
-        const __m512i i0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)c));
-        const __m512i i1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(c + group_bytes)));
-        const __m512 t0 = _mm512_loadu_ps(table[k]), t1 = _mm512_loadu_ps(table[k + 1]);
-        e0 = _mm512_add_ps(e0, _mm512_permutexvar_ps(i0, t0));
-        e1 = _mm512_add_ps(e1, _mm512_permutexvar_ps(_mm512_srli_epi32(i0, 4), t0));
-        o0 = _mm512_add_ps(o0, _mm512_permutexvar_ps(i1, t1));
-        o1 = _mm512_add_ps(o1, _mm512_permutexvar_ps(_mm512_srli_epi32(i1, 4), t1));
-    }
-    if (k < ng) {
-        const __m512i i = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(chunk + (size_t)k * group_bytes)));
-        const __m512 t = _mm512_loadu_ps(table[k]);
-        e0 = _mm512_add_ps(e0, _mm512_permutexvar_ps(i, t));
-        e1 = _mm512_add_ps(e1, _mm512_permutexvar_ps(_mm512_srli_epi32(i, 4), t));
-    }
-    _mm512_storeu_ps(acc[0][0], e0);
-    _mm512_storeu_ps(acc[0][1], e1);
-    _mm512_storeu_ps(acc[1][0], o0);
-    _mm512_storeu_ps(acc[1][1], o1);
-#else
     for (int k = 0; k < ng; k++) {
         const uint8_t *c = chunk + (size_t)k * group_bytes;
         float(*a)[16] = acc[(u0 + k) % 2];
@@ -351,7 +320,15 @@ static QUANT_ALWAYS_INLINE void quant_group_lookup(const uint8_t *chunk, size_t 
             a[1][i] += table[k][c[i] >> 4];
         }
     }
-#endif
 }
+
+#ifdef QUANT_AVX512
+// One group's chunk looked up in table t: lo (numbers 2i) and hi (numbers 2i+1) accumulate.
+static QUANT_ALWAYS_INLINE void quant_group_lookup16(const uint8_t *chunk, __m512 t, __m512 *lo, __m512 *hi) {
+    const __m512i i = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)chunk));
+    *lo = _mm512_add_ps(*lo, _mm512_permutexvar_ps(i, t));
+    *hi = _mm512_add_ps(*hi, _mm512_permutexvar_ps(_mm512_srli_epi32(i, 4), t));
+}
+#endif
 
 #endif

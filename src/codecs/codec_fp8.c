@@ -5,6 +5,10 @@
 //   scale=token one fp16 scale per head per token, absmax / largest finite value, so that the
 //               largest number of the vector lands on the format's largest value; numbers are
 //               divided by the stored (fp16-rounded) scale before the cast.
+//
+// Keys lie in tiles of 16 tokens, dimension-major ([tile][d][16 lanes], as the fp32 codec's), values
+// one row per token: the score kernel runs one lane per token with no horizontal sums, the mix
+// kernel 16 numbers per vector.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,19 +16,22 @@
 #include "../quant.h"
 #include "codecs.h"
 
-#define ALWAYS_INLINE inline __attribute__((always_inline))
+#define TILE QUANT_TILE
+#define ALWAYS_INLINE QUANT_ALWAYS_INLINE
 
 typedef struct {
-    int n_heads, head_dim, capacity, length;
+    int n_heads, head_dim, capacity, length, is_key;
     QuantFp8Format format;
     int scaled;
-    uint8_t *codes;   // [head][token][head_dim]
-    uint16_t *scales; // [head][token] fp16, only with scale=token
+    int tiles, slots; // per head: key tiles, and scale slots (capacity rounded up to whole tiles)
+    int special;      // a NaN (or infinity) code was stored: the AVX-512 kernels leave the stream alone
+    uint8_t *codes;   // keys: [head][tile][d][16 lanes]; values: [head][token][head_dim]
+    uint16_t *scales; // [head][slot] fp16, only with scale=token (zero past the last token)
 } Fp8State;
 
 static void *fp8_create(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised,
                         size_t normalised_len, char *err, size_t errlen) {
-    (void)spec_string(spec, "role"); // keys and values are stored alike
+    const char *role = spec_string(spec, "role");
     const char *e4 = spec_string(spec, "e4m3");
     const char *e5 = spec_string(spec, "e5m2");
     if ((e4 && *e4) || (e5 && *e5)) {
@@ -52,10 +59,14 @@ static void *fp8_create(CodecSpec *spec, int n_heads, int head_dim, int capacity
     }
     Fp8State *s = calloc(1, sizeof *s);
     if (!s) goto oom;
-    s->codes = malloc((size_t)n_heads * (size_t)capacity * (size_t)head_dim);
+    s->is_key = !role || strcmp(role, "v") != 0;
+    s->tiles = (capacity + TILE - 1) / TILE;
+    s->slots = s->tiles * TILE;
+    // Zeroed: the lanes of a partial tile hold finite numbers.
+    s->codes = calloc((size_t)n_heads * (size_t)(s->is_key ? s->slots : capacity), (size_t)head_dim);
     if (!s->codes) goto oom;
     if (scaled) {
-        s->scales = malloc(sizeof(uint16_t) * (size_t)n_heads * (size_t)capacity);
+        s->scales = calloc((size_t)n_heads * (size_t)s->slots, sizeof(uint16_t));
         if (!s->scales) goto oom;
     }
     s->n_heads = n_heads;
@@ -74,12 +85,26 @@ oom:
     return NULL;
 }
 
-static inline size_t fp8_index(const Fp8State *s, int head, int token) {
-    return (size_t)head * s->capacity + (size_t)token;
+static inline size_t fp8_slot(const Fp8State *s, int head, int token) {
+    return (size_t)head * (size_t)s->slots + (size_t)token;
 }
 
 static inline float fp8_scale(const Fp8State *s, int head, int token) {
-    return s->scaled ? quant_fp16_to_fp32(s->scales[fp8_index(s, head, token)]) : 1.0f;
+    return s->scaled ? quant_fp16_to_fp32(s->scales[fp8_slot(s, head, token)]) : 1.0f;
+}
+
+static inline uint8_t *fp8_tile(const Fp8State *s, int head, int tile) {
+    return s->codes + ((size_t)head * (size_t)s->tiles + (size_t)tile) * TILE * (size_t)s->head_dim;
+}
+
+static inline uint8_t *fp8_row(const Fp8State *s, int head, int token) {
+    return s->codes + ((size_t)head * (size_t)s->capacity + (size_t)token) * (size_t)s->head_dim;
+}
+
+// Where number d of one head at one token is stored.
+static inline uint8_t *fp8_code(const Fp8State *s, int head, int token, int d) {
+    if (s->is_key) return fp8_tile(s, head, token / TILE) + (size_t)d * TILE + (size_t)(token % TILE);
+    return fp8_row(s, head, token) + d;
 }
 
 static void fp8_append(void *state, const float *vec) {
@@ -87,7 +112,6 @@ static void fp8_append(void *state, const float *vec) {
     const int hd = s->head_dim;
     for (int h = 0; h < s->n_heads; h++) {
         const float *x = vec + h * hd;
-        uint8_t *row = s->codes + fp8_index(s, h, s->length) * hd;
         float sd = 1.0f;
         if (s->scaled) {
             float amax = 0.0f;
@@ -99,9 +123,13 @@ static void fp8_append(void *state, const float *vec) {
                 code = quant_fp32_to_fp16(1.0f);
                 sd = 1.0f;
             }
-            s->scales[fp8_index(s, h, s->length)] = code;
+            s->scales[fp8_slot(s, h, s->length)] = code;
         }
-        for (int d = 0; d < hd; d++) row[d] = quant_fp32_to_fp8(x[d] / sd, s->format);
+        for (int d = 0; d < hd; d++) {
+            const uint8_t c = quant_fp32_to_fp8(x[d] / sd, s->format);
+            s->special |= s->format == QUANT_FP8_E4M3 ? (c & 0x7f) == 0x7f : (c & 0x7f) >= 0x7c;
+            *fp8_code(s, h, s->length, d) = c;
+        }
     }
     s->length++;
 }
@@ -110,59 +138,233 @@ static ALWAYS_INLINE float fp8_decode(uint8_t c, const QuantFp8Format format) {
     return format == QUANT_FP8_E5M2 ? quant_e5m2_to_fp32(c) : quant_e4m3_to_fp32(c);
 }
 
-// Written once with head_dim and the format as parameters, instantiated for micro's 32 (constant
-// trip counts) and for any other head_dim.
-static ALWAYS_INLINE void fp8_scores_impl(const Fp8State *s, int head, const float *q, float *out, int n, const int hd,
+// The AVX-512 kernels turn FP8 codes into fp32 by shifts alone: sign-extended, shifted so that the
+// exponent and fraction land where an fp32's are and masked, the float is the number · 2^-120
+// (E4M3, bias 7) or · 2^-112 (E5M2, bias 15), exactly (subnormal codes becoming subnormal fp32s,
+// which cost nothing on this hardware). The query or weights carry the power of two, so each
+// product is the same real number as q · v and rounds the same: the portable code computes q · v.
+// NaN (and infinity) codes do not survive the shifts, so a stream holding one, or a query or
+// weight whose |x| · unit could overflow (|x| >= 2^7 for E4M3, 2^15 for E5M2), takes the portable
+// code.
+static ALWAYS_INLINE float fp8_unit(const QuantFp8Format format) { return format == QUANT_FP8_E5M2 ? 0x1p112f : 0x1p120f; }
+
+static ALWAYS_INLINE int fp8_fast(const Fp8State *s, const float *x, int n) {
+    if (s->special) return 0;
+    float m = 0.0f;
+#pragma omp simd reduction(max : m)
+    for (int i = 0; i < n; i++) m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+    return m < (s->format == QUANT_FP8_E5M2 ? 0x1p15f : 0x1p7f);
+}
+
+#ifdef QUANT_AVX512
+// 16 codes as fp32s scaled by 1 / unit.
+static ALWAYS_INLINE __m512 fp8_decode16(__m128i codes, const QuantFp8Format format) {
+    const __m512i v = _mm512_cvtepi8_epi32(codes);
+    if (format == QUANT_FP8_E5M2)
+        return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 21), _mm512_set1_epi32((int)0x8fe00000u)));
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 20), _mm512_set1_epi32((int)0x87f00000u)));
+}
+#endif
+
+// Scores on key tiles: per lane (token) Σ_d q_d · v_d in order of d, times the token's scale; four
+// tiles at a time (independent chains hide the latency of the adds). qu: the query times the unit
+// when the AVX-512 kernel may run, else NULL.
+static ALWAYS_INLINE void fp8_scores_tiles(const Fp8State *s, int head, const float *q, const float *qu, int t0,
+                                           const int nt, const int hd, const QuantFp8Format format, float (*acc)[TILE]) {
+    const uint8_t *tile = fp8_tile(s, head, t0 / TILE);
+    const size_t tb = (size_t)TILE * hd;
+#ifdef QUANT_AVX512
+    if (nt == 4 && qu) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int d = 0; d < hd; d++) {
+            const __m512 qd = _mm512_set1_ps(qu[d]);
+            const uint8_t *k = tile + (size_t)d * TILE;
+#define FP8_LANES(i) fp8_decode16(_mm_loadu_si128((const __m128i *)(const void *)(k + (i) * tb)), format)
+            a0 = _mm512_add_ps(a0, _mm512_mul_ps(qd, FP8_LANES(0)));
+            a1 = _mm512_add_ps(a1, _mm512_mul_ps(qd, FP8_LANES(1)));
+            a2 = _mm512_add_ps(a2, _mm512_mul_ps(qd, FP8_LANES(2)));
+            a3 = _mm512_add_ps(a3, _mm512_mul_ps(qd, FP8_LANES(3)));
+#undef FP8_LANES
+        }
+        _mm512_storeu_ps(acc[0], a0);
+        _mm512_storeu_ps(acc[1], a1);
+        _mm512_storeu_ps(acc[2], a2);
+        _mm512_storeu_ps(acc[3], a3);
+        return;
+    }
+#endif
+    (void)qu;
+    for (int k = 0; k < nt; k++)
+        for (int d = 0; d < hd; d++) {
+            const float qd = q[d];
+            const uint8_t *row = tile + (size_t)k * tb + (size_t)d * TILE;
+#pragma omp simd
+            for (int l = 0; l < TILE; l++) acc[k][l] += qd * fp8_decode(row[l], format);
+        }
+}
+
+static ALWAYS_INLINE void fp8_scores_keys(const Fp8State *s, int head, const float *q, float *out, int n, const int hd,
                                           const QuantFp8Format format) {
+    float scaled[256];
+    const float *qu = NULL;
+    if (hd <= 256 && fp8_fast(s, q, hd)) {
+        for (int d = 0; d < hd; d++) scaled[d] = q[d] * fp8_unit(format);
+        qu = scaled;
+    }
+    for (int t0 = 0; t0 < n; t0 += 4 * TILE) {
+        const int nt = n - t0 >= 4 * TILE ? 4 : (n - t0 + TILE - 1) / TILE;
+        float acc[4][TILE] = {{0}};
+        if (nt == 4)
+            fp8_scores_tiles(s, head, q, qu, t0, 4, hd, format, acc);
+        else
+            fp8_scores_tiles(s, head, q, qu, t0, nt, hd, format, acc);
+        for (int k = 0; k < nt; k++) {
+            float sc[TILE];
+            if (s->scaled) quant_fp16_to_fp32_16(s->scales + fp8_slot(s, head, t0 + k * TILE), sc);
+            const int m = n - t0 - k * TILE < TILE ? n - t0 - k * TILE : TILE;
+            for (int l = 0; l < m; l++) out[t0 + k * TILE + l] = s->scaled ? acc[k][l] * sc[l] : acc[k][l];
+        }
+    }
+}
+
+// Mix on value rows: out = even + odd, the sums over even and odd tokens of w_j · v with
+// w_j = p_j · scale_j (and, for the AVX-512 kernel, · unit). Weights of 64 tokens are made ahead
+// of their use: a broadcast that reads a vector store still in flight would wait for it.
+static ALWAYS_INLINE void fp8_weights(const Fp8State *s, int head, const float *p, int n, int j0, float unit, float *w) {
+    for (int i = 0; i < 4 * TILE && j0 + i < n; i += TILE) {
+        float sc[TILE];
+        if (s->scaled)
+            quant_fp16_to_fp32_16(s->scales + fp8_slot(s, head, j0 + i), sc);
+        else
+            for (int l = 0; l < TILE; l++) sc[l] = 1.0f;
+        if (n - j0 - i >= TILE) {
+#pragma omp simd
+            for (int l = 0; l < TILE; l++) w[i + l] = (s->scaled ? p[j0 + i + l] * sc[l] : p[j0 + i + l]) * unit;
+        } else {
+            for (int l = 0; l < TILE; l++)
+                w[i + l] = j0 + i + l < n ? (s->scaled ? p[j0 + i + l] * sc[l] : p[j0 + i + l]) * unit : 0.0f;
+        }
+    }
+}
+
+static ALWAYS_INLINE void fp8_mix_rows(const Fp8State *s, int head, const float *p, float *out, int n, const int hd,
+                                       const QuantFp8Format format) {
+    float even[64] __attribute__((aligned(64))) = {0}, odd[64] __attribute__((aligned(64))) = {0};
+    float wbuf[2][4 * TILE] __attribute__((aligned(64)));
+    int fast = 0;
+#ifdef QUANT_AVX512
+    if (hd == 32 && !s->special) { // the largest weight decides (scale=token can make them large)
+        float m = 0.0f;
+        for (int j0 = 0; j0 < n; j0 += 4 * TILE) {
+            fp8_weights(s, head, p, n, j0, 1.0f, wbuf[0]);
+#pragma omp simd reduction(max : m)
+            for (int i = 0; i < 4 * TILE; i++) m = fabsf(wbuf[0][i]) > m ? fabsf(wbuf[0][i]) : m;
+        }
+        fast = m < (format == QUANT_FP8_E5M2 ? 0x1p15f : 0x1p7f);
+    }
+    __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
+#endif
+    const float unit = fast ? fp8_unit(format) : 1.0f;
+    fp8_weights(s, head, p, n, 0, unit, wbuf[0]);
+    for (int j0 = 0; j0 < n; j0 += 4 * TILE) {
+        if (j0 + 4 * TILE < n) fp8_weights(s, head, p, n, j0 + 4 * TILE, unit, wbuf[(j0 / (4 * TILE) + 1) % 2]);
+        const float *w = wbuf[(j0 / (4 * TILE)) % 2];
+        const int cnt = n - j0 < 4 * TILE ? n - j0 : 4 * TILE;
+        const uint8_t *row = fp8_row(s, head, j0);
+#ifdef QUANT_AVX512
+        if (fast) {
+            __asm__("" ::: "memory"); // the weights broadcast from memory
+            int k = 0;
+#define FP8_ROW(r, h) fp8_decode16(_mm_loadu_si128((const __m128i *)(const void *)((r) + 16 * (h))), format)
+            for (; k + 2 <= cnt; k += 2, row += 64) {
+                const __m512 w0 = _mm512_set1_ps(w[k]), w1 = _mm512_set1_ps(w[k + 1]);
+                e0 = _mm512_add_ps(e0, _mm512_mul_ps(w0, FP8_ROW(row, 0)));
+                e1 = _mm512_add_ps(e1, _mm512_mul_ps(w0, FP8_ROW(row, 1)));
+                o0 = _mm512_add_ps(o0, _mm512_mul_ps(w1, FP8_ROW(row + 32, 0)));
+                o1 = _mm512_add_ps(o1, _mm512_mul_ps(w1, FP8_ROW(row + 32, 1)));
+            }
+            if (k < cnt) {
+                const __m512 w0 = _mm512_set1_ps(w[k]);
+                e0 = _mm512_add_ps(e0, _mm512_mul_ps(w0, FP8_ROW(row, 0)));
+                e1 = _mm512_add_ps(e1, _mm512_mul_ps(w0, FP8_ROW(row, 1)));
+            }
+#undef FP8_ROW
+            continue;
+        }
+#endif
+        for (int k = 0; k < cnt; k++, row += hd) {
+            float *acc = k % 2 ? odd : even;
+            const float wk = w[k];
+#pragma omp simd
+            for (int d = 0; d < hd; d++) acc[d] += wk * fp8_decode(row[d], format);
+        }
+    }
+#ifdef QUANT_AVX512
+    if (fast) {
+        _mm512_store_ps(even, e0);
+        _mm512_store_ps(even + 16, e1);
+        _mm512_store_ps(odd, o0);
+        _mm512_store_ps(odd + 16, o1);
+    }
+#endif
+    for (int d = 0; d < hd; d++) out[d] = even[d] + odd[d];
+}
+
+// Scoring a value stream or mixing a key stream (not what attention does), and head_dims past the
+// kernels' buffers: number by number.
+static void fp8_scores_general(const Fp8State *s, int head, const float *q, float *out, int n) {
     for (int j = 0; j < n; j++) {
-        const uint8_t *k = s->codes + fp8_index(s, head, j) * hd;
         float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-        for (int d = 0; d < hd; d++) acc += q[d] * fp8_decode(k[d], format);
+        for (int d = 0; d < s->head_dim; d++) acc += q[d] * fp8_decode(*fp8_code(s, head, j, d), s->format);
         out[j] = acc * fp8_scale(s, head, j);
     }
 }
 
-static ALWAYS_INLINE void fp8_mix_impl(const Fp8State *s, int head, const float *p, float *out, int n, const int hd,
-                                       const QuantFp8Format format) {
-    memset(out, 0, sizeof(float) * (size_t)hd);
+static void fp8_mix_general(const Fp8State *s, int head, const float *p, float *out, int n) {
+    memset(out, 0, sizeof(float) * (size_t)s->head_dim);
     for (int j = 0; j < n; j++) {
-        const uint8_t *v = s->codes + fp8_index(s, head, j) * hd;
         const float w = p[j] * fp8_scale(s, head, j);
-#pragma omp simd
-        for (int d = 0; d < hd; d++) out[d] += w * fp8_decode(v[d], format);
+        for (int d = 0; d < s->head_dim; d++) out[d] += w * fp8_decode(*fp8_code(s, head, j, d), s->format);
     }
 }
 
-#define FP8_DISPATCH(s, KERNEL)                                                                    \
-    if ((s)->head_dim == 32 && (s)->format == QUANT_FP8_E4M3)                                      \
-        KERNEL(32, QUANT_FP8_E4M3);                                                                \
-    else if ((s)->head_dim == 32)                                                                  \
-        KERNEL(32, QUANT_FP8_E5M2);                                                                \
-    else if ((s)->format == QUANT_FP8_E4M3)                                                        \
-        KERNEL((s)->head_dim, QUANT_FP8_E4M3);                                                     \
-    else                                                                                           \
-        KERNEL((s)->head_dim, QUANT_FP8_E5M2);
+// Instances: micro's head_dim 32 per format; other head_dims up to 64 (values) or 256 (keys) with
+// run-time values.
+#define FP8_INSTANCE(id, fmt)                                                                      \
+    static void fp8_scores_##id(const Fp8State *s, int head, const float *q, float *out, int n) {   \
+        fp8_scores_keys(s, head, q, out, n, 32, fmt);                                              \
+    }                                                                                              \
+    static void fp8_mix_##id(const Fp8State *s, int head, const float *p, float *out, int n) {     \
+        fp8_mix_rows(s, head, p, out, n, 32, fmt);                                                 \
+    }
+FP8_INSTANCE(e4m3, QUANT_FP8_E4M3)
+FP8_INSTANCE(e5m2, QUANT_FP8_E5M2)
+#undef FP8_INSTANCE
 
 static void fp8_scores(const void *state, int head, const float *q, float *out, int n) {
     const Fp8State *s = state;
-#define SCORES(hd, format) fp8_scores_impl(s, head, q, out, n, hd, format)
-    FP8_DISPATCH(s, SCORES)
-#undef SCORES
+    if (!s->is_key || s->head_dim > 256)
+        fp8_scores_general(s, head, q, out, n);
+    else if (s->head_dim == 32)
+        (s->format == QUANT_FP8_E5M2 ? fp8_scores_e5m2 : fp8_scores_e4m3)(s, head, q, out, n);
+    else
+        fp8_scores_keys(s, head, q, out, n, s->head_dim, s->format);
 }
 
 static void fp8_mix(const void *state, int head, const float *p, float *out, int n) {
     const Fp8State *s = state;
-#define MIX(hd, format) fp8_mix_impl(s, head, p, out, n, hd, format)
-    FP8_DISPATCH(s, MIX)
-#undef MIX
+    if (s->is_key || s->head_dim > 64)
+        fp8_mix_general(s, head, p, out, n);
+    else if (s->head_dim == 32)
+        (s->format == QUANT_FP8_E5M2 ? fp8_mix_e5m2 : fp8_mix_e4m3)(s, head, p, out, n);
+    else
+        fp8_mix_rows(s, head, p, out, n, s->head_dim, s->format);
 }
 
 static void fp8_read(const void *state, int head, int token, float *out) {
     const Fp8State *s = state;
-    const uint8_t *v = s->codes + fp8_index(s, head, token) * s->head_dim;
     const float sd = fp8_scale(s, head, token);
-    for (int d = 0; d < s->head_dim; d++) out[d] = fp8_decode(v[d], s->format) * sd;
+    for (int d = 0; d < s->head_dim; d++) out[d] = fp8_decode(*fp8_code(s, head, token, d), s->format) * sd;
 }
 
 static size_t fp8_bytes(const void *state) {

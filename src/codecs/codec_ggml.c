@@ -12,6 +12,14 @@
 // to nearest even); decode uses the stored fp16 values. Nibbles: number j in the low nibble of
 // qs[j], number j+16 in the high one; q5's fifth bits in qh (bit j for number j).
 // head_dim must be a multiple of 32.
+//
+// In memory a block's fields are kept apart, laid out for the kernel that reads them (quant.h,
+// "Kernel layouts"): d, m and qh in arrays [head][block][token]; qs (or q8_0's codes) of keys in
+// token tiles (16 tokens, word-interleaved: lanes = tokens), of values one row per token. read()
+// puts a block back together byte for byte. The score kernel of q4_0, q4_1 and iq4_nl looks each
+// nibble up in a table q_j · level per call and multiplies by d after the block (q4_1 adds m·Σq);
+// their mix kernel builds a table p · x̂(c) per token and looks up both nibbles of each byte. q8_0,
+// q5_0 and q5_1 decode in registers.
 #include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +27,8 @@
 
 #include "../quant.h"
 #include "codecs.h"
+
+#define TILE QUANT_TILE
 
 #define QK 32
 
@@ -40,10 +50,15 @@ static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10
 
 typedef struct {
     BlockFormat format;
-    int n_heads, head_dim, capacity, length;
+    int n_heads, head_dim, capacity, length, is_key;
     int blocks;           // per head per token: head_dim / 32
-    size_t block_bytes;
-    uint8_t *data;        // [head][token][blocks][block_bytes]
+    int slots;            // per head: capacity rounded up to whole tiles
+    size_t block_bytes;   // llama.cpp's block, all fields
+    size_t code_bytes;    // of a block's qs (16) or q8_0's codes (32)
+    size_t unit_bytes;    // codes of a tile (keys) or of a token (values), one head
+    uint8_t *codes;       // keys: [head][tile][block][code_bytes / 4 words][16 lanes]; values: [head][token][block][code_bytes]
+    uint16_t *d, *m;      // [head][block][slot]; m for q4_1 and q5_1
+    uint32_t *qh;         // [head][block][slot] for q5_0 and q5_1
 } BlockState;
 
 // ---- Block layout helpers -------------------------------------------------------------------
@@ -219,7 +234,7 @@ typedef struct {
     uint32_t qh;
 } BlockHead;
 
-#define ALWAYS_INLINE inline __attribute__((always_inline))
+#define ALWAYS_INLINE QUANT_ALWAYS_INLINE
 
 static ALWAYS_INLINE BlockHead block_head(BlockFormat f, const uint8_t *b) {
     BlockHead h = {load_f16(b), 0.0f, 0};
@@ -259,9 +274,21 @@ static ALWAYS_INLINE void block_pair(BlockFormat f, const uint8_t *b, BlockHead 
 }
 
 // ---- The codec ------------------------------------------------------------------------------
+// Where qs (or q8_0's codes) start in a block, and whether it has m / qh.
+static size_t block_qs_offset(BlockFormat f) {
+    switch (f) {
+    case FMT_Q4_1: return 4;
+    case FMT_Q5_0: return 6;
+    case FMT_Q5_1: return 8;
+    default: return 2;
+    }
+}
+static int block_has_m(BlockFormat f) { return f == FMT_Q4_1 || f == FMT_Q5_1; }
+static int block_has_qh(BlockFormat f) { return f == FMT_Q5_0 || f == FMT_Q5_1; }
+
 static void *block_create(BlockFormat f, CodecSpec *spec, int n_heads, int head_dim, int capacity,
                           char *normalised, size_t normalised_len, char *err, size_t errlen) {
-    (void)spec_string(spec, "role"); // keys and values are quantised alike
+    const char *role = spec_string(spec, "role");
     const char *name = block_info[f].name;
     if (n_heads < 1 || capacity < 1 || head_dim < QK || head_dim % QK) {
         snprintf(err, errlen, "%s: blocks of 32 need head_dim a multiple of 32 and at least one head and token "
@@ -270,112 +297,410 @@ static void *block_create(BlockFormat f, CodecSpec *spec, int n_heads, int head_
     }
     BlockState *s = calloc(1, sizeof *s);
     if (s) {
+        s->format = f;
+        s->n_heads = n_heads;
+        s->head_dim = head_dim;
+        s->capacity = capacity;
+        s->is_key = !role || strcmp(role, "v") != 0;
         s->block_bytes = block_info[f].block_bytes;
         s->blocks = head_dim / QK;
-        s->data = malloc((size_t)n_heads * (size_t)capacity * (size_t)s->blocks * s->block_bytes);
+        s->slots = (capacity + TILE - 1) / TILE * TILE;
+        s->code_bytes = f == FMT_Q8_0 ? 32 : 16;
+        s->unit_bytes = (size_t)s->blocks * s->code_bytes * (s->is_key ? TILE : 1);
+        const size_t units = s->is_key ? (size_t)s->slots / TILE : (size_t)capacity;
+        const size_t meta = (size_t)n_heads * (size_t)s->blocks * (size_t)s->slots;
+        // Zeroed: the lanes of a partial tile, and scales past the last token, hold finite numbers.
+        s->codes = calloc((size_t)n_heads * units, s->unit_bytes);
+        s->d = calloc(meta, sizeof(uint16_t));
+        if (block_has_m(f)) s->m = calloc(meta, sizeof(uint16_t));
+        if (block_has_qh(f)) s->qh = calloc(meta, sizeof(uint32_t));
     }
-    if (!s || !s->data) {
+    if (!s || !s->codes || !s->d || (block_has_m(f) && !s->m) || (block_has_qh(f) && !s->qh)) {
+        if (s) {
+            free(s->codes);
+            free(s->d);
+            free(s->m);
+            free(s->qh);
+        }
         free(s);
         snprintf(err, errlen, "out of memory allocating a %s cache stream", name);
         return NULL;
     }
-    s->format = f;
-    s->n_heads = n_heads;
-    s->head_dim = head_dim;
-    s->capacity = capacity;
     snprintf(normalised, normalised_len, "%s", name);
     return s;
 }
 
-static inline const uint8_t *block_row(const BlockState *s, int head, int token) {
-    return s->data + ((size_t)head * s->capacity + (size_t)token) * s->blocks * s->block_bytes;
+static inline size_t block_meta(const BlockState *s, int head, int block, int token) {
+    return ((size_t)head * (size_t)s->blocks + (size_t)block) * (size_t)s->slots + (size_t)token;
+}
+
+// Keys: tile `tile` of one head; values: the row of one token.
+static inline uint8_t *block_unit(const BlockState *s, int head, int unit) {
+    const size_t units = s->is_key ? (size_t)s->slots / TILE : (size_t)s->capacity;
+    return s->codes + ((size_t)head * units + (size_t)unit) * s->unit_bytes;
+}
+
+// One block in llama.cpp's byte layout, put together from the arrays (read) or taken apart (append).
+static void block_gather(const BlockState *s, int head, int token, int i, uint8_t *b) {
+    const size_t at = block_meta(s, head, i, token);
+    b[0] = (uint8_t)(s->d[at] & 0xff);
+    b[1] = (uint8_t)(s->d[at] >> 8);
+    if (block_has_m(s->format)) {
+        b[2] = (uint8_t)(s->m[at] & 0xff);
+        b[3] = (uint8_t)(s->m[at] >> 8);
+    }
+    if (block_has_qh(s->format))
+        for (int k = 0; k < 4; k++) b[block_qs_offset(s->format) - 4 + k] = (uint8_t)(s->qh[at] >> (8 * k));
+    uint8_t *qs = b + block_qs_offset(s->format);
+    if (s->is_key) {
+        const uint32_t *w = (const uint32_t *)(const void *)block_unit(s, head, token / TILE) + (size_t)i * s->code_bytes / 4 * TILE;
+        quant_tile_get(w, token % TILE, qs, (int)s->code_bytes / 4);
+    } else {
+        memcpy(qs, block_unit(s, head, token) + (size_t)i * s->code_bytes, s->code_bytes);
+    }
+}
+
+static void block_scatter(BlockState *s, int head, int token, int i, const uint8_t *b) {
+    const size_t at = block_meta(s, head, i, token);
+    s->d[at] = (uint16_t)(b[0] | b[1] << 8);
+    if (block_has_m(s->format)) s->m[at] = (uint16_t)(b[2] | b[3] << 8);
+    if (block_has_qh(s->format)) s->qh[at] = load_u32(b + block_qs_offset(s->format) - 4);
+    const uint8_t *qs = b + block_qs_offset(s->format);
+    if (s->is_key) {
+        uint32_t *w = (uint32_t *)(void *)block_unit(s, head, token / TILE) + (size_t)i * s->code_bytes / 4 * TILE;
+        quant_tile_put(w, token % TILE, qs, (int)s->code_bytes / 4);
+    } else {
+        memcpy(block_unit(s, head, token) + (size_t)i * s->code_bytes, qs, s->code_bytes);
+    }
 }
 
 static void block_append(void *state, const float *vec) {
     BlockState *s = state;
-    for (int h = 0; h < s->n_heads; h++) {
-        uint8_t *row = (uint8_t *)block_row(s, h, s->length);
-        for (int i = 0; i < s->blocks; i++)
-            quantise_block(s->format, vec + h * s->head_dim + i * QK, row + i * s->block_bytes);
-    }
+    uint8_t b[34];
+    for (int h = 0; h < s->n_heads; h++)
+        for (int i = 0; i < s->blocks; i++) {
+            quantise_block(s->format, vec + h * s->head_dim + i * QK, b);
+            block_scatter(s, h, s->length, i, b);
+        }
     s->length++;
 }
 
-// The kernels are written once with the format as a parameter and instantiated per format, so
-// each inner loop is straight-line decoding the compiler vectorises.
+static void block_read(const void *state, int head, int token, float *out) {
+    const BlockState *s = state;
+    uint8_t b[34];
+    for (int i = 0; i < s->blocks; i++) {
+        block_gather(s, head, token, i, b);
+        const BlockHead h = block_head(s->format, b);
+        for (int k = 0; k < QK / 2; k++) block_pair(s->format, b, h, k, &out[i * QK + k], &out[i * QK + k + QK / 2]);
+    }
+}
+
+// ---- Kernels ---------------------------------------------------------------------------------
+// The level a code stands for before the scale: q4_0 c − 8, iq4_nl the codebook, q4_1 c (then
+// ·d + m).
+static ALWAYS_INLINE float block_level(BlockFormat f, int c) {
+    return f == FMT_IQ4_NL ? (float)iq4nl_values[c] : f == FMT_Q4_0 ? (float)(c - 8) : (float)c;
+}
+
+static int block_tabled(BlockFormat f) { return f == FMT_Q4_0 || f == FMT_Q4_1 || f == FMT_IQ4_NL; }
+
+// Sixteen tokens' d (or m) of one block as floats, 0 past `n`.
+static ALWAYS_INLINE void block_scales16(const uint16_t *h, int n_left, float *out) {
+    quant_fp16_to_fp32_16(h, out);
+    for (int l = n_left; l < TILE; l++) out[l] = 0.0f;
+}
+
+// Scores on key tiles, four tiles at a time. Per block: q4_0, q4_1 and iq4_nl sum table lookups
+// table[s][nibble s], nibble s being number s/2 + 16·(s%2) (qs byte s/2, low or high); q8_0 and q5
+// sum q_j · level in order of j. Then per token: Σ over blocks of sum · d (q4_1, q5_1: + m · Σq).
 static ALWAYS_INLINE void block_scores_impl(const BlockState *s, int head, const float *q, float *out, int n,
-                                            const BlockFormat f) {
+                                            const BlockFormat f, const int hd) {
+    const int nblk = hd / QK, words = f == FMT_Q8_0 ? 8 : 4;
+    const size_t tw = s->unit_bytes / 4;
+    float tables[8][32][16] __attribute__((aligned(64)));
+    float qsum[8];
+    for (int i = 0; i < nblk; i++) {
+        qsum[i] = 0.0f;
+        for (int j = 0; j < QK; j++) qsum[i] += q[i * QK + j];
+        if (block_tabled(f))
+            for (int st = 0; st < 32; st++) {
+                const float qj = q[i * QK + st / 2 + 16 * (st % 2)];
+                for (int c = 0; c < 16; c++) tables[i][st][c] = qj * block_level(f, c);
+            }
+    }
+    for (int t0 = 0; t0 < n; t0 += 4 * TILE) {
+        const int nt = n - t0 >= 4 * TILE ? 4 : (n - t0 + TILE - 1) / TILE;
+        const uint32_t *tile = (const uint32_t *)(const void *)block_unit(s, head, t0 / TILE);
+        if (t0 / TILE + 12 <= s->slots / TILE)
+            for (size_t b = 0; b < 4 * s->unit_bytes; b += 64) __builtin_prefetch((const char *)tile + 8 * s->unit_bytes + b);
+        float res[4][TILE] = {{0}};
+        for (int i = 0; i < nblk; i++) {
+            const uint32_t *w = tile + (size_t)i * words * TILE;
+            float acc[4][TILE] = {{0}};
+            if (block_tabled(f)) {
+                if (nt == 4)
+                    quant_tile_lookup(w, tw, 4, (const float(*)[16])tables[i], 4, acc);
+                else
+                    quant_tile_lookup(w, tw, nt, (const float(*)[16])tables[i], 4, acc);
+            } else {
+                for (int k = 0; k < nt; k++) {
+                    const uint32_t *wk = w + (size_t)k * tw;
+                    const uint32_t *qh = s->qh ? s->qh + block_meta(s, head, i, t0 + k * TILE) : NULL;
+#pragma GCC unroll 32
+                    for (int j = 0; j < QK; j++) {
+                        const float qj = q[i * QK + j];
+#pragma omp simd
+                        for (int l = 0; l < TILE; l++) {
+                            float lv;
+                            if (f == FMT_Q8_0) {
+                                lv = (float)quant_tile_code_signed(wk, l, j, 8);
+                            } else {
+                                const int c = (int)(quant_tile_code(wk, l, 2 * (j % 16) + j / 16, 4) | ((qh[l] >> j) & 1) << 4);
+                                lv = (float)(f == FMT_Q5_0 ? c - 16 : c);
+                            }
+                            acc[k][l] += qj * lv;
+                        }
+                    }
+                }
+            }
+            for (int k = 0; k < nt; k++) {
+                float d[TILE], m[TILE];
+                const size_t at = block_meta(s, head, i, t0 + k * TILE);
+                block_scales16(s->d + at, TILE, d);
+                if (block_has_m(f)) {
+                    block_scales16(s->m + at, TILE, m);
+#pragma omp simd
+                    for (int l = 0; l < TILE; l++) res[k][l] += acc[k][l] * d[l] + m[l] * qsum[i];
+                } else {
+#pragma omp simd
+                    for (int l = 0; l < TILE; l++) res[k][l] += acc[k][l] * d[l];
+                }
+            }
+        }
+        for (int k = 0; k < nt; k++) {
+            const int m = n - t0 - k * TILE < TILE ? n - t0 - k * TILE : TILE;
+            memcpy(out + t0 + k * TILE, res[k], sizeof(float) * (size_t)m);
+        }
+    }
+}
+
+// acc += p · x̂ for one block of one token decoded in registers (q8_0: (p · d) · code).
+static ALWAYS_INLINE __attribute__((unused)) void block_mix_decoded(const BlockState *s, int head, int i, int token, const uint8_t *qs, float pk,
+                                            float d, float m, const BlockFormat f, float *restrict acc) {
+    if (f == FMT_Q8_0) {
+        const float w = pk * d;
+#pragma omp simd
+        for (int j = 0; j < QK; j++) acc[j] += w * (float)(int8_t)qs[j];
+        return;
+    }
+    const uint32_t qh = s->qh[block_meta(s, head, i, token)];
+#pragma omp simd
+    for (int j = 0; j < QK / 2; j++) {
+        const int lo = (qs[j] & 15) | (int)((qh >> j) & 1) << 4, hi = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+        acc[j] += pk * (f == FMT_Q5_0 ? (float)(lo - 16) * d : (float)lo * d + m);
+        acc[j + 16] += pk * (f == FMT_Q5_0 ? (float)(hi - 16) * d : (float)hi * d + m);
+    }
+}
+
+#ifdef QUANT_AVX512
+// block_mix_decoded in registers: lo gets numbers 0..15, hi 16..31 (the same products and sums).
+static ALWAYS_INLINE void block_mix_decoded16(const uint8_t *qs, uint32_t qh, float pk, float d, float m,
+                                              const BlockFormat f, __m512 *lo, __m512 *hi) {
+    if (f == FMT_Q8_0) {
+        const __m512 w = _mm512_set1_ps(pk * d);
+        const __m512 a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)qs)));
+        const __m512 b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(qs + 16))));
+        *lo = _mm512_add_ps(*lo, _mm512_mul_ps(w, a));
+        *hi = _mm512_add_ps(*hi, _mm512_mul_ps(w, b));
+        return;
+    }
+    const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)qs));
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i h = _mm512_set1_epi32((int)qh), one = _mm512_set1_epi32(1), fifteen = _mm512_set1_epi32(15);
+    __m512i cl = _mm512_or_si512(_mm512_and_si512(bytes, fifteen),
+                                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(h, lane), one), 4));
+    __m512i ch = _mm512_or_si512(_mm512_srli_epi32(bytes, 4),
+                                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(_mm512_srlv_epi32(h, lane), 16), one), 4));
+    const __m512 D = _mm512_set1_ps(d), P = _mm512_set1_ps(pk);
+    __m512 xl, xh;
+    if (f == FMT_Q5_0) {
+        const __m512i sixteen = _mm512_set1_epi32(16);
+        xl = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(cl, sixteen)), D);
+        xh = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ch, sixteen)), D);
+    } else {
+        const __m512 M = _mm512_set1_ps(m);
+        xl = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(cl), D), M);
+        xh = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(ch), D), M);
+    }
+    *lo = _mm512_add_ps(*lo, _mm512_mul_ps(P, xl));
+    *hi = _mm512_add_ps(*hi, _mm512_mul_ps(P, xh));
+}
+#endif
+
+// Mix on value rows, even and odd tokens apart (out = even + odd). q4_0, q4_1, iq4_nl: a table per
+// token, p · x̂(c) with x̂(c) = level(c) · d (+ m) as read() decodes, looked up by both nibbles of
+// each qs byte (low: numbers 0..15, high: 16..31). q8_0 and q5: p · x̂ decoded in registers.
+static ALWAYS_INLINE void block_mix_impl(const BlockState *s, int head, const float *p, float *out, int n,
+                                         const BlockFormat f, const int hd) {
+    float lv[16] __attribute__((aligned(64)));
+    for (int c = 0; c < 16; c++) lv[c] = block_level(f, c);
+    for (int i = 0; i < hd / QK; i++) {
+        float even[QK] __attribute__((aligned(64))) = {0}, odd[QK] __attribute__((aligned(64))) = {0};
+        // d and m of a block of 64 tokens converted ahead of the lookups (a broadcast that reads a
+        // vector store still in flight would wait for it).
+        float dbuf[2][4 * TILE] __attribute__((aligned(64))), mbuf[2][4 * TILE] __attribute__((aligned(64)));
+        for (int j0 = 0; j0 < n; j0 += 4 * TILE) {
+            for (int b = j0 == 0 ? 0 : 1; b < 2; b++) {
+                const int jb = j0 + b * 4 * TILE, slot = (jb / (4 * TILE)) % 2;
+                for (int l = 0; l < 4 * TILE && jb + l < n; l += TILE) {
+                    block_scales16(s->d + block_meta(s, head, i, jb + l), n - jb - l, dbuf[slot] + l);
+                    if (block_has_m(f)) block_scales16(s->m + block_meta(s, head, i, jb + l), n - jb - l, mbuf[slot] + l);
+                }
+            }
+            const float *d = dbuf[(j0 / (4 * TILE)) % 2], *m = mbuf[(j0 / (4 * TILE)) % 2];
+            const int cnt = n - j0 < 4 * TILE ? n - j0 : 4 * TILE;
+            const uint8_t *row = block_unit(s, head, j0) + (size_t)i * s->code_bytes;
+            const size_t rb = s->unit_bytes;
+            if (j0 + 12 * TILE <= s->capacity)
+                for (size_t b = 0; b < 4 * TILE * rb; b += 64) __builtin_prefetch(row + 8 * TILE * rb + b);
+            if (block_tabled(f)) {
+#ifdef QUANT_AVX512
+                __asm__("" ::: "memory"); // d and m broadcast from memory
+                const __m512 L = _mm512_load_ps(lv);
+                __m512 e0 = _mm512_load_ps(even), e1 = _mm512_load_ps(even + 16), o0 = _mm512_load_ps(odd),
+                       o1 = _mm512_load_ps(odd + 16);
+#define BLOCK_TABLE(k)                                                                             \
+    _mm512_mul_ps(_mm512_set1_ps(p[j0 + (k)]),                                                     \
+                  block_has_m(f) ? _mm512_add_ps(_mm512_mul_ps(L, _mm512_set1_ps(d[k])), _mm512_set1_ps(m[k])) \
+                                 : _mm512_mul_ps(L, _mm512_set1_ps(d[k])))
+                int k = 0;
+                for (; k + 2 <= cnt; k += 2) {
+                    quant_group_lookup16(row + (size_t)k * rb, BLOCK_TABLE(k), &e0, &e1);
+                    quant_group_lookup16(row + (size_t)(k + 1) * rb, BLOCK_TABLE(k + 1), &o0, &o1);
+                }
+                if (k < cnt) quant_group_lookup16(row + (size_t)k * rb, BLOCK_TABLE(k), &e0, &e1);
+#undef BLOCK_TABLE
+                _mm512_store_ps(even, e0);
+                _mm512_store_ps(even + 16, e1);
+                _mm512_store_ps(odd, o0);
+                _mm512_store_ps(odd + 16, o1);
+#else
+                for (int k = 0; k < cnt; k++) {
+                    float t[16], *acc = k % 2 ? odd : even;
+                    const uint8_t *qs = row + (size_t)k * rb;
+                    for (int c = 0; c < 16; c++) t[c] = p[j0 + k] * (block_has_m(f) ? lv[c] * d[k] + m[k] : lv[c] * d[k]);
+                    for (int j = 0; j < 16; j++) {
+                        acc[j] += t[qs[j] & 15];
+                        acc[j + 16] += t[qs[j] >> 4];
+                    }
+                }
+#endif
+                continue;
+            }
+#ifdef QUANT_AVX512
+            __asm__("" ::: "memory"); // d and m broadcast from memory
+            __m512 e0 = _mm512_load_ps(even), e1 = _mm512_load_ps(even + 16), o0 = _mm512_load_ps(odd),
+                   o1 = _mm512_load_ps(odd + 16);
+            const uint32_t *qh = s->qh ? s->qh + block_meta(s, head, i, j0) : NULL;
+            int k = 0;
+            for (; k + 2 <= cnt; k += 2) {
+                block_mix_decoded16(row + (size_t)k * rb, qh ? qh[k] : 0, p[j0 + k], d[k], m[k], f, &e0, &e1);
+                block_mix_decoded16(row + (size_t)(k + 1) * rb, qh ? qh[k + 1] : 0, p[j0 + k + 1], d[k + 1], m[k + 1], f,
+                                    &o0, &o1);
+            }
+            if (k < cnt) block_mix_decoded16(row + (size_t)k * rb, qh ? qh[k] : 0, p[j0 + k], d[k], m[k], f, &e0, &e1);
+            _mm512_store_ps(even, e0);
+            _mm512_store_ps(even + 16, e1);
+            _mm512_store_ps(odd, o0);
+            _mm512_store_ps(odd + 16, o1);
+#else
+            for (int k = 0; k < cnt; k++) {
+                if (k % 2 == 0)
+                    block_mix_decoded(s, head, i, j0 + k, row + (size_t)k * rb, p[j0 + k], d[k], m[k], f, even);
+                else
+                    block_mix_decoded(s, head, i, j0 + k, row + (size_t)k * rb, p[j0 + k], d[k], m[k], f, odd);
+            }
+#endif
+        }
+        for (int j = 0; j < QK; j++) out[i * QK + j] = even[j] + odd[j];
+    }
+}
+
+// Scoring a value stream or mixing a key stream (not what attention does): token by token via read.
+static void block_scores_general(const BlockState *s, int head, const float *q, float *out, int n) {
+    float x[QK];
     for (int j = 0; j < n; j++) {
-        const uint8_t *row = block_row(s, head, j);
         float acc = 0.0f;
         for (int i = 0; i < s->blocks; i++) {
-            const uint8_t *b = row + i * s->block_bytes;
-            const BlockHead h = block_head(f, b);
-            const float *qb = q + i * QK;
-#pragma omp simd reduction(+ : acc)
-            for (int k = 0; k < QK / 2; k++) {
-                float lo, hi;
-                block_pair(f, b, h, k, &lo, &hi);
-                acc += qb[k] * lo + qb[k + QK / 2] * hi;
-            }
+            uint8_t b[34];
+            block_gather(s, head, j, i, b);
+            const BlockHead h = block_head(s->format, b);
+            for (int k = 0; k < QK / 2; k++) block_pair(s->format, b, h, k, &x[k], &x[k + QK / 2]);
+            for (int k = 0; k < QK; k++) acc += q[i * QK + k] * x[k];
         }
         out[j] = acc;
     }
 }
 
-static ALWAYS_INLINE void block_mix_impl(const BlockState *s, int head, const float *p, float *out, int n,
-                                         const BlockFormat f) {
+static void block_mix_general(const BlockState *s, int head, const float *p, float *out, int n) {
+    float x[QK];
     memset(out, 0, sizeof(float) * (size_t)s->head_dim);
-    for (int j = 0; j < n; j++) {
-        const uint8_t *row = block_row(s, head, j);
-        const float pj = p[j];
+    for (int j = 0; j < n; j++)
         for (int i = 0; i < s->blocks; i++) {
-            const uint8_t *b = row + i * s->block_bytes;
-            const BlockHead h = block_head(f, b);
-            float *ob = out + i * QK;
-#pragma omp simd
-            for (int k = 0; k < QK / 2; k++) {
-                float lo, hi;
-                block_pair(f, b, h, k, &lo, &hi);
-                ob[k] += pj * lo;
-                ob[k + QK / 2] += pj * hi;
-            }
+            uint8_t b[34];
+            block_gather(s, head, j, i, b);
+            const BlockHead h = block_head(s->format, b);
+            for (int k = 0; k < QK / 2; k++) block_pair(s->format, b, h, k, &x[k], &x[k + QK / 2]);
+            for (int k = 0; k < QK; k++) out[i * QK + k] += p[j] * x[k];
         }
-    }
 }
 
-#define BLOCK_DISPATCH(s, KERNEL)                                                                  \
-    switch ((s)->format) {                                                                         \
-    case FMT_Q8_0: KERNEL(FMT_Q8_0); break;                                                        \
-    case FMT_Q4_0: KERNEL(FMT_Q4_0); break;                                                        \
-    case FMT_Q4_1: KERNEL(FMT_Q4_1); break;                                                        \
-    case FMT_Q5_0: KERNEL(FMT_Q5_0); break;                                                        \
-    case FMT_Q5_1: KERNEL(FMT_Q5_1); break;                                                        \
-    case FMT_IQ4_NL: KERNEL(FMT_IQ4_NL); break;                                                    \
+// One instance per format at micro's head_dim 32, one for other head_dims (up to 8 blocks).
+#define BLOCK_INSTANCE(id, fmt)                                                                    \
+    static void scores_##id(const BlockState *s, int head, const float *q, float *out, int n) {     \
+        if (s->head_dim == 32)                                                                     \
+            block_scores_impl(s, head, q, out, n, fmt, 32);                                        \
+        else                                                                                       \
+            block_scores_impl(s, head, q, out, n, fmt, s->head_dim);                               \
+    }                                                                                              \
+    static void mix_##id(const BlockState *s, int head, const float *p, float *out, int n) {       \
+        if (s->head_dim == 32)                                                                     \
+            block_mix_impl(s, head, p, out, n, fmt, 32);                                           \
+        else                                                                                       \
+            block_mix_impl(s, head, p, out, n, fmt, s->head_dim);                                  \
     }
+BLOCK_INSTANCE(q8_0, FMT_Q8_0)
+BLOCK_INSTANCE(q4_0, FMT_Q4_0)
+BLOCK_INSTANCE(q4_1, FMT_Q4_1)
+BLOCK_INSTANCE(q5_0, FMT_Q5_0)
+BLOCK_INSTANCE(q5_1, FMT_Q5_1)
+BLOCK_INSTANCE(iq4_nl, FMT_IQ4_NL)
+#undef BLOCK_INSTANCE
+
+typedef void (*BlockKernel)(const BlockState *, int, const float *, float *, int);
+static const BlockKernel block_scores_fn[] = {
+    [FMT_Q8_0] = scores_q8_0, [FMT_Q4_0] = scores_q4_0, [FMT_Q4_1] = scores_q4_1,
+    [FMT_Q5_0] = scores_q5_0, [FMT_Q5_1] = scores_q5_1, [FMT_IQ4_NL] = scores_iq4_nl,
+};
+static const BlockKernel block_mix_fn[] = {
+    [FMT_Q8_0] = mix_q8_0, [FMT_Q4_0] = mix_q4_0, [FMT_Q4_1] = mix_q4_1,
+    [FMT_Q5_0] = mix_q5_0, [FMT_Q5_1] = mix_q5_1, [FMT_IQ4_NL] = mix_iq4_nl,
+};
 
 static void block_scores(const void *state, int head, const float *q, float *out, int n) {
     const BlockState *s = state;
-#define SCORES(f) block_scores_impl(s, head, q, out, n, f)
-    BLOCK_DISPATCH(s, SCORES)
-#undef SCORES
+    if (s->is_key && s->blocks <= 8)
+        block_scores_fn[s->format](s, head, q, out, n);
+    else
+        block_scores_general(s, head, q, out, n);
 }
 
 static void block_mix(const void *state, int head, const float *p, float *out, int n) {
     const BlockState *s = state;
-#define MIX(f) block_mix_impl(s, head, p, out, n, f)
-    BLOCK_DISPATCH(s, MIX)
-#undef MIX
-}
-
-static void block_read(const void *state, int head, int token, float *out) {
-    const BlockState *s = state;
-    const uint8_t *row = block_row(s, head, token);
-    for (int i = 0; i < s->blocks; i++) {
-        const uint8_t *b = row + i * s->block_bytes;
-        const BlockHead h = block_head(s->format, b);
-        for (int k = 0; k < QK / 2; k++) block_pair(s->format, b, h, k, &out[i * QK + k], &out[i * QK + k + QK / 2]);
-    }
+    if (!s->is_key)
+        block_mix_fn[s->format](s, head, p, out, n);
+    else
+        block_mix_general(s, head, p, out, n);
 }
 
 static size_t block_bytes(const void *state) {
@@ -386,7 +711,10 @@ static size_t block_bytes(const void *state) {
 static void block_destroy(void *state) {
     BlockState *s = state;
     if (!s) return;
-    free(s->data);
+    free(s->codes);
+    free(s->d);
+    free(s->m);
+    free(s->qh);
     free(s);
 }
 

@@ -274,6 +274,17 @@ static ALWAYS_INLINE void int_table(const float *x, const int per, const float (
     }
 }
 
+#ifdef QUANT_AVX512
+// int_table in a register (the same products and sums).
+static ALWAYS_INLINE __m512 int_table16(const float *x, const int per, __m512 L0, __m512 L1, __m512 L2, __m512 L3) {
+    __m512 t = _mm512_mul_ps(_mm512_set1_ps(x[0]), L0);
+    if (per > 1) t = _mm512_add_ps(t, _mm512_mul_ps(_mm512_set1_ps(x[1]), L1));
+    if (per > 2) t = _mm512_add_ps(t, _mm512_mul_ps(_mm512_set1_ps(x[2]), L2));
+    if (per > 3) t = _mm512_add_ps(t, _mm512_mul_ps(_mm512_set1_ps(x[3]), L3));
+    return t;
+}
+#endif
+
 // The tables of the score kernel for one chunk of the query (32 numbers).
 static ALWAYS_INLINE void int_key_tables(const float *q, const int bits, float (*tables)[16]) {
     float lv[4][16];
@@ -355,35 +366,68 @@ static ALWAYS_INLINE void int_scores_tiled(const IntState *s, int head, const fl
     }
 }
 
+// w[i] = p · scale of tokens j0 + i, i < 64 (0 from n on).
+static ALWAYS_INLINE void int_weights(const IntState *s, int head, const float *p, int n, int j0, float *w) {
+    for (int i = 0; i < 4 * TILE && j0 + i < n; i += TILE) {
+        int_scales(s, int_slot(s, head, j0 + i), w + i);
+        if (n - j0 - i >= TILE) {
+#pragma omp simd
+            for (int l = 0; l < TILE; l++) w[i + l] *= p[j0 + i + l];
+        } else {
+            for (int l = 0; l < TILE; l++) w[i + l] = j0 + i + l < n ? w[i + l] * p[j0 + i + l] : 0.0f;
+        }
+    }
+}
+
 // ---- Values: token groups (B = 4, 2, 1) -----------------------------------------------------
-// Per group of g = 4/B tokens a table Σ_t w_t · level(code_t), w_t = p_t · scale_t (0 past n);
-// blocks of 16 groups: tables first, then the lookups of each chunk (quant_group_lookup).
+// Per group of g = 4/B tokens a table Σ_t w_t · level(code_t), w_t = p_t · scale_t (0 past n),
+// then the lookups of its chunk (quant_group_lookup); 16 tokens at a time.
 static ALWAYS_INLINE void int_mix_groups(const IntState *s, int head, const float *p, float *out, int n, const int hd,
                                          const int bits) {
-    const int g = 4 / bits, ng = (n + g - 1) / g;
-    float lv[4][16];
+    const int g = 4 / bits;
+    const size_t ub = (size_t)hd / 2; // bytes of a group: g · hd · B / 8
+    float lv[4][16] __attribute__((aligned(64)));
     int_table_levels(bits, lv);
     for (int c = 0; c < hd / 32; c++) {
-        float acc[2][2][16] = {{{0}}};
-        for (int u0 = 0; u0 < ng; u0 += 16) {
-            const int nb = ng - u0 < 16 ? ng - u0 : 16;
-            float w[16 * 4] __attribute__((aligned(64)));
-            float sc[16 * 4];
-            const int j0 = u0 * g, nj = nb * g;
-            for (int i = 0; i < nj; i += TILE) int_scales(s, int_slot(s, head, j0 + i), sc + i);
-            if (j0 + nj <= n) {
-#pragma omp simd
-                for (int i = 0; i < nj; i++) w[i] = p[j0 + i] * sc[i];
-            } else {
-                for (int i = 0; i < nj; i++) w[i] = j0 + i < n ? p[j0 + i] * sc[i] : 0.0f;
-            }
-            float tables[16][16] __attribute__((aligned(64)));
-            for (int k = 0; k < nb; k++) int_table(w + k * g, g, (const float(*)[16])lv, tables[k]);
+        float acc[2][2][16] __attribute__((aligned(64))) = {{{0}}};
+#ifdef QUANT_AVX512
+        __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
+        const __m512 L0 = _mm512_load_ps(lv[0]), L1 = _mm512_load_ps(lv[1]), L2 = _mm512_load_ps(lv[2]),
+                     L3 = _mm512_load_ps(lv[3]);
+#endif
+        // Weights w = p · scale, a block of 64 tokens ahead of the lookups (a broadcast that reads
+        // a vector store still in flight would wait for it).
+        float wbuf[2][4 * TILE] __attribute__((aligned(64)));
+        int_weights(s, head, p, n, 0, wbuf[0]);
+        for (int j0 = 0; j0 < n; j0 += TILE) {
+            if (j0 % (4 * TILE) == 0 && j0 + 4 * TILE < n) int_weights(s, head, p, n, j0 + 4 * TILE, wbuf[(j0 / (4 * TILE) + 1) % 2]);
+            const float *w = wbuf[(j0 / (4 * TILE)) % 2] + j0 % (4 * TILE);
+            const int u0 = j0 / g, nb = (n - j0 >= TILE ? TILE : n - j0 + g - 1) / g; // u0 is even
             const uint8_t *chunk = int_unit(s, head, u0) + (size_t)c * 16;
-            if (u0 + 48 <= s->units) // the block after next, towards L1
-                for (size_t b = 0; b < 16 * s->unit_bytes; b += 64) __builtin_prefetch(chunk + 32 * s->unit_bytes + b);
-            quant_group_lookup(chunk, s->unit_bytes, nb, u0, (const float(*)[16])tables, acc);
+            if (u0 + 3 * TILE / g <= s->units) // 16 tokens after next, towards L1
+                for (size_t b = 0; b < TILE / g * ub; b += 64) __builtin_prefetch(chunk + 2 * TILE / g * ub + b);
+#ifdef QUANT_AVX512
+            __asm__("" ::: "memory"); // each table broadcasts its weights from memory
+            int k = 0;
+            for (; k + 2 <= nb; k += 2) {
+                quant_group_lookup16(chunk + (size_t)k * ub, int_table16(w + k * g, g, L0, L1, L2, L3), &e0, &e1);
+                quant_group_lookup16(chunk + (size_t)(k + 1) * ub, int_table16(w + (k + 1) * g, g, L0, L1, L2, L3), &o0,
+                                     &o1);
+            }
+            if (k < nb)
+                quant_group_lookup16(chunk + (size_t)k * ub, int_table16(w + k * g, g, L0, L1, L2, L3), &e0, &e1);
+#else
+            float tables[TILE][16];
+            for (int k = 0; k < nb; k++) int_table(w + k * g, g, (const float(*)[16])lv, tables[k]);
+            quant_group_lookup(chunk, ub, nb, u0, (const float(*)[16])tables, acc);
+#endif
         }
+#ifdef QUANT_AVX512
+        _mm512_store_ps(acc[0][0], e0);
+        _mm512_store_ps(acc[0][1], e1);
+        _mm512_store_ps(acc[1][0], o0);
+        _mm512_store_ps(acc[1][1], o1);
+#endif
         for (int i = 0; i < 16; i++) {
             out[32 * c + 2 * i] = acc[0][0][i] + acc[1][0][i];
             out[32 * c + 2 * i + 1] = acc[0][1][i] + acc[1][1][i];
@@ -408,11 +452,68 @@ static ALWAYS_INLINE void int_row_levels(const uint8_t *row, const int bits, flo
     }
 }
 
+#ifdef QUANT_AVX512
+// The levels of numbers 16h .. 16h+15 of a row of one chunk (B != 1): the two bytes that hold each
+// code gathered into its lane (vpermb), shifted up to bit 31 and back down with the sign.
+static ALWAYS_INLINE __m512 int_row_levels16(const uint8_t *row, __m512i ctrl, __m512i up, const int h, const int bits) {
+    if (bits == 8)
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(row + 16 * h))));
+    const __m512i bytes = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (4 * bits)) - 1), row);
+    const __m512i v = _mm512_sllv_epi32(_mm512_permutexvar_epi8(ctrl, bytes), up);
+    return _mm512_cvtepi32_ps(_mm512_srai_epi32(v, (unsigned)(32 - bits)));
+}
+#endif
+
 static ALWAYS_INLINE void int_mix_rows_hd(const IntState *s, int head, const float *p, float *out, int n, const int hd,
                                           const int bits) {
+#if defined(QUANT_AVX512) && defined(__AVX512VBMI__)
+    if (bits > 1) {
+        uint8_t ctrl[2][64];
+        uint32_t up[2][16];
+        for (int h = 0; h < 2; h++)
+            for (int i = 0; i < 16; i++) {
+                const int bit = (16 * h + i) * bits;
+                for (int b = 0; b < 4; b++) ctrl[h][4 * i + b] = (uint8_t)(bit / 8 + (b > 0));
+                up[h][i] = (uint32_t)(32 - bits - bit % 8);
+            }
+        const __m512i c0 = _mm512_loadu_si512(ctrl[0]), c1 = _mm512_loadu_si512(ctrl[1]), u0 = _mm512_loadu_si512(up[0]),
+                      u1 = _mm512_loadu_si512(up[1]);
+        for (int c = 0; c < hd / 32; c++) {
+            __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
+            const size_t at = (size_t)c * 4 * bits;
+            float wbuf[2][4 * TILE] __attribute__((aligned(64)));
+            int_weights(s, head, p, n, 0, wbuf[0]);
+            for (int j0 = 0; j0 < n; j0 += 4 * TILE) {
+                if (j0 + 4 * TILE < n) int_weights(s, head, p, n, j0 + 4 * TILE, wbuf[(j0 / (4 * TILE) + 1) % 2]);
+                const float *w = wbuf[(j0 / (4 * TILE)) % 2];
+                __asm__("" ::: "memory"); // the weights broadcast from memory
+                const int m = n - j0 < 4 * TILE ? n - j0 : 4 * TILE;
+                const uint8_t *row = int_unit(s, head, j0) + at;
+                if (j0 / TILE + 12 <= s->units)
+                    for (size_t b = 0; b < 4 * TILE * s->row_bytes; b += 64) __builtin_prefetch(row + 8 * TILE * s->row_bytes + b);
+                int k = 0;
+                for (; k + 2 <= m; k += 2, row += 2 * s->row_bytes) {
+                    const __m512 w0 = _mm512_set1_ps(w[k]), w1 = _mm512_set1_ps(w[k + 1]);
+                    e0 = _mm512_add_ps(e0, _mm512_mul_ps(w0, int_row_levels16(row, c0, u0, 0, bits)));
+                    e1 = _mm512_add_ps(e1, _mm512_mul_ps(w0, int_row_levels16(row, c1, u1, 1, bits)));
+                    o0 = _mm512_add_ps(o0, _mm512_mul_ps(w1, int_row_levels16(row + s->row_bytes, c0, u0, 0, bits)));
+                    o1 = _mm512_add_ps(o1, _mm512_mul_ps(w1, int_row_levels16(row + s->row_bytes, c1, u1, 1, bits)));
+                }
+                if (k < m) {
+                    const __m512 w0 = _mm512_set1_ps(w[k]);
+                    e0 = _mm512_add_ps(e0, _mm512_mul_ps(w0, int_row_levels16(row, c0, u0, 0, bits)));
+                    e1 = _mm512_add_ps(e1, _mm512_mul_ps(w0, int_row_levels16(row, c1, u1, 1, bits)));
+                }
+            }
+            _mm512_storeu_ps(out + 32 * c, _mm512_add_ps(e0, o0));
+            _mm512_storeu_ps(out + 32 * c + 16, _mm512_add_ps(e1, o1));
+        }
+        return;
+    }
+#endif
     for (int c = 0; c < hd / 32; c++) {
         float even[32] = {0}, odd[32] = {0}, lv[32];
-        const size_t at = quant_packed_bytes((size_t)c * 32, bits);
+        const size_t at = (size_t)c * 4 * bits;
         int j = 0;
         for (; j + 2 <= n; j += 2) {
             const float w0 = p[j] * int_scale(s, int_slot(s, head, j)), w1 = p[j + 1] * int_scale(s, int_slot(s, head, j + 1));
