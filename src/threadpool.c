@@ -1,11 +1,16 @@
-// Workers spin on a generation counter instead of sleeping on a condition variable: a decode step
-// has ~20 fork-join points of a few microseconds each, and waking a sleeping thread costs more than that.
+// Workers spin on a generation counter before they sleep: a decode step has ~20 fork-join points of
+// a few microseconds each, and waking a sleeping thread costs more than that. They do go to sleep
+// (on a futex) after a short spin, because when another process holds the second core a spinning
+// pool waits a whole scheduler slice at every join, and decoding becomes 20x slower, not 2x.
 #include "threadpool.h"
 
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -26,16 +31,39 @@ struct ThreadPool {
     PoolTask task;
     void *ctx;
     atomic_uint generation;
-    atomic_int pending; // workers still running the current task
+    atomic_uint pending; // workers still running the current task
+    atomic_int sleepers; // workers asleep on generation, or the caller asleep on pending
     atomic_int stop;
 };
 
-// Spin briefly, then yield, so an idle pool does not starve other processes of the core.
-static void backoff(unsigned *spins) {
-    if (++*spins < 4096)
-        CPU_RELAX();
-    else
-        sched_yield();
+// Spins this many times (tens of microseconds) before sleeping.
+#define SPINS 20000
+
+static void futex_wait(atomic_uint *word, unsigned expected) {
+    syscall(SYS_futex, (unsigned *)word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+static void futex_wake_all(atomic_uint *word) { syscall(SYS_futex, (unsigned *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0); }
+
+// Waits until *word differs from `value`: a short spin, then sleeps. `sleepers` is raised before
+// sleeping, so the writer, which changes *word first and reads `sleepers` after, always wakes us
+// (futex_wait itself returns at once if *word has already changed).
+static unsigned wait_while_equal(ThreadPool *p, atomic_uint *word, unsigned value) {
+    unsigned now;
+    for (int spins = 0; (now = atomic_load_explicit(word, memory_order_acquire)) == value; spins++) {
+        if (spins < SPINS) {
+            CPU_RELAX();
+            continue;
+        }
+        atomic_fetch_add(&p->sleepers, 1);
+        futex_wait(word, value);
+        atomic_fetch_sub(&p->sleepers, 1);
+    }
+    return now;
+}
+
+static void wake_sleepers(ThreadPool *p, atomic_uint *word) {
+    if (atomic_load(&p->sleepers) > 0) futex_wake_all(word);
 }
 
 static void *worker_main(void *arg) {
@@ -43,13 +71,10 @@ static void *worker_main(void *arg) {
     ThreadPool *p = w->pool;
     unsigned seen = 0;
     for (;;) {
-        unsigned spins = 0, gen;
-        while ((gen = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen)
-            backoff(&spins);
-        seen = gen;
+        seen = wait_while_equal(p, &p->generation, seen);
         if (atomic_load_explicit(&p->stop, memory_order_relaxed)) return NULL;
         p->task(p->ctx, w->index, p->n_threads);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+        if (atomic_fetch_sub(&p->pending, 1) == 1) wake_sleepers(p, &p->pending);
     }
 }
 
@@ -85,11 +110,12 @@ void pool_run(ThreadPool *p, PoolTask task, void *ctx) {
     }
     p->task = task;
     p->ctx = ctx;
-    atomic_store_explicit(&p->pending, p->n_threads - 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    atomic_store_explicit(&p->pending, (unsigned)p->n_threads - 1, memory_order_relaxed);
+    atomic_fetch_add(&p->generation, 1);
+    wake_sleepers(p, &p->generation);
     task(ctx, 0, p->n_threads);
-    unsigned spins = 0;
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0) backoff(&spins);
+    for (unsigned left; (left = atomic_load_explicit(&p->pending, memory_order_acquire)) != 0;)
+        wait_while_equal(p, &p->pending, left);
 }
 
 typedef struct {
@@ -121,7 +147,8 @@ void pool_destroy(ThreadPool *p) {
     if (!p) return;
     if (p->n_threads > 1) {
         atomic_store_explicit(&p->stop, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+        atomic_fetch_add(&p->generation, 1);
+        futex_wake_all(&p->generation);
         for (int i = 1; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
     }
     free(p->threads);
