@@ -55,11 +55,55 @@ static const MiniFloat fp8_e4m3 = {3, 7, 7, 0x7e, 0x7e, 0x7f};
 // E5M2: max 0x7b = 1.75 * 2^15 = 57344; NaN 0x7e (quiet); saturating.
 static const MiniFloat fp8_e5m2 = {2, 15, 7, 0x7b, 0x7b, 0x7e};
 
-uint16_t quant_fp32_to_fp16(float x) { return (uint16_t)minifloat_encode(x, &fp16_ieee); }
-uint16_t quant_fp32_to_fp16_sat(float x) { return (uint16_t)minifloat_encode(x, &fp16_sat); }
-uint16_t quant_fp32_to_bf16(float x) { return (uint16_t)minifloat_encode(x, &bf16_ieee); }
+// fp16 and bf16 are encoded on every cached number, so they take the usual bit-level shortcuts
+// (Giesen's float_to_half_fast3_rtne for fp16), which give exactly what minifloat_encode gives
+// (checked on all 2^32 inputs when they were written; test_quant checks them against a
+// brute-force nearest search).
+static uint16_t fp16_encode(float x, int saturate) {
+    uint32_t u = quant_to_bits(x);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    u &= 0x7fffffffu;
+    if (u > 0x7f800000u) return sign | 0x7e00u;                               // NaN
+    if (u >= 0x477ff000u) return sign | (saturate ? 0x7bffu : 0x7c00u);       // from 65520 (a tie) up, and inf
+    if (u < 0x38800000u)                                                      // below 2^-14: subnormal or zero,
+        return sign | (uint16_t)(quant_to_bits(quant_from_bits(u) + 0.5f) - 0x3f000000u); // rounded by the add
+    u += 0xc8000fffu + ((u >> 13) & 1u); // rebias the exponent (−112), round half to even
+    return sign | (uint16_t)(u >> 13);
+}
 
+uint16_t quant_fp32_to_fp16(float x) { return fp16_encode(x, 0); }
+uint16_t quant_fp32_to_fp16_sat(float x) { return fp16_encode(x, 1); }
+
+uint16_t quant_fp32_to_bf16(float x) {
+    const uint32_t u = quant_to_bits(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(((u >> 16) & 0x8000u) | 0x7fc0u); // NaN
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); // half to even; overflow carries to inf
+}
+
+// The reference encoders, by the formats' definitions (the fast ones above must agree).
+uint16_t quant_fp32_to_fp16_ref(float x) { return (uint16_t)minifloat_encode(x, &fp16_ieee); }
+uint16_t quant_fp32_to_fp16_sat_ref(float x) { return (uint16_t)minifloat_encode(x, &fp16_sat); }
+uint16_t quant_fp32_to_bf16_ref(float x) { return (uint16_t)minifloat_encode(x, &bf16_ieee); }
+
+// FP8 the same way: saturate from the largest finite value up, subnormals rounded by adding a power
+// of two whose ulp is their quantum, normal numbers by rebiasing and rounding the dropped bits.
 uint8_t quant_fp32_to_fp8(float x, QuantFp8Format format) {
+    const int e5 = format == QUANT_FP8_E5M2, mbits = e5 ? 2 : 3, bias = e5 ? 15 : 7;
+    uint32_t u = quant_to_bits(x);
+    const uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+    u &= 0x7fffffffu;
+    if (u > 0x7f800000u) return sign | (e5 ? 0x7eu : 0x7fu);                  // NaN
+    if (u >= (e5 ? 0x47600000u : 0x43e00000u)) return sign | (e5 ? 0x7bu : 0x7eu); // 57344 / 448 and up
+    if (u < (uint32_t)(128 - bias) << 23) {                                    // below 2^(1-bias)
+        const uint32_t magic = (uint32_t)(127 + 23 + 1 - bias - mbits) << 23;  // ulp = the subnormal quantum
+        return sign | (uint8_t)(quant_to_bits(quant_from_bits(u) + quant_from_bits(magic)) - magic);
+    }
+    const int drop = 23 - mbits;
+    u += ((uint32_t)(bias - 127) << 23) + (1u << (drop - 1)) - 1u + ((u >> drop) & 1u);
+    return sign | (uint8_t)(u >> drop);
+}
+
+uint8_t quant_fp32_to_fp8_ref(float x, QuantFp8Format format) {
     return (uint8_t)minifloat_encode(x, format == QUANT_FP8_E5M2 ? &fp8_e5m2 : &fp8_e4m3);
 }
 

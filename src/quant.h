@@ -61,6 +61,12 @@ static inline float quant_fp16_to_fp32(uint16_t h) {
 // ---- bfloat16 -------------------------------------------------------------------------------
 // fp32 -> bf16, round to nearest even; overflow gives ±inf; NaN stays (quiet) NaN.
 uint16_t quant_fp32_to_bf16(float x);
+
+// The same three conversions by the generic minifloat rounding (tests check the fast ones above
+// against these).
+uint16_t quant_fp32_to_fp16_ref(float x);
+uint16_t quant_fp32_to_fp16_sat_ref(float x);
+uint16_t quant_fp32_to_bf16_ref(float x);
 static inline float quant_bf16_to_fp32(uint16_t b) {
     uint32_t bits = (uint32_t)b << 16;
     float f;
@@ -76,6 +82,8 @@ static inline float quant_bf16_to_fp32(uint16_t b) {
 typedef enum { QUANT_FP8_E4M3 = 0, QUANT_FP8_E5M2 = 1 } QuantFp8Format;
 
 uint8_t quant_fp32_to_fp8(float x, QuantFp8Format format);
+// The same by the generic minifloat rounding (tests check the fast one against it).
+uint8_t quant_fp32_to_fp8_ref(float x, QuantFp8Format format);
 // The reference decoder (by the formats' definitions).
 float quant_fp8_to_fp32(uint8_t code, QuantFp8Format format);
 
@@ -163,6 +171,9 @@ static inline void quant_unpack_float(const uint8_t *src, int n, int bits, float
 
 #define QUANT_ALWAYS_INLINE inline __attribute__((always_inline))
 
+// Where a stream keeps its codes: one packed row per token, token tiles, or token groups.
+typedef enum { QUANT_ROWS, QUANT_TILES, QUANT_GROUPS } QuantLayout;
+
 // Sixteen fp16 numbers to fp32, as quant_fp16_to_fp32 does each (AVX-512: one vcvtph2ps, which
 // agrees on every code but the signalling NaNs, which it quiets; no encoder here produces those).
 static QUANT_ALWAYS_INLINE void quant_fp16_to_fp32_16(const uint16_t *h, float *out) {
@@ -216,10 +227,13 @@ static inline int32_t quant_tile_code_signed(const uint32_t *tile, int l, int d,
 // must repeat with period 8 (the fourth bit belongs to the next number).
 static inline int quant_tile_steps(int bits) { return bits == 3 ? 32 : 8 * bits; }
 
-// acc[k][l] += Σ_s table[s][index_s(lane l of tile k)], s in order, for nt tiles of one head
-// (tile k at tile + k·tile_words; `tile` points at the chunk's first word).
+// acc[k][l] += Σ_s tables[k][s][index_s(lane l of tile k)], s in order, for nt tiles of one head
+// (tile k at tile + k·tile_words; `tile` points at the chunk's first word). With `shared` every
+// tile uses tables[0] (the caller's constant: one set of tables per call, or one per group of
+// tokens).
 static QUANT_ALWAYS_INLINE void quant_tile_lookup(const uint32_t *tile, size_t tile_words, int nt,
-                                                  const float (*table)[16], const int bits, float (*acc)[16]) {
+                                                  const float (*const *tables)[16], const int shared, const int bits,
+                                                  float (*acc)[16]) {
     const int steps = quant_tile_steps(bits);
 #ifdef QUANT_AVX512
     if (nt == 4) {
@@ -228,20 +242,24 @@ static QUANT_ALWAYS_INLINE void quant_tile_lookup(const uint32_t *tile, size_t t
         const uint32_t *t0 = tile, *t1 = tile + tile_words, *t2 = t1 + tile_words, *t3 = t2 + tile_words;
 #define QUANT_STEP(i0, i1, i2, i3, s)                                                              \
     {                                                                                              \
-        const __m512 t = _mm512_loadu_ps(table[s]);                                                \
+        const __m512 t = _mm512_loadu_ps(tb0[s]);                                                  \
         a0 = _mm512_add_ps(a0, _mm512_permutexvar_ps(i0, t));                                      \
-        a1 = _mm512_add_ps(a1, _mm512_permutexvar_ps(i1, t));                                      \
-        a2 = _mm512_add_ps(a2, _mm512_permutexvar_ps(i2, t));                                      \
-        a3 = _mm512_add_ps(a3, _mm512_permutexvar_ps(i3, t));                                      \
+        a1 = _mm512_add_ps(a1, _mm512_permutexvar_ps(i1, shared ? t : _mm512_loadu_ps(tb1[s])));   \
+        a2 = _mm512_add_ps(a2, _mm512_permutexvar_ps(i2, shared ? t : _mm512_loadu_ps(tb2[s])));   \
+        a3 = _mm512_add_ps(a3, _mm512_permutexvar_ps(i3, shared ? t : _mm512_loadu_ps(tb3[s])));   \
         __asm__("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3));                                      \
     }
         // The empty asm statements keep gcc from hoisting the tables out of the caller's loop and
         // every lookup above the adds, which runs out of registers and spills.
-        __asm__("" : "+r"(table));
+        const float(*tb0)[16] = tables[0], (*tb1)[16] = tables[shared ? 0 : 1], (*tb2)[16] = tables[shared ? 0 : 2],
+                   (*tb3)[16] = tables[shared ? 0 : 3];
+        __asm__("" : "+r"(tb0), "+r"(tb1), "+r"(tb2), "+r"(tb3));
         if (bits != 3) { // a word at a time, 8 steps of 4 bits
             for (int g = 0; g < bits; g++) {
-                const __m512i w0 = _mm512_loadu_si512(t0 + g * QUANT_TILE), w1 = _mm512_loadu_si512(t1 + g * QUANT_TILE),
-                              w2 = _mm512_loadu_si512(t2 + g * QUANT_TILE), w3 = _mm512_loadu_si512(t3 + g * QUANT_TILE);
+                const __m512i w0 = _mm512_loadu_si512(t0 + g * QUANT_TILE),
+                              w1 = _mm512_loadu_si512(t1 + g * QUANT_TILE),
+                              w2 = _mm512_loadu_si512(t2 + g * QUANT_TILE),
+                              w3 = _mm512_loadu_si512(t3 + g * QUANT_TILE);
 #define QUANT_WSTEP(k)                                                                             \
     QUANT_STEP(_mm512_srli_epi32(w0, 4 * k), _mm512_srli_epi32(w1, 4 * k), _mm512_srli_epi32(w2, 4 * k), \
                _mm512_srli_epi32(w3, 4 * k), 8 * g + k)
@@ -282,6 +300,7 @@ static QUANT_ALWAYS_INLINE void quant_tile_lookup(const uint32_t *tile, size_t t
 #endif
     for (int k = 0; k < nt; k++) {
         const uint32_t *t = tile + (size_t)k * tile_words;
+        const float(*table)[16] = tables[shared ? 0 : k];
 #pragma GCC unroll 32
         for (int s = 0; s < steps; s++) {
 #pragma omp simd

@@ -26,6 +26,26 @@
 #undef codec_iq4_nl
 #undef TILE
 #undef ALWAYS_INLINE
+#define codec_fp16 portable_codec_fp16
+#include "../src/codecs/codec_fp16.c"
+#undef codec_fp16
+#undef TILE
+#undef ALWAYS_INLINE
+#define codec_bf16 portable_codec_bf16
+#include "../src/codecs/codec_bf16.c"
+#undef codec_bf16
+#undef TILE
+#undef ALWAYS_INLINE
+#define codec_fp8 portable_codec_fp8
+#include "../src/codecs/codec_fp8.c"
+#undef codec_fp8
+#undef TILE
+#undef ALWAYS_INLINE
+#define codec_kivi portable_codec_kivi
+#include "../src/codecs/codec_kivi.c"
+#undef codec_kivi
+#undef TILE
+#undef ALWAYS_INLINE
 
 #include <stdint.h>
 #include <stdio.h>
@@ -159,6 +179,19 @@ int main(void) {
         {&portable_codec_q5_0, "q5_0"},
         {&portable_codec_q5_1, "q5_1"},
         {&portable_codec_iq4_nl, "iq4_nl"},
+        {&portable_codec_fp16, "fp16"},
+        {&portable_codec_bf16, "bf16"},
+        {&portable_codec_fp8, "fp8:e4m3"},
+        {&portable_codec_fp8, "fp8:e5m2"},
+        {&portable_codec_fp8, "fp8:e4m3,scale=token"},
+        {&portable_codec_fp8, "fp8:e5m2,scale=token"},
+        {&portable_codec_kivi, "kivi"},
+        {&portable_codec_kivi, "kivi:bits=4"},
+        {&portable_codec_kivi, "kivi:bits=1,group=16,residual=32"},
+        {&portable_codec_kivi, "kivi:bits=3,group=32,residual=64"},
+        {&portable_codec_kivi, "kivi:bits=8,group=32,residual=64"},
+        {&portable_codec_kivi, "kivi:bits=5,group=16,residual=48"},
+        {&portable_codec_kivi, "kivi:bits=2,group=8,residual=16"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int role = 0; role < 2; role++) {

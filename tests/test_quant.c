@@ -322,7 +322,33 @@ static void test_packing(void) {
     CHECK(packed[0] == 0x3f && packed[1] == 0x00, "5-bit example packs to %02x %02x", packed[0], packed[1]);
 }
 
+// The fast encoders against the generic minifloat rounding (the reference), on every 1021st bit
+// pattern and on all patterns near each format's thresholds (they agreed on all 2^32 when written).
+static void test_fast_encoders(void) {
+    static const uint32_t around[] = {0x477ff000u, 0x47800000u, 0x38800000u, 0x33000000u, 0x7f800000u,
+                                      0x47600000u, 0x43e00000u, 0x3c800000u, 0x38000000u, 0x7f7fffffu, 0x00800000u};
+    int bad = 0;
+    const uint64_t strided = (1ull << 32) / 1021 + 1;
+    for (uint64_t i = 0; i < strided + 4096 * 11; i++) {
+        uint32_t u;
+        if (i < strided) {
+            u = (uint32_t)(i * 1021);
+        } else { // ±1024 patterns around each threshold, both signs
+            const uint64_t k = i - strided;
+            u = (around[k / 4096] + (uint32_t)(k % 2048) - 1024u) | (uint32_t)((k % 4096) / 2048) << 31;
+        }
+        const float x = from_bits(u);
+        const int ok = quant_fp32_to_fp16(x) == quant_fp32_to_fp16_ref(x) &&
+                       quant_fp32_to_fp16_sat(x) == quant_fp32_to_fp16_sat_ref(x) &&
+                       quant_fp32_to_bf16(x) == quant_fp32_to_bf16_ref(x) &&
+                       quant_fp32_to_fp8(x, QUANT_FP8_E4M3) == quant_fp32_to_fp8_ref(x, QUANT_FP8_E4M3) &&
+                       quant_fp32_to_fp8(x, QUANT_FP8_E5M2) == quant_fp32_to_fp8_ref(x, QUANT_FP8_E5M2);
+        if (!ok && bad++ < 5) CHECK(0, "fast encoders differ from the reference at %08x", u);
+    }
+}
+
 int main(void) {
+    test_fast_encoders();
     test_rounding();
     test_fp16();
     test_bf16();

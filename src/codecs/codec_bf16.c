@@ -16,7 +16,6 @@
 typedef struct {
     int n_heads, head_dim, capacity, length, is_key;
     int tiles;      // per head (keys)
-    int special;    // an infinity or NaN was stored (not needed: the kernels take any bf16)
     uint16_t *data; // keys: [head][tile][d / 2][2][16 lanes]; values: [head][token][head_dim]
 } Bf16State;
 
@@ -57,7 +56,9 @@ static inline uint16_t *bf16_row(const Bf16State *s, int head, int token) {
 }
 
 // Where number d of a key token sits in its tile.
-static inline size_t bf16_key_at(int d, int lane) { return ((size_t)(d / 2) * TILE + (size_t)lane) * 2 + (size_t)(d % 2); }
+static inline size_t bf16_key_at(int d, int lane) {
+    return ((size_t)(d / 2) * TILE + (size_t)lane) * 2 + (size_t)(d % 2);
+}
 
 static void bf16_append(void *state, const float *vec) {
     Bf16State *s = state;
@@ -67,14 +68,12 @@ static void bf16_append(void *state, const float *vec) {
             uint16_t *tile = bf16_tile(s, h, t / TILE);
             for (int d = 0; d < hd; d++) {
                 const uint16_t c = quant_fp32_to_bf16(vec[h * hd + d]);
-                s->special |= (c & 0x7f80) == 0x7f80;
                 tile[bf16_key_at(d, t % TILE)] = c;
             }
         } else {
             uint16_t *row = bf16_row(s, h, t);
             for (int d = 0; d < hd; d++) {
                 row[d] = quant_fp32_to_bf16(vec[h * hd + d]);
-                s->special |= (row[d] & 0x7f80) == 0x7f80;
             }
         }
     }
@@ -118,32 +117,31 @@ static void bf16_read(const void *state, int head, int token, float *out) {
 typedef uint32_t __attribute__((may_alias)) bf16_pair;
 
 // A bf16 is the top half of an fp32: the AVX-512 kernels shift or mask it into place.
-// Whether the AVX-512 kernels may take the shifts (always).
-static ALWAYS_INLINE int bf16_fast(const Bf16State *s, const float *x, int n) {
-    (void)s;
-    (void)x;
-    (void)n;
-    return 1;
+#ifdef QUANT_AVX512
+// Numbers 2i (lo) and 2i+1 (hi) of 16 words as floats.
+static ALWAYS_INLINE __m512 bf16_lo(__m512i w) { return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)); }
+static ALWAYS_INLINE __m512 bf16_hi(__m512i w) {
+    return _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u)));
 }
+#endif
 
 // Scores: per lane (token) Σ_d q_d · k̂_d in order of d; four tiles at a time, their independent
 // chains hiding the latency of the adds.
-static ALWAYS_INLINE void bf16_scores_tiles(const Bf16State *s, int head, const float *q, const float *qs, int t0, const int nt,
-                                            const int hd, float (*acc)[TILE]) {
+static ALWAYS_INLINE void bf16_scores_tiles(const Bf16State *s, int head, const float *q, const float *qs, int t0,
+                                            const int nt, const int hd, float (*acc)[TILE]) {
     const bf16_pair *tile = (const bf16_pair *)(const void *)bf16_tile(s, head, t0 / TILE);
     const size_t tw = (size_t)TILE * hd / 2;
 #ifdef QUANT_AVX512
     if (nt == 4 && qs) {
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        const __m512i mask = _mm512_set1_epi32((int)0xffff0000u);
         for (int i = 0; i < hd / 2; i++) {
             const __m512 q0 = _mm512_set1_ps(qs[2 * i]), q1 = _mm512_set1_ps(qs[2 * i + 1]);
             const bf16_pair *k = tile + (size_t)i * TILE;
 #define PAIR(a, j)                                                                                 \
     {                                                                                              \
         const __m512i w = _mm512_loadu_si512(k + (j) * tw);                                        \
-        a = _mm512_add_ps(a, _mm512_mul_ps(q0, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16))));                                            \
-        a = _mm512_add_ps(a, _mm512_mul_ps(q1, _mm512_castsi512_ps(_mm512_and_si512(w, mask))));                                            \
+        a = _mm512_add_ps(a, _mm512_mul_ps(q0, bf16_lo(w)));                                       \
+        a = _mm512_add_ps(a, _mm512_mul_ps(q1, bf16_hi(w)));                                       \
     }
             PAIR(a0, 0) PAIR(a1, 1) PAIR(a2, 2) PAIR(a3, 3)
 #undef PAIR
@@ -173,23 +171,22 @@ static ALWAYS_INLINE void bf16_scores_tiles(const Bf16State *s, int head, const 
 static ALWAYS_INLINE void bf16_mix_rows(const Bf16State *s, int head, const float *p, float *out, int n, const int hd) {
     float even[64] __attribute__((aligned(64))) = {0}, odd[64] __attribute__((aligned(64))) = {0};
 #ifdef QUANT_AVX512
-    if (hd == 32 && bf16_fast(s, p, n)) {
+    if (hd == 32) {
         __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
-        const __m512i mask = _mm512_set1_epi32((int)0xffff0000u);
         int j = 0;
 #define ROW(lo, hi, j, wv)                                                                         \
     {                                                                                              \
         const __m512i w = _mm512_loadu_si512(bf16_row(s, head, j));                                \
-        lo = _mm512_add_ps(lo, _mm512_mul_ps(wv, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16))));                                          \
-        hi = _mm512_add_ps(hi, _mm512_mul_ps(wv, _mm512_castsi512_ps(_mm512_and_si512(w, mask))));                                          \
+        lo = _mm512_add_ps(lo, _mm512_mul_ps(wv, bf16_lo(w)));                                     \
+        hi = _mm512_add_ps(hi, _mm512_mul_ps(wv, bf16_hi(w)));                                     \
     }
         for (; j + 2 <= n; j += 2) {
-            const __m512 w0 = _mm512_set1_ps(p[j] * 1.0f), w1 = _mm512_set1_ps(p[j + 1] * 1.0f);
+            const __m512 w0 = _mm512_set1_ps(p[j]), w1 = _mm512_set1_ps(p[j + 1]);
             ROW(e0, e1, j, w0)
             ROW(o0, o1, j + 1, w1)
         }
         if (j < n) {
-            const __m512 w0 = _mm512_set1_ps(p[j] * 1.0f);
+            const __m512 w0 = _mm512_set1_ps(p[j]);
             ROW(e0, e1, j, w0)
         }
 #undef ROW
@@ -222,13 +219,9 @@ static ALWAYS_INLINE void bf16_mix_rows(const Bf16State *s, int head, const floa
     for (int d = 0; d < hd; d++) out[d] = even[d] + odd[d];
 }
 
-static ALWAYS_INLINE void bf16_scores_keys(const Bf16State *s, int head, const float *q, float *out, int n, const int hd) {
-    float scaled[256];
-    const float *qs = NULL; // the query times 1.0f for the AVX-512 kernel, when it may run
-    if (hd <= 256 && bf16_fast(s, q, hd)) {
-        for (int d = 0; d < hd; d++) scaled[d] = q[d] * 1.0f;
-        qs = scaled;
-    }
+static ALWAYS_INLINE void bf16_scores_keys(const Bf16State *s, int head, const float *q, float *out, int n,
+                                           const int hd) {
+    const float *qs = q; // the AVX-512 kernel takes any bf16 and any query
     for (int t0 = 0; t0 < n; t0 += 4 * TILE) {
         const int nt = n - t0 >= 4 * TILE ? 4 : (n - t0 + TILE - 1) / TILE;
         float acc[4][TILE] = {{0}};

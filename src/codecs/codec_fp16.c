@@ -57,7 +57,9 @@ static inline uint16_t *fp16_row(const Fp16State *s, int head, int token) {
 }
 
 // Where number d of a key token sits in its tile.
-static inline size_t fp16_key_at(int d, int lane) { return ((size_t)(d / 2) * TILE + (size_t)lane) * 2 + (size_t)(d % 2); }
+static inline size_t fp16_key_at(int d, int lane) {
+    return ((size_t)(d / 2) * TILE + (size_t)lane) * 2 + (size_t)(d % 2);
+}
 
 static void fp16_append(void *state, const float *vec) {
     Fp16State *s = state;
@@ -125,6 +127,7 @@ typedef uint32_t __attribute__((may_alias)) fp16_pair;
 // portable code computes q · v. Infinities and NaNs (exponent 31) do not survive the shifts, so a
 // stream holding one, or a query or weight of 2^15 or more (times 2^112 it would overflow), takes
 // the portable code.
+//
 // Whether the AVX-512 kernels may take the shifts (no infinity or NaN stored, every |x| < 2^15).
 static ALWAYS_INLINE int fp16_fast(const Fp16State *s, const float *x, int n) {
     if (s->special) return 0;
@@ -134,24 +137,35 @@ static ALWAYS_INLINE int fp16_fast(const Fp16State *s, const float *x, int n) {
     return m < 0x1p15f;
 }
 
+#ifdef QUANT_AVX512
+// Numbers 2i (lo) and 2i+1 (hi) of 16 words as floats (times 2^-112).
+static ALWAYS_INLINE __m512 fp16_lo(__m512i w) {
+    const __m512i sign_exp_fraction = _mm512_set1_epi32((int)0x8fffe000u);
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_srai_epi32(_mm512_slli_epi32(w, 16), 3), sign_exp_fraction));
+}
+static ALWAYS_INLINE __m512 fp16_hi(__m512i w) {
+    const __m512i sign_exp_fraction = _mm512_set1_epi32((int)0x8fffe000u);
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_srai_epi32(w, 3), sign_exp_fraction));
+}
+#endif
+
 // Scores: per lane (token) Σ_d q_d · k̂_d in order of d; four tiles at a time, their independent
 // chains hiding the latency of the adds.
-static ALWAYS_INLINE void fp16_scores_tiles(const Fp16State *s, int head, const float *q, const float *qs, int t0, const int nt,
-                                            const int hd, float (*acc)[TILE]) {
+static ALWAYS_INLINE void fp16_scores_tiles(const Fp16State *s, int head, const float *q, const float *qs, int t0,
+                                            const int nt, const int hd, float (*acc)[TILE]) {
     const fp16_pair *tile = (const fp16_pair *)(const void *)fp16_tile(s, head, t0 / TILE);
     const size_t tw = (size_t)TILE * hd / 2;
 #ifdef QUANT_AVX512
     if (nt == 4 && qs) {
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        const __m512i mask = _mm512_set1_epi32((int)0x8fffe000u);
         for (int i = 0; i < hd / 2; i++) {
             const __m512 q0 = _mm512_set1_ps(qs[2 * i]), q1 = _mm512_set1_ps(qs[2 * i + 1]);
             const fp16_pair *k = tile + (size_t)i * TILE;
 #define PAIR(a, j)                                                                                 \
     {                                                                                              \
         const __m512i w = _mm512_loadu_si512(k + (j) * tw);                                        \
-        a = _mm512_add_ps(a, _mm512_mul_ps(q0, _mm512_castsi512_ps(_mm512_and_si512(_mm512_srai_epi32(_mm512_slli_epi32(w, 16), 3), mask))));                                            \
-        a = _mm512_add_ps(a, _mm512_mul_ps(q1, _mm512_castsi512_ps(_mm512_and_si512(_mm512_srai_epi32(w, 3), mask))));                                            \
+        a = _mm512_add_ps(a, _mm512_mul_ps(q0, fp16_lo(w)));                                       \
+        a = _mm512_add_ps(a, _mm512_mul_ps(q1, fp16_hi(w)));                                       \
     }
             PAIR(a0, 0) PAIR(a1, 1) PAIR(a2, 2) PAIR(a3, 3)
 #undef PAIR
@@ -183,13 +197,12 @@ static ALWAYS_INLINE void fp16_mix_rows(const Fp16State *s, int head, const floa
 #ifdef QUANT_AVX512
     if (hd == 32 && fp16_fast(s, p, n)) {
         __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
-        const __m512i mask = _mm512_set1_epi32((int)0x8fffe000u);
         int j = 0;
 #define ROW(lo, hi, j, wv)                                                                         \
     {                                                                                              \
         const __m512i w = _mm512_loadu_si512(fp16_row(s, head, j));                                \
-        lo = _mm512_add_ps(lo, _mm512_mul_ps(wv, _mm512_castsi512_ps(_mm512_and_si512(_mm512_srai_epi32(_mm512_slli_epi32(w, 16), 3), mask))));                                          \
-        hi = _mm512_add_ps(hi, _mm512_mul_ps(wv, _mm512_castsi512_ps(_mm512_and_si512(_mm512_srai_epi32(w, 3), mask))));                                          \
+        lo = _mm512_add_ps(lo, _mm512_mul_ps(wv, fp16_lo(w)));                                     \
+        hi = _mm512_add_ps(hi, _mm512_mul_ps(wv, fp16_hi(w)));                                     \
     }
         for (; j + 2 <= n; j += 2) {
             const __m512 w0 = _mm512_set1_ps(p[j] * 0x1p112f), w1 = _mm512_set1_ps(p[j + 1] * 0x1p112f);
@@ -230,7 +243,8 @@ static ALWAYS_INLINE void fp16_mix_rows(const Fp16State *s, int head, const floa
     for (int d = 0; d < hd; d++) out[d] = even[d] + odd[d];
 }
 
-static ALWAYS_INLINE void fp16_scores_keys(const Fp16State *s, int head, const float *q, float *out, int n, const int hd) {
+static ALWAYS_INLINE void fp16_scores_keys(const Fp16State *s, int head, const float *q, float *out, int n,
+                                           const int hd) {
     float scaled[256];
     const float *qs = NULL; // the query times 0x1p112f for the AVX-512 kernel, when it may run
     if (hd <= 256 && fp16_fast(s, q, hd)) {

@@ -138,31 +138,37 @@ static ALWAYS_INLINE float fp8_decode(uint8_t c, const QuantFp8Format format) {
     return format == QUANT_FP8_E5M2 ? quant_e5m2_to_fp32(c) : quant_e4m3_to_fp32(c);
 }
 
-// The AVX-512 kernels turn FP8 codes into fp32 by shifts alone: sign-extended, shifted so that the
-// exponent and fraction land where an fp32's are and masked, the float is the number · 2^-120
-// (E4M3, bias 7) or · 2^-112 (E5M2, bias 15), exactly (subnormal codes becoming subnormal fp32s,
-// which cost nothing on this hardware). The query or weights carry the power of two, so each
-// product is the same real number as q · v and rounds the same: the portable code computes q · v.
-// NaN (and infinity) codes do not survive the shifts, so a stream holding one, or a query or
-// weight whose |x| · unit could overflow (|x| >= 2^7 for E4M3, 2^15 for E5M2), takes the portable
-// code.
-static ALWAYS_INLINE float fp8_unit(const QuantFp8Format format) { return format == QUANT_FP8_E5M2 ? 0x1p112f : 0x1p120f; }
+// The AVX-512 kernels decode 16 codes at a time to fp32s divided by a power of two, the unit, which
+// the query or weights carry instead: each product is then the same real number as q · v and rounds
+// the same (the portable code computes q · v).
+//   E5M2 is the top byte of an fp16: sign-extended, shifted and masked, its exponent and fraction
+//   land where an fp32's are with the bias 15 instead of 127: the number · 2^-112 (unit 2^112). Its
+//   subnormal codes (below 2^-14, rare) become subnormal fp32s: slower to multiply, still exact.
+//   E4M3 has common subnormal codes (below 2^-6), so it goes through fp16 instead, whose range
+//   holds every E4M3 number: ((c + (c & 0x80)) << 7) is the fp16 of the number · 2^-8, converted by
+//   vcvtph2ps (unit 2^8).
+// NaN codes (and infinities) are not decoded this way, so a stream holding one, or a query or
+// weight of 2^15 or more (E5M2; 2^100 for E4M3) takes the portable code.
+static ALWAYS_INLINE float fp8_unit(const QuantFp8Format format) {
+    return format == QUANT_FP8_E5M2 ? 0x1p112f : 0x1p8f;
+}
 
 static ALWAYS_INLINE int fp8_fast(const Fp8State *s, const float *x, int n) {
     if (s->special) return 0;
     float m = 0.0f;
 #pragma omp simd reduction(max : m)
     for (int i = 0; i < n; i++) m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
-    return m < (s->format == QUANT_FP8_E5M2 ? 0x1p15f : 0x1p7f);
+    return m < (s->format == QUANT_FP8_E5M2 ? 0x1p15f : 0x1p100f);
 }
 
 #ifdef QUANT_AVX512
-// 16 codes as fp32s scaled by 1 / unit.
 static ALWAYS_INLINE __m512 fp8_decode16(__m128i codes, const QuantFp8Format format) {
-    const __m512i v = _mm512_cvtepi8_epi32(codes);
-    if (format == QUANT_FP8_E5M2)
+    if (format == QUANT_FP8_E5M2) {
+        const __m512i v = _mm512_cvtepi8_epi32(codes);
         return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 21), _mm512_set1_epi32((int)0x8fe00000u)));
-    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 20), _mm512_set1_epi32((int)0x87f00000u)));
+    }
+    const __m256i h = _mm256_cvtepu8_epi16(codes);
+    return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_add_epi16(h, _mm256_and_si256(h, _mm256_set1_epi16(0x80))), 7));
 }
 #endif
 
@@ -170,7 +176,8 @@ static ALWAYS_INLINE __m512 fp8_decode16(__m128i codes, const QuantFp8Format for
 // tiles at a time (independent chains hide the latency of the adds). qu: the query times the unit
 // when the AVX-512 kernel may run, else NULL.
 static ALWAYS_INLINE void fp8_scores_tiles(const Fp8State *s, int head, const float *q, const float *qu, int t0,
-                                           const int nt, const int hd, const QuantFp8Format format, float (*acc)[TILE]) {
+                                           const int nt, const int hd, const QuantFp8Format format,
+                                           float (*acc)[TILE]) {
     const uint8_t *tile = fp8_tile(s, head, t0 / TILE);
     const size_t tb = (size_t)TILE * hd;
 #ifdef QUANT_AVX512
@@ -230,7 +237,8 @@ static ALWAYS_INLINE void fp8_scores_keys(const Fp8State *s, int head, const flo
 // Mix on value rows: out = even + odd, the sums over even and odd tokens of w_j · v with
 // w_j = p_j · scale_j (and, for the AVX-512 kernel, · unit). Weights of 64 tokens are made ahead
 // of their use: a broadcast that reads a vector store still in flight would wait for it.
-static ALWAYS_INLINE void fp8_weights(const Fp8State *s, int head, const float *p, int n, int j0, float unit, float *w) {
+static ALWAYS_INLINE void fp8_weights(const Fp8State *s, int head, const float *p, int n, int j0, float unit,
+                                      float *w) {
     for (int i = 0; i < 4 * TILE && j0 + i < n; i += TILE) {
         float sc[TILE];
         if (s->scaled)
@@ -260,7 +268,7 @@ static ALWAYS_INLINE void fp8_mix_rows(const Fp8State *s, int head, const float 
 #pragma omp simd reduction(max : m)
             for (int i = 0; i < 4 * TILE; i++) m = fabsf(wbuf[0][i]) > m ? fabsf(wbuf[0][i]) : m;
         }
-        fast = m < (format == QUANT_FP8_E5M2 ? 0x1p15f : 0x1p7f);
+        fast = m < (format == QUANT_FP8_E5M2 ? 0x1p15f : 0x1p100f);
     }
     __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
 #endif

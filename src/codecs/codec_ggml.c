@@ -56,7 +56,8 @@ typedef struct {
     size_t block_bytes;   // llama.cpp's block, all fields
     size_t code_bytes;    // of a block's qs (16) or q8_0's codes (32)
     size_t unit_bytes;    // codes of a tile (keys) or of a token (values), one head
-    uint8_t *codes;       // keys: [head][tile][block][code_bytes / 4 words][16 lanes]; values: [head][token][block][code_bytes]
+    uint8_t
+        *codes; // keys: [head][tile][block][code_bytes / 4 words][16 lanes]; values: [head][token][block][code_bytes]
     uint16_t *d, *m;      // [head][block][slot]; m for q4_1 and q5_1
     uint32_t *qh;         // [head][block][slot] for q5_0 and q5_1
 } BlockState;
@@ -150,19 +151,15 @@ static void quantise_qx_1(const float *x, uint8_t *b, int bits) {
         for (int i = 0; i < 4; i++) b[4 + i] = (uint8_t)(qh >> (8 * i));
 }
 
-// The codebook index nearest to v (ties to the upper entry), as llama.cpp's best_index_int8.
+// The codebook index nearest to v (ties to the upper entry), as llama.cpp's best_index_int8: the
+// interval [values[lo], values[lo+1]) holding v is found by counting the entries not above it (no
+// branches: the encoder calls this 500 times per block, and a binary search mispredicts), then the
+// nearer end wins, upper on a tie; below the first entry 0, from the last 15 (NaN too).
 static int iq4nl_nearest(float v) {
-    if (v <= iq4nl_values[0]) return 0;
-    if (v >= iq4nl_values[15]) return 15;
-    int lo = 0, hi = 15;
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (v < iq4nl_values[mid])
-            hi = mid;
-        else
-            lo = mid;
-    }
-    return v - iq4nl_values[hi - 1] < iq4nl_values[hi] - v ? hi - 1 : hi;
+    int lo = 0;
+    for (int k = 1; k < 16; k++) lo += v >= (float)iq4nl_values[k];
+    if (lo == 15 || v != v) return 15;
+    return v - (float)iq4nl_values[lo] < (float)iq4nl_values[lo + 1] - v ? lo : lo + 1;
 }
 
 // iq4_nl: llama.cpp's quantize_row_iq4_nl_impl for one block of 32 without an importance matrix
@@ -170,7 +167,10 @@ static int iq4nl_nearest(float v) {
 // 113), take the weighted least-squares scale of that assignment, then try the 15 scales that map
 // the extreme to −127 + t (t = −7..7) and keep the best weighted fit Σw·q·x)²/Σw·q²; finally
 // re-assign every number to its nearest codebook entry under the chosen scale.
+// The 16 assignments are independent, so they run side by side, one per SIMD lane (each lane's
+// sums in order of j, as llama.cpp adds them); the choice between them is then made in order.
 static void quantise_iq4_nl(const float *x, uint8_t *b) {
+    static const float values[17] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113, 113};
     const int ntry = 7;
     float w[QK];
     float amax = 0.0f, max = 0.0f;
@@ -184,26 +184,51 @@ static void quantise_iq4_nl(const float *x, uint8_t *b) {
     float d = 0.0f;
     if (amax >= 1e-15f) {
         const float d0 = -max / (float)iq4nl_values[0]; // max/127: the extreme maps to +127
-        float id = 1.0f / d0;
-        float sumqx = 0.0f, sumq2 = 0.0f;
+        float ids[16], sumqx[16] = {0}, sumq2[16] = {0};
+        ids[0] = 1.0f / d0;
+        for (int t = -ntry; t <= ntry; t++) ids[t + ntry + 1] = ((float)t + iq4nl_values[0]) / max;
+#ifdef QUANT_AVX512
+        // the same, the lookups by vpermps (gcc would gather, which is slow here)
+        const __m512 V = _mm512_loadu_ps(values), I = _mm512_loadu_ps(ids);
+        const __m512i one = _mm512_set1_epi32(1), last = _mm512_set1_epi32(15);
+        __m512 sqx = _mm512_setzero_ps(), sq2 = sqx;
         for (int j = 0; j < QK; j++) {
-            const float q = iq4nl_values[iq4nl_nearest(id * x[j])];
-            sumqx += w[j] * q * x[j];
-            sumq2 += w[j] * q * q;
+            const __m512 X = _mm512_set1_ps(x[j]), W = _mm512_set1_ps(w[j]), v = _mm512_mul_ps(I, X);
+            __m512i lo = _mm512_setzero_si512();
+            for (int e = 1; e < 16; e++)
+                lo = _mm512_mask_add_epi32(lo, _mm512_cmp_ps_mask(v, _mm512_set1_ps(values[e]), _CMP_GE_OQ), lo, one);
+            const __m512i hi = _mm512_add_epi32(lo, one);
+            const __m512 a = _mm512_permutexvar_ps(lo, V), b = _mm512_permutexvar_ps(hi, V);
+            __m512i idx = _mm512_mask_blend_epi32(
+                _mm512_cmp_ps_mask(_mm512_sub_ps(v, a), _mm512_sub_ps(b, v), _CMP_LT_OQ), hi, lo);
+            idx = _mm512_mask_mov_epi32(idx, _mm512_cmpeq_epi32_mask(lo, last) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
+                                        last);
+            const __m512 q = _mm512_permutexvar_ps(idx, V), wq = _mm512_mul_ps(W, q);
+            sqx = _mm512_add_ps(sqx, _mm512_mul_ps(wq, X));
+            sq2 = _mm512_add_ps(sq2, _mm512_mul_ps(wq, q));
         }
-        d = sumqx / sumq2;
-        float best = d * sumqx;
-        for (int t = -ntry; t <= ntry; t++) {
-            id = ((float)t + iq4nl_values[0]) / max;
-            sumqx = sumq2 = 0.0f;
-            for (int j = 0; j < QK; j++) {
-                const float q = iq4nl_values[iq4nl_nearest(id * x[j])];
-                sumqx += w[j] * q * x[j];
-                sumq2 += w[j] * q * q;
+        _mm512_storeu_ps(sumqx, sqx);
+        _mm512_storeu_ps(sumq2, sq2);
+#else
+        for (int j = 0; j < QK; j++) {
+#pragma omp simd
+            for (int k = 0; k < 16; k++) { // q = the codebook value nearest to ids[k] · x[j], as iq4nl_nearest
+                const float v = ids[k] * x[j];
+                int lo = 0;
+                for (int e = 1; e < 16; e++) lo += v >= values[e];
+                const int near = v - values[lo] < values[lo + 1] - v ? lo : lo + 1;
+                const float q = values[lo == 15 || v != v ? 15 : near];
+                sumqx[k] += w[j] * q * x[j];
+                sumq2[k] += w[j] * q * q;
             }
-            if (sumq2 > 0.0f && sumqx * sumqx > best * sumq2) {
-                d = sumqx / sumq2;
-                best = d * sumqx;
+        }
+#endif
+        d = sumqx[0] / sumq2[0];
+        float best = d * sumqx[0];
+        for (int k = 1; k < 16; k++) {
+            if (sumq2[k] > 0.0f && sumqx[k] * sumqx[k] > best * sumq2[k]) {
+                d = sumqx[k] / sumq2[k];
+                best = d * sumqx[k];
             }
         }
     }
@@ -353,7 +378,8 @@ static void block_gather(const BlockState *s, int head, int token, int i, uint8_
         for (int k = 0; k < 4; k++) b[block_qs_offset(s->format) - 4 + k] = (uint8_t)(s->qh[at] >> (8 * k));
     uint8_t *qs = b + block_qs_offset(s->format);
     if (s->is_key) {
-        const uint32_t *w = (const uint32_t *)(const void *)block_unit(s, head, token / TILE) + (size_t)i * s->code_bytes / 4 * TILE;
+        const uint32_t *w =
+            (const uint32_t *)(const void *)block_unit(s, head, token / TILE) + (size_t)i * s->code_bytes / 4 * TILE;
         quant_tile_get(w, token % TILE, qs, (int)s->code_bytes / 4);
     } else {
         memcpy(qs, block_unit(s, head, token) + (size_t)i * s->code_bytes, s->code_bytes);
@@ -432,16 +458,18 @@ static ALWAYS_INLINE void block_scores_impl(const BlockState *s, int head, const
         const int nt = n - t0 >= 4 * TILE ? 4 : (n - t0 + TILE - 1) / TILE;
         const uint32_t *tile = (const uint32_t *)(const void *)block_unit(s, head, t0 / TILE);
         if (t0 / TILE + 12 <= s->slots / TILE)
-            for (size_t b = 0; b < 4 * s->unit_bytes; b += 64) __builtin_prefetch((const char *)tile + 8 * s->unit_bytes + b);
+            for (size_t b = 0; b < 4 * s->unit_bytes; b += 64)
+                __builtin_prefetch((const char *)tile + 8 * s->unit_bytes + b);
         float res[4][TILE] = {{0}};
         for (int i = 0; i < nblk; i++) {
             const uint32_t *w = tile + (size_t)i * words * TILE;
             float acc[4][TILE] = {{0}};
             if (block_tabled(f)) {
+                const float(*const set[1])[16] = {(const float(*)[16])tables[i]};
                 if (nt == 4)
-                    quant_tile_lookup(w, tw, 4, (const float(*)[16])tables[i], 4, acc);
+                    quant_tile_lookup(w, tw, 4, set, 1, 4, acc);
                 else
-                    quant_tile_lookup(w, tw, nt, (const float(*)[16])tables[i], 4, acc);
+                    quant_tile_lookup(w, tw, nt, set, 1, 4, acc);
             } else {
                 for (int k = 0; k < nt; k++) {
                     const uint32_t *wk = w + (size_t)k * tw;
@@ -455,7 +483,8 @@ static ALWAYS_INLINE void block_scores_impl(const BlockState *s, int head, const
                             if (f == FMT_Q8_0) {
                                 lv = (float)quant_tile_code_signed(wk, l, j, 8);
                             } else {
-                                const int c = (int)(quant_tile_code(wk, l, 2 * (j % 16) + j / 16, 4) | ((qh[l] >> j) & 1) << 4);
+                                const int c =
+                                    (int)(quant_tile_code(wk, l, 2 * (j % 16) + j / 16, 4) | ((qh[l] >> j) & 1) << 4);
                                 lv = (float)(f == FMT_Q5_0 ? c - 16 : c);
                             }
                             acc[k][l] += qj * lv;
@@ -485,8 +514,9 @@ static ALWAYS_INLINE void block_scores_impl(const BlockState *s, int head, const
 }
 
 // acc += p · x̂ for one block of one token decoded in registers (q8_0: (p · d) · code).
-static ALWAYS_INLINE __attribute__((unused)) void block_mix_decoded(const BlockState *s, int head, int i, int token, const uint8_t *qs, float pk,
-                                            float d, float m, const BlockFormat f, float *restrict acc) {
+static ALWAYS_INLINE __attribute__((unused)) void block_mix_decoded(const BlockState *s, int head, int i, int token,
+                                                                    const uint8_t *qs, float pk, float d, float m,
+                                                                    const BlockFormat f, float *restrict acc) {
     if (f == FMT_Q8_0) {
         const float w = pk * d;
 #pragma omp simd
@@ -509,7 +539,8 @@ static ALWAYS_INLINE void block_mix_decoded16(const uint8_t *qs, uint32_t qh, fl
     if (f == FMT_Q8_0) {
         const __m512 w = _mm512_set1_ps(pk * d);
         const __m512 a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)qs)));
-        const __m512 b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(qs + 16))));
+        const __m512 b =
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(qs + 16))));
         *lo = _mm512_add_ps(*lo, _mm512_mul_ps(w, a));
         *hi = _mm512_add_ps(*hi, _mm512_mul_ps(w, b));
         return;
@@ -519,8 +550,9 @@ static ALWAYS_INLINE void block_mix_decoded16(const uint8_t *qs, uint32_t qh, fl
     const __m512i h = _mm512_set1_epi32((int)qh), one = _mm512_set1_epi32(1), fifteen = _mm512_set1_epi32(15);
     __m512i cl = _mm512_or_si512(_mm512_and_si512(bytes, fifteen),
                                  _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(h, lane), one), 4));
-    __m512i ch = _mm512_or_si512(_mm512_srli_epi32(bytes, 4),
-                                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(_mm512_srlv_epi32(h, lane), 16), one), 4));
+    __m512i ch =
+        _mm512_or_si512(_mm512_srli_epi32(bytes, 4),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(_mm512_srlv_epi32(h, lane), 16), one), 4));
     const __m512 D = _mm512_set1_ps(d), P = _mm512_set1_ps(pk);
     __m512 xl, xh;
     if (f == FMT_Q5_0) {
@@ -554,7 +586,8 @@ static ALWAYS_INLINE void block_mix_impl(const BlockState *s, int head, const fl
                 const int jb = j0 + b * 4 * TILE, slot = (jb / (4 * TILE)) % 2;
                 for (int l = 0; l < 4 * TILE && jb + l < n; l += TILE) {
                     block_scales16(s->d + block_meta(s, head, i, jb + l), n - jb - l, dbuf[slot] + l);
-                    if (block_has_m(f)) block_scales16(s->m + block_meta(s, head, i, jb + l), n - jb - l, mbuf[slot] + l);
+                    if (block_has_m(f))
+                        block_scales16(s->m + block_meta(s, head, i, jb + l), n - jb - l, mbuf[slot] + l);
                 }
             }
             const float *d = dbuf[(j0 / (4 * TILE)) % 2], *m = mbuf[(j0 / (4 * TILE)) % 2];
@@ -588,7 +621,8 @@ static ALWAYS_INLINE void block_mix_impl(const BlockState *s, int head, const fl
                 for (int k = 0; k < cnt; k++) {
                     float t[16], *acc = k % 2 ? odd : even;
                     const uint8_t *qs = row + (size_t)k * rb;
-                    for (int c = 0; c < 16; c++) t[c] = p[j0 + k] * (block_has_m(f) ? lv[c] * d[k] + m[k] : lv[c] * d[k]);
+                    for (int c = 0; c < 16; c++)
+                        t[c] = p[j0 + k] * (block_has_m(f) ? lv[c] * d[k] + m[k] : lv[c] * d[k]);
                     for (int j = 0; j < 16; j++) {
                         acc[j] += t[qs[j] & 15];
                         acc[j + 16] += t[qs[j] >> 4];
@@ -605,8 +639,8 @@ static ALWAYS_INLINE void block_mix_impl(const BlockState *s, int head, const fl
             int k = 0;
             for (; k + 2 <= cnt; k += 2) {
                 block_mix_decoded16(row + (size_t)k * rb, qh ? qh[k] : 0, p[j0 + k], d[k], m[k], f, &e0, &e1);
-                block_mix_decoded16(row + (size_t)(k + 1) * rb, qh ? qh[k + 1] : 0, p[j0 + k + 1], d[k + 1], m[k + 1], f,
-                                    &o0, &o1);
+                block_mix_decoded16(row + (size_t)(k + 1) * rb, qh ? qh[k + 1] : 0, p[j0 + k + 1], d[k + 1], m[k + 1],
+                                    f, &o0, &o1);
             }
             if (k < cnt) block_mix_decoded16(row + (size_t)k * rb, qh ? qh[k] : 0, p[j0 + k], d[k], m[k], f, &e0, &e1);
             _mm512_store_ps(even, e0);

@@ -31,12 +31,11 @@
 #define ALWAYS_INLINE QUANT_ALWAYS_INLINE
 
 enum { LEVELS_SYM, LEVELS_FULL, LEVELS_SIGN };
-enum { LAYOUT_ROWS, LAYOUT_TILES, LAYOUT_GROUPS };
 
 typedef struct {
     int n_heads, head_dim, capacity, length;
     int bits, levels, scale_fp32;
-    int layout;
+    QuantLayout layout;
     int group;         // tokens per unit: 16 (tiles), 4/B (groups) or 1 (rows)
     int units;         // units per head (capacity rounded up)
     int slots;         // scale slots per head: capacity rounded up to whole tiles
@@ -101,13 +100,13 @@ static void *int_create(CodecSpec *spec, int n_heads, int head_dim, int capacity
     s->row_bytes = quant_packed_bytes((size_t)head_dim, bits);
     const int is_value = role && strcmp(role, "v") == 0;
     if (head_dim % 32 != 0)
-        s->layout = LAYOUT_ROWS, s->group = 1;
+        s->layout = QUANT_ROWS, s->group = 1;
     else if (!is_value)
-        s->layout = LAYOUT_TILES, s->group = TILE;
+        s->layout = QUANT_TILES, s->group = TILE;
     else if (bits == 1 || bits == 2 || bits == 4)
-        s->layout = LAYOUT_GROUPS, s->group = 4 / bits;
+        s->layout = QUANT_GROUPS, s->group = 4 / bits;
     else
-        s->layout = LAYOUT_ROWS, s->group = 1;
+        s->layout = QUANT_ROWS, s->group = 1;
     s->units = (capacity + s->group - 1) / s->group;
     s->unit_bytes = (size_t)s->group * s->row_bytes;
     s->slots = (capacity + TILE - 1) / TILE * TILE;
@@ -171,11 +170,11 @@ static inline int32_t int_level(uint32_t code, int bits) {
 static void int_store_chunk(IntState *s, int head, int c, const uint8_t *q, int n) {
     const int t = s->length;
     uint8_t *unit = int_unit(s, head, t / s->group);
-    if (s->layout == LAYOUT_TILES) {
+    if (s->layout == QUANT_TILES) {
         uint8_t packed[32];
         quant_pack(packed, q, 32, s->bits);
         quant_tile_put((uint32_t *)(void *)unit + (size_t)c * s->bits * TILE, t % TILE, packed, s->bits);
-    } else if (s->layout == LAYOUT_GROUPS) {
+    } else if (s->layout == QUANT_GROUPS) {
         quant_group_put(unit + (size_t)c * 16, t % s->group, q, 32, s->bits);
     } else {
         quant_pack(unit + quant_packed_bytes((size_t)c * 32, s->bits), q, (size_t)n, s->bits);
@@ -241,10 +240,10 @@ static void int_append(void *state, const float *vec) {
 static void int_levels(const IntState *s, int head, int token, int c, int n, float *out) {
     const uint8_t *unit = int_unit(s, head, token / s->group);
     const int bits = s->bits, t = token % s->group;
-    if (s->layout == LAYOUT_TILES) {
+    if (s->layout == QUANT_TILES) {
         const uint32_t *w = (const uint32_t *)(const void *)unit + (size_t)(c / 32) * bits * TILE;
         for (int i = 0; i < n; i++) out[i] = (float)int_level(quant_tile_code(w, t, i, bits), bits);
-    } else if (s->layout == LAYOUT_GROUPS) {
+    } else if (s->layout == QUANT_GROUPS) {
         for (int i = 0; i < n; i++) out[i] = (float)int_level(quant_group_code(unit + (c / 32) * 16, t, i, bits), bits);
     } else {
         uint8_t q[32];
@@ -262,7 +261,8 @@ static void int_table_levels(int bits, float (*lv)[16]) {
     const int per = bits == 3 ? 1 : 4 / bits;
     for (int t = 0; t < per; t++)
         for (int e = 0; e < 16; e++)
-            lv[t][e] = (float)int_level(bits == 3 ? (unsigned)e & 7u : ((unsigned)e >> (bits * t)) & ((1u << bits) - 1u), bits);
+            lv[t][e] = (float)int_level(
+                bits == 3 ? (unsigned)e & 7u : ((unsigned)e >> (bits * t)) & ((1u << bits) - 1u), bits);
 }
 
 static ALWAYS_INLINE void int_table(const float *x, const int per, const float (*lv)[16], float *table) {
@@ -290,7 +290,8 @@ static ALWAYS_INLINE void int_key_tables(const float *q, const int bits, float (
     float lv[4][16];
     int_table_levels(bits, lv);
     const int per = bits == 3 ? 1 : 4 / bits;
-    for (int st = 0; st < quant_tile_steps(bits); st++) int_table(q + st * per, per, (const float(*)[16])lv, tables[st]);
+    for (int st = 0; st < quant_tile_steps(bits); st++)
+        int_table(q + st * per, per, (const float(*)[16])lv, tables[st]);
 }
 
 // ---- Keys: token tiles ----------------------------------------------------------------------
@@ -321,7 +322,8 @@ static ALWAYS_INLINE void int_key_tiles(const IntState *s, int head, const float
                 int_key_tables(q + 32 * c, bits, own);
                 tables = (const float(*)[16])own;
             }
-            quant_tile_lookup(w, tw, nt, tables, bits, acc);
+            const float(*const set[1])[16] = {tables};
+            quant_tile_lookup(w, tw, nt, set, 1, bits, acc);
             continue;
         }
 #pragma GCC unroll 32
@@ -400,7 +402,8 @@ static ALWAYS_INLINE void int_mix_groups(const IntState *s, int head, const floa
         float wbuf[2][4 * TILE] __attribute__((aligned(64)));
         int_weights(s, head, p, n, 0, wbuf[0]);
         for (int j0 = 0; j0 < n; j0 += TILE) {
-            if (j0 % (4 * TILE) == 0 && j0 + 4 * TILE < n) int_weights(s, head, p, n, j0 + 4 * TILE, wbuf[(j0 / (4 * TILE) + 1) % 2]);
+            if (j0 % (4 * TILE) == 0 && j0 + 4 * TILE < n)
+                int_weights(s, head, p, n, j0 + 4 * TILE, wbuf[(j0 / (4 * TILE) + 1) % 2]);
             const float *w = wbuf[(j0 / (4 * TILE)) % 2] + j0 % (4 * TILE);
             const int u0 = j0 / g, nb = (n - j0 >= TILE ? TILE : n - j0 + g - 1) / g; // u0 is even
             const uint8_t *chunk = int_unit(s, head, u0) + (size_t)c * 16;
@@ -448,14 +451,16 @@ static ALWAYS_INLINE void int_row_levels(const uint8_t *row, const int bits, flo
         const uint8_t *b = row + (i / 8) * bits;
         uint64_t v = 0;
         for (int k = 0; k < bits; k++) v |= (uint64_t)b[k] << (8 * k);
-        for (int k = 0; k < 8; k++) lv[i + k] = (float)int_level((uint32_t)(v >> (bits * k)) & ((1u << bits) - 1u), bits);
+        for (int k = 0; k < 8; k++)
+            lv[i + k] = (float)int_level((uint32_t)(v >> (bits * k)) & ((1u << bits) - 1u), bits);
     }
 }
 
 #ifdef QUANT_AVX512
 // The levels of numbers 16h .. 16h+15 of a row of one chunk (B != 1): the two bytes that hold each
 // code gathered into its lane (vpermb), shifted up to bit 31 and back down with the sign.
-static ALWAYS_INLINE __m512 int_row_levels16(const uint8_t *row, __m512i ctrl, __m512i up, const int h, const int bits) {
+static ALWAYS_INLINE __m512 int_row_levels16(const uint8_t *row, __m512i ctrl, __m512i up, const int h,
+                                             const int bits) {
     if (bits == 8)
         return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(row + 16 * h))));
     const __m512i bytes = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (4 * bits)) - 1), row);
@@ -476,8 +481,8 @@ static ALWAYS_INLINE void int_mix_rows_hd(const IntState *s, int head, const flo
                 for (int b = 0; b < 4; b++) ctrl[h][4 * i + b] = (uint8_t)(bit / 8 + (b > 0));
                 up[h][i] = (uint32_t)(32 - bits - bit % 8);
             }
-        const __m512i c0 = _mm512_loadu_si512(ctrl[0]), c1 = _mm512_loadu_si512(ctrl[1]), u0 = _mm512_loadu_si512(up[0]),
-                      u1 = _mm512_loadu_si512(up[1]);
+        const __m512i c0 = _mm512_loadu_si512(ctrl[0]), c1 = _mm512_loadu_si512(ctrl[1]),
+                      u0 = _mm512_loadu_si512(up[0]), u1 = _mm512_loadu_si512(up[1]);
         for (int c = 0; c < hd / 32; c++) {
             __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
             const size_t at = (size_t)c * 4 * bits;
@@ -490,7 +495,8 @@ static ALWAYS_INLINE void int_mix_rows_hd(const IntState *s, int head, const flo
                 const int m = n - j0 < 4 * TILE ? n - j0 : 4 * TILE;
                 const uint8_t *row = int_unit(s, head, j0) + at;
                 if (j0 / TILE + 12 <= s->units)
-                    for (size_t b = 0; b < 4 * TILE * s->row_bytes; b += 64) __builtin_prefetch(row + 8 * TILE * s->row_bytes + b);
+                    for (size_t b = 0; b < 4 * TILE * s->row_bytes; b += 64)
+                        __builtin_prefetch(row + 8 * TILE * s->row_bytes + b);
                 int k = 0;
                 for (; k + 2 <= m; k += 2, row += 2 * s->row_bytes) {
                     const __m512 w0 = _mm512_set1_ps(w[k]), w1 = _mm512_set1_ps(w[k + 1]);
@@ -516,7 +522,8 @@ static ALWAYS_INLINE void int_mix_rows_hd(const IntState *s, int head, const flo
         const size_t at = (size_t)c * 4 * bits;
         int j = 0;
         for (; j + 2 <= n; j += 2) {
-            const float w0 = p[j] * int_scale(s, int_slot(s, head, j)), w1 = p[j + 1] * int_scale(s, int_slot(s, head, j + 1));
+            const float w0 = p[j] * int_scale(s, int_slot(s, head, j)),
+                        w1 = p[j + 1] * int_scale(s, int_slot(s, head, j + 1));
             int_row_levels(int_unit(s, head, j) + at, bits, lv);
 #pragma omp simd
             for (int i = 0; i < 32; i++) even[i] += w0 * lv[i];
@@ -592,7 +599,7 @@ static const IntKernel int_mix_32[9] = {NULL, int_mix_32_1, int_mix_32_2, int_mi
 
 static void int_scores(const void *state, int head, const float *q, float *out, int n) {
     const IntState *s = state;
-    if (s->layout != LAYOUT_TILES)
+    if (s->layout != QUANT_TILES)
         int_scores_general(s, head, q, out, n);
     else if (s->head_dim == 32)
         int_scores_32[s->bits](s, head, q, out, n);
@@ -602,11 +609,11 @@ static void int_scores(const void *state, int head, const float *q, float *out, 
 
 static void int_mix(const void *state, int head, const float *p, float *out, int n) {
     const IntState *s = state;
-    if (s->layout == LAYOUT_TILES || s->head_dim % 32 != 0)
+    if (s->layout == QUANT_TILES || s->head_dim % 32 != 0)
         int_mix_general(s, head, p, out, n);
     else if (s->head_dim == 32)
         int_mix_32[s->bits](s, head, p, out, n);
-    else if (s->layout == LAYOUT_GROUPS)
+    else if (s->layout == QUANT_GROUPS)
         int_mix_groups(s, head, p, out, n, s->head_dim, s->bits);
     else
         int_mix_rows_hd(s, head, p, out, n, s->head_dim, s->bits);

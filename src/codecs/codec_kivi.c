@@ -19,6 +19,15 @@
 //
 // The full-precision residual and window are stored as fp16, as KIVI keeps them (its model runs in
 // fp16): 2 bytes per number, counted in bytes(); groups are quantised from those fp16 numbers.
+//
+// Layout (quant.h, "Kernel layouts"). Keys, when head_dim is a multiple of 32, G of 16 and B <= 4:
+// quantised codes in token tiles and the residual in tiles of 16 fp16 keys ([d][16 lanes]); the
+// score kernel runs one lane per token, looking each code (at B = 2 and 1, each pair or four) up in
+// a table of q_d · x̂_d(c) built per token group from its per-channel scale and minimum. Values,
+// when head_dim and G are multiples of 32 and B is 4, 2 or 1: codes in token groups of 4/B tokens,
+// looked up in a table Σ_t p_t · x̂_t(c) per group (one scale and minimum per token and chunk of
+// 32 numbers); the window stays one fp16 row per slot. Other shapes keep one packed row per token
+// and the general kernels.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,17 +35,24 @@
 #include "../quant.h"
 #include "codecs.h"
 
+#define TILE QUANT_TILE
+#define ALWAYS_INLINE QUANT_ALWAYS_INLINE
+
+
 typedef struct {
     int n_heads, head_dim, capacity, length;
     int bits, group, residual, is_value;
-    int n_quant;      // tokens [0, n_quant) are quantised, [n_quant, length) full precision
-    size_t row_bytes; // packed codes of one head at one token
-    uint8_t *codes;   // [head][token][row_bytes]
+    int n_quant;       // tokens [0, n_quant) are quantised, [n_quant, length) full precision
+    QuantLayout layout; // of the codes (and of the keys' residual): see the top of the file
+    int unit, units;   // tokens per unit of codes (16, 4/B or 1) and units per head
+    size_t row_bytes;  // packed codes of one head at one token
+    size_t unit_bytes; // unit · row_bytes
+    uint8_t *codes;    // [head][unit][unit_bytes]; tiles: [chunk of 32][B words][16 lanes] as uint32
     // keys: [head][token group][2][head_dim] (scales then minimums, per channel)
     // values: [head][token][head_dim / group][2] (scale, minimum per channel group)
     uint16_t *meta;
     size_t meta_per_head; // uint16 entries per head
-    uint16_t *full;       // fp16 [head][full_rows][head_dim]
+    uint16_t *full;       // fp16 [head][full_rows][head_dim]; key tiles: [head][full_rows / 16][head_dim][16]
     int full_rows;        // keys: residual slot = token − n_quant; values: ring slot = token % (R + 1)
 } KiviState;
 
@@ -84,9 +100,23 @@ static void *kivi_create(CodecSpec *spec, int n_heads, int head_dim, int capacit
         s->meta_per_head = (size_t)(capacity / group + 1) * 2 * (size_t)head_dim;
         s->full_rows = residual < capacity ? residual : capacity;
     }
-    s->codes = malloc((size_t)n_heads * (size_t)capacity * s->row_bytes);
-    s->meta = malloc(sizeof(uint16_t) * (size_t)n_heads * s->meta_per_head);
-    s->full = malloc(sizeof(uint16_t) * (size_t)n_heads * (size_t)s->full_rows * (size_t)head_dim);
+    if (head_dim % 32 == 0 && !is_value && group % 16 == 0) {
+        s->layout = QUANT_TILES;
+        s->unit = TILE;
+        s->full_rows = (s->full_rows + TILE - 1) / TILE * TILE;
+    } else if (head_dim % 32 == 0 && is_value && group % 32 == 0 && (bits == 1 || bits == 2 || bits == 4)) {
+        s->layout = QUANT_GROUPS;
+        s->unit = 4 / bits;
+    } else {
+        s->layout = QUANT_ROWS;
+        s->unit = 1;
+    }
+    s->units = (capacity + s->unit - 1) / s->unit;
+    s->unit_bytes = (size_t)s->unit * s->row_bytes;
+    // Zeroed: tokens of a unit not yet quantised decode to finite numbers (and groups are OR-ed in).
+    s->codes = calloc((size_t)n_heads * (size_t)s->units, s->unit_bytes);
+    s->meta = calloc((size_t)n_heads * s->meta_per_head, sizeof(uint16_t));
+    s->full = calloc((size_t)n_heads * (size_t)s->full_rows * (size_t)head_dim, sizeof(uint16_t));
     if (!s->codes || !s->meta || !s->full) goto oom;
     snprintf(normalised, normalised_len, "kivi:bits=%d,group=%d,residual=%d", bits, group, residual);
     return s;
@@ -101,15 +131,6 @@ oom:
     return NULL;
 }
 
-static inline uint8_t *kivi_row(const KiviState *s, int head, int token) {
-    return s->codes + ((size_t)head * s->capacity + (size_t)token) * s->row_bytes;
-}
-
-static inline uint16_t *kivi_full(const KiviState *s, int head, int token) {
-    const int slot = s->is_value ? token % (s->residual + 1) : token - s->n_quant;
-    return s->full + ((size_t)head * s->full_rows + (size_t)slot) * s->head_dim;
-}
-
 // Keys: scales of token group g (head_dim entries), then its minimums.
 static inline uint16_t *kivi_key_meta(const KiviState *s, int head, int g) {
     return s->meta + (size_t)head * s->meta_per_head + (size_t)g * 2 * s->head_dim;
@@ -118,6 +139,47 @@ static inline uint16_t *kivi_key_meta(const KiviState *s, int head, int g) {
 // Values: (scale, minimum) pairs of the channel groups of one token.
 static inline uint16_t *kivi_value_meta(const KiviState *s, int head, int token) {
     return s->meta + (size_t)head * s->meta_per_head + (size_t)token * (s->head_dim / s->group) * 2;
+}
+
+static inline uint8_t *kivi_unit(const KiviState *s, int head, int unit) {
+    return s->codes + ((size_t)head * (size_t)s->units + (size_t)unit) * s->unit_bytes;
+}
+
+// The full-precision number d of a token in the residual (keys) or window (values).
+static inline uint16_t *kivi_full_at(const KiviState *s, int head, int token, int d) {
+    const int slot = s->is_value ? token % (s->residual + 1) : token - s->n_quant;
+    if (s->layout == QUANT_TILES)
+        return s->full + (((size_t)head * (size_t)(s->full_rows / TILE) + (size_t)(slot / TILE)) * (size_t)s->head_dim +
+                          (size_t)d) * TILE + (size_t)(slot % TILE);
+    return s->full + ((size_t)head * (size_t)s->full_rows + (size_t)slot) * (size_t)s->head_dim + (size_t)d;
+}
+
+// Codes of numbers [32c, 32c + n) of one token (n < 32 only at the tail of an odd head_dim).
+static void kivi_put_codes(KiviState *s, int head, int token, int c, const uint8_t *q, int n) {
+    uint8_t *unit = kivi_unit(s, head, token / s->unit);
+    if (s->layout == QUANT_TILES) {
+        uint8_t packed[32];
+        quant_pack(packed, q, 32, s->bits);
+        quant_tile_put((uint32_t *)(void *)unit + (size_t)c * s->bits * TILE, token % TILE, packed, s->bits);
+    } else if (s->layout == QUANT_GROUPS) {
+        quant_group_put(unit + (size_t)c * 16, token % s->unit, q, 32, s->bits);
+    } else {
+        quant_pack(unit + quant_packed_bytes((size_t)c * 32, s->bits), q, (size_t)n, s->bits);
+    }
+}
+
+// Codes of numbers [32c, 32c + n) of one quantised token.
+static void kivi_get_codes(const KiviState *s, int head, int token, int c, uint8_t *q, int n) {
+    const uint8_t *unit = kivi_unit(s, head, token / s->unit);
+    if (s->layout == QUANT_TILES) {
+        const uint32_t *w = (const uint32_t *)(const void *)unit + (size_t)c * s->bits * TILE;
+        for (int i = 0; i < n; i++) q[i] = (uint8_t)quant_tile_code(w, token % TILE, i, s->bits);
+    } else if (s->layout == QUANT_GROUPS) {
+        for (int i = 0; i < n; i++)
+            q[i] = (uint8_t)quant_group_code(unit + (size_t)c * 16, token % s->unit, i, s->bits);
+    } else {
+        quant_unpack(unit + quant_packed_bytes((size_t)c * 32, s->bits), q, (size_t)n, s->bits);
+    }
 }
 
 // One group's parameters from its min and max: stores them, returns the values quantising uses.
@@ -129,36 +191,41 @@ static void kivi_params(const KiviState *s, float mn, float mx, uint16_t *scale,
     *md = quant_fp16_to_fp32(*minimum);
 }
 
+// fminf and fmaxf as glibc computes them (the second operand on a tie, the other one past a NaN),
+// inline.
+static inline float kivi_min(float a, float b) { return a < b ? a : (b == b ? b : a); }
+static inline float kivi_max(float a, float b) { return a > b ? a : (b == b ? b : a); }
+
 static inline uint8_t kivi_code(float x, float sd, float md, int top) {
     return sd > 0.0f ? (uint8_t)quant_round_clamp((x - md) / sd, 0, top) : 0;
 }
 
-// Keys: quantise the R residual keys [n_quant, n_quant + R) as R/G groups, per channel.
+// Keys: quantise the R residual keys [n_quant, n_quant + R) as R/G groups, per channel, 32
+// channels at a time (their scales and minimums converted once; the codes are what kivi_code gives).
 static void kivi_flush_keys(KiviState *s) {
     const int hd = s->head_dim, G = s->group, top = (1 << s->bits) - 1;
     uint8_t q[32];
+    float x[32], sd[32], md[32];
     for (int h = 0; h < s->n_heads; h++) {
         for (int t0 = s->n_quant; t0 < s->n_quant + s->residual; t0 += G) {
             uint16_t *meta = kivi_key_meta(s, h, t0 / G);
-            for (int d = 0; d < hd; d++) {
-                float mn = INFINITY, mx = -INFINITY;
+            for (int c = 0; c < hd; c += 32) {
+                const int n = hd - c < 32 ? hd - c : 32;
+                float mn[32], mx[32];
+                for (int i = 0; i < n; i++) mn[i] = INFINITY, mx[i] = -INFINITY;
+                for (int t = t0; t < t0 + G; t++)
+                    for (int i = 0; i < n; i++) {
+                        const float v = quant_fp16_to_fp32(*kivi_full_at(s, h, t, c + i));
+                        mn[i] = kivi_min(mn[i], v);
+                        mx[i] = kivi_max(mx[i], v);
+                    }
+                for (int i = 0; i < n; i++)
+                    kivi_params(s, mn[i], mx[i], &meta[c + i], &meta[hd + c + i], &sd[i], &md[i]);
                 for (int t = t0; t < t0 + G; t++) {
-                    const float x = quant_fp16_to_fp32(kivi_full(s, h, t)[d]);
-                    mn = fminf(mn, x);
-                    mx = fmaxf(mx, x);
-                }
-                float sd, md;
-                kivi_params(s, mn, mx, &meta[d], &meta[hd + d], &sd, &md);
-            }
-            for (int t = t0; t < t0 + G; t++) {
-                const uint16_t *x = kivi_full(s, h, t);
-                uint8_t *row = kivi_row(s, h, t);
-                for (int c = 0; c < hd; c += 32) {
-                    const int n = hd - c < 32 ? hd - c : 32;
-                    for (int i = 0; i < n; i++)
-                        q[i] = kivi_code(quant_fp16_to_fp32(x[c + i]), quant_fp16_to_fp32(meta[c + i]),
-                                         quant_fp16_to_fp32(meta[hd + c + i]), top);
-                    quant_pack(row + quant_packed_bytes((size_t)c, s->bits), q, (size_t)n, s->bits);
+                    for (int i = 0; i < n; i++) x[i] = quant_fp16_to_fp32(*kivi_full_at(s, h, t, c + i));
+                    for (int i = 0; i < n; i++) q[i] = kivi_code(x[i], sd[i], md[i], top);
+                    for (int i = n; i < 32; i++) q[i] = 0;
+                    kivi_put_codes(s, h, t, c / 32, q, n);
                 }
             }
         }
@@ -170,29 +237,32 @@ static void kivi_flush_keys(KiviState *s) {
 static void kivi_quantise_oldest_value(KiviState *s) {
     const int hd = s->head_dim, G = s->group, top = (1 << s->bits) - 1;
     const int t = s->n_quant;
-    float x[32];
     uint8_t q[32];
+    float x[32], sd[32], md[32];
     for (int h = 0; h < s->n_heads; h++) {
-        const uint16_t *v = kivi_full(s, h, t);
         uint16_t *meta = kivi_value_meta(s, h, t);
-        float sd = 0.0f, md = 0.0f;
-        for (int g = 0; g < hd / G; g++) {
-            float mn = INFINITY, mx = -INFINITY;
-            for (int d = g * G; d < (g + 1) * G; d++) {
-                mn = fminf(mn, quant_fp16_to_fp32(v[d]));
-                mx = fmaxf(mx, quant_fp16_to_fp32(v[d]));
-            }
-            kivi_params(s, mn, mx, &meta[2 * g], &meta[2 * g + 1], &sd, &md);
-        }
-        uint8_t *row = kivi_row(s, h, t);
+        const uint16_t *row = kivi_full_at(s, h, t, 0); // the window keeps rows
         for (int c = 0; c < hd; c += 32) {
             const int n = hd - c < 32 ? hd - c : 32;
-            for (int i = 0; i < n; i++) {
-                const int g = (c + i) / G;
-                x[i] = quant_fp16_to_fp32(v[c + i]);
-                q[i] = kivi_code(x[i], quant_fp16_to_fp32(meta[2 * g]), quant_fp16_to_fp32(meta[2 * g + 1]), top);
+            for (int i = 0; i < n; i++) x[i] = quant_fp16_to_fp32(row[c + i]);
+            // the channel groups that start in this chunk get their parameters here (G divides head_dim)
+            for (int g = (c + G - 1) / G; g * G < c + n; g++) {
+                float mn = INFINITY, mx = -INFINITY;
+                for (int d = g * G; d < (g + 1) * G; d++) {
+                    const float v = d < c + n ? x[d - c] : quant_fp16_to_fp32(row[d]);
+                    mn = kivi_min(mn, v);
+                    mx = kivi_max(mx, v);
+                }
+                float sdd, mdd;
+                kivi_params(s, mn, mx, &meta[2 * g], &meta[2 * g + 1], &sdd, &mdd);
             }
-            quant_pack(row + quant_packed_bytes((size_t)c, s->bits), q, (size_t)n, s->bits);
+            for (int g = c / G; g * G < c + n; g++) { // the groups the chunk meets
+                const float sg = quant_fp16_to_fp32(meta[2 * g]), mg = quant_fp16_to_fp32(meta[2 * g + 1]);
+                for (int i = g * G > c ? g * G - c : 0; i < n && c + i < (g + 1) * G; i++) sd[i] = sg, md[i] = mg;
+            }
+            for (int i = 0; i < n; i++) q[i] = kivi_code(x[i], sd[i], md[i], top);
+            for (int i = n; i < 32; i++) q[i] = 0;
+            kivi_put_codes(s, h, t, c / 32, q, n);
         }
     }
     s->n_quant++;
@@ -204,8 +274,14 @@ static void kivi_append(void *state, const float *vec) {
     if (!s->is_value && s->length - s->n_quant == s->residual) kivi_flush_keys(s);
     if (s->is_value && s->length - s->n_quant == s->residual + 1) kivi_quantise_oldest_value(s);
     for (int h = 0; h < s->n_heads; h++) {
-        uint16_t *dst = kivi_full(s, h, s->length);
-        for (int d = 0; d < s->head_dim; d++) dst[d] = quant_fp32_to_fp16(vec[h * s->head_dim + d]);
+        const float *x = vec + h * s->head_dim;
+        if (s->layout == QUANT_TILES) { // a lane of the residual's tile
+            uint16_t *lane = kivi_full_at(s, h, s->length, 0);
+            for (int d = 0; d < s->head_dim; d++) lane[(size_t)d * TILE] = quant_fp32_to_fp16(x[d]);
+        } else {
+            uint16_t *row = kivi_full_at(s, h, s->length, 0);
+            for (int d = 0; d < s->head_dim; d++) row[d] = quant_fp32_to_fp16(x[d]);
+        }
     }
     s->length++;
 }
@@ -220,57 +296,31 @@ static void kivi_end_step(void *state) {
 }
 
 // ---- Decoding -------------------------------------------------------------------------------
-// Each kernel decodes 32 numbers at a time (a chunk starts on a byte boundary of the packed row)
-// into a local float[32], exactly as read() does, then multiplies.
+// x̂ = code · scale + minimum, in that order, everywhere (read() and every kernel's table).
 
-static inline void kivi_decode_full(const uint16_t *x, int n, float *out) {
-    for (int i = 0; i < n; i++) out[i] = quant_fp16_to_fp32(x[i]);
-}
-
-// Key token t of group meta `meta`, numbers [c, c + n).
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-
-static ALWAYS_INLINE void kivi_decode_key(const uint8_t *row, const float *sc, const float *mn, int c, int n,
-                                          const int bits, float *out) {
-    quant_unpack_float(row + quant_packed_bytes((size_t)c, bits), n, bits, 1.0f, 0.0f, out);
-    for (int i = 0; i < n; i++) out[i] = out[i] * sc[i] + mn[i];
-}
-
-static ALWAYS_INLINE void kivi_decode_value(const KiviState *s, int head, int token, int c, int n, const int bits,
-                                            float *out) {
-    const uint16_t *meta = kivi_value_meta(s, head, token);
-    quant_unpack_float(kivi_row(s, head, token) + quant_packed_bytes((size_t)c, bits), n, bits, 1.0f, 0.0f, out);
-    if (s->group % 32 == 0) { // the chunk lies in one channel group
-        const int g = c / s->group;
-        const float sd = quant_fp16_to_fp32(meta[2 * g]), md = quant_fp16_to_fp32(meta[2 * g + 1]);
-        for (int i = 0; i < n; i++) out[i] = out[i] * sd + md;
-    } else {
-        for (int i = 0; i < n; i++) {
-            const int g = (c + i) / s->group;
-            out[i] = out[i] * quant_fp16_to_fp32(meta[2 * g]) + quant_fp16_to_fp32(meta[2 * g + 1]);
-        }
-    }
-}
-
-static inline void kivi_group_params(const KiviState *s, int head, int g, int c, int n, float *sc, float *mn) {
-    const uint16_t *meta = kivi_key_meta(s, head, g);
-    for (int i = 0; i < n; i++) {
-        sc[i] = quant_fp16_to_fp32(meta[c + i]);
-        mn[i] = quant_fp16_to_fp32(meta[s->head_dim + c + i]);
-    }
-}
-
-// Numbers [c, c + n) of one head at one token, whatever state the token is in.
-static inline void kivi_decode_chunk(const KiviState *s, int head, int token, int c, int n, float *out) {
-    float sc[32], mn[32];
+// Numbers [c, c + n) of one head at one token, whatever state the token is in (c a multiple of 32).
+static void kivi_decode_chunk(const KiviState *s, int head, int token, int c, int n, float *out) {
     if (token >= s->n_quant) {
-        kivi_decode_full(kivi_full(s, head, token) + c, n, out);
-    } else if (s->is_value) {
-        kivi_decode_value(s, head, token, c, n, s->bits, out);
-    } else {
-        kivi_group_params(s, head, token / s->group, c, n, sc, mn);
-        kivi_decode_key(kivi_row(s, head, token), sc, mn, c, n, s->bits, out);
+        for (int i = 0; i < n; i++) out[i] = quant_fp16_to_fp32(*kivi_full_at(s, head, token, c + i));
+        return;
     }
+    uint8_t q[32];
+    float sc[32], mn[32];
+    kivi_get_codes(s, head, token, c / 32, q, n);
+    if (s->is_value) {
+        const uint16_t *meta = kivi_value_meta(s, head, token);
+        for (int g = c / s->group; g <= (c + n - 1) / s->group; g++) { // the groups the chunk meets
+            const float sd = quant_fp16_to_fp32(meta[2 * g]), md = quant_fp16_to_fp32(meta[2 * g + 1]);
+            const int i0 = g * s->group - c > 0 ? g * s->group - c : 0,
+                      i1 = (g + 1) * s->group - c < n ? (g + 1) * s->group - c : n;
+            for (int i = i0; i < i1; i++) sc[i] = sd, mn[i] = md;
+        }
+    } else {
+        const uint16_t *meta = kivi_key_meta(s, head, token / s->group);
+        for (int i = 0; i < n; i++)
+            sc[i] = quant_fp16_to_fp32(meta[c + i]), mn[i] = quant_fp16_to_fp32(meta[s->head_dim + c + i]);
+    }
+    for (int i = 0; i < n; i++) out[i] = (float)q[i] * sc[i] + mn[i];
 }
 
 static void kivi_read(const void *state, int head, int token, float *out) {
@@ -279,100 +329,547 @@ static void kivi_read(const void *state, int head, int token, float *out) {
         kivi_decode_chunk(s, head, token, c, s->head_dim - c < 32 ? s->head_dim - c : 32, out + c);
 }
 
-static ALWAYS_INLINE void kivi_scores_impl(const KiviState *s, int head, const float *q, float *out, int n, const int hd,
-                                           const int bits) {
-    float sc[32], mn[32], k[32];
-    if (s->is_value) { // scoring a value stream: not the usual use, kept correct
-        for (int j = 0; j < n; j++) {
-            float acc = 0.0f;
-            for (int c = 0; c < hd; c += 32) {
-                const int m = hd - c < 32 ? hd - c : 32;
-                kivi_decode_chunk(s, head, j, c, m, k);
-#pragma omp simd reduction(+ : acc)
-                for (int i = 0; i < m; i++) acc += q[c + i] * k[i];
+// ---- Keys on tiles --------------------------------------------------------------------------
+// A group's scales and minimums of chunk c as floats.
+static ALWAYS_INLINE void kivi_key_params(const KiviState *s, int head, int g, int c, float *sc, float *mn) {
+    const uint16_t *meta = kivi_key_meta(s, head, g);
+    quant_fp16_to_fp32_16(meta + 32 * c, sc);
+    quant_fp16_to_fp32_16(meta + 32 * c + 16, sc + 16);
+    quant_fp16_to_fp32_16(meta + s->head_dim + 32 * c, mn);
+    quant_fp16_to_fp32_16(meta + s->head_dim + 32 * c + 16, mn + 16);
+}
+
+// The tables of one token group and one chunk of 32 channels (qc: the query's chunk): xq[d][c] =
+// q_d · x̂_d(c) for every code c, then per step st (quant.h) table[st][e] = Σ_t xq[d_t][code_t(e)]
+// in order of t, d_t being the step's numbers (4/B of them; at B = 3 one, the table repeating with
+// period 8).
+static ALWAYS_INLINE void kivi_key_tables(const float *sc, const float *mn, const float *qc, const int bits,
+                                          float (*table)[16]) {
+    const int nc = 1 << bits, per = bits == 3 ? 1 : 4 / bits;
+#ifdef QUANT_AVX512
+    // the same products and sums, a step's 16 entries at once: code_t(e) as floats in lv[t]
+    float lv[4][16] __attribute__((aligned(64)));
+    for (int t = 0; t < per; t++)
+        for (int e = 0; e < 16; e++) lv[t][e] = (float)(bits == 3 ? e % 8 : (e >> (bits * t)) & (nc - 1));
+    for (int st = 0; st < quant_tile_steps(bits); st++) {
+        const int d0 = st * per;
+        __m512 t = _mm512_mul_ps(
+            _mm512_set1_ps(qc[d0]),
+            _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(lv[0]), _mm512_set1_ps(sc[d0])), _mm512_set1_ps(mn[d0])));
+        for (int k = 1; k < per; k++)
+            t = _mm512_add_ps(
+                t, _mm512_mul_ps(_mm512_set1_ps(qc[d0 + k]),
+                                 _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(lv[k]), _mm512_set1_ps(sc[d0 + k])),
+                                               _mm512_set1_ps(mn[d0 + k]))));
+        _mm512_storeu_ps(table[st], t);
+    }
+#else
+    float xq[32][16];
+    for (int d = 0; d < 32; d++)
+        for (int k = 0; k < nc; k++) xq[d][k] = qc[d] * ((float)k * sc[d] + mn[d]);
+    for (int st = 0; st < quant_tile_steps(bits); st++) {
+        const int d0 = st * per;
+        for (int e = 0; e < 16; e++) table[st][e] = xq[d0][e % nc];
+        for (int t = 1; t < per; t++)
+            for (int e = 0; e < 16; e++) table[st][e] += xq[d0 + t][(e >> (bits * t)) & (nc - 1)];
+    }
+#endif
+}
+
+// A few token groups' tables at once, kept while the tiles walk through them (groups arrive in
+// order, so replacing the slot after the newest is enough). The parameters of the group after the
+// newest are converted ahead: the tables broadcast them from memory, and a broadcast reading a
+// vector store still in flight would wait for it.
+#define KIVI_SLOTS 5
+typedef struct {
+    int group[KIVI_SLOTS];
+    int next;
+    float table[KIVI_SLOTS][32][16];
+    int ahead; // the group whose parameters sc/mn[ahead % 2] hold, or -1
+    float sc[2][32], mn[2][32];
+} KiviTables;
+
+static ALWAYS_INLINE const float (*kivi_tables_for(KiviTables *kt, const KiviState *s, int head, int g, int c,
+                                                    const float *q, const int bits))[16] {
+    for (int i = 0; i < KIVI_SLOTS; i++)
+        if (kt->group[i] == g) return (const float(*)[16])kt->table[i];
+    const int i = kt->next;
+    kt->next = (kt->next + 1) % KIVI_SLOTS;
+    kt->group[i] = g;
+    if (kt->ahead != g) kivi_key_params(s, head, g, c, kt->sc[g % 2], kt->mn[g % 2]);
+    if ((g + 1) * s->group < s->n_quant) kivi_key_params(s, head, g + 1, c, kt->sc[(g + 1) % 2], kt->mn[(g + 1) % 2]);
+    kt->ahead = g + 1;
+#ifdef QUANT_AVX512
+    __asm__("" ::: "memory"); // the parameters broadcast from memory
+#endif
+    kivi_key_tables(kt->sc[g % 2], kt->mn[g % 2], q + 32 * c, bits, kt->table[i]);
+    return (const float(*)[16])kt->table[i];
+}
+
+// Quantised keys [0, nq): four tiles at a time, each tile with its group's tables, chunk by chunk.
+static ALWAYS_INLINE void kivi_scores_quantised(const KiviState *s, int head, const float *q, float *out, int nq,
+                                                const int hd, const int bits) {
+    const size_t tw = s->unit_bytes / 4;
+    const int tiles_per_group = s->group / TILE;
+    for (int c = 0; c < hd / 32; c++) {
+        KiviTables kt;
+        for (int i = 0; i < KIVI_SLOTS; i++) kt.group[i] = -1;
+        kt.next = 0;
+        kt.ahead = -1;
+        for (int t0 = 0; t0 < nq; t0 += 4 * TILE) {
+            const int nt = nq - t0 >= 4 * TILE ? 4 : (nq - t0 + TILE - 1) / TILE;
+            const uint32_t *tile =
+                (const uint32_t *)(const void *)kivi_unit(s, head, t0 / TILE) + (size_t)c * bits * TILE;
+            if (t0 / TILE + 12 <= s->units)
+                for (size_t b = 0; b < 4 * s->unit_bytes; b += 64)
+                    __builtin_prefetch((const char *)tile + 8 * s->unit_bytes + b);
+            float acc[4][TILE] = {{0}}; // after the first chunk, the sums so far
+            for (int k = 0; k < nt && c > 0; k++)
+                memcpy(acc[k], out + t0 + k * TILE,
+                       sizeof(float) * (size_t)(nq - t0 - k * TILE < TILE ? nq - t0 - k * TILE : TILE));
+            if (bits > 4) { // no tables: q_d · (code · scale_d + minimum_d) in order of d
+                for (int k = 0; k < nt; k++) {
+                    const uint16_t *meta = kivi_key_meta(s, head, (t0 / TILE + k) / tiles_per_group);
+                    float sc[32], mn[32];
+                    quant_fp16_to_fp32_16(meta + 32 * c, sc);
+                    quant_fp16_to_fp32_16(meta + 32 * c + 16, sc + 16);
+                    quant_fp16_to_fp32_16(meta + hd + 32 * c, mn);
+                    quant_fp16_to_fp32_16(meta + hd + 32 * c + 16, mn + 16);
+                    const uint32_t *w = tile + (size_t)k * tw;
+#pragma GCC unroll 32
+                    for (int d = 0; d < 32; d++) {
+                        const float qd = q[32 * c + d], sd = sc[d], md = mn[d];
+#pragma omp simd
+                        for (int l = 0; l < TILE; l++)
+                            acc[k][l] += qd * ((float)quant_tile_code(w, l, d, bits) * sd + md);
+                    }
+                }
+            } else {
+                const float(*tables[4])[16];
+                for (int k = 0; k < nt; k++)
+                    tables[k] = kivi_tables_for(&kt, s, head, (t0 / TILE + k) / tiles_per_group, c, q, bits);
+                if (nt == 4 && t0 / TILE / tiles_per_group == (t0 / TILE + 3) / tiles_per_group) // one group
+                    quant_tile_lookup(tile, tw, 4, tables, 1, bits, acc);
+                else if (nt == 4)
+                    quant_tile_lookup(tile, tw, 4, tables, 0, bits, acc);
+                else
+                    quant_tile_lookup(tile, tw, nt, tables, 0, bits, acc);
             }
-            out[j] = acc;
+            for (int k = 0; k < nt; k++) {
+                const int m = nq - t0 - k * TILE < TILE ? nq - t0 - k * TILE : TILE;
+                memcpy(out + t0 + k * TILE, acc[k], sizeof(float) * (size_t)m);
+            }
         }
+    }
+}
+
+// The residual keys [n_quant, n): fp16 tiles, per lane Σ_d q_d · k̂_d, the even and the odd d in
+// two sums (two chains) added at the end.
+static ALWAYS_INLINE void kivi_scores_residual(const KiviState *s, int head, const float *q, float *out, int n,
+                                               const int hd) {
+    const int r = n - s->n_quant;
+    for (int t0 = 0; t0 < r; t0 += TILE) {
+        const uint16_t *tile = kivi_full_at(s, head, s->n_quant + t0, 0);
+        float acc[TILE] __attribute__((aligned(64))) = {0};
+#ifdef QUANT_AVX512
+        __m512 even = _mm512_setzero_ps(), odd = even;
+        for (int d = 0; d + 2 <= hd; d += 2) {
+            const __m512 k0 =
+                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(tile + (size_t)d * TILE)));
+            const __m512 k1 =
+                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(tile + (size_t)(d + 1) * TILE)));
+            even = _mm512_add_ps(even, _mm512_mul_ps(_mm512_set1_ps(q[d]), k0));
+            odd = _mm512_add_ps(odd, _mm512_mul_ps(_mm512_set1_ps(q[d + 1]), k1));
+        }
+        _mm512_store_ps(acc, _mm512_add_ps(even, odd));
+#else
+        float odd[TILE] = {0};
+        for (int d = 0; d + 2 <= hd; d += 2) {
+#pragma omp simd
+            for (int l = 0; l < TILE; l++) {
+                acc[l] += q[d] * quant_fp16_to_fp32(tile[(size_t)d * TILE + l]);
+                odd[l] += q[d + 1] * quant_fp16_to_fp32(tile[(size_t)(d + 1) * TILE + l]);
+            }
+        }
+        for (int l = 0; l < TILE; l++) acc[l] += odd[l];
+#endif
+        const int m = r - t0 < TILE ? r - t0 : TILE;
+        memcpy(out + s->n_quant + t0, acc, sizeof(float) * (size_t)m);
+    }
+}
+
+// ---- Values on groups -----------------------------------------------------------------------
+// Per group of g = 4/B tokens and chunk: table[e] = Σ_t p_t · x̂_t(code_t(e)), x̂_t(c) = c · scale_t
+// + minimum_t (p_t = 0 for tokens not quantised or past n), looked up by quant_group_lookup; even
+// and odd groups in separate sums. Then the window's tokens [nq, n), fp16 rows, p_j · v̂_j into the
+// sums of parity j % 2. out = even + odd.
+
+// p and the (scale, minimum) pairs of tokens j0 .. j0+63 for chunk c (zero from nq on), made
+// ahead of the lookups: a broadcast reading a vector store still in flight would wait for it.
+static ALWAYS_INLINE void kivi_value_params(const KiviState *s, int head, const float *p, int nq, int j0, int c,
+                                            float *pw, float *sm) {
+    const int ng = s->head_dim / s->group, g = 32 * c / s->group;
+    const uint16_t *meta = s->meta + (size_t)head * s->meta_per_head;
+    if (ng == 1 && j0 + 4 * TILE <= nq) { // (scale, minimum) pairs of 64 tokens side by side
+        for (int i = 0; i < 8 * TILE; i += TILE) quant_fp16_to_fp32_16(meta + (size_t)j0 * 2 + i, sm + i);
+        memcpy(pw, p + j0, sizeof(float) * 4 * TILE);
         return;
     }
+    for (int i = 0; i < 4 * TILE; i++) {
+        const int j = j0 + i;
+        const uint16_t *m = meta + ((size_t)j * ng + (size_t)g) * 2;
+        pw[i] = j < nq ? p[j] : 0.0f;
+        sm[2 * i] = j < nq ? quant_fp16_to_fp32(m[0]) : 0.0f;
+        sm[2 * i + 1] = j < nq ? quant_fp16_to_fp32(m[1]) : 0.0f;
+    }
+}
+
+static ALWAYS_INLINE void kivi_mix_groups(const KiviState *s, int head, const float *p, float *out, int n, const int hd,
+                                          const int bits) {
+    const int g = 4 / bits, nc = 1 << bits, nq = n < s->n_quant ? n : s->n_quant;
+    float lv[4][16] __attribute__((aligned(64))); // lv[t][e] = code_t(e)
+    for (int t = 0; t < g; t++)
+        for (int e = 0; e < 16; e++) lv[t][e] = (float)((e >> (bits * t)) & (nc - 1));
+    for (int c = 0; c < hd / 32; c++) {
+        float acc[2][2][16] __attribute__((aligned(64))) = {{{0}}};
+        float pw[2][4 * TILE] __attribute__((aligned(64))), sm[2][8 * TILE] __attribute__((aligned(64)));
+        if (nq > 0) kivi_value_params(s, head, p, nq, 0, c, pw[0], sm[0]);
+#ifdef QUANT_AVX512
+        __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
+#endif
+        for (int j0 = 0; j0 < nq; j0 += 4 * TILE) {
+            const int b = (j0 / (4 * TILE)) % 2;
+            if (j0 + 4 * TILE < nq) kivi_value_params(s, head, p, nq, j0 + 4 * TILE, c, pw[1 - b], sm[1 - b]);
+            const int u0 = j0 / g, nb = ((nq - j0 < 4 * TILE ? nq - j0 : 4 * TILE) + g - 1) / g; // u0 is even
+            const uint8_t *chunk = kivi_unit(s, head, u0) + (size_t)c * 16;
+            const size_t ub = s->unit_bytes;
+#ifdef QUANT_AVX512
+            __asm__("" ::: "memory"); // the parameters broadcast from memory
+            for (int k = 0; k < nb; k++) {
+                const int i = k * g;
+                __m512 t =
+                    _mm512_mul_ps(_mm512_set1_ps(pw[b][i]),
+                                  _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(lv[0]), _mm512_set1_ps(sm[b][2 * i])),
+                                                _mm512_set1_ps(sm[b][2 * i + 1])));
+                for (int tt = 1; tt < g; tt++)
+                    t = _mm512_add_ps(t, _mm512_mul_ps(_mm512_set1_ps(pw[b][i + tt]),
+                                                       _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(lv[tt]),
+                                                                                   _mm512_set1_ps(sm[b][2 * (i + tt)])),
+                                                                     _mm512_set1_ps(sm[b][2 * (i + tt) + 1]))));
+                if (k % 2 == 0)
+                    quant_group_lookup16(chunk + (size_t)k * ub, t, &e0, &e1);
+                else
+                    quant_group_lookup16(chunk + (size_t)k * ub, t, &o0, &o1);
+            }
+#else
+            float tables[4 * TILE][16];
+            for (int k = 0; k < nb; k++) {
+                const int i = k * g;
+                for (int e = 0; e < 16; e++) {
+                    float t = pw[b][i] * (lv[0][e] * sm[b][2 * i] + sm[b][2 * i + 1]);
+                    for (int tt = 1; tt < g; tt++)
+                        t += pw[b][i + tt] * (lv[tt][e] * sm[b][2 * (i + tt)] + sm[b][2 * (i + tt) + 1]);
+                    tables[k][e] = t;
+                }
+            }
+            quant_group_lookup(chunk, ub, nb, u0, (const float(*)[16])tables, acc);
+#endif
+        }
+#ifdef QUANT_AVX512
+        _mm512_store_ps(acc[0][0], e0);
+        _mm512_store_ps(acc[0][1], e1);
+        _mm512_store_ps(acc[1][0], o0);
+        _mm512_store_ps(acc[1][1], o1);
+#endif
+        // the window: numbers 2i and 2i+1 go to acc[.][0][i] and acc[.][1][i]
+        for (int j = nq; j < n; j++) {
+            float(*a)[16] = acc[j % 2], v[32];
+            const uint16_t *row = kivi_full_at(s, head, j, 32 * c);
+            quant_fp16_to_fp32_16(row, v);
+            quant_fp16_to_fp32_16(row + 16, v + 16);
+            const float pj = p[j];
+#pragma omp simd
+            for (int i = 0; i < 16; i++) {
+                a[0][i] += pj * v[2 * i];
+                a[1][i] += pj * v[2 * i + 1];
+            }
+        }
+        for (int i = 0; i < 16; i++) {
+            out[32 * c + 2 * i] = acc[0][0][i] + acc[1][0][i];
+            out[32 * c + 2 * i + 1] = acc[0][1][i] + acc[1][1][i];
+        }
+    }
+}
+
+// ---- Rows (other shapes), and the general kernels ------------------------------------------
+static void kivi_mix_general(const KiviState *s, int head, const float *p, float *out, int n);
+
+// Keys on rows: per token group the chunk's scales and minimums once, then per token the codes
+// unpacked in registers, x̂ = code · scale + minimum, and the dot product.
+static ALWAYS_INLINE void kivi_scores_rows(const KiviState *s, int head, const float *q, float *out, int n,
+                                           const int hd, const int bits) {
     const int nq = n < s->n_quant ? n : s->n_quant;
-    // Quantised keys, group by group: the group's per-channel scale and minimum are decoded once
-    // per 32-channel chunk, then every token of the group is unpacked and dotted.
+    float sc[32], mn[32], k[32];
     for (int j = 0; j < nq; j++) out[j] = 0.0f;
     for (int g0 = 0; g0 < nq; g0 += s->group) {
         const int g1 = g0 + s->group < nq ? g0 + s->group : nq;
+        const uint16_t *meta = kivi_key_meta(s, head, g0 / s->group);
         for (int c = 0; c < hd; c += 32) {
             const int m = hd - c < 32 ? hd - c : 32;
-            kivi_group_params(s, head, g0 / s->group, c, m, sc, mn);
+            for (int i = 0; i < m; i++)
+                sc[i] = quant_fp16_to_fp32(meta[c + i]), mn[i] = quant_fp16_to_fp32(meta[hd + c + i]);
             for (int j = g0; j < g1; j++) {
-                kivi_decode_key(kivi_row(s, head, j), sc, mn, c, m, bits, k);
+                quant_unpack_float(kivi_unit(s, head, j) + quant_packed_bytes((size_t)c, bits), m, bits, 1.0f, 0.0f, k);
                 float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-                for (int i = 0; i < m; i++) acc += q[c + i] * k[i];
+                for (int i = 0; i < m; i++) acc += q[c + i] * (k[i] * sc[i] + mn[i]);
                 out[j] += acc;
             }
         }
     }
     for (int j = nq; j < n; j++) {
-        const uint16_t *x = kivi_full(s, head, j);
         float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-        for (int d = 0; d < hd; d++) acc += q[d] * quant_fp16_to_fp32(x[d]);
+        for (int d = 0; d < hd; d++) acc += q[d] * quant_fp16_to_fp32(*kivi_full_at(s, head, j, d));
         out[j] = acc;
     }
 }
 
-static ALWAYS_INLINE void kivi_mix_impl(const KiviState *s, int head, const float *p, float *out, int n, const int hd,
-                                        const int bits) {
-    float v[32];
-    const int nq = n < s->n_quant ? n : s->n_quant;
-    memset(out, 0, sizeof(float) * (size_t)hd);
-    for (int j = 0; j < nq; j++) {
-        for (int c = 0; c < hd; c += 32) {
-            const int m = hd - c < 32 ? hd - c : 32;
-            if (s->is_value)
-                kivi_decode_value(s, head, j, c, m, bits, v);
-            else // mixing a key stream: not the usual use, kept correct
-                kivi_decode_chunk(s, head, j, c, m, v);
-            const float pj = p[j];
+// Values on rows: per token x̂ = code · scale + minimum decoded in registers, weighted by p; even
+// and odd tokens in separate sums (out = even + odd).
+static ALWAYS_INLINE void kivi_value_row(const KiviState *s, int head, int j, int c, const int bits, float *v) {
+    const uint16_t *meta = kivi_value_meta(s, head, j);
+    quant_unpack_float(kivi_unit(s, head, j) + quant_packed_bytes((size_t)c, bits), 32, bits, 1.0f, 0.0f, v);
+    if (s->group % 32 == 0) { // the chunk lies in one group
+        const int g = c / s->group;
+        const float sd = quant_fp16_to_fp32(meta[2 * g]), md = quant_fp16_to_fp32(meta[2 * g + 1]);
 #pragma omp simd
-            for (int i = 0; i < m; i++) out[c + i] += pj * v[i];
-        }
+        for (int i = 0; i < 32; i++) v[i] = v[i] * sd + md;
+        return;
     }
-    for (int j = nq; j < n; j++) {
-        const uint16_t *x = kivi_full(s, head, j);
-        const float pj = p[j];
+    float sc[32], mn[32];
+    for (int g = c / s->group; g <= (c + 31) / s->group; g++) { // the groups the chunk meets
+        const float sd = quant_fp16_to_fp32(meta[2 * g]), md = quant_fp16_to_fp32(meta[2 * g + 1]);
+        const int i0 = g * s->group - c > 0 ? g * s->group - c : 0;
+        const int i1 = (g + 1) * s->group - c < 32 ? (g + 1) * s->group - c : 32;
+        for (int i = i0; i < i1; i++) sc[i] = sd, mn[i] = md;
+    }
 #pragma omp simd
-        for (int d = 0; d < hd; d++) out[d] += pj * quant_fp16_to_fp32(x[d]);
+    for (int i = 0; i < 32; i++) v[i] = v[i] * sc[i] + mn[i];
+}
+
+static ALWAYS_INLINE void kivi_mix_rows(const KiviState *s, int head, const float *p, float *out, int n, const int hd,
+                                        const int bits) {
+    if (hd % 32) { // odd shapes
+        kivi_mix_general(s, head, p, out, n);
+        return;
+    }
+    const int nq = n < s->n_quant ? n : s->n_quant;
+#if defined(QUANT_AVX512) && defined(__AVX512VBMI__)
+    if (s->group % 32 == 0) { // the same sums, 16 numbers per vector: the bytes holding each code
+                              // gathered into its lane (vpermb), shifted down and masked
+        uint8_t ctrl[2][64];
+        uint32_t down[2][16];
+        for (int h = 0; h < 2; h++)
+            for (int i = 0; i < 16; i++) {
+                const int bit = (16 * h + i) * bits;
+                for (int b = 0; b < 4; b++) ctrl[h][4 * i + b] = (uint8_t)(bit / 8 + (b > 0));
+                down[h][i] = (uint32_t)(bit % 8);
+            }
+        const __m512i c0 = _mm512_loadu_si512(ctrl[0]), c1 = _mm512_loadu_si512(ctrl[1]),
+                      d0 = _mm512_loadu_si512(down[0]), d1 = _mm512_loadu_si512(down[1]),
+                      mask = _mm512_set1_epi32((1 << bits) - 1);
+#define KIVI_CODES(row, ctl, dn)                                                                                       \
+    _mm512_cvtepi32_ps(_mm512_and_si512(                                                                               \
+        _mm512_srlv_epi32(                                                                                             \
+            _mm512_permutexvar_epi8(ctl, _mm512_maskz_loadu_epi8((__mmask64)((1ull << (4 * bits)) - 1), row)), dn),    \
+        mask))
+        for (int c = 0; c < hd; c += 32) {
+            __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
+            float pw[2][4 * TILE] __attribute__((aligned(64))), sm[2][8 * TILE] __attribute__((aligned(64)));
+            if (nq > 0) kivi_value_params(s, head, p, nq, 0, c / 32, pw[0], sm[0]);
+            for (int j0 = 0; j0 < nq; j0 += 4 * TILE) {
+                const int b = (j0 / (4 * TILE)) % 2;
+                if (j0 + 4 * TILE < nq) kivi_value_params(s, head, p, nq, j0 + 4 * TILE, c / 32, pw[1 - b], sm[1 - b]);
+                __asm__("" ::: "memory"); // the parameters broadcast from memory
+                const int cnt = nq - j0 < 4 * TILE ? nq - j0 : 4 * TILE;
+                for (int k = 0; k < cnt; k++) {
+                    const uint8_t *row = kivi_unit(s, head, j0 + k) + (size_t)c / 8 * bits;
+                    const __m512 P = _mm512_set1_ps(pw[b][k]), S = _mm512_set1_ps(sm[b][2 * k]),
+                                 M = _mm512_set1_ps(sm[b][2 * k + 1]);
+                    const __m512 x0 = _mm512_mul_ps(P, _mm512_add_ps(_mm512_mul_ps(KIVI_CODES(row, c0, d0), S), M));
+                    const __m512 x1 = _mm512_mul_ps(P, _mm512_add_ps(_mm512_mul_ps(KIVI_CODES(row, c1, d1), S), M));
+                    if ((j0 + k) % 2 == 0) {
+                        e0 = _mm512_add_ps(e0, x0);
+                        e1 = _mm512_add_ps(e1, x1);
+                    } else {
+                        o0 = _mm512_add_ps(o0, x0);
+                        o1 = _mm512_add_ps(o1, x1);
+                    }
+                }
+            }
+            float even[32], odd[32], v0[32];
+            _mm512_storeu_ps(even, e0);
+            _mm512_storeu_ps(even + 16, e1);
+            _mm512_storeu_ps(odd, o0);
+            _mm512_storeu_ps(odd + 16, o1);
+            for (int j = nq; j < n; j++) { // the window
+                const uint16_t *row = kivi_full_at(s, head, j, c);
+                quant_fp16_to_fp32_16(row, v0);
+                quant_fp16_to_fp32_16(row + 16, v0 + 16);
+                float *restrict acc = j % 2 ? odd : even;
+                const float pj = p[j];
+#pragma omp simd
+                for (int i = 0; i < 32; i++) acc[i] += pj * v0[i];
+            }
+            for (int i = 0; i < 32; i++) out[c + i] = even[i] + odd[i];
+        }
+#undef KIVI_CODES
+        return;
+    }
+#endif
+    for (int c = 0; c < hd; c += 32) {
+        float even[32] = {0}, odd[32] = {0}, v0[32], v1[32];
+        int j = 0;
+        for (; j + 2 <= nq; j += 2) {
+            kivi_value_row(s, head, j, c, bits, v0);
+            kivi_value_row(s, head, j + 1, c, bits, v1);
+            const float p0 = p[j], p1 = p[j + 1];
+#pragma omp simd
+            for (int i = 0; i < 32; i++) {
+                even[i] += p0 * v0[i];
+                odd[i] += p1 * v1[i];
+            }
+        }
+        for (; j < n; j++) { // the last odd quantised token, then the window
+            if (j < nq) {
+                kivi_value_row(s, head, j, c, bits, v0);
+            } else {
+                const uint16_t *row = kivi_full_at(s, head, j, c);
+                quant_fp16_to_fp32_16(row, v0);
+                quant_fp16_to_fp32_16(row + 16, v0 + 16);
+            }
+            const float pj = p[j];
+            if (j % 2 == 0) {
+#pragma omp simd
+                for (int i = 0; i < 32; i++) even[i] += pj * v0[i];
+            } else {
+#pragma omp simd
+                for (int i = 0; i < 32; i++) odd[i] += pj * v0[i];
+            }
+        }
+        for (int i = 0; i < 32; i++) out[c + i] = even[i] + odd[i];
     }
 }
 
-// Instantiated for micro's head_dim 32 at each width (constant shifts and trip counts), and generic.
-#define KIVI_DISPATCH(s, KERNEL)                                                                   \
-    switch ((s)->head_dim == 32 ? (s)->bits : 0) {                                                 \
-    case 1: KERNEL(32, 1); break;                                                                  \
-    case 2: KERNEL(32, 2); break;                                                                  \
-    case 3: KERNEL(32, 3); break;                                                                  \
-    case 4: KERNEL(32, 4); break;                                                                  \
-    case 5: KERNEL(32, 5); break;                                                                  \
-    case 6: KERNEL(32, 6); break;                                                                  \
-    case 7: KERNEL(32, 7); break;                                                                  \
-    case 8: KERNEL(32, 8); break;                                                                  \
-    default: KERNEL((s)->head_dim, (s)->bits); break;                                              \
+// Scoring a value stream or mixing a key stream (not what attention does): token by token.
+static void kivi_scores_general(const KiviState *s, int head, const float *q, float *out, int n) {
+    float k[32];
+    for (int j = 0; j < n; j++) {
+        float acc = 0.0f;
+        for (int c = 0; c < s->head_dim; c += 32) {
+            const int m = s->head_dim - c < 32 ? s->head_dim - c : 32;
+            kivi_decode_chunk(s, head, j, c, m, k);
+            for (int i = 0; i < m; i++) acc += q[c + i] * k[i];
+        }
+        out[j] = acc;
     }
+}
+
+static void kivi_mix_general(const KiviState *s, int head, const float *p, float *out, int n) {
+    float v[32];
+    memset(out, 0, sizeof(float) * (size_t)s->head_dim);
+    for (int j = 0; j < n; j++)
+        for (int c = 0; c < s->head_dim; c += 32) {
+            const int m = s->head_dim - c < 32 ? s->head_dim - c : 32;
+            kivi_decode_chunk(s, head, j, c, m, v);
+            for (int i = 0; i < m; i++) out[c + i] += p[j] * v[i];
+        }
+}
+
+// Rows at micro's head_dim 32, one instance per width (constant shifts), else run-time values.
+#define KIVI_ROWS(B)                                                                               \
+    static void kivi_scores_rows_##B(const KiviState *s, int head, const float *q, float *out, int n) { \
+        kivi_scores_rows(s, head, q, out, n, 32, B);                                               \
+    }                                                                                              \
+    static void kivi_mix_rows_##B(const KiviState *s, int head, const float *p, float *out, int n) { \
+        kivi_mix_rows(s, head, p, out, n, 32, B);                                                  \
+    }
+KIVI_ROWS(1)
+KIVI_ROWS(2)
+KIVI_ROWS(3)
+KIVI_ROWS(4)
+KIVI_ROWS(5)
+KIVI_ROWS(6)
+KIVI_ROWS(7)
+KIVI_ROWS(8)
+#undef KIVI_ROWS
+typedef void (*KiviKernel)(const KiviState *, int, const float *, float *, int);
+static const KiviKernel kivi_scores_rows_32[9] = {NULL, kivi_scores_rows_1, kivi_scores_rows_2, kivi_scores_rows_3,
+                                                  kivi_scores_rows_4, kivi_scores_rows_5, kivi_scores_rows_6,
+                                                  kivi_scores_rows_7, kivi_scores_rows_8};
+static const KiviKernel kivi_mix_rows_32[9] = {NULL, kivi_mix_rows_1, kivi_mix_rows_2, kivi_mix_rows_3, kivi_mix_rows_4,
+                                               kivi_mix_rows_5, kivi_mix_rows_6, kivi_mix_rows_7, kivi_mix_rows_8};
+
+// Instances at micro's head_dim 32 per width; other head_dims (multiples of 32) with run-time values.
+#define KIVI_INSTANCE(B)                                                                           \
+    static void kivi_scores_32_##B(const KiviState *s, int head, const float *q, float *out, int n) { \
+        kivi_scores_quantised(s, head, q, out, n < s->n_quant ? n : s->n_quant, 32, B);            \
+        kivi_scores_residual(s, head, q, out, n, 32);                                              \
+    }
+KIVI_INSTANCE(1)
+KIVI_INSTANCE(2)
+KIVI_INSTANCE(3)
+KIVI_INSTANCE(4)
+KIVI_INSTANCE(5)
+KIVI_INSTANCE(6)
+KIVI_INSTANCE(7)
+KIVI_INSTANCE(8)
+#undef KIVI_INSTANCE
+#define KIVI_INSTANCE(B)                                                                           \
+    static void kivi_mix_32_##B(const KiviState *s, int head, const float *p, float *out, int n) {  \
+        kivi_mix_groups(s, head, p, out, n, 32, B);                                                \
+    }
+KIVI_INSTANCE(1)
+KIVI_INSTANCE(2)
+KIVI_INSTANCE(4)
+#undef KIVI_INSTANCE
 
 static void kivi_scores(const void *state, int head, const float *q, float *out, int n) {
     const KiviState *s = state;
-#define SCORES(hd, bits) kivi_scores_impl(s, head, q, out, n, hd, bits)
-    KIVI_DISPATCH(s, SCORES)
-#undef SCORES
+    if (s->is_value) {
+        kivi_scores_general(s, head, q, out, n);
+    } else if (s->layout == QUANT_ROWS) {
+        if (s->head_dim == 32)
+            kivi_scores_rows_32[s->bits](s, head, q, out, n);
+        else
+            kivi_scores_rows(s, head, q, out, n, s->head_dim, s->bits);
+    } else if (s->head_dim == 32) {
+        static void (*const fn[9])(const KiviState *, int, const float *, float *, int) = {
+            NULL,           kivi_scores_32_1, kivi_scores_32_2, kivi_scores_32_3, kivi_scores_32_4,
+            kivi_scores_32_5, kivi_scores_32_6, kivi_scores_32_7, kivi_scores_32_8};
+        fn[s->bits](s, head, q, out, n);
+    } else {
+        kivi_scores_quantised(s, head, q, out, n < s->n_quant ? n : s->n_quant, s->head_dim, s->bits);
+        kivi_scores_residual(s, head, q, out, n, s->head_dim);
+    }
 }
 
 static void kivi_mix(const void *state, int head, const float *p, float *out, int n) {
     const KiviState *s = state;
-#define MIX(hd, bits) kivi_mix_impl(s, head, p, out, n, hd, bits)
-    KIVI_DISPATCH(s, MIX)
-#undef MIX
+    if (!s->is_value)
+        kivi_mix_general(s, head, p, out, n);
+    else if (s->layout == QUANT_ROWS && s->head_dim == 32)
+        kivi_mix_rows_32[s->bits](s, head, p, out, n);
+    else if (s->layout == QUANT_ROWS)
+        kivi_mix_rows(s, head, p, out, n, s->head_dim, s->bits);
+    else if (s->head_dim == 32 && s->bits == 1)
+        kivi_mix_32_1(s, head, p, out, n);
+    else if (s->head_dim == 32 && s->bits == 2)
+        kivi_mix_32_2(s, head, p, out, n);
+    else if (s->head_dim == 32)
+        kivi_mix_32_4(s, head, p, out, n);
+    else
+        kivi_mix_groups(s, head, p, out, n, s->head_dim, s->bits);
 }
 
 static size_t kivi_bytes(const void *state) {
