@@ -10,19 +10,7 @@
 
 #include "kvcache.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            if (failures < 40) {                                                                   \
-                fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                    \
-                fprintf(stderr, __VA_ARGS__);                                                      \
-                fprintf(stderr, "\n");                                                             \
-            }                                                                                      \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 static uint64_t rng_state = 0x853c49e6748fea9bull;
 static uint32_t rnd(void) {
