@@ -89,15 +89,17 @@ const char *cli_default_path(const char *given, const char *relative, char *buf,
     return relative; // so the error names the path a user expects
 }
 
-void csv_field(const char *text) {
+void csv_field_to(FILE *out, const char *text) {
     if (!strpbrk(text, ",\"\n")) {
-        fputs(text, stdout);
+        fputs(text, out);
         return;
     }
-    putchar('"');
+    fputc('"', out);
     for (const char *c = text; *c; c++) {
-        if (*c == '"') putchar('"');
-        putchar(*c);
+        if (*c == '"') fputc('"', out);
+        fputc(*c, out);
     }
-    putchar('"');
+    fputc('"', out);
 }
+
+void csv_field(const char *text) { csv_field_to(stdout, text); }

@@ -3,6 +3,7 @@
 #define MICRO_CLI_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 // If argv[*i] is `name`, stores the next argument in *out, advances *i and returns 1; exits with
 // status 2 when the value is missing. Returns 0 when argv[*i] is another option.
@@ -22,5 +23,6 @@ const char *cli_default_path(const char *given, const char *relative, char *buf,
 // Prints one CSV field, quoted as RFC 4180 says when it holds a comma, a quote or a newline
 // (normalised specs such as int:bits=4,levels=sym,scale=fp16 do).
 void csv_field(const char *text);
+void csv_field_to(FILE *out, const char *text);
 
 #endif

@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "model_file.h"
+#include "safe_file.h"
 
 static const char *export_usage =
     "usage: micro export --llama2c FILE [--model FILE]\n"
@@ -15,6 +16,32 @@ static const char *export_usage =
     "  vocab_size, seq_len; a positive vocab_size means a shared classifier), the fp32 weights in\n"
     "  llama2.c's order (which is ours), then the two legacy RoPE tables llama2.c skips.\n"
     "  For micro the file is exactly 7,543,580 bytes.\n";
+
+// Writes the whole checkpoint to f; nonzero only when out of memory (stream errors are the
+// stream's: safe_write reports them). Through safe_write, so a failed write never leaves a
+// truncated file under the real name.
+static int write_llama2c(FILE *f, void *ctx) {
+    const Model *m = ctx;
+    const ModelConfig *c = &m->config;
+    int32_t header[7] = {c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->max_seq_len};
+    size_t half = (size_t)c->head_dim / 2, table = (size_t)c->max_seq_len * half;
+    float *cos_t = malloc(table * sizeof(float)), *sin_t = malloc(table * sizeof(float));
+    int ok = cos_t && sin_t;
+    if (ok) {
+        for (int pos = 0; pos < c->max_seq_len; pos++)
+            for (size_t i = 0; i < half; i++) {
+                double angle = pos * pow((double)c->rope_theta, -2.0 * (double)i / c->head_dim);
+                cos_t[pos * half + i] = (float)cos(angle);
+                sin_t[pos * half + i] = (float)sin(angle);
+            }
+        // Stops at the first short write; the stream's error flag carries the reason.
+        (void)(fwrite(header, sizeof header, 1, f) == 1 && fwrite(m->params, sizeof(float), m->n_params, f) == m->n_params &&
+               fwrite(cos_t, sizeof(float), table, f) == table && fwrite(sin_t, sizeof(float), table, f) == table);
+    }
+    free(cos_t);
+    free(sin_t);
+    return ok ? 0 : -1;
+}
 
 int cmd_export(int argc, char **argv) {
     const char *out = NULL, *model_path = NULL;
@@ -28,29 +55,15 @@ int cmd_export(int argc, char **argv) {
     }
     if (!out) return cli_error("export needs --llama2c FILE (see micro export --help)");
     char err[512], path[4096];
+    if (safe_check_output(out, err, sizeof err)) return cli_error("%s", err); // before any work
     Model m;
     if (model_load(&m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
         return cli_error("%s", err);
-    const ModelConfig *c = &m.config;
-    int32_t header[7] = {c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->max_seq_len};
-    size_t half = (size_t)c->head_dim / 2, table = (size_t)c->max_seq_len * half;
-    float *cos_t = malloc(table * sizeof(float)), *sin_t = malloc(table * sizeof(float));
-    FILE *f = fopen(out, "wb");
-    int ok = cos_t && sin_t && f;
-    if (ok) {
-        for (int pos = 0; pos < c->max_seq_len; pos++)
-            for (size_t i = 0; i < half; i++) {
-                double angle = pos * pow((double)c->rope_theta, -2.0 * (double)i / c->head_dim);
-                cos_t[pos * half + i] = (float)cos(angle);
-                sin_t[pos * half + i] = (float)sin(angle);
-            }
-        ok = fwrite(header, sizeof header, 1, f) == 1 && fwrite(m.params, sizeof(float), m.n_params, f) == m.n_params &&
-             fwrite(cos_t, sizeof(float), table, f) == table && fwrite(sin_t, sizeof(float), table, f) == table;
+    int status = 0;
+    if (safe_write(out, write_llama2c, &m, err, sizeof err)) {
+        fprintf(stderr, "micro: %s\n", err);
+        status = 1;
     }
-    if (f && fclose(f) != 0) ok = 0;
-    free(cos_t);
-    free(sin_t);
     model_free(&m);
-    if (!ok) return cli_error("%s: could not write the llama2.c checkpoint", out);
-    return 0;
+    return status;
 }

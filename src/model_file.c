@@ -3,13 +3,13 @@
 // checksum and finite values, in that order, so each bad file gets its own one-line reason.
 #include "model_file.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+
+#include "safe_file.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the payload is read as little-endian fp32 in place; add byte swapping for this host"
@@ -79,25 +79,11 @@ int model_save(const Model *m, const char *path, char *err, size_t errlen) {
     unsigned char header[MODEL_FILE_HEADER_BYTES];
     size_t payload = m->n_params * sizeof(float);
     encode_header(m, model_checksum(m->params, payload), header);
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
-        snprintf(err, errlen, "%s: path too long", path);
-        return -1;
-    }
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        snprintf(err, errlen, "%s: cannot write: %s", tmp, strerror(errno));
-        return -1;
-    }
-    int ok = fwrite(header, 1, sizeof header, f) == sizeof header &&
-             fwrite(m->params, 1, payload, f) == payload;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
-        remove(tmp);
-        return -1;
-    }
-    return 0;
+    SafeFile out;
+    if (safe_open(&out, path, err, errlen)) return -1;
+    // A short fwrite leaves the stream's error flag, which safe_commit reports with its reason.
+    if (fwrite(header, 1, sizeof header, out.f) == sizeof header) fwrite(m->params, 1, payload, out.f);
+    return safe_commit(&out, err, errlen);
 }
 
 #define FAIL(...)                                       \
@@ -111,13 +97,10 @@ int model_save(const Model *m, const char *path, char *err, size_t errlen) {
 int model_load(Model *m, const char *path, char *err, size_t errlen) {
     memset(m, 0, sizeof *m);
     FILE *f = NULL;
-    struct stat st;
-    if (stat(path, &st) != 0) FAIL("cannot open: %s", strerror(errno));
-    if (S_ISDIR(st.st_mode)) FAIL("is a directory, not a model file");
-    if (!S_ISREG(st.st_mode)) FAIL("is not a regular file");
-    f = fopen(path, "rb");
-    if (!f) FAIL("cannot open: %s", strerror(errno));
-    uint64_t file_bytes = (uint64_t)st.st_size;
+    long long size = 0;
+    f = safe_open_read(path, &size, err, errlen); // a regular file, or one line saying what it is
+    if (!f) goto fail;
+    uint64_t file_bytes = (uint64_t)size;
     if (file_bytes == 0) FAIL("empty file");
 
     unsigned char h[MODEL_FILE_HEADER_BYTES];

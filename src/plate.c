@@ -1,5 +1,6 @@
 // micro plate: the plate's loss table reproduced on our micro, every other scheme beside it, what the
 // widths mean for a real server, and a bar chart. The main job, and the README's first command.
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -14,6 +15,8 @@
 #include "commands.h"
 #include "eval.h"
 #include "model_file.h"
+#include "safe_file.h"
+#include "subprocess.h"
 #include "text.h"
 #include "threadpool.h"
 
@@ -156,42 +159,42 @@ static const char *csv_header =
     "panel,label,text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes,top1_agree,kl,published_delta,"
     "model,conversations,bytes_per_token\n";
 
-static void csv_number(double v, const char *fmt) {
-    putchar(',');
-    if (!isnan(v)) printf(fmt, v);
+static void csv_number(FILE *out, double v, const char *fmt) {
+    fputc(',', out);
+    if (!isnan(v)) fprintf(out, fmt, v);
 }
 
-static void print_csv(const PlateRun *r, const CapacityModel *cap, const double *scheme_bits) {
-    fputs(csv_header, stdout);
+static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, const double *scheme_bits) {
+    fputs(csv_header, out);
     for (int t = 0; t < N_TEXTS; t++) {
         const EvalResult *e = &r->reference[t];
-        printf("reference,fp32,%s,fp32,fp32,%d,%.6f,0.000000,%.4f,%zu,1.000000,0,,,,\n", r->texts[t].name, e->tokens,
+        fprintf(out, "reference,fp32,%s,fp32,fp32,%d,%.6f,0.000000,%.4f,%zu,1.000000,0,,,,\n", r->texts[t].name, e->tokens,
                e->loss, e->bits_per_element, e->cache_bytes);
     }
     for (int s = 0; s < N_SCHEMES; s++) {
         for (int t = 0; t < N_TEXTS; t++) {
             const EvalResult *e = &r->results[s][t];
-            printf("%s,", schemes[s].panel);
-            csv_field(schemes[s].label);
-            printf(",%s,", r->texts[t].name);
-            csv_field(e->k_spec);
-            putchar(',');
-            csv_field(e->v_spec);
-            printf(",%d,%.6f,%.6f,%.4f,%zu,%.6f,%.6g", e->tokens, e->loss, delta_of(r, s, t), e->bits_per_element,
+            fprintf(out, "%s,", schemes[s].panel);
+            csv_field_to(out, schemes[s].label);
+            fprintf(out, ",%s,", r->texts[t].name);
+            csv_field_to(out, e->k_spec);
+            fputc(',', out);
+            csv_field_to(out, e->v_spec);
+            fprintf(out, ",%d,%.6f,%.6f,%.4f,%zu,%.6f,%.6g", e->tokens, e->loss, delta_of(r, s, t), e->bits_per_element,
                    e->cache_bytes, e->top1_agree, e->kl);
-            csv_number(schemes[s].published, "%.4f");
-            printf(",,,\n");
+            csv_number(out, schemes[s].published, "%.4f");
+            fprintf(out, ",,,\n");
         }
     }
     for (int i = 0; i < N_CAP_BITS + N_CAP_SCHEMES; i++) {
         double bits = i < N_CAP_BITS ? capacity_bits[i] : scheme_bits[i - N_CAP_BITS];
         CapacityRow row = capacity_row(cap, bits);
-        printf("capacity,");
+        fprintf(out, "capacity,");
         if (i < N_CAP_BITS)
-            printf("%d-bit", capacity_bits[i]);
+            fprintf(out, "%d-bit", capacity_bits[i]);
         else
-            csv_field(capacity_schemes[i - N_CAP_BITS]);
-        printf(",,,,,,,%.4f,,,,,%s,%ld,%.1f\n", bits, cap->name, row.conversations, row.bytes_per_token);
+            csv_field_to(out, capacity_schemes[i - N_CAP_BITS]);
+        fprintf(out, ",,,,,,,%.4f,,,,,%s,%ld,%.1f\n", bits, cap->name, row.conversations, row.bytes_per_token);
     }
 }
 
@@ -204,51 +207,51 @@ static void json_string(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-static void print_json(const PlateRun *r, const CapacityModel *cap, const double *scheme_bits) {
-    printf("{\n  \"reference\": [");
+static void print_json(FILE *out, const PlateRun *r, const CapacityModel *cap, const double *scheme_bits) {
+    fprintf(out, "{\n  \"reference\": [");
     for (int t = 0; t < N_TEXTS; t++)
-        printf("%s{\"text\": \"%s\", \"tokens\": %d, \"loss\": %.6f, \"cache_bytes\": %zu}", t ? ", " : "",
+        fprintf(out, "%s{\"text\": \"%s\", \"tokens\": %d, \"loss\": %.6f, \"cache_bytes\": %zu}", t ? ", " : "",
                r->texts[t].name, r->reference[t].tokens, r->reference[t].loss, r->reference[t].cache_bytes);
-    printf("],\n  \"schemes\": [\n");
+    fprintf(out, "],\n  \"schemes\": [\n");
     for (int s = 0; s < N_SCHEMES; s++) {
-        printf("    {\"panel\": \"%s\", \"label\": ", schemes[s].panel);
-        json_string(stdout, schemes[s].label);
-        printf(", \"k_cache\": ");
-        json_string(stdout, r->results[s][0].k_spec);
-        printf(", \"v_cache\": ");
-        json_string(stdout, r->results[s][0].v_spec);
+        fprintf(out, "    {\"panel\": \"%s\", \"label\": ", schemes[s].panel);
+        json_string(out, schemes[s].label);
+        fprintf(out, ", \"k_cache\": ");
+        json_string(out, r->results[s][0].k_spec);
+        fprintf(out, ", \"v_cache\": ");
+        json_string(out, r->results[s][0].v_spec);
         if (isnan(schemes[s].published))
-            printf(", \"published_delta\": null");
+            fprintf(out, ", \"published_delta\": null");
         else
-            printf(", \"published_delta\": %.4f", schemes[s].published);
-        printf(", \"texts\": {");
+            fprintf(out, ", \"published_delta\": %.4f", schemes[s].published);
+        fprintf(out, ", \"texts\": {");
         for (int t = 0; t < N_TEXTS; t++) {
             const EvalResult *e = &r->results[s][t];
-            printf("%s\"%s\": {\"tokens\": %d, \"loss\": %.6f, \"delta\": %.6f, \"bits_per_element\": %.4f, "
+            fprintf(out, "%s\"%s\": {\"tokens\": %d, \"loss\": %.6f, \"delta\": %.6f, \"bits_per_element\": %.4f, "
                    "\"cache_bytes\": %zu, \"top1_agree\": %.6f, \"kl\": %.6g}",
                    t ? ", " : "", r->texts[t].name, e->tokens, e->loss, delta_of(r, s, t), e->bits_per_element,
                    e->cache_bytes, e->top1_agree, e->kl);
         }
-        printf("}}%s\n", s + 1 < N_SCHEMES ? "," : "");
+        fprintf(out, "}}%s\n", s + 1 < N_SCHEMES ? "," : "");
     }
-    printf("  ],\n  \"capacity\": {\"model\": \"%s\", \"gpu_gb\": %g, \"util\": %g, \"weights_gb\": %g, \"context\": %d, "
+    fprintf(out, "  ],\n  \"capacity\": {\"model\": \"%s\", \"gpu_gb\": %g, \"util\": %g, \"weights_gb\": %g, \"context\": %d, "
            "\"rows\": [\n",
            cap->name, cap->gpu_gb, cap->util, cap->weights_gb, cap->context);
     for (int i = 0; i < N_CAP_BITS + N_CAP_SCHEMES; i++) {
         double bits = i < N_CAP_BITS ? capacity_bits[i] : scheme_bits[i - N_CAP_BITS];
         CapacityRow row = capacity_row(cap, bits);
-        printf("    {\"cache\": ");
+        fprintf(out, "    {\"cache\": ");
         if (i < N_CAP_BITS) {
             char label[32];
             snprintf(label, sizeof label, "%d-bit", capacity_bits[i]);
-            json_string(stdout, label);
+            json_string(out, label);
         } else {
-            json_string(stdout, capacity_schemes[i - N_CAP_BITS]);
+            json_string(out, capacity_schemes[i - N_CAP_BITS]);
         }
-        printf(", \"bits_per_element\": %.4f, \"bytes_per_token\": %.1f, \"conversations\": %ld}%s\n", bits,
+        fprintf(out, ", \"bits_per_element\": %.4f, \"bytes_per_token\": %.1f, \"conversations\": %ld}%s\n", bits,
                row.bytes_per_token, row.conversations, i + 1 < N_CAP_BITS + N_CAP_SCHEMES ? "," : "");
     }
-    printf("  ]}\n}\n");
+    fprintf(out, "  ]}\n}\n");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -273,32 +276,106 @@ static const char *plate_usage =
     "  --no-files        write nothing\n"
     "  -h, --help        this help\n";
 
-// Writes the CSV and JSON next to each other by running the printers with stdout redirected.
-static int write_outputs(const char *dir, const PlateRun *r, const CapacityModel *cap, const double *scheme_bits,
-                         char *csv_path, size_t n) {
-    char path[4096];
-    mkdir(dir, 0777);
-    fflush(stdout);
-    int saved = dup(STDOUT_FILENO);
-    if (saved < 0) return -1;
-    int ok = 1;
-    for (int k = 0; k < 2 && ok; k++) {
-        snprintf(path, sizeof path, "%s/plate.%s", dir, k ? "json" : "csv");
-        if (!k) snprintf(csv_path, n, "%s", path);
-        if (!freopen(path, "w", stdout)) {
-            ok = 0;
-            break;
-        }
-        if (k)
-            print_json(r, cap, scheme_bits);
-        else
-            print_csv(r, cap, scheme_bits);
-        fflush(stdout);
+// What the printers need, for safe_write's callbacks.
+typedef struct {
+    const PlateRun *r;
+    const CapacityModel *cap;
+    const double *scheme_bits;
+} PlateOutput;
+
+static int write_csv(FILE *f, void *ctx) {
+    const PlateOutput *o = ctx;
+    print_csv(f, o->r, o->cap, o->scheme_bits);
+    return 0;
+}
+
+static int write_json(FILE *f, void *ctx) {
+    const PlateOutput *o = ctx;
+    print_json(f, o->r, o->cap, o->scheme_bits);
+    return 0;
+}
+
+static const char *const out_files[] = {"plate.csv", "plate.json", "plate.svg", "plate.png"};
+
+// --out DIR, checked before any work: not empty (it would name /plate.csv), a folder if it exists
+// (else its parent must exist, to make it in), and no file it will hold may be a device or FIFO.
+static int check_out_dir(const char *dir, char *err, size_t errlen) {
+    if (!*dir) {
+        snprintf(err, errlen, "--out: an empty folder name");
+        return -1;
     }
-    dup2(saved, STDOUT_FILENO);
-    close(saved);
-    clearerr(stdout);
-    return ok ? 0 : -1;
+    struct stat st;
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) {
+            snprintf(err, errlen, "--out %s: not a folder", dir);
+            return -1;
+        }
+        char path[4200];
+        for (int i = 0; i < 4; i++) {
+            if (snprintf(path, sizeof path, "%s/%s", dir, out_files[i]) >= (int)sizeof path) {
+                snprintf(err, errlen, "--out: the folder name is too long");
+                return -1;
+            }
+            if (safe_check_output(path, err, errlen)) return -1;
+        }
+        return 0;
+    }
+    // Not there yet: it is made beside its parent, which must be a folder we can write in.
+    char probe[4200];
+    if (snprintf(probe, sizeof probe, "%s/plate.csv", dir) >= (int)sizeof probe) {
+        snprintf(err, errlen, "--out: the folder name is too long");
+        return -1;
+    }
+    if (safe_check_output(dir, err, errlen)) return -1;
+    return 0;
+}
+
+// Writes DIR/plate.csv and DIR/plate.json, each whole or not at all. 0, or -1 with err set.
+static int write_outputs(const char *dir, const PlateRun *r, const CapacityModel *cap, const double *scheme_bits,
+                         char *csv_path, size_t n, char *err, size_t errlen) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        snprintf(err, errlen, "cannot make the folder %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    PlateOutput o = {r, cap, scheme_bits};
+    char path[4200];
+    snprintf(path, sizeof path, "%s/plate.json", dir);
+    snprintf(csv_path, n, "%s/plate.csv", dir);
+    if (safe_write(csv_path, write_csv, &o, err, errlen)) return -1;
+    return safe_write(path, write_json, &o, err, errlen);
+}
+
+// Draws DIR/plate.svg and .png with scripts/plot, given the paths as arguments (never through a
+// shell, so any character in them is just a character). Prints one line saying what happened.
+static void draw_figure(const char *csv_path, const char *out_dir) {
+    char path[4096], err[600];
+    const char *plot = cli_default_path(NULL, "scripts/plot", path, sizeof path);
+    if (access(plot, X_OK) != 0) {
+        printf("figure: scripts/plot is not here (run from the repository root to draw it)\n");
+        return;
+    }
+    if (!spawn_in_path("gnuplot")) {
+        printf("figure: gnuplot is missing: apt-get install gnuplot-nox, or run scripts/plot, which installs it\n");
+        return;
+    }
+    // scripts/plot works from the repository root: give it absolute paths.
+    char *script = realpath(plot, NULL), *csv = realpath(csv_path, NULL), *dir = realpath(out_dir, NULL);
+    if (!script || !csv || !dir) {
+        printf("figure: cannot resolve %s: %s\n", !script ? plot : !csv ? csv_path : out_dir, strerror(errno));
+    } else {
+        char *argv[] = {script, "--csv", csv, "--out", dir, NULL};
+        fflush(stdout);
+        int rc = spawn_wait(argv, 1, err, sizeof err);
+        if (rc == 0)
+            printf("figure: %s/plate.svg and %s/plate.png\n", out_dir, out_dir);
+        else if (rc < 0)
+            printf("figure: %s\n", err);
+        else
+            printf("figure: scripts/plot failed with status %d (run it by hand to see why)\n", rc);
+    }
+    free(script);
+    free(csv);
+    free(dir);
 }
 
 int cmd_plate(int argc, char **argv) {
@@ -322,6 +399,8 @@ int cmd_plate(int argc, char **argv) {
         }
     }
     if (csv && json) return cli_error("choose one of --csv and --json");
+    char out_err[600];
+    if (files && check_out_dir(out_dir, out_err, sizeof out_err)) return cli_error("%s", out_err);
 
     char err[512], path[4096], en_arg[4200], zh_arg[4200];
     if (!en) snprintf(en_arg, sizeof en_arg, "%s:1500", cli_default_path(NULL, "data/plates/en.txt", path, sizeof path));
@@ -360,10 +439,12 @@ int cmd_plate(int argc, char **argv) {
     }
     pool_destroy(pool);
     char csv_path[4200] = "";
-    if (!status && files && write_outputs(out_dir, r, cap, scheme_bits, csv_path, sizeof csv_path))
-        status = cli_error("%s: cannot write the plate's CSV and JSON", out_dir);
-    if (!status && csv) print_csv(r, cap, scheme_bits);
-    if (!status && json) print_json(r, cap, scheme_bits);
+    if (!status && files && write_outputs(out_dir, r, cap, scheme_bits, csv_path, sizeof csv_path, err, sizeof err)) {
+        fprintf(stderr, "micro: %s\n", err);
+        status = 1;
+    }
+    if (!status && csv) print_csv(stdout, r, cap, scheme_bits);
+    if (!status && json) print_json(stdout, r, cap, scheme_bits);
     if (!status && !csv && !json) {
         printf("micro plate: %s, %zu parameters; English %ld characters = %d tokens, Chinese %ld characters = %d "
                "tokens\n\n",
@@ -392,22 +473,7 @@ int cmd_plate(int argc, char **argv) {
         print_bars(r);
         if (files) {
             printf("\nwritten: %s and %s/plate.json\n", csv_path, out_dir);
-            fflush(stdout);
-            // The figure is drawn by gnuplot through scripts/plot, when both are at hand.
-            char plot[4096];
-            snprintf(plot, sizeof plot, "%s", cli_default_path(NULL, "scripts/plot", path, sizeof path));
-            if (access(plot, X_OK) != 0)
-                printf("figure: scripts/plot is not here (run from the repository root to draw it)\n");
-            else if (system("command -v gnuplot >/dev/null 2>&1") != 0)
-                printf("figure: gnuplot is missing: apt-get install gnuplot-nox, or run scripts/plot, which installs it\n");
-            else {
-                char cmd[9000];
-                snprintf(cmd, sizeof cmd, "'%s' --csv '%s' --out '%s' >/dev/null", plot, csv_path, out_dir);
-                if (system(cmd) == 0)
-                    printf("figure: %s/plate.svg and %s/plate.png\n", out_dir, out_dir);
-                else
-                    printf("figure: scripts/plot failed (run it by hand to see why)\n");
-            }
+            draw_figure(csv_path, out_dir);
         }
     }
     for (int t = 0; t < N_TEXTS; t++) {

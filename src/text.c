@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "model.h"
+#include "safe_file.h"
 
 // Length of the UTF-8 sequence starting at s[0] (1..4), or 0 if it is not a valid, shortest-form one.
 static int utf8_sequence(const uint8_t *s, size_t n) {
@@ -90,21 +90,10 @@ int text_load(Text *t, const char *arg, int max_tokens, char *err, size_t errlen
     char *dot = strrchr(t->name, '.');
     if (dot && dot != t->name) *dot = '\0';
 
-    struct stat st;
-    if (stat(t->path, &st) != 0) {
-        snprintf(err, errlen, "%s: cannot open: %s", t->path, strerror(errno));
-        return -1;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s: not a regular file", t->path);
-        return -1;
-    }
-    FILE *f = fopen(t->path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "%s: cannot open: %s", t->path, strerror(errno));
-        return -1;
-    }
-    size_t n = (size_t)st.st_size;
+    long long size = 0;
+    FILE *f = safe_open_read(t->path, &size, err, errlen); // a regular file: never block on a FIFO
+    if (!f) return -1;
+    size_t n = (size_t)size;
     uint8_t *bytes = malloc(n + 1);
     size_t got = bytes ? fread(bytes, 1, n, f) : 0;
     fclose(f);

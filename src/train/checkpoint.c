@@ -1,14 +1,15 @@
 #include "train/checkpoint.h"
 
-#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "safe_file.h"
+
 typedef struct {
     FILE *f;
     uint64_t hash;
-    int bad;
 } Writer;
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
@@ -24,17 +25,15 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
 static void put(Writer *w, const void *p, size_t n) {
     if (n == 0) return;
     w->hash = fnv(w->hash, p, n);
-    if (fwrite(p, 1, n, w->f) != n) w->bad = 1;
+    fwrite(p, 1, n, w->f); // a short write sets the stream's error flag, which safe_commit reports
 }
 
 int checkpoint_save(const char *path, const Checkpoint *c, char *err, size_t errlen) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    Writer w = {fopen(tmp, "wb"), FNV_BASIS, 0};
-    if (!w.f) {
-        snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-        return -1;
-    }
+    // Written beside the old checkpoint and renamed over it: a kill in mid-write leaves the
+    // previous checkpoint whole.
+    SafeFile out;
+    if (safe_open(&out, path, err, errlen)) return -1;
+    Writer w = {out.f, FNV_BASIS};
     uint32_t version = CKPT_VERSION;
     size_t n = (size_t)c->pr.n_params;
     put(&w, CKPT_MAGIC, 8);
@@ -47,15 +46,8 @@ int checkpoint_save(const char *path, const Checkpoint *c, char *err, size_t err
     put(&w, c->train_loss, (size_t)c->id.steps * sizeof(float));
     put(&w, c->val, (size_t)c->pr.n_val * sizeof(ValRecord));
     uint64_t h = w.hash;
-    if (fwrite(&h, sizeof h, 1, w.f) != 1) w.bad = 1;
-    if (fflush(w.f) != 0) w.bad = 1;
-    if (fclose(w.f) != 0) w.bad = 1;
-    if (w.bad || rename(tmp, path) != 0) {
-        snprintf(err, errlen, "cannot write checkpoint %s: %s", path, strerror(errno));
-        remove(tmp);
-        return -1;
-    }
-    return 0;
+    put(&w, &h, sizeof h);
+    return safe_commit(&out, err, errlen); // reports any failed put with its reason
 }
 
 void checkpoint_free_arrays(Checkpoint *c) {
@@ -70,15 +62,12 @@ void checkpoint_free_arrays(Checkpoint *c) {
 
 int checkpoint_load(const char *path, Checkpoint *c, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "cannot open checkpoint %s: %s", path, strerror(errno));
-        return -1;
-    }
+    long long size = 0;
+    FILE *f = safe_open_read(path, &size, err, errlen); // a regular file: a FIFO or a folder is refused
+    if (!f) return -1;
     unsigned char *buf = NULL;
-    long len = -1;
-    if (fseek(f, 0, SEEK_END) == 0) len = ftell(f);
-    if (len > 0 && fseek(f, 0, SEEK_SET) == 0) buf = malloc((size_t)len);
+    long len = size > 0 && size <= LONG_MAX ? (long)size : -1;
+    if (len > 0) buf = malloc((size_t)len);
     int ok = buf && fread(buf, 1, (size_t)len, f) == (size_t)len;
     fclose(f);
     size_t head = 8 + 4 + sizeof(RunIdent) + sizeof(RunProgress);

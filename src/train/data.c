@@ -1,19 +1,16 @@
 #include "train/data.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model.h"
+#include "safe_file.h"
 #include "train/sha256.h"
 
 static int read_file(const char *path, unsigned char **out, size_t *len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return -1;
-    }
+    FILE *f = safe_open_read(path, NULL, err, errlen); // a regular file: never block on a FIFO
+    if (!f) return -1;
     size_t cap = 1 << 20, n = 0;
     unsigned char *buf = malloc(cap);
     while (buf) {

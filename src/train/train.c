@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "model_file.h"
+#include "safe_file.h"
 #include "train/adamw.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -126,13 +127,9 @@ static void fmt_duration(double s, char *buf, size_t n) {
 static int write_json(const char *path, const TrainOptions *o, const Corpus *corpus, const Checkpoint *ck,
                       size_t n_params, const char *core, double final_en, double final_zh, int val_n[2],
                       double session_tps, char *err, size_t errlen) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        snprintf(err, errlen, "cannot write %s.tmp", path);
-        return -1;
-    }
+    SafeFile out;
+    if (safe_open(&out, path, err, errlen)) return -1;
+    FILE *f = out.f; // every fprintf below is checked once, by safe_commit, through the stream's error flag
     const ModelConfig *c = &o->config;
     TensorInfo info[MODEL_N_TENSORS];
     model_tensor_infos(c, info);
@@ -185,19 +182,31 @@ static int write_json(const char *path, const TrainOptions *o, const Corpus *cor
                 ck->val[i].en, ck->val[i].zh);
     fprintf(f, "\n  ],\n  \"final_val_loss\": {\"en\": %.4f, \"zh\": %.4f, \"unit\": \"nats/token (byte)\"}\n}\n",
             final_en, final_zh);
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
-        snprintf(err, errlen, "cannot write %s", path);
-        remove(tmp);
-        return -1;
-    }
-    return 0;
+    return safe_commit(&out, err, errlen);
+}
+
+// Every path the run will write or read, checked before any work: a bad one must not cost a run.
+static int check_paths(const TrainOptions *o, char *err, size_t errlen) {
+    const char *outputs[] = {o->out, o->json, o->checkpoint};
+    for (int i = 0; i < 3; i++)
+        if (outputs[i] && safe_check_output(outputs[i], err, errlen)) return -1;
+    for (int i = 0; i < 3; i++)
+        for (int j = i + 1; j < 3; j++)
+            if (outputs[i] && outputs[j] && !strcmp(outputs[i], outputs[j])) {
+                snprintf(err, errlen, "%s is named for two outputs (--out, --json, --checkpoint)", outputs[i]);
+                return -1;
+            }
+    return o->resume ? safe_check_input(o->resume, err, errlen) : 0;
 }
 
 int train_run(const TrainOptions *o) {
     char err[512];
     int status = 1;
     const ModelConfig *cfg = &o->config;
+    if (check_paths(o, err, sizeof err)) {
+        fprintf(stderr, "micro: %s\n", err);
+        return 2;
+    }
     if (model_config_validate(cfg, err, sizeof err)) {
         fprintf(stderr, "micro: %s\n", err);
         return 2;

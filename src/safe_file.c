@@ -1,0 +1,246 @@
+#include "safe_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// The target a write really replaces: a symbolic link is followed, so that the file it names is
+// updated and the link itself survives (renaming over it would swap the link for a copy).
+static char *resolve_target(const char *path, char *err, size_t errlen) {
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+        char *real = realpath(path, NULL);
+        if (!real) snprintf(err, errlen, "cannot write %s: a symbolic link to nothing (%s)", path, strerror(errno));
+        return real;
+    }
+    char *copy = strdup(path);
+    if (!copy) snprintf(err, errlen, "cannot write %s: out of memory", path);
+    return copy;
+}
+
+// The folder a path is in ("." for a bare name), malloc'ed.
+static char *folder_of(const char *path) {
+    char *copy = strdup(path);
+    if (!copy) return NULL;
+    char *dir = strdup(dirname(copy));
+    free(copy);
+    return dir;
+}
+
+int safe_check_output(const char *path, char *err, size_t errlen) {
+    if (!path || !*path) {
+        snprintf(err, errlen, "an output path is empty");
+        return -1;
+    }
+    char *target = resolve_target(path, err, errlen);
+    if (!target) return -1;
+    struct stat st;
+    int status = -1;
+    if (stat(target, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            snprintf(err, errlen, "cannot write %s: is a directory", path);
+        else if (!S_ISREG(st.st_mode))
+            snprintf(err, errlen, "cannot write %s: not a regular file (refusing to replace a device, FIFO or socket)",
+                     path);
+        else
+            status = 0;
+    } else if (errno != ENOENT) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    } else {
+        status = 0;
+    }
+    if (status == 0) {
+        char *dir = folder_of(target);
+        if (!dir) {
+            snprintf(err, errlen, "cannot write %s: out of memory", path);
+            status = -1;
+        } else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            snprintf(err, errlen, "cannot write %s: the folder %s does not exist", path, dir);
+            status = -1;
+        } else if (access(dir, W_OK | X_OK) != 0) {
+            snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+            status = -1;
+        }
+        free(dir);
+    }
+    free(target);
+    return status;
+}
+
+// Opens without blocking (a FIFO would wait for a writer forever), then checks what was opened,
+// not what the name pointed to a moment before.
+static int open_regular(const char *path, long long *size, char *err, size_t errlen) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    } else if (S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s: is a directory, not a file", path);
+    } else if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: is not a regular file", path);
+    } else {
+        if (size) *size = (long long)st.st_size;
+        int flags = fcntl(fd, F_GETFL);
+        if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+        return fd;
+    }
+    close(fd);
+    return -1;
+}
+
+int safe_check_input(const char *path, char *err, size_t errlen) {
+    if (!path || !*path) {
+        snprintf(err, errlen, "an input path is empty");
+        return -1;
+    }
+    int fd = open_regular(path, NULL, err, errlen);
+    if (fd < 0) return -1;
+    close(fd);
+    return 0;
+}
+
+FILE *safe_open_read(const char *path, long long *size, char *err, size_t errlen) {
+    if (!path || !*path) {
+        snprintf(err, errlen, "an input path is empty");
+        return NULL;
+    }
+    int fd = open_regular(path, size, err, errlen);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
+static void release(SafeFile *s) {
+    free(s->path);
+    free(s->tmp);
+    s->f = NULL;
+    s->path = s->tmp = NULL;
+}
+
+int safe_open(SafeFile *s, const char *path, char *err, size_t errlen) {
+    s->f = NULL;
+    s->tmp = NULL;
+    if (safe_check_output(path, err, errlen)) {
+        s->path = NULL;
+        return -1;
+    }
+    s->path = resolve_target(path, err, errlen);
+    if (!s->path) return -1;
+    size_t n = strlen(s->path) + sizeof ".tmp-XXXXXX";
+    s->tmp = malloc(n);
+    if (!s->tmp) {
+        snprintf(err, errlen, "cannot write %s: out of memory", path);
+        release(s);
+        return -1;
+    }
+    snprintf(s->tmp, n, "%s.tmp-XXXXXX", s->path);
+    int fd = mkstemp(s->tmp);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        release(s);
+        return -1;
+    }
+    // mkstemp makes the file private (0600); give it the mode the target has, or a new file's.
+    struct stat st;
+    mode_t mode;
+    if (stat(s->path, &st) == 0) {
+        mode = st.st_mode & 07777;
+    } else {
+        mode_t mask = umask(0);
+        umask(mask);
+        mode = 0666 & ~mask;
+    }
+    fchmod(fd, mode);
+    s->f = fdopen(fd, "wb");
+    if (!s->f) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        close(fd);
+        unlink(s->tmp);
+        release(s);
+        return -1;
+    }
+    return 0;
+}
+
+void safe_abort(SafeFile *s) {
+    if (s->f) fclose(s->f);
+    if (s->tmp) unlink(s->tmp);
+    release(s);
+}
+
+// Makes the rename itself durable; folders that cannot be fsynced (some file systems) are no error.
+static void sync_folder(const char *path) {
+    char *dir = folder_of(path);
+    if (!dir) return;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    free(dir);
+}
+
+int safe_commit(SafeFile *s, char *err, size_t errlen) {
+    int e = 0;
+    // A write that failed earlier left the stream's error flag; flushing again usually returns
+    // the same errno (ENOSPC, EFBIG), which names the reason.
+    if (ferror(s->f)) {
+        clearerr(s->f);
+        errno = 0;
+        e = fflush(s->f) != 0 && errno ? errno : EIO;
+    } else if (fflush(s->f) != 0) {
+        e = errno ? errno : EIO;
+    }
+    if (!e && fsync(fileno(s->f)) != 0 && errno != EINVAL) e = errno;
+    if (fclose(s->f) != 0 && !e) e = errno ? errno : EIO;
+    s->f = NULL;
+    if (!e && rename(s->tmp, s->path) != 0) e = errno;
+    if (e) {
+        snprintf(err, errlen, "cannot write %s: %s", s->path, strerror(e));
+        unlink(s->tmp);
+        release(s);
+        return -1;
+    }
+    sync_folder(s->path);
+    release(s);
+    return 0;
+}
+
+int safe_write(const char *path, int (*write)(FILE *f, void *ctx), void *ctx, char *err, size_t errlen) {
+    SafeFile s;
+    if (safe_open(&s, path, err, errlen)) return -1;
+    if (write(s.f, ctx) != 0 && !ferror(s.f)) {
+        // The writer failed for its own reason (out of memory, say), not the stream's.
+        snprintf(err, errlen, "cannot write %s: the writer failed", path);
+        safe_abort(&s);
+        return -1;
+    }
+    return safe_commit(&s, err, errlen);
+}
+
+int safe_check_stdout(char *err, size_t errlen) {
+    int e = 0;
+    if (ferror(stdout)) {
+        clearerr(stdout);
+        errno = 0;
+        e = fflush(stdout) != 0 && errno ? errno : EIO;
+    } else if (fflush(stdout) != 0) {
+        e = errno ? errno : EIO;
+    }
+    if (!e) return 0;
+    snprintf(err, errlen, "cannot write standard output: %s", strerror(e));
+    return -1;
+}

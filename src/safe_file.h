@@ -1,0 +1,47 @@
+// Every file micro reads or writes goes through here, so that no write is ever half-done under its
+// real name and no read ever blocks on a FIFO or mistakes a folder for a file.
+//
+// Writing: safe_open creates a temporary file beside the target (same folder, so the final rename
+// is atomic), the caller writes to the FILE*, and safe_commit flushes, fsyncs, checks every error
+// and renames over the target; on any failure the temporary is removed and the target is left as
+// it was. A crash or a kill in mid-write leaves at most a stray "PATH.tmp-XXXXXX" beside it.
+//
+// Errors are one line in err, "cannot write PATH: reason" (the caller prints "micro: " + err and
+// exits 1). Path checks meant to run before any work (exit 2) say what is wrong with the path.
+#ifndef MICRO_SAFE_FILE_H
+#define MICRO_SAFE_FILE_H
+
+#include <stdio.h>
+
+typedef struct {
+    FILE *f;     // write here between safe_open and safe_commit / safe_abort
+    char *path;  // the target (its symbolic link resolved)
+    char *tmp;   // the temporary beside it
+} SafeFile;
+
+// An output path micro may write: not empty, and if it exists a regular file (a device node, FIFO
+// or folder is refused rather than replaced); its folder must exist. 0, or -1 with err set.
+int safe_check_output(const char *path, char *err, size_t errlen);
+// An input path: it must name a regular file (a FIFO would block forever, a folder has no size).
+int safe_check_input(const char *path, char *err, size_t errlen);
+// Opens an input after the same check, without blocking on a FIFO even if one is swapped in
+// between; *size gets its length. NULL with err set ("PATH: reason") on failure.
+FILE *safe_open_read(const char *path, long long *size, char *err, size_t errlen);
+
+// Starts writing path (after safe_check_output). 0, or -1 with err set and nothing to clean up.
+int safe_open(SafeFile *s, const char *path, char *err, size_t errlen);
+// Finishes: fflush, fsync, ferror, fclose, rename, fsync of the folder. 0, or -1 with err set and
+// the temporary removed. Always releases s.
+int safe_commit(SafeFile *s, char *err, size_t errlen);
+// Gives up: closes and removes the temporary; the target is untouched.
+void safe_abort(SafeFile *s);
+
+// The whole cycle for a writer that takes a FILE*: check, open, write(f, ctx) (nonzero = failed;
+// stream errors are caught by safe_commit anyway), commit. 0, or -1 with err set.
+int safe_write(const char *path, int (*write)(FILE *f, void *ctx), void *ctx, char *err, size_t errlen);
+
+// Standard output at the end of a command: flushes it and returns 0, or -1 with err set
+// ("cannot write standard output: reason") when any write to it failed (a full disk, a closed pipe).
+int safe_check_stdout(char *err, size_t errlen);
+
+#endif
