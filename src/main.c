@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "kvcache.h"
+#include "safe_file.h"
 
 #ifndef MICRO_VERSION
 #define MICRO_VERSION "dev"
@@ -35,7 +36,7 @@ static void usage(FILE *out) {
     fprintf(out, "\n  -h, --help     this help\n  --version      print the version\n");
 }
 
-int main(int argc, char **argv) {
+static int dispatch(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -54,4 +55,16 @@ int main(int argc, char **argv) {
     fprintf(stderr, "micro: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;
+}
+
+int main(int argc, char **argv) {
+    int status = dispatch(argc, argv);
+    // A result that never reached standard output (a full disk, /dev/full) is a failure, not a
+    // success: every command ends here, so none can forget to check.
+    char err[256];
+    if (safe_check_stdout(err, sizeof err)) {
+        fprintf(stderr, "micro: %s\n", err);
+        if (status == 0) status = 1;
+    }
+    return status;
 }
