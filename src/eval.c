@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "finite.h"
 #include "forward.h"
 #include "model_file.h"
 #include "text.h"
@@ -84,6 +85,11 @@ int eval_tokens(const Model *m, const uint8_t *tokens, int n, const char *k_spec
     out->loss = total / (n - 1);
     out->top1_agree = reference ? (double)agree / ((double)(n - 1) * heads) : 1.0;
     out->kl = reference ? kl / (n - 1) : 0.0;
+    if (!isfinite(out->loss) || !isfinite(out->kl)) {
+        snprintf(err, errlen, "the loss is " NONFINITE_REASON);
+        decoder_free(&d);
+        return EVAL_NOT_FINITE;
+    }
     out->cache_bytes = kvcache_bytes(&d.cache);
     out->bits_per_element = kvcache_bits_per_element(&d.cache);
     snprintf(out->k_spec, sizeof out->k_spec, "%s", d.cache.k[0].spec);
@@ -171,12 +177,14 @@ int cmd_eval(int argc, char **argv) {
             break;
         }
         int failed = eval_tokens(&m, loaded[i].tokens, loaded[i].n_tokens, "fp32", "fp32", threads, &trace, NULL, &ref,
-                                 err, sizeof err) ||
-                     eval_tokens(&m, loaded[i].tokens, loaded[i].n_tokens, k_spec, v_spec, threads, NULL, &trace, &r,
+                                 err, sizeof err);
+        if (!failed)
+            failed = eval_tokens(&m, loaded[i].tokens, loaded[i].n_tokens, k_spec, v_spec, threads, NULL, &trace, &r,
                                  err, sizeof err);
         eval_trace_free(&trace);
         if (failed) {
-            status = cli_error("%s", err);
+            cli_error("%s: %s", loaded[i].path, err);
+            status = failed == EVAL_NOT_FINITE ? 1 : 2; // overflow is the run's failure, not the user's input
             break;
         }
         double delta = r.loss - ref.loss;

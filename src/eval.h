@@ -24,6 +24,10 @@ typedef struct {
     char k_spec[96], v_spec[96]; // the specs as normalised
 } EvalResult;
 
+// eval_tokens' status when the loss (or KL) came out NaN or infinite: a runtime failure (exit 1),
+// where its other errors (-1) are about the input.
+#define EVAL_NOT_FINITE (-2)
+
 // Runs tokens[0..n) from BOS through a decoder with the given cache and scores every next token.
 // With `record`, fills it (eval_trace_alloc first); with `reference`, compares every step against it
 // (top1_agree, kl; both left at 1 and 0 without one).

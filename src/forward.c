@@ -67,6 +67,10 @@ static void rmsnorm(float *out, const float *x, const float *gain, int n, float 
     float ss = 0;
     for (int i = 0; i < n; i++) ss += x[i] * x[i];
     float inv = 1.0f / sqrtf(ss / (float)n + eps);
+    // A sum of squares that overflowed makes inv 0 and the output 0, so an overflowing model would
+    // give finite nonsense (uniform logits). NaN carries the overflow to the logits, where the
+    // commands report it; finite sums are untouched.
+    if (isinf(ss)) inv = NAN;
     for (int i = 0; i < n; i++) out[i] = x[i] * inv * gain[i];
 }
 

@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "finite.h"
 #include "forward.h"
 #include "model_file.h"
 #include "text.h"
@@ -93,13 +94,16 @@ int cmd_generate(int argc, char **argv) {
         return cli_error("%s", err);
     }
     unsigned long long rng = seed ? seed : 0x9E3779B97F4A7C15ull;
+    const int vocab = m.config.vocab_size;
     fwrite(prompt, 1, plen, stdout);
     const float *logits = decoder_forward(&d, MICRO_BOS, 0);
     int pos = 1;
     for (size_t i = 0; i < plen; i++) logits = decoder_forward(&d, (uint8_t)prompt[i], pos++);
     Utf8State u = {0, 0x80, 0xBF};
-    for (int i = 0; i < n && pos < ctx; i++) {
-        int b = pick(logits, m.config.vocab_size, &u, temp, &rng);
+    // Logits that overflowed would pick bytes by NaN comparisons: stop instead (checked = finite).
+    int checked = 1;
+    for (int i = 0; i < n && pos < ctx && (checked = all_finite(logits, (size_t)vocab)); i++) {
+        int b = pick(logits, vocab, &u, temp, &rng);
         if (b == MICRO_BOS) break;
         utf8_push(&u, (uint8_t)b);
         putchar(b);
@@ -107,8 +111,8 @@ int cmd_generate(int argc, char **argv) {
         logits = decoder_forward(&d, b, pos++);
     }
     // A budget that ends inside a character finishes it, so the output stays valid UTF-8.
-    while (u.owed && pos < ctx) {
-        int b = pick(logits, m.config.vocab_size, &u, 0, &rng);
+    while (checked && u.owed && pos < ctx && (checked = all_finite(logits, (size_t)vocab))) {
+        int b = pick(logits, vocab, &u, 0, &rng);
         if (b == MICRO_BOS || !utf8_byte_allowed(&u, (uint8_t)b)) break;
         utf8_push(&u, (uint8_t)b);
         putchar(b);
@@ -117,5 +121,9 @@ int cmd_generate(int argc, char **argv) {
     putchar('\n');
     decoder_free(&d);
     model_free(&m);
+    if (!checked) {
+        fprintf(stderr, "micro: the logits at position %d are " NONFINITE_REASON "\n", pos - 1);
+        return 1;
+    }
     return 0;
 }

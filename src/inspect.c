@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "finite.h"
 #include "forward.h"
 #include "model_file.h"
 #include "text.h"
@@ -125,7 +126,17 @@ int cmd_inspect(int argc, char **argv) {
             status = cli_error("%s", err);
             break;
         }
-        for (int t = 0; t < text.n_tokens; t++) decoder_forward(&d, text.tokens[t], t);
+        // Statistics of overflowed keys and values would be numbers about nothing: check as we go.
+        int finite = 1;
+        for (int t = 0; t < text.n_tokens && finite; t++)
+            finite = all_finite(decoder_forward(&d, text.tokens[t], t), (size_t)m.config.vocab_size);
+        if (!finite) {
+            fprintf(stderr, "micro: %s: the logits are " NONFINITE_REASON "\n", text.path);
+            status = 1;
+            decoder_free(&d);
+            text_free(&text);
+            break;
+        }
         int n = text.n_tokens;
         float *x = malloc(sizeof(float) * (size_t)n * hd);
         HeadStats *stats = calloc((size_t)L * H * N_STREAMS, sizeof *stats);

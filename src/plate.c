@@ -66,13 +66,15 @@ typedef struct {
     EvalResult reference[N_TEXTS];  // fp32
     EvalResult results[N_SCHEMES][N_TEXTS];
     atomic_int failed;
-    char err[512];
+    char err[4700];
     pthread_mutex_t err_lock;
 } PlateRun;
 
-static void fail_run(PlateRun *r, const char *err) {
+// Keeps the first failure: its message, naming the text, and eval_tokens' status (which decides
+// the exit status: a loss that overflowed is 1, a bad input 2).
+static void fail_run(PlateRun *r, const char *text, const char *err, int code) {
     pthread_mutex_lock(&r->err_lock);
-    if (!atomic_exchange(&r->failed, 1)) snprintf(r->err, sizeof r->err, "%s", err);
+    if (!atomic_exchange(&r->failed, code)) snprintf(r->err, sizeof r->err, "%s: %s", text, err);
     pthread_mutex_unlock(&r->err_lock);
 }
 
@@ -83,10 +85,10 @@ static void reference_task(void *arg, int j, int thread) {
     (void)thread;
     PlateRun *r = arg;
     char err[512];
-    if (!atomic_load(&r->failed) &&
-        eval_tokens(r->model, r->texts[j].tokens, r->texts[j].n_tokens, "fp32", "fp32", 1, &r->traces[j], NULL,
-                    &r->reference[j], err, sizeof err))
-        fail_run(r, err);
+    int rc = atomic_load(&r->failed) ? 0
+                                     : eval_tokens(r->model, r->texts[j].tokens, r->texts[j].n_tokens, "fp32", "fp32", 1,
+                                                   &r->traces[j], NULL, &r->reference[j], err, sizeof err);
+    if (rc) fail_run(r, r->texts[j].path, err, rc);
 }
 
 static void scheme_task(void *arg, int j, int thread) {
@@ -95,10 +97,11 @@ static void scheme_task(void *arg, int j, int thread) {
     const PlateScheme *s = &schemes[j / N_TEXTS];
     int t = j % N_TEXTS;
     char err[512];
-    if (!atomic_load(&r->failed) &&
-        eval_tokens(r->model, r->texts[t].tokens, r->texts[t].n_tokens, s->k_spec, s->v_spec, 1, NULL, &r->traces[t],
-                    &r->results[j / N_TEXTS][t], err, sizeof err))
-        fail_run(r, err);
+    int rc = atomic_load(&r->failed) ? 0
+                                     : eval_tokens(r->model, r->texts[t].tokens, r->texts[t].n_tokens, s->k_spec,
+                                                   s->v_spec, 1, NULL, &r->traces[t], &r->results[j / N_TEXTS][t], err,
+                                                   sizeof err);
+    if (rc) fail_run(r, r->texts[t].path, err, rc);
 }
 
 static double delta_of(const PlateRun *r, int s, int t) { return r->results[s][t].loss - r->reference[t].loss; }
@@ -435,7 +438,10 @@ int cmd_plate(int argc, char **argv) {
         r->model = &m;
         pool_run_tasks(pool, N_TEXTS, reference_task, r);
         if (!atomic_load(&r->failed)) pool_run_tasks(pool, N_SCHEMES * N_TEXTS, scheme_task, r);
-        if (atomic_load(&r->failed)) status = cli_error("%s", r->err);
+        if (atomic_load(&r->failed)) {
+            cli_error("%s", r->err);
+            status = atomic_load(&r->failed) == EVAL_NOT_FINITE ? 1 : 2;
+        }
     }
     pool_destroy(pool);
     char csv_path[4200] = "";
