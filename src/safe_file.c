@@ -123,16 +123,48 @@ FILE *safe_open_read(const char *path, long long *size, char *err, size_t errlen
     return f;
 }
 
+// The stream writes through this sink, so the first failing write's errno (ENOSPC, EFBIG, EIO) is
+// kept for the report: stdio's error flag alone does not say why.
+typedef struct {
+    int fd;
+    int error;
+} Sink;
+
+static ssize_t sink_write(void *cookie, const char *buf, size_t n) {
+    Sink *k = cookie;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = write(k->fd, buf + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (!k->error) k->error = w < 0 ? errno : EIO;
+            return 0; // fopencookie: 0 is an error, the stream's flag is set
+        }
+        done += (size_t)w;
+    }
+    return (ssize_t)done;
+}
+
+static int sink_close(void *cookie) {
+    Sink *k = cookie;
+    int rc = close(k->fd);
+    if (rc != 0 && !k->error) k->error = errno;
+    return rc;
+}
+
 static void release(SafeFile *s) {
     free(s->path);
     free(s->tmp);
+    free(s->sink);
     s->f = NULL;
     s->path = s->tmp = NULL;
+    s->sink = NULL;
 }
 
 int safe_open(SafeFile *s, const char *path, char *err, size_t errlen) {
     s->f = NULL;
     s->tmp = NULL;
+    s->sink = NULL;
     if (safe_check_output(path, err, errlen)) {
         s->path = NULL;
         return -1;
@@ -164,7 +196,12 @@ int safe_open(SafeFile *s, const char *path, char *err, size_t errlen) {
         mode = 0666 & ~mask;
     }
     fchmod(fd, mode);
-    s->f = fdopen(fd, "wb");
+    Sink *k = calloc(1, sizeof *k);
+    if (k) {
+        k->fd = fd;
+        s->sink = k;
+        s->f = fopencookie(k, "wb", (cookie_io_functions_t){.write = sink_write, .close = sink_close});
+    }
     if (!s->f) {
         snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
         close(fd);
@@ -176,7 +213,7 @@ int safe_open(SafeFile *s, const char *path, char *err, size_t errlen) {
 }
 
 void safe_abort(SafeFile *s) {
-    if (s->f) fclose(s->f);
+    if (s->f) fclose(s->f); // closes the descriptor too
     if (s->tmp) unlink(s->tmp);
     release(s);
 }
@@ -194,18 +231,11 @@ static void sync_folder(const char *path) {
 }
 
 int safe_commit(SafeFile *s, char *err, size_t errlen) {
+    Sink *k = s->sink;
     int e = 0;
-    // A write that failed earlier left the stream's error flag; flushing again usually returns
-    // the same errno (ENOSPC, EFBIG), which names the reason.
-    if (ferror(s->f)) {
-        clearerr(s->f);
-        errno = 0;
-        e = fflush(s->f) != 0 && errno ? errno : EIO;
-    } else if (fflush(s->f) != 0) {
-        e = errno ? errno : EIO;
-    }
-    if (!e && fsync(fileno(s->f)) != 0 && errno != EINVAL) e = errno;
-    if (fclose(s->f) != 0 && !e) e = errno ? errno : EIO;
+    if (fflush(s->f) != 0 || ferror(s->f)) e = k->error ? k->error : EIO;
+    if (!e && fsync(k->fd) != 0 && errno != EINVAL) e = errno; // EINVAL: a file system without fsync
+    if (fclose(s->f) != 0 && !e) e = k->error ? k->error : EIO;
     s->f = NULL;
     if (!e && rename(s->tmp, s->path) != 0) e = errno;
     if (e) {
@@ -232,15 +262,15 @@ int safe_write(const char *path, int (*write)(FILE *f, void *ctx), void *ctx, ch
 }
 
 int safe_check_stdout(char *err, size_t errlen) {
-    int e = 0;
-    if (ferror(stdout)) {
-        clearerr(stdout);
-        errno = 0;
-        e = fflush(stdout) != 0 && errno ? errno : EIO;
-    } else if (fflush(stdout) != 0) {
-        e = errno ? errno : EIO;
-    }
-    if (!e) return 0;
-    snprintf(err, errlen, "cannot write standard output: %s", strerror(e));
+    // A write that failed earlier left the error flag, and usually unwritten bytes whose second
+    // flush gives the reason again (ENOSPC on /dev/full); when it does not, say so plainly.
+    errno = 0;
+    int flushed = fflush(stdout) == 0;
+    int e = flushed ? 0 : errno;
+    if (flushed && !ferror(stdout)) return 0;
+    if (e)
+        snprintf(err, errlen, "cannot write standard output: %s", strerror(e));
+    else
+        snprintf(err, errlen, "cannot write standard output: a write failed");
     return -1;
 }

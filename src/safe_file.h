@@ -17,6 +17,7 @@ typedef struct {
     FILE *f;     // write here between safe_open and safe_commit / safe_abort
     char *path;  // the target (its symbolic link resolved)
     char *tmp;   // the temporary beside it
+    void *sink;  // the descriptor under f and the first write error (errno), for the report
 } SafeFile;
 
 // An output path micro may write: not empty, and if it exists a regular file (a device node, FIFO
