@@ -62,35 +62,43 @@ tiny=(train --corpus "$tmp/corpus" --dim 16 --layers 1 --heads 2 --hidden 16 --c
       --eval-every 0 --val-windows 1 --threads 1)
 mkdir "$tmp/dir"
 mkfifo "$tmp/fifo"
+# Private copies of /dev/null and /dev/full (same device numbers), so that a regressed micro that
+# renames over its output replaces these and not the system's; a FIFO where mknod is not allowed.
+mknod "$tmp/null" c 1 3 2>/dev/null || mkfifo "$tmp/null"
+mknod "$tmp/full" c 1 7 2>/dev/null || mkfifo "$tmp/full"
 
 # --- Outputs that are not regular files are refused before any work, and left as they were ---
+# (--out is always given: the default is models/micro.bin, which a regressed micro would replace.)
 for opt in --out --json --checkpoint; do
-    expect 2 "not a regular file" "train $opt /dev/null" -- "$micro" "${tiny[@]}" --steps 100000 "$opt" /dev/null
-    expect 2 "is a directory" "train $opt DIR" -- "$micro" "${tiny[@]}" --steps 100000 "$opt" "$tmp/dir"
-    expect 2 "does not exist" "train $opt in a missing folder" -- "$micro" "${tiny[@]}" --steps 100000 "$opt" "$tmp/none/x"
+    expect 2 "not a regular file" "train $opt /dev/null" -- "$micro" "${tiny[@]}" --steps 100000 --out "$tmp/unused.bin" "$opt" "$tmp/null"
+    expect 2 "is a directory" "train $opt DIR" -- "$micro" "${tiny[@]}" --steps 100000 --out "$tmp/unused.bin" "$opt" "$tmp/dir"
+    expect 2 "does not exist" "train $opt in a missing folder" -- "$micro" "${tiny[@]}" --steps 100000 --out "$tmp/unused.bin" "$opt" "$tmp/none/x"
 done
 # Checked before step 1: no step line printed, no time spent on 100000 steps.
 grep -q "step" "$tmp/err" && bad "train printed steps before refusing its output" || ok "train refuses before step 1"
-[ -c /dev/null ] && ok "/dev/null is still a device" || bad "/dev/null was replaced"
+[ -c "$tmp/null" ] || [ -p "$tmp/null" ] && ok "the device is still a device" || bad "the device was replaced by a file"
+[ ! -e "$tmp/unused.bin" ] && ok "no model written" || bad "train wrote a model after all"
 expect 2 "two outputs" "train --out and --checkpoint the same file" -- "$micro" "${tiny[@]}" --steps 3 --out "$tmp/same" --checkpoint "$tmp/same"
-expect 2 "not a regular file" "export to /dev/full" -- "$micro" export --llama2c /dev/full
-expect 2 "not a regular file" "export to /dev/null" -- "$micro" export --llama2c /dev/null
+expect 2 "not a regular file" "export to /dev/full" -- "$micro" export --llama2c "$tmp/full"
+expect 2 "not a regular file" "export to /dev/null" -- "$micro" export --llama2c "$tmp/null"
 expect 2 "empty" "export to ''" -- "$micro" export --llama2c ""
 expect 2 "is a directory" "export to a folder" -- "$micro" export --llama2c "$tmp/dir"
-expect 2 "empty folder name" "plate --out ''" -- "$micro" plate --out ""
+# (A missing model: the path must be refused before the model is looked at, and a regressed micro
+# stops there instead of writing /plate.csv.)
+expect 2 "empty folder name" "plate --out ''" -- "$micro" plate --model "$tmp/missing.bin" --out ""
 [ -e /plate.csv ] && bad "plate --out '' wrote /plate.csv" || ok "no /plate.csv"
-expect 2 "not a folder" "plate --out /dev/null" -- "$micro" plate --out /dev/null
+expect 2 "not a folder" "plate --out /dev/null" -- "$micro" plate --out "$tmp/null"
 mkdir "$tmp/plate-out" && mkfifo "$tmp/plate-out/plate.json"
 expect 2 "not a regular file" "plate --out DIR holding a FIFO plate.json" -- "$micro" plate --out "$tmp/plate-out"
 
 # --- Inputs must be regular files: a FIFO would block forever, a folder has no size ---
-expect 2 "not a regular file" "train --resume FIFO" -- "$micro" "${tiny[@]}" --steps 3 --resume "$tmp/fifo"
-expect 2 "is a directory" "train --resume DIR" -- "$micro" "${tiny[@]}" --steps 3 --resume "$tmp/dir"
+expect 2 "not a regular file" "train --resume FIFO" -- "$micro" "${tiny[@]}" --steps 3 --out "$tmp/unused.bin" --resume "$tmp/fifo"
+expect 2 "is a directory" "train --resume DIR" -- "$micro" "${tiny[@]}" --steps 3 --out "$tmp/unused.bin" --resume "$tmp/dir"
 expect 2 "not a regular file" "eval --text FIFO" -- "$micro" eval --text "$tmp/fifo"
 expect 2 "not a regular file" "eval --model FIFO" -- "$micro" eval --model "$tmp/fifo"
 ln -s "$tmp/fifo" "$tmp/corpus-fifo"
 mkdir "$tmp/corpus2" && cp "$tmp"/corpus/*.txt "$tmp/corpus2/" && rm "$tmp/corpus2/zh.val.txt" && mkfifo "$tmp/corpus2/zh.val.txt"
-expect 2 "not a regular file" "train on a corpus holding a FIFO" -- "$micro" "${tiny[@]}" --steps 3 --corpus "$tmp/corpus2"
+expect 2 "not a regular file" "train on a corpus holding a FIFO" -- "$micro" "${tiny[@]}" --steps 3 --out "$tmp/unused.bin" --corpus "$tmp/corpus2"
 
 # --- A write that fails: one line, exit 1, the old file intact, no temporary ---
 # A file-size limit makes write() fail with EFBIG exactly where a full disk fails with ENOSPC;
@@ -116,17 +124,17 @@ expect_last 1 "cannot write $tmp/tr/m.bin: File too large" "train's model on a f
 # Deterministic: with SIGXFSZ at its default, the write that crosses the size limit kills micro in
 # the middle of writing its second checkpoint.
 mkdir "$tmp/ck"
-"$micro" "${tiny[@]}" --steps 4 --checkpoint "$tmp/ck/run" --stop-after 1 2>/dev/null
+"$micro" "${tiny[@]}" --steps 4 --out "$tmp/unused.bin" --checkpoint "$tmp/ck/run" --stop-after 1 2>/dev/null
 cp "$tmp/ck/run" "$tmp/run.first"
 size=$(stat -c %s "$tmp/ck/run")
 # (An inner bash, so that the report of the kill goes to /dev/null with micro's own stderr.)
 bash -c 'trap - XFSZ; prlimit --core=0 --fsize="$0" -- "$@"; exit $?' $((size / 2)) "$micro" "${tiny[@]}" --steps 4 \
-    --resume "$tmp/ck/run" --checkpoint "$tmp/ck/run" --stop-after 2 2>/dev/null
+    --out "$tmp/unused.bin" --resume "$tmp/ck/run" --checkpoint "$tmp/ck/run" --stop-after 2 2>/dev/null
 st=$?
 if [ "$st" -eq $((128 + 25)) ]; then
     cmp -s "$tmp/ck/run" "$tmp/run.first" && ok "killed in mid-write: the previous checkpoint is intact" ||
         bad "killed in mid-write: the checkpoint changed"
-    "$micro" "${tiny[@]}" --steps 4 --resume "$tmp/ck/run" --checkpoint "$tmp/ck/run2" --stop-after 2 2>"$tmp/err" &&
+    "$micro" "${tiny[@]}" --steps 4 --out "$tmp/unused.bin" --resume "$tmp/ck/run" --checkpoint "$tmp/ck/run2" --stop-after 2 2>"$tmp/err" &&
         grep -q "resuming from .* at step 1/4" "$tmp/err" && ok "killed in mid-write: the previous checkpoint resumes" ||
         bad "killed in mid-write: resume failed: $(cat "$tmp/err")"
 else
@@ -135,7 +143,7 @@ else
     echo "skip mid-write kill by SIGXFSZ: micro exited $st (SIGXFSZ is ignored here)"
 fi
 # And the same with SIGKILL at whatever moment it lands, checkpoints written at every step.
-"$micro" "${tiny[@]}" --steps 300 --checkpoint "$tmp/ck/k" --checkpoint-every 1 2>/dev/null &
+"$micro" "${tiny[@]}" --steps 300 --out "$tmp/ck/unused.bin" --checkpoint "$tmp/ck/k" --checkpoint-every 1 2>/dev/null &
 pid=$!
 for _ in $(seq 1 100); do [ -e "$tmp/ck/k" ] && break; sleep 0.05; done
 sleep 0.3
