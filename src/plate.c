@@ -172,7 +172,7 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
     for (int t = 0; t < N_TEXTS; t++) {
         const EvalResult *e = &r->reference[t];
         fprintf(out, "reference,fp32,%s,fp32,fp32,%d,%.6f,0.000000,%.4f,%zu,1.000000,0,,,,\n", r->texts[t].name, e->tokens,
-               e->loss, e->bits_per_element, e->cache_bytes);
+                e->loss, e->bits_per_element, e->cache_bytes);
     }
     for (int s = 0; s < N_SCHEMES; s++) {
         for (int t = 0; t < N_TEXTS; t++) {
@@ -184,7 +184,7 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
             fputc(',', out);
             csv_field_to(out, e->v_spec);
             fprintf(out, ",%d,%.6f,%.6f,%.4f,%zu,%.6f,%.6g", e->tokens, e->loss, delta_of(r, s, t), e->bits_per_element,
-                   e->cache_bytes, e->top1_agree, e->kl);
+                    e->cache_bytes, e->top1_agree, e->kl);
             csv_number(out, schemes[s].published, "%.4f");
             fprintf(out, ",,,\n");
         }
@@ -214,7 +214,7 @@ static void print_json(FILE *out, const PlateRun *r, const CapacityModel *cap, c
     fprintf(out, "{\n  \"reference\": [");
     for (int t = 0; t < N_TEXTS; t++)
         fprintf(out, "%s{\"text\": \"%s\", \"tokens\": %d, \"loss\": %.6f, \"cache_bytes\": %zu}", t ? ", " : "",
-               r->texts[t].name, r->reference[t].tokens, r->reference[t].loss, r->reference[t].cache_bytes);
+                r->texts[t].name, r->reference[t].tokens, r->reference[t].loss, r->reference[t].cache_bytes);
     fprintf(out, "],\n  \"schemes\": [\n");
     for (int s = 0; s < N_SCHEMES; s++) {
         fprintf(out, "    {\"panel\": \"%s\", \"label\": ", schemes[s].panel);
@@ -231,15 +231,15 @@ static void print_json(FILE *out, const PlateRun *r, const CapacityModel *cap, c
         for (int t = 0; t < N_TEXTS; t++) {
             const EvalResult *e = &r->results[s][t];
             fprintf(out, "%s\"%s\": {\"tokens\": %d, \"loss\": %.6f, \"delta\": %.6f, \"bits_per_element\": %.4f, "
-                   "\"cache_bytes\": %zu, \"top1_agree\": %.6f, \"kl\": %.6g}",
-                   t ? ", " : "", r->texts[t].name, e->tokens, e->loss, delta_of(r, s, t), e->bits_per_element,
-                   e->cache_bytes, e->top1_agree, e->kl);
+                    "\"cache_bytes\": %zu, \"top1_agree\": %.6f, \"kl\": %.6g}",
+                    t ? ", " : "", r->texts[t].name, e->tokens, e->loss, delta_of(r, s, t), e->bits_per_element,
+                    e->cache_bytes, e->top1_agree, e->kl);
         }
         fprintf(out, "}}%s\n", s + 1 < N_SCHEMES ? "," : "");
     }
     fprintf(out, "  ],\n  \"capacity\": {\"model\": \"%s\", \"gpu_gb\": %g, \"util\": %g, \"weights_gb\": %g, \"context\": %d, "
-           "\"rows\": [\n",
-           cap->name, cap->gpu_gb, cap->util, cap->weights_gb, cap->context);
+            "\"rows\": [\n",
+            cap->name, cap->gpu_gb, cap->util, cap->weights_gb, cap->context);
     for (int i = 0; i < N_CAP_BITS + N_CAP_SCHEMES; i++) {
         double bits = i < N_CAP_BITS ? capacity_bits[i] : scheme_bits[i - N_CAP_BITS];
         CapacityRow row = capacity_row(cap, bits);
@@ -252,7 +252,7 @@ static void print_json(FILE *out, const PlateRun *r, const CapacityModel *cap, c
             json_string(out, capacity_schemes[i - N_CAP_BITS]);
         }
         fprintf(out, ", \"bits_per_element\": %.4f, \"bytes_per_token\": %.1f, \"conversations\": %ld}%s\n", bits,
-               row.bytes_per_token, row.conversations, i + 1 < N_CAP_BITS + N_CAP_SCHEMES ? "," : "");
+                row.bytes_per_token, row.conversations, i + 1 < N_CAP_BITS + N_CAP_SCHEMES ? "," : "");
     }
     fprintf(out, "  ]}\n}\n");
 }
