@@ -252,9 +252,10 @@ int safe_commit(SafeFile *s, char *err, size_t errlen) {
 int safe_write(const char *path, int (*write)(FILE *f, void *ctx), void *ctx, char *err, size_t errlen) {
     SafeFile s;
     if (safe_open(&s, path, err, errlen)) return -1;
+    errno = 0;
     if (write(s.f, ctx) != 0 && !ferror(s.f)) {
-        // The writer failed for its own reason (out of memory, say), not the stream's.
-        snprintf(err, errlen, "cannot write %s: the writer failed", path);
+        // The writer failed for its own reason, not the stream's: malloc's ENOMEM, say.
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno ? errno : EIO));
         safe_abort(&s);
         return -1;
     }

@@ -37,8 +37,10 @@ int safe_commit(SafeFile *s, char *err, size_t errlen);
 // Gives up: closes and removes the temporary; the target is untouched.
 void safe_abort(SafeFile *s);
 
-// The whole cycle for a writer that takes a FILE*: check, open, write(f, ctx) (nonzero = failed;
-// stream errors are caught by safe_commit anyway), commit. 0, or -1 with err set.
+// The whole cycle for a writer that takes a FILE*: check, open, write(f, ctx), commit. The writer
+// need not check its fprintf/fwrite calls (the stream's errors are caught at the commit, with
+// their errno); it returns nonzero only for a failure of its own, with errno set (ENOMEM).
+// 0, or -1 with err set and the target untouched.
 int safe_write(const char *path, int (*write)(FILE *f, void *ctx), void *ctx, char *err, size_t errlen);
 
 // Standard output at the end of a command: flushes it and returns 0, or -1 with err set
