@@ -184,6 +184,15 @@ if [ -f models/micro.bin ]; then
     done
 fi
 
+# Where scripts/plot cannot be found, one clear line and the files all the same.
+if [ -f models/micro.bin ]; then
+    (cd "$tmp" && "$micro" plate --model "$root/models/micro.bin" --en "$root/data/plates/en.txt:40" \
+        --zh "$root/data/plates/zh.txt:10" --out "$tmp/noplot") >"$tmp/plate.out" 2>&1
+    st=$?
+    [ $st -eq 0 ] && grep -q "^figure: scripts/plot is not here" "$tmp/plate.out" && [ -s "$tmp/noplot/plate.csv" ] &&
+        ok "plate without scripts/plot: one clear line" || bad "plate without scripts/plot: $(tail -2 "$tmp/plate.out")"
+fi
+
 # --- A model that overflows float: an error, never a result ---
 if [ -f models/micro.bin ]; then
     "$scale_kv" models/micro.bin "$tmp/huge.bin" 1e30 || bad "could not write the scaled model"
