@@ -166,7 +166,9 @@ fi
 
 # --- User paths never pass through a shell; the figure is drawn all the same ---
 if [ -f models/micro.bin ]; then
-    for name in "it's" "x';touch PWNED;'" 'a$(touch PWNED)b' 'a`touch PWNED`b' '-x'; do
+    # One folder name holding every way into a shell or a gnuplot string: an apostrophe (which alone
+    # broke the figure), a quoted command, $(...) and backquotes.
+    for name in "it's x';touch PWNED;' a\$(touch PWNED)b a\`touch PWNED\`b"; do
         rm -f PWNED "$tmp/PWNED"
         out="$tmp/$name"
         "$micro" plate --en data/plates/en.txt:40 --zh data/plates/zh.txt:10 --out "$out" >"$tmp/plate.out" 2>&1
