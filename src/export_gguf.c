@@ -83,7 +83,8 @@ typedef struct {
 
 #define MAX_TENSORS (2 + 9 * 1024) // token_embd, output_norm, 9 per layer (n_layers <= 1024)
 
-// llama.cpp's names and shapes in micro's payload order. A row-major [out, in] matrix is ggml's
+// llama.cpp's names and shapes, layer by layer as llama.cpp's own converter orders them (readers
+// find tensors by name). A row-major [out, in] matrix is ggml's
 // ne = {in, out}: the same bytes, so every tensor is written as micro holds it.
 static int list_tensors(const Model *m, Tensor *t) {
     const ModelConfig *c = &m->config;
