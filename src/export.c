@@ -31,7 +31,7 @@ int cmd_export(int argc, char **argv) {
             !cli_value(argc, argv, &i, "--model", &model_path))
             cli_unknown(export_usage, argv[i]);
     }
-    if (!out == !gguf) return cli_error("export needs one of --llama2c FILE or --gguf FILE (see micro export --help)");
+    if (!out == !gguf) return cli_error("export needs --llama2c FILE or --gguf FILE, one of them (see micro export --help)");
     char err[512], path[4096];
     Model m;
     if (model_load(&m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
