@@ -146,29 +146,40 @@ function microHasQround(args) {
 const args = parseArgs(process.argv.slice(2));
 if (args["f16-flash"]) F16_FLASH = args["f16-flash"] === "on";
 const only = args.only ? new Set(args.only.split(",")) : null;
+for (const t of only ?? []) {
+    if (!CACHES.some(c => c.type === t)) {
+        console.error(`interop.mjs: --only: unknown cache type '${t}' (${CACHES.map(c => c.type).join(", ")})`);
+        process.exit(2);
+    }
+}
 const caches = CACHES.filter(c => c.type === "f32" || !only || only.has(c.type));
 const qround = microHasQround(args);
 const plates = PLATES.map(p => ({...p, tokens: plateTokens(args.root, p)}));
 const texts = PLATES.map(p => `${p.file}:${p.chars}`);
 
-const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
-const model = await llama.loadModel({modelPath: args.gguf, gpuLayers: 0});
-
+// Any failure of llama.cpp or micro ends the run with one line (exit 1): a missing row is never a pass.
 const results = [];
-for (const cache of caches) {
-    const kSpec = qround && cache.kq ? cache.kq : cache.k;
-    const micro = microEval(args, kSpec, cache.v, texts);
-    for (const plate of plates) {
-        const m = micro[plate.name];
-        if (!m || m.tokens !== plate.tokens.length)
-            throw new Error(`${plate.name}: micro scored ${m?.tokens} tokens, this script ${plate.tokens.length}`);
-        const t0 = Date.now();
-        const loss = await llamaLoss(model, cache, plate.tokens);
-        results.push({cache, plate: plate.name, kSpec, llama: loss, micro: m.loss, seconds: (Date.now() - t0) / 1000});
+try {
+    const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
+    const model = await llama.loadModel({modelPath: args.gguf, gpuLayers: 0});
+
+    for (const cache of caches) {
+        const kSpec = qround && cache.kq ? cache.kq : cache.k;
+        const micro = microEval(args, kSpec, cache.v, texts);
+        for (const plate of plates) {
+            const m = micro[plate.name];
+            if (!m || m.tokens !== plate.tokens.length)
+                throw new Error(`${plate.name}: micro scored ${m?.tokens} tokens, this script ${plate.tokens.length}`);
+            const loss = await llamaLoss(model, cache, plate.tokens);
+            results.push({cache, plate: plate.name, kSpec, llama: loss, micro: m.loss});
+        }
     }
+    await model.dispose();
+    await llama.dispose();
+} catch (e) {
+    console.error(`interop: ${e.message.split("\n")[0]}`);
+    process.exit(1);
 }
-await model.dispose();
-await llama.dispose();
 
 const base = {};
 for (const r of results) if (r.cache.type === "f32") base[r.plate] = r;
