@@ -7,15 +7,18 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "export_gguf.h"
 #include "model_file.h"
 #include "safe_file.h"
 
 static const char *export_usage =
-    "usage: micro export --llama2c FILE [--model FILE]\n"
+    "usage: micro export (--llama2c FILE | --gguf FILE) [--model FILE]\n"
     "  Writes llama2.c's legacy checkpoint: 7 int32 (dim, hidden_dim, n_layers, n_heads, n_kv_heads,\n"
     "  vocab_size, seq_len; a positive vocab_size means a shared classifier), the fp32 weights in\n"
     "  llama2.c's order (which is ours), then the two legacy RoPE tables llama2.c skips.\n"
-    "  For micro the file is exactly 7,543,580 bytes.\n";
+    "  For micro the file is exactly 7,543,580 bytes.\n"
+    "  --gguf writes a GGUF v3 llama model that llama.cpp runs: F32 weights, 256 byte tokens <0x00>..<0xFF>,\n"
+    "  BOS (and EOS) = byte 0x01 (docs/gguf.md).\n";
 
 // Writes the whole checkpoint to f; nonzero only when out of memory (stream errors are the
 // stream's: safe_write reports them). Through safe_write, so a failed write never leaves a
@@ -43,25 +46,42 @@ static int write_llama2c(FILE *f, void *ctx) {
     return ok ? 0 : -1;
 }
 
+// safe_write's writer for the GGUF file: the writer's own message (a model it cannot map) is kept.
+typedef struct {
+    const Model *model;
+    char why[256];
+} GgufJob;
+
+static int write_gguf(FILE *f, void *ctx) {
+    GgufJob *job = ctx;
+    if (gguf_write_model(f, job->model, job->why, sizeof job->why) == 0) return 0;
+    if (!ferror(f)) return -1;
+    job->why[0] = '\0'; // a stream error: safe_write reports it, with its errno, at the commit
+    return 0;
+}
+
 int cmd_export(int argc, char **argv) {
-    const char *out = NULL, *model_path = NULL;
+    const char *out = NULL, *gguf = NULL, *model_path = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             fputs(export_usage, stdout);
             return 0;
         }
-        if (!cli_value(argc, argv, &i, "--llama2c", &out) && !cli_value(argc, argv, &i, "--model", &model_path))
+        if (!cli_value(argc, argv, &i, "--llama2c", &out) && !cli_value(argc, argv, &i, "--gguf", &gguf) &&
+            !cli_value(argc, argv, &i, "--model", &model_path))
             cli_unknown(export_usage, argv[i]);
     }
-    if (!out) return cli_error("export needs --llama2c FILE (see micro export --help)");
+    if (!out == !gguf) return cli_error("export needs --llama2c FILE or --gguf FILE, one of them (see micro export --help)");
+    const char *target = out ? out : gguf;
     char err[512], path[4096];
-    if (safe_check_output(out, err, sizeof err)) return cli_error("%s", err); // before any work
+    if (safe_check_output(target, err, sizeof err)) return cli_error("%s", err); // before any work
     Model m;
     if (model_load(&m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
         return cli_error("%s", err);
     int status = 0;
-    if (safe_write(out, write_llama2c, &m, err, sizeof err)) {
-        fprintf(stderr, "micro: %s\n", err);
+    GgufJob job = {.model = &m, .why = ""};
+    if (out ? safe_write(out, write_llama2c, &m, err, sizeof err) : safe_write(gguf, write_gguf, &job, err, sizeof err)) {
+        fprintf(stderr, "micro: %s%s%s\n", err, job.why[0] ? ": " : "", job.why);
         status = 1;
     }
     model_free(&m);

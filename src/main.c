@@ -22,7 +22,7 @@ static const struct {
     {"bench", cmd_bench, "decode speed, memory roofline and attention time per cache codec"},
     {"capacity", cmd_capacity, "conversations that fit beside a model on a GPU at each cache width"},
     {"train", cmd_train, "train micro from the corpus (batched forward/backward, AdamW)"},
-    {"export", cmd_export, "write llama2.c's legacy checkpoint"},
+    {"export", cmd_export, "write llama2.c's legacy checkpoint or a GGUF model for llama.cpp"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

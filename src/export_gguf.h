@@ -1,0 +1,19 @@
+// micro as a GGUF (version 3) llama model, so that llama.cpp loads and runs it. Format: docs/gguf.md.
+#ifndef MICRO_EXPORT_GGUF_H
+#define MICRO_EXPORT_GGUF_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "model.h"
+
+#define GGUF_ALIGNMENT 32 // bytes; written as general.alignment (GGUF's default, stated anyway)
+#define GGUF_EOS_TOKEN MICRO_BOS // the document separator: llama.cpp stops where `micro generate` stops
+
+// Writes m to f as GGUF v3: llama.* hyperparameters, a byte-level SPM vocabulary (<0x00>..<0xFF>,
+// all of type BYTE) and every weight as an F32 tensor under llama.cpp's name (the tied classifier is
+// not written: llama.cpp falls back to token_embd.weight). Returns 0, or -1 with one line in err.
+// Only writes; flushing, syncing and renaming are the caller's.
+int gguf_write_model(FILE *f, const Model *m, char *err, size_t errlen);
+
+#endif
