@@ -23,7 +23,7 @@ static const char *export_usage =
 // Writes the whole checkpoint to f; nonzero only when out of memory (stream errors are the
 // stream's: safe_write reports them). Through safe_write, so a failed write never leaves a
 // truncated file under the real name.
-static int write_llama2c(FILE *f, void *ctx) {
+static int write_llama2c(FILE *f, void *ctx, char *why, size_t whylen) {
     const Model *m = ctx;
     const ModelConfig *c = &m->config;
     int32_t header[7] = {c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->max_seq_len};
@@ -43,6 +43,7 @@ static int write_llama2c(FILE *f, void *ctx) {
     }
     free(cos_t);
     free(sin_t);
+    if (!ok) snprintf(why, whylen, "out of memory for the RoPE tables");
     return ok ? 0 : -1;
 }
 

@@ -286,13 +286,15 @@ typedef struct {
     const double *scheme_bits;
 } PlateOutput;
 
-static int write_csv(FILE *f, void *ctx) {
+static int write_csv(FILE *f, void *ctx, char *why, size_t whylen) {
+    (void)why, (void)whylen;
     const PlateOutput *o = ctx;
     print_csv(f, o->r, o->cap, o->scheme_bits);
     return 0;
 }
 
-static int write_json(FILE *f, void *ctx) {
+static int write_json(FILE *f, void *ctx, char *why, size_t whylen) {
+    (void)why, (void)whylen;
     const PlateOutput *o = ctx;
     print_json(f, o->r, o->cap, o->scheme_bits);
     return 0;

@@ -249,13 +249,13 @@ int safe_commit(SafeFile *s, char *err, size_t errlen) {
     return 0;
 }
 
-int safe_write(const char *path, int (*write)(FILE *f, void *ctx), void *ctx, char *err, size_t errlen) {
+int safe_write(const char *path, SafeWriter write, void *ctx, char *err, size_t errlen) {
     SafeFile s;
     if (safe_open(&s, path, err, errlen)) return -1;
-    errno = 0;
-    if (write(s.f, ctx) != 0 && !ferror(s.f)) {
-        // The writer failed for its own reason, not the stream's: malloc's ENOMEM, say.
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno ? errno : EIO));
+    char why[256] = "";
+    if (write(s.f, ctx, why, sizeof why) != 0 && !ferror(s.f)) {
+        // The writer failed for its own reason, not the stream's.
+        snprintf(err, errlen, "cannot write %s: %s", path, why[0] ? why : "the writer failed");
         safe_abort(&s);
         return -1;
     }

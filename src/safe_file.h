@@ -37,11 +37,13 @@ int safe_commit(SafeFile *s, char *err, size_t errlen);
 // Gives up: closes and removes the temporary; the target is untouched.
 void safe_abort(SafeFile *s);
 
-// The whole cycle for a writer that takes a FILE*: check, open, write(f, ctx), commit. The writer
-// need not check its fprintf/fwrite calls (the stream's errors are caught at the commit, with
-// their errno); it returns nonzero only for a failure of its own, with errno set (ENOMEM).
-// 0, or -1 with err set and the target untouched.
-int safe_write(const char *path, int (*write)(FILE *f, void *ctx), void *ctx, char *err, size_t errlen);
+// The whole cycle for a writer that takes a FILE*: check, open, write(f, ctx, why, whylen), commit.
+// The writer need not check its fprintf/fwrite calls (the stream's errors are caught at the
+// commit, with their errno); it returns nonzero only for a failure of its own, with the reason
+// in why ("out of memory"). 0, or -1 with err set ("cannot write PATH: reason") and the target
+// untouched. Export formats (llama2.c, GGUF) and plate's files are written this way.
+typedef int (*SafeWriter)(FILE *f, void *ctx, char *why, size_t whylen);
+int safe_write(const char *path, SafeWriter write, void *ctx, char *err, size_t errlen);
 
 // Standard output at the end of a command: flushes it and returns 0, or -1 with err set
 // ("cannot write standard output: reason") when any write to it failed (a full disk, a closed pipe).

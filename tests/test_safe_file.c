@@ -29,9 +29,17 @@ static int count_files(void) {
     return n;
 }
 
-static int write_text(FILE *f, void *ctx) {
+static int write_text(FILE *f, void *ctx, char *why, size_t whylen) {
+    (void)why, (void)whylen;
     fputs(ctx, f);
     return 0;
+}
+
+// A writer that fails for its own reason halfway: nothing may reach the real name.
+static int write_then_fail(FILE *f, void *ctx, char *why, size_t whylen) {
+    fputs(ctx, f);
+    snprintf(why, whylen, "out of memory");
+    return -1;
 }
 
 static char *slurp(const char *path, long *len) {
@@ -102,6 +110,14 @@ int main(void) {
     CHECK(got && len == 6 && !memcmp(got, "first\n", 6), "the old file was touched by a failed write");
     free(got);
     CHECK(count_files() == 1, "a temporary left after a failed write");
+
+    // A writer's own failure: its reason, the old file intact, no temporary.
+    CHECK(safe_write(path, write_then_fail, "half", err, sizeof err) == -1 && strstr(err, "out of memory"),
+          "writer failure: %s", err);
+    got = slurp(path, &len);
+    CHECK(got && len == 6 && !memcmp(got, "first\n", 6), "the old file was touched by a failed writer");
+    free(got);
+    CHECK(count_files() == 1, "a temporary left after a failed writer");
 
     // Paths that are not regular files are refused, before anything is written.
     CHECK(safe_check_output("", err, sizeof err) == -1, "empty output path accepted");
