@@ -47,20 +47,6 @@ static int write_llama2c(FILE *f, void *ctx, char *why, size_t whylen) {
     return ok ? 0 : -1;
 }
 
-// safe_write's writer for the GGUF file: the writer's own message (a model it cannot map) is kept.
-typedef struct {
-    const Model *model;
-    char why[256];
-} GgufJob;
-
-static int write_gguf(FILE *f, void *ctx) {
-    GgufJob *job = ctx;
-    if (gguf_write_model(f, job->model, job->why, sizeof job->why) == 0) return 0;
-    if (!ferror(f)) return -1;
-    job->why[0] = '\0'; // a stream error: safe_write reports it, with its errno, at the commit
-    return 0;
-}
-
 int cmd_export(int argc, char **argv) {
     const char *out = NULL, *gguf = NULL, *model_path = NULL;
     for (int i = 1; i < argc; i++) {
@@ -80,9 +66,8 @@ int cmd_export(int argc, char **argv) {
     if (model_load(&m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
         return cli_error("%s", err);
     int status = 0;
-    GgufJob job = {.model = &m, .why = ""};
-    if (out ? safe_write(out, write_llama2c, &m, err, sizeof err) : safe_write(gguf, write_gguf, &job, err, sizeof err)) {
-        fprintf(stderr, "micro: %s%s%s\n", err, job.why[0] ? ": " : "", job.why);
+    if (out ? safe_write(out, write_llama2c, &m, err, sizeof err) : gguf_save(&m, gguf, err, sizeof err)) {
+        fprintf(stderr, "micro: %s\n", err);
         status = 1;
     }
     model_free(&m);

@@ -1,5 +1,6 @@
 // GGUF v3 writer for micro (docs/gguf.md): header, key/value metadata, tensor infos, aligned F32 data.
 #include "export_gguf.h"
+#include "safe_file.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -206,4 +207,13 @@ int gguf_write_model(FILE *f, const Model *m, char *err, size_t errlen) {
         return -1;
     }
     return 0;
+}
+
+static int write_gguf(FILE *f, void *ctx, char *why, size_t whylen) {
+    return gguf_write_model(f, ctx, why, whylen);
+}
+
+int gguf_save(const Model *m, const char *path, char *err, size_t errlen) {
+    if (safe_check_output(path, err, errlen)) return 2;
+    return safe_write(path, write_gguf, (void *)m, err, errlen) ? 1 : 0;
 }

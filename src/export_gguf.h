@@ -16,4 +16,9 @@
 // Only writes; flushing, syncing and renaming are the caller's.
 int gguf_write_model(FILE *f, const Model *m, char *err, size_t errlen);
 
+// Writes the GGUF file at path through safe_write (a temporary beside it, flushed, synced, renamed),
+// so that a failure never leaves a half-written file under the real name. Returns 0; 2 for a path
+// that cannot be an output (safe_check_output); 1 for a failed write. One line in err either way.
+int gguf_save(const Model *m, const char *path, char *err, size_t errlen);
+
 #endif
