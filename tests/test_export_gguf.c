@@ -356,7 +356,7 @@ int main(void) {
     }
     // Paths that must be refused (status 2) and a write that fails (status 1, nothing left behind).
     CHECK(gguf_save(&m, "", err, sizeof err) == 2, "empty path accepted");
-    CHECK(gguf_save(&m, dir, err, sizeof err) == 2 && strstr(err, "not a regular file"), "directory accepted: %s", err);
+    CHECK(gguf_save(&m, dir, err, sizeof err) == 2 && strstr(err, "is a directory"), "directory accepted: %s", err);
     // A FIFO stands for device nodes: a test must never risk replacing the real /dev/null.
     snprintf(path, sizeof path, "%s/fifo", dir);
     if (mkfifo(path, 0600) == 0) {
@@ -366,7 +366,9 @@ int main(void) {
         remove(path);
     }
     snprintf(path, sizeof path, "%s/missing/x.gguf", dir);
-    CHECK(gguf_save(&m, path, err, sizeof err) == 1 && !strchr(err, '\n'), "write into a missing folder: %s", err);
+    // refused before any work, as every output path is (safe_check_output)
+    CHECK(gguf_save(&m, path, err, sizeof err) == 2 && strstr(err, "does not exist") && !strchr(err, '\n'),
+          "write into a missing folder: %s", err);
     // An existing regular file is replaced whole.
     snprintf(path, sizeof path, "%s/old.gguf", dir);
     FILE *old = fopen(path, "wb");
