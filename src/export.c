@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cmd_options.h"
 #include "commands.h"
 #include "model_file.h"
 
@@ -16,20 +17,30 @@ static const char *export_usage =
     "  llama2.c's order (which is ours), then the two legacy RoPE tables llama2.c skips.\n"
     "  For micro the file is exactly 7,543,580 bytes.\n";
 
-int cmd_export(int argc, char **argv) {
-    const char *out = NULL, *model_path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            fputs(export_usage, stdout);
-            return 0;
-        }
-        if (!cli_value(argc, argv, &i, "--llama2c", &out) && !cli_value(argc, argv, &i, "--model", &model_path))
-            cli_unknown(export_usage, argv[i]);
+int export_parse(int argc, char **argv, ExportOptions *o, char *err, size_t errlen) {
+    memset(o, 0, sizeof *o);
+    Opts p;
+    opts_init(&p, argc, argv, err, errlen);
+    while (opts_next(&p)) {
+        int bad;
+        if (opts_is_help(&p)) return OPTS_HELP;
+        else if (opts_is(&p, "--llama2c")) bad = opts_path(&p, &o->llama2c);
+        else if (opts_is(&p, "--model")) bad = opts_path(&p, &o->model_path);
+        else return opts_unknown(&p);
+        if (bad) return OPTS_ERROR;
     }
-    if (!out) return cli_error("export needs --llama2c FILE (see micro export --help)");
+    if (!o->llama2c) return opts_fail(&p, "export needs --llama2c FILE (see micro export --help)");
+    return OPTS_RUN;
+}
+
+int cmd_export(int argc, char **argv) {
+    ExportOptions o;
     char err[512], path[4096];
+    int done = cli_after_parse(export_parse(argc, argv, &o, err, sizeof err), err, export_usage);
+    if (done >= 0) return done;
+    const char *out = o.llama2c;
     Model m;
-    if (model_load(&m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
+    if (model_load(&m, cli_default_path(o.model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
         return cli_error("%s", err);
     const ModelConfig *c = &m.config;
     int32_t header[7] = {c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->max_seq_len};
