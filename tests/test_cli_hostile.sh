@@ -51,6 +51,9 @@ bench=(bench --model "$tmp/tiny.bin" --repeat 1 --threads 1)
 timeout 300 "$micro" "${bench[@]}" --positions 2,3,4,5,6,7,8,9,10 >"$tmp/bench.out" 2>&1
 [ "$(awk '$2 == 1 && $1 ~ /^[0-9]+$/ {n++} END {print n + 0}' "$tmp/bench.out")" -eq 9 ] &&
     grep -q "whole decode" "$tmp/bench.out" && ok "bench: nine positions, nine rows" || bad "bench nine positions: $(tail -5 "$tmp/bench.out")"
+# The attention and whole-decode figures stay within what was asked (they were always at 2048).
+grep -q "attention per decode step at 10 positions" "$tmp/bench.out" && ok "bench: attention at the longest position asked" ||
+    bad "bench attention length: $(tail -4 "$tmp/bench.out")"
 timeout 300 "$micro" bench --model "$tmp/hd2.bin" --repeat 1 --positions 16,32 --cache int:bits=2 >"$tmp/hd2.out" 2>&1 &&
     grep -q "whole decode" "$tmp/hd2.out" && ok "bench: head_dim 2, int:bits=2 finishes" || bad "bench head_dim 2: $(tail -3 "$tmp/hd2.out")"
 # Not given, --positions is not blamed: the defaults are cut to the model's context of 64.
