@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "cmd_options.h"
 #include "commands.h"
 #include "forward.h"
 #include "model_file.h"
@@ -15,13 +17,16 @@ static const char *bench_usage =
     "usage: micro bench [options]\n"
     "  Decode tokens/s over 256, 1024 and 2048 positions on 1 and 2 threads, with the memory\n"
     "  roofline of the same run (bytes touched per token / streaming read bandwidth measured here);\n"
-    "  then attention time per decode step at 2048 positions for the chosen cache against fp32.\n"
+    "  then attention time per decode step at the longest of the positions for the chosen cache\n"
+    "  against fp32.\n"
     "options:\n"
     "  --model FILE        model file (default models/micro.bin)\n"
     "  --cache SPEC        cache codec to compare with fp32 (default fp32); --k/--v for one stream\n"
     "  --repeat N          best of N runs per figure (default 3)\n"
-    "  --threads LIST      thread counts, comma separated (default 1,2)\n"
-    "  --positions LIST    sequence lengths (default 256,1024,2048)\n"
+    "  --threads LIST      thread counts, comma separated, 1..256 (default 1,2); a count above the\n"
+    "                      online cores runs on as many threads as there are cores\n"
+    "  --positions LIST    sequence lengths, 2..context, at most 64 (default 256,1024,2048, cut to the\n"
+    "                      model's context)\n"
     "  -h, --help          this help\n";
 
 static double now(void) {
@@ -59,16 +64,19 @@ static double read_bandwidth(size_t bytes) {
     return best;
 }
 
-// Seconds to decode positions 0..n-1 from an empty cache (best of `repeat`); also the cache bytes at the end.
-static double time_decode(const Model *m, const char *k_spec, const char *v_spec, int n, int threads, int repeat,
-                          size_t *cache_bytes) {
-    char err[512];
+// Seconds to decode positions 0..n-1 from an empty cache (best of `repeat`) into *seconds; also the
+// cache bytes at the end. -1 with one line in err when the decoder cannot be made.
+static int time_decode(const Model *m, const char *k_spec, const char *v_spec, int n, int threads, int repeat,
+                       size_t *cache_bytes, double *seconds, char *err, size_t errlen) {
     Decoder d;
-    if (decoder_init(&d, m, k_spec, v_spec, n, threads, err, sizeof err)) cli_die("%s", err);
+    if (decoder_init(&d, m, k_spec, v_spec, n, threads, err, errlen)) return -1;
     double best = INFINITY;
     uint64_t rng = 88172645463325252ull;
     for (int r = 0; r < repeat; r++) {
-        if (decoder_reset(&d, err, sizeof err)) cli_die("%s", err);
+        if (decoder_reset(&d, err, errlen)) {
+            decoder_free(&d);
+            return -1;
+        }
         double t0 = now();
         for (int pos = 0; pos < n; pos++) {
             rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
@@ -79,15 +87,16 @@ static double time_decode(const Model *m, const char *k_spec, const char *v_spec
     }
     *cache_bytes = kvcache_bytes(&d.cache);
     decoder_free(&d);
-    return best;
+    *seconds = best;
+    return 0;
 }
 
 // Seconds of attention alone (scores, softmax, mix over every layer and head) for one step over a
 // cache of n positions, best of `repeat` rounds of many steps.
-static double time_attention(const Model *m, const char *k_spec, const char *v_spec, int n, int repeat) {
-    char err[512];
+static int time_attention(const Model *m, const char *k_spec, const char *v_spec, int n, int repeat, double *seconds,
+                          char *err, size_t errlen) {
     Decoder d;
-    if (decoder_init(&d, m, k_spec, v_spec, n, 1, err, sizeof err)) cli_die("%s", err);
+    if (decoder_init(&d, m, k_spec, v_spec, n, 1, err, errlen)) return -1;
     uint64_t rng = 88172645463325252ull;
     for (int pos = 0; pos < n; pos++) {
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
@@ -109,52 +118,88 @@ static double time_attention(const Model *m, const char *k_spec, const char *v_s
         if (t < best) best = t;
     }
     decoder_free(&d);
-    return best;
+    *seconds = best;
+    return 0;
 }
 
-static int parse_list(const char *s, int *out, int max, int lo, int hi) {
-    int n = 0;
-    while (*s && n < max) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < lo || v > hi) return -1;
-        out[n++] = (int)v;
-        s = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return -1;
+int bench_parse(int argc, char **argv, BenchOptions *o, char *err, size_t errlen) {
+    static const int default_positions[] = {256, 1024, 2048};
+    const char *cache = "fp32";
+    memset(o, 0, sizeof *o);
+    o->repeat = 3;
+    o->threads[0] = 1, o->threads[1] = 2, o->n_threads = 2;
+    memcpy(o->positions, default_positions, sizeof default_positions);
+    o->n_positions = 3;
+    Opts p;
+    opts_init(&p, argc, argv, err, errlen);
+    while (opts_next(&p)) {
+        int bad;
+        if (opts_is_help(&p)) return OPTS_HELP;
+        else if (opts_is(&p, "--model")) bad = opts_path(&p, &o->model_path);
+        else if (opts_is(&p, "--cache")) bad = opts_string(&p, &cache);
+        else if (opts_is(&p, "--k")) bad = opts_string(&p, &o->k_spec);
+        else if (opts_is(&p, "--v")) bad = opts_string(&p, &o->v_spec);
+        else if (opts_is(&p, "--repeat")) bad = opts_int(&p, 1, 100, &o->repeat);
+        else if (opts_is(&p, "--threads")) bad = opts_int_list(&p, 1, 256, o->threads, BENCH_MAX_LIST, &o->n_threads);
+        else if (opts_is(&p, "--positions")) {
+            // The model's context bounds them too; that is checked once the model is loaded.
+            bad = opts_int_list(&p, 2, 1 << 20, o->positions, BENCH_MAX_LIST, &o->n_positions);
+            o->positions_given = 1;
+        } else return opts_unknown(&p);
+        if (bad) return OPTS_ERROR;
     }
-    return n;
+    if (!o->k_spec) o->k_spec = cache;
+    if (!o->v_spec) o->v_spec = cache;
+    return cmd_check_specs(o->k_spec, o->v_spec, err, errlen) ? OPTS_ERROR : OPTS_RUN;
+}
+
+// Fits the positions to the model's context: given ones must fit; the defaults are cut to it.
+static int fit_positions(BenchOptions *o, int context, char *err, size_t errlen) {
+    int n = 0;
+    for (int a = 0; a < o->n_positions; a++) {
+        if (o->positions[a] <= context) o->positions[n++] = o->positions[a];
+        else if (o->positions_given) {
+            snprintf(err, errlen, "--positions: %d is beyond the model's context of %d", o->positions[a], context);
+            return -1;
+        }
+    }
+    if (n == 0) {
+        if (context < 2) {
+            snprintf(err, errlen, "the model's context of %d leaves nothing to time", context);
+            return -1;
+        }
+        o->positions[n++] = context;
+    }
+    o->n_positions = n;
+    return 0;
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *model_path = NULL, *cache = "fp32", *k_spec = NULL, *v_spec = NULL, *tlist = "1,2",
-               *plist = "256,1024,2048";
-    int repeat = 3;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            fputs(bench_usage, stdout);
-            return 0;
-        }
-        if (!cli_value(argc, argv, &i, "--model", &model_path) && !cli_value(argc, argv, &i, "--cache", &cache) &&
-            !cli_value(argc, argv, &i, "--k", &k_spec) && !cli_value(argc, argv, &i, "--v", &v_spec) &&
-            !cli_value(argc, argv, &i, "--threads", &tlist) && !cli_value(argc, argv, &i, "--positions", &plist) &&
-            !cli_int(argc, argv, &i, "--repeat", 1, 100, &repeat))
-            cli_unknown(bench_usage, argv[i]);
-    }
-    if (!k_spec) k_spec = cache;
-    if (!v_spec) v_spec = cache;
+    BenchOptions o;
     char err[512], path[4096];
+    int done = cli_after_parse(bench_parse(argc, argv, &o, err, sizeof err), err, bench_usage);
+    if (done >= 0) return done;
+    const char *k_spec = o.k_spec, *v_spec = o.v_spec;
+    const int repeat = o.repeat, nt = o.n_threads, *threads = o.threads;
     Model m;
-    if (model_load(&m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
+    if (model_load(&m, cli_default_path(o.model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
         return cli_error("%s", err);
-    int threads[8], positions[8];
-    int nt = parse_list(tlist, threads, 8, 1, 256), np = parse_list(plist, positions, 8, 2, m.config.max_seq_len);
-    if (nt <= 0) return cli_error("--threads: expected a comma-separated list of 1..256");
-    if (np <= 0) return cli_error("--positions: expected a comma-separated list of 2..%d", m.config.max_seq_len);
+    if (fit_positions(&o, m.config.max_seq_len, err, sizeof err)) {
+        model_free(&m);
+        return cli_error("%s", err);
+    }
+    const int np = o.n_positions, *positions = o.positions;
 
     double weight_bytes = (double)m.n_params * sizeof(float);
     double dram_bw = read_bandwidth((size_t)512 << 20);
     printf("micro bench: %zu parameters (%.1f MB fp32), cache %s / %s, best of %d\n", m.n_params, weight_bytes / 1e6,
            k_spec, v_spec, repeat);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    for (int b = 0; b < nt; b++)
+        if (cores >= 1 && threads[b] > cores) {
+            printf("this machine has %ld online cores: thread counts above it run on %ld threads\n", cores, cores);
+            break;
+        }
     printf("streaming read bandwidth measured here: %.1f GB/s from DRAM (512 MiB buffer)\n", dram_bw / 1e9);
     printf("roofline = bytes touched per token / bandwidth, as a share of the time taken: against DRAM, and against\n"
            "a buffer the size of what one step touches (the cache level the weights and KV cache really come from)\n\n");
@@ -164,7 +209,9 @@ int cmd_bench(int argc, char **argv) {
         double base = 0, same_bw = 0;
         for (int b = 0; b < nt; b++) {
             size_t cache_bytes;
-            double t = time_decode(&m, k_spec, v_spec, positions[a], threads[b], repeat, &cache_bytes);
+            double t;
+            if (time_decode(&m, k_spec, v_spec, positions[a], threads[b], repeat, &cache_bytes, &t, err, sizeof err))
+                goto fail;
             double tps = positions[a] / t;
             // Each step reads every weight once and, on average, half the final cache.
             double touched = weight_bytes + 0.5 * (double)cache_bytes;
@@ -176,19 +223,29 @@ int cmd_bench(int argc, char **argv) {
                    100.0 * touched / same_bw / per_token, tps / base);
         }
     }
-    int n = m.config.max_seq_len < 2048 ? m.config.max_seq_len : 2048;
-    double t_ref = time_attention(&m, "fp32", "fp32", n, repeat);
-    double t_spec = time_attention(&m, k_spec, v_spec, n, repeat);
+    // The attention and whole-decode figures are taken at the longest of the positions asked for
+    // (2048 by default): a fixed 2048 made `--positions 2,3` run for minutes on a sanitized build.
+    int n = 0;
+    for (int a = 0; a < np; a++) n = positions[a] > n ? positions[a] : n;
+    double t_ref, t_spec;
+    if (time_attention(&m, "fp32", "fp32", n, repeat, &t_ref, err, sizeof err) ||
+        time_attention(&m, k_spec, v_spec, n, repeat, &t_spec, err, sizeof err))
+        goto fail;
     printf("\nattention per decode step at %d positions (1 thread):\n", n);
     printf("  %-40s %9.1f us\n", "fp32 / fp32", 1e6 * t_ref);
     char label[256];
     snprintf(label, sizeof label, "%s / %s", k_spec, v_spec);
     printf("  %-40s %9.1f us   ratio %.2fx of fp32\n", label, 1e6 * t_spec, t_spec / t_ref);
     size_t bytes_ref, bytes_spec;
-    double whole_ref = time_decode(&m, "fp32", "fp32", n, 1, repeat, &bytes_ref);
-    double whole_spec = time_decode(&m, k_spec, v_spec, n, 1, repeat, &bytes_spec);
+    double whole_ref, whole_spec;
+    if (time_decode(&m, "fp32", "fp32", n, 1, repeat, &bytes_ref, &whole_ref, err, sizeof err) ||
+        time_decode(&m, k_spec, v_spec, n, 1, repeat, &bytes_spec, &whole_spec, err, sizeof err))
+        goto fail;
     printf("whole decode of %d positions (1 thread): fp32 %.0f tokens/s, %s %.0f tokens/s, ratio %.2fx time of fp32\n", n,
            n / whole_ref, label, n / whole_spec, whole_spec / whole_ref);
     model_free(&m);
     return 0;
+fail:
+    model_free(&m);
+    return cli_error("%s", err);
 }

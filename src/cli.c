@@ -8,6 +8,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cmd_options.h"
+#include "kvcache.h"
+#include "msgtext.h"
+#include "opts.h"
+#include "text.h"
+
 #ifndef MICRO_DATADIR
 #define MICRO_DATADIR "/usr/local/share/micro"
 #endif
@@ -49,11 +55,14 @@ int cli_value(int argc, char **argv, int *i, const char *name, const char **out)
 int cli_int(int argc, char **argv, int *i, const char *name, long lo, long hi, int *out) {
     const char *s;
     if (!cli_value(argc, argv, i, name, &s)) return 0;
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end != '\0') cli_die("%s: '%s' is not an integer", name, s);
-    if (v < lo || v > hi) cli_die("%s: %ld is out of range (%ld..%ld)", name, v, lo, hi);
+    long v;
+    const char *why;
+    char shown[MSG_TEXT];
+    if (opts_parse_long(s, lo, hi, &v, &why)) {
+        if (strcmp(why, "is out of range") == 0)
+            cli_die("%s: '%s' is out of range (%ld..%ld)", name, msg_text(s, shown, sizeof shown), lo, hi);
+        cli_die("%s: '%s' %s", name, msg_text(s, shown, sizeof shown), why);
+    }
     *out = (int)v;
     return 1;
 }
@@ -103,3 +112,34 @@ void csv_field_to(FILE *out, const char *text) {
 }
 
 void csv_field(const char *text) { csv_field_to(stdout, text); }
+
+int cli_after_parse(int status, const char *err, const char *usage) {
+    if (status == OPTS_RUN) return -1;
+    if (status == OPTS_HELP) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    fprintf(stderr, "micro: %s\n", err);
+    if (status == OPTS_UNKNOWN) fputs(usage, stderr);
+    return 2;
+}
+
+int cmd_check_specs(const char *k_spec, const char *v_spec, char *err, size_t errlen) {
+    char why[512];
+    if (kvstream_check_spec(k_spec, KV_ROLE_KEY, why, sizeof why) ||
+        kvstream_check_spec(v_spec, KV_ROLE_VALUE, why, sizeof why)) {
+        snprintf(err, errlen, "%s", why);
+        return -1;
+    }
+    return 0;
+}
+
+int cmd_check_text_arg(const char *option, const char *arg, char *err, size_t errlen) {
+    char path[sizeof ((Text *)0)->path], why[512];
+    long chars;
+    if (text_split_arg(arg, path, sizeof path, &chars, why, sizeof why)) {
+        snprintf(err, errlen, "%s: %s", option, why);
+        return -1;
+    }
+    return 0;
+}

@@ -1,4 +1,5 @@
-// Small helpers every subcommand shares: option values, errors (one line, exit status 2), default paths.
+// Small helpers every subcommand shares: errors (one line, exit status 2), default paths, CSV fields.
+// cli_value & co. exit on a bad value: the commands parse with opts.h instead, before any work.
 #ifndef MICRO_CLI_H
 #define MICRO_CLI_H
 
@@ -19,6 +20,10 @@ _Noreturn void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 _Noreturn void cli_unknown(const char *usage, const char *arg);
 // `given` when set; else `relative` when it exists from the current directory; else the installed copy.
 const char *cli_default_path(const char *given, const char *relative, char *buf, size_t n);
+
+// After a command's parse function (cmd_options.h): -1 to go on; else the exit status, after printing
+// the usage to stdout (--help, 0) or the error line and, for an unknown option, the usage (2).
+int cli_after_parse(int status, const char *err, const char *usage);
 
 // Prints one CSV field, quoted as RFC 4180 says when it holds a comma, a quote or a newline
 // (normalised specs such as int:bits=4,levels=sym,scale=fp16 do).

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cmd_options.h"
 #include "commands.h"
 #include "finite.h"
 #include "forward.h"
@@ -108,42 +109,49 @@ static const char *eval_usage =
     "                      (default data/plates/en.txt:1500 and data/plates/zh.txt:500)\n"
     "  --cache SPEC        codec for keys and values (default fp32); see `micro --help` for specs\n"
     "  --k SPEC, --v SPEC  codec for keys / values alone (override --cache)\n"
-    "  --threads N         decode threads (default 1); results do not depend on it\n"
+    "  --threads N         decode threads, 1..256 (default 1; at most the online cores are used);\n"
+    "                      results do not depend on it\n"
     "  --csv               print CSV: text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes,\n"
     "                      top1_agree,kl (top1_agree: share of (layer, head, position) whose most-attended\n"
     "                      position matches the fp32 cache's; kl: mean KL(fp32 || this) of next-token\n"
     "                      distributions, nats)\n"
     "  -h, --help          this help\n";
 
-int cmd_eval(int argc, char **argv) {
-    const char *model_path = NULL, *cache = "fp32", *k_spec = NULL, *v_spec = NULL;
-    const char *texts[64];
-    int n_texts = 0, threads = 1, csv = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *t;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(eval_usage, stdout);
-            return 0;
-        } else if (!strcmp(a, "--csv")) {
-            csv = 1;
-        } else if (cli_value(argc, argv, &i, "--text", &t)) {
-            if (n_texts == 64) return cli_error("at most 64 texts");
-            texts[n_texts++] = t;
-        } else if (!cli_value(argc, argv, &i, "--model", &model_path) &&
-                   !cli_value(argc, argv, &i, "--cache", &cache) &&
-                   !cli_value(argc, argv, &i, "--k", &k_spec) && !cli_value(argc, argv, &i, "--v", &v_spec) &&
-                   !cli_int(argc, argv, &i, "--threads", 1, 256, &threads)) {
-            cli_unknown(eval_usage, a);
-        }
+int eval_parse(int argc, char **argv, EvalOptions *o, char *err, size_t errlen) {
+    const char *cache = "fp32";
+    memset(o, 0, sizeof *o);
+    o->threads = 1;
+    Opts p;
+    opts_init(&p, argc, argv, err, errlen);
+    while (opts_next(&p)) {
+        int bad;
+        if (opts_is_help(&p)) return OPTS_HELP;
+        else if (opts_is(&p, "--csv")) bad = opts_flag(&p), o->csv = 1;
+        else if (opts_is(&p, "--text")) {
+            if (o->n_texts == EVAL_MAX_TEXTS) return opts_fail(&p, "at most %d texts", EVAL_MAX_TEXTS);
+            bad = opts_value(&p, &o->texts[o->n_texts]) ||
+                  cmd_check_text_arg("--text", o->texts[o->n_texts], err, errlen);
+            o->n_texts++;
+        } else if (opts_is(&p, "--model")) bad = opts_path(&p, &o->model_path);
+        else if (opts_is(&p, "--cache")) bad = opts_string(&p, &cache);
+        else if (opts_is(&p, "--k")) bad = opts_string(&p, &o->k_spec);
+        else if (opts_is(&p, "--v")) bad = opts_string(&p, &o->v_spec);
+        else if (opts_is(&p, "--threads")) bad = opts_int(&p, 1, 256, &o->threads);
+        else return opts_unknown(&p);
+        if (bad) return OPTS_ERROR;
     }
-    if (!k_spec) k_spec = cache;
-    if (!v_spec) v_spec = cache;
+    if (!o->k_spec) o->k_spec = cache;
+    if (!o->v_spec) o->v_spec = cache;
+    return cmd_check_specs(o->k_spec, o->v_spec, err, errlen) ? OPTS_ERROR : OPTS_RUN;
+}
 
-    // The user's own arguments are checked first, the model after.
+int cmd_eval(int argc, char **argv) {
+    EvalOptions o;
     char err[512], path[4096];
-    if (kvstream_check_spec(k_spec, KV_ROLE_KEY, err, sizeof err) ||
-        kvstream_check_spec(v_spec, KV_ROLE_VALUE, err, sizeof err))
-        return cli_error("%s", err);
+    int done = cli_after_parse(eval_parse(argc, argv, &o, err, sizeof err), err, eval_usage);
+    if (done >= 0) return done;
+    const char *model_path = o.model_path, *k_spec = o.k_spec, *v_spec = o.v_spec, **texts = o.texts;
+    int n_texts = o.n_texts, threads = o.threads, csv = o.csv;
     char default_en[4200], default_zh[4200];
     if (n_texts == 0) {
         snprintf(default_en, sizeof default_en, "%s:1500", cli_default_path(NULL, "data/plates/en.txt", path, sizeof path));

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cmd_options.h"
 #include "commands.h"
 #include "export_gguf.h"
 #include "model_file.h"
@@ -47,26 +48,35 @@ static int write_llama2c(FILE *f, void *ctx, char *why, size_t whylen) {
     return ok ? 0 : -1;
 }
 
-int cmd_export(int argc, char **argv) {
-    const char *out = NULL, *gguf = NULL, *model_path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            fputs(export_usage, stdout);
-            return 0;
-        }
-        if (!cli_value(argc, argv, &i, "--llama2c", &out) && !cli_value(argc, argv, &i, "--gguf", &gguf) &&
-            !cli_value(argc, argv, &i, "--model", &model_path))
-            cli_unknown(export_usage, argv[i]);
+int export_parse(int argc, char **argv, ExportOptions *o, char *err, size_t errlen) {
+    memset(o, 0, sizeof *o);
+    Opts p;
+    opts_init(&p, argc, argv, err, errlen);
+    while (opts_next(&p)) {
+        int bad;
+        if (opts_is_help(&p)) return OPTS_HELP;
+        else if (opts_is(&p, "--llama2c")) bad = opts_path(&p, &o->llama2c);
+        else if (opts_is(&p, "--gguf")) bad = opts_path(&p, &o->gguf);
+        else if (opts_is(&p, "--model")) bad = opts_path(&p, &o->model_path);
+        else return opts_unknown(&p);
+        if (bad) return OPTS_ERROR;
     }
-    if (!out == !gguf) return cli_error("export needs --llama2c FILE or --gguf FILE, one of them (see micro export --help)");
-    const char *target = out ? out : gguf;
+    if (!o->llama2c == !o->gguf)
+        return opts_fail(&p, "export needs --llama2c FILE or --gguf FILE, one of them (see micro export --help)");
+    return OPTS_RUN;
+}
+
+int cmd_export(int argc, char **argv) {
+    ExportOptions o;
     char err[512], path[4096];
-    if (safe_check_output(target, err, sizeof err)) return cli_error("%s", err); // before any work
+    int done = cli_after_parse(export_parse(argc, argv, &o, err, sizeof err), err, export_usage);
+    if (done >= 0) return done;
+    if (safe_check_output(o.llama2c ? o.llama2c : o.gguf, err, sizeof err)) return cli_error("%s", err); // before any work
     Model m;
-    if (model_load(&m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
+    if (model_load(&m, cli_default_path(o.model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
         return cli_error("%s", err);
     int status = 0;
-    if (out ? safe_write(out, write_llama2c, &m, err, sizeof err) : gguf_save(&m, gguf, err, sizeof err)) {
+    if (o.llama2c ? safe_write(o.llama2c, write_llama2c, &m, err, sizeof err) : gguf_save(&m, o.gguf, err, sizeof err)) {
         fprintf(stderr, "micro: %s\n", err);
         status = 1;
     }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cmd_options.h"
 #include "commands.h"
 #include "finite.h"
 #include "forward.h"
@@ -24,7 +25,7 @@ static const char *generate_usage =
     "  --model FILE        model file (default models/micro.bin)\n"
     "  --cache SPEC        KV-cache codec for keys and values (default fp32)\n"
     "  --k SPEC, --v SPEC  codec for keys / values alone\n"
-    "  --threads N         decode threads (default 1)\n"
+    "  --threads N         decode threads, 1..256 (default 1; at most the online cores are used)\n"
     "  -h, --help          this help\n";
 
 // xorshift64*: small, seedable, the same everywhere.
@@ -55,31 +56,47 @@ static int pick(const float *logits, int vocab, const Utf8State *u, double temp,
     return best;
 }
 
-int cmd_generate(int argc, char **argv) {
-    const char *prompt = NULL, *model_path = NULL, *cache = "fp32", *k_spec = NULL, *v_spec = NULL;
-    int n = 256, threads = 1;
-    double temp = 0;
-    unsigned long long seed = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(generate_usage, stdout);
-            return 0;
-        }
-        if (!cli_value(argc, argv, &i, "--prompt", &prompt) && !cli_value(argc, argv, &i, "--model", &model_path) &&
-            !cli_value(argc, argv, &i, "--cache", &cache) && !cli_value(argc, argv, &i, "--k", &k_spec) &&
-            !cli_value(argc, argv, &i, "--v", &v_spec) && !cli_int(argc, argv, &i, "-n", 0, 1 << 20, &n) &&
-            !cli_int(argc, argv, &i, "--threads", 1, 256, &threads) &&
-            !cli_double(argc, argv, &i, "--temp", 0, 100, &temp) && !cli_u64(argc, argv, &i, "--seed", &seed))
-            cli_unknown(generate_usage, a);
+int generate_parse(int argc, char **argv, GenerateOptions *o, char *err, size_t errlen) {
+    const char *cache = "fp32";
+    memset(o, 0, sizeof *o);
+    o->n = 256, o->threads = 1, o->seed = 1;
+    Opts p;
+    opts_init(&p, argc, argv, err, errlen);
+    while (opts_next(&p)) {
+        int bad;
+        if (opts_is_help(&p)) return OPTS_HELP;
+        else if (opts_is(&p, "--prompt")) bad = opts_string(&p, &o->prompt);
+        else if (opts_is(&p, "--model")) bad = opts_path(&p, &o->model_path);
+        else if (opts_is(&p, "--cache")) bad = opts_string(&p, &cache);
+        else if (opts_is(&p, "--k")) bad = opts_string(&p, &o->k_spec);
+        else if (opts_is(&p, "--v")) bad = opts_string(&p, &o->v_spec);
+        else if (opts_is(&p, "-n")) bad = opts_int(&p, 0, 1 << 20, &o->n);
+        else if (opts_is(&p, "--threads")) bad = opts_int(&p, 1, 256, &o->threads);
+        else if (opts_is(&p, "--temp")) bad = opts_double(&p, 0, 100, &o->temp);
+        else if (opts_is(&p, "--seed")) bad = opts_u64(&p, &o->seed);
+        else return opts_unknown(&p);
+        if (bad) return OPTS_ERROR;
     }
-    if (!prompt) return cli_error("generate needs --prompt TEXT (see micro generate --help)");
-    size_t plen = strlen(prompt);
-    long bad = utf8_first_invalid((const uint8_t *)prompt, plen);
-    if (bad >= 0) return cli_error("the prompt is not valid UTF-8 (byte offset %ld)", bad);
-    if (memchr(prompt, MICRO_BOS, plen)) return cli_error("the prompt contains byte 0x01 (BOS)");
+    if (!o->prompt) return opts_fail(&p, "generate needs --prompt TEXT (see micro generate --help)");
+    size_t plen = strlen(o->prompt);
+    long bad = utf8_first_invalid((const uint8_t *)o->prompt, plen);
+    if (bad >= 0) return opts_fail(&p, "the prompt is not valid UTF-8 (byte offset %ld)", bad);
+    if (memchr(o->prompt, MICRO_BOS, plen)) return opts_fail(&p, "the prompt contains byte 0x01 (BOS)");
+    if (!o->k_spec) o->k_spec = cache;
+    if (!o->v_spec) o->v_spec = cache;
+    return cmd_check_specs(o->k_spec, o->v_spec, err, errlen) ? OPTS_ERROR : OPTS_RUN;
+}
 
+int cmd_generate(int argc, char **argv) {
+    GenerateOptions o;
     char err[512], path[4096];
+    int done = cli_after_parse(generate_parse(argc, argv, &o, err, sizeof err), err, generate_usage);
+    if (done >= 0) return done;
+    const char *prompt = o.prompt, *model_path = o.model_path;
+    const int n = o.n, threads = o.threads;
+    const double temp = o.temp;
+    const unsigned long long seed = o.seed;
+    size_t plen = strlen(prompt);
     Model m;
     if (model_load(&m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
         return cli_error("%s", err);
@@ -89,7 +106,7 @@ int cmd_generate(int argc, char **argv) {
         return cli_error("the prompt has %zu bytes; the context holds %d tokens with BOS", plen, ctx);
     }
     Decoder d;
-    if (decoder_init(&d, &m, k_spec ? k_spec : cache, v_spec ? v_spec : cache, ctx, threads, err, sizeof err)) {
+    if (decoder_init(&d, &m, o.k_spec, o.v_spec, ctx, threads, err, sizeof err)) {
         model_free(&m);
         return cli_error("%s", err);
     }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cmd_options.h"
 #include "commands.h"
 #include "finite.h"
 #include "forward.h"
@@ -83,24 +84,33 @@ static const char *inspect_usage =
     "  --csv               layer,head,stream,channel_ratio,top_channel,token_ratio,top_token,text\n"
     "  -h, --help          this help\n";
 
-int cmd_inspect(int argc, char **argv) {
-    const char *model_path = NULL, *texts[16];
-    int n_texts = 0, csv = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *t;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(inspect_usage, stdout);
-            return 0;
-        } else if (!strcmp(a, "--csv")) {
-            csv = 1;
-        } else if (cli_value(argc, argv, &i, "--text", &t)) {
-            if (n_texts == 16) return cli_error("at most 16 texts");
-            texts[n_texts++] = t;
-        } else if (!cli_value(argc, argv, &i, "--model", &model_path)) {
-            cli_unknown(inspect_usage, a);
-        }
+int inspect_parse(int argc, char **argv, InspectOptions *o, char *err, size_t errlen) {
+    memset(o, 0, sizeof *o);
+    Opts p;
+    opts_init(&p, argc, argv, err, errlen);
+    while (opts_next(&p)) {
+        int bad;
+        if (opts_is_help(&p)) return OPTS_HELP;
+        else if (opts_is(&p, "--csv")) bad = opts_flag(&p), o->csv = 1;
+        else if (opts_is(&p, "--text")) {
+            if (o->n_texts == INSPECT_MAX_TEXTS) return opts_fail(&p, "at most %d texts", INSPECT_MAX_TEXTS);
+            bad = opts_value(&p, &o->texts[o->n_texts]) ||
+                  cmd_check_text_arg("--text", o->texts[o->n_texts], err, errlen);
+            o->n_texts++;
+        } else if (opts_is(&p, "--model")) bad = opts_path(&p, &o->model_path);
+        else return opts_unknown(&p);
+        if (bad) return OPTS_ERROR;
     }
+    return OPTS_RUN;
+}
+
+int cmd_inspect(int argc, char **argv) {
+    InspectOptions o;
     char err[512], path[4096], default_en[4200], default_zh[4200];
+    int done = cli_after_parse(inspect_parse(argc, argv, &o, err, sizeof err), err, inspect_usage);
+    if (done >= 0) return done;
+    const char *model_path = o.model_path, **texts = o.texts;
+    int n_texts = o.n_texts, csv = o.csv;
     if (n_texts == 0) {
         snprintf(default_en, sizeof default_en, "%s:1500", cli_default_path(NULL, "data/plates/en.txt", path, sizeof path));
         snprintf(default_zh, sizeof default_zh, "%s:500", cli_default_path(NULL, "data/plates/zh.txt", path, sizeof path));

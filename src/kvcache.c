@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "codecs/codecs.h"
+#include "msgtext.h"
+#include "utf8.h"
 
 // Adding a codec family is one source file in codecs/ and one line here.
 static const CodecFamily *const registry[] = {
@@ -30,20 +32,29 @@ const CodecFamily *const *codec_families(int *count) {
     return registry;
 }
 
+// The spec as it appears in messages: escaped and shortened (msgtext.h).
+#define SHOWN(text) msg_text(text, shown, sizeof shown)
+
 static int copy_token(char *dst, const char *src, size_t n, const char *what, const char *text,
                       char *err, size_t errlen) {
+    char shown[MSG_TEXT];
     if (n == 0) {
-        snprintf(err, errlen, "cache spec '%s': empty %s", text, what);
+        snprintf(err, errlen, "cache spec '%s': empty %s", SHOWN(text), what);
         return -1;
     }
     if (n >= SPEC_TEXT) {
-        snprintf(err, errlen, "cache spec '%s': %s too long", text, what);
+        snprintf(err, errlen, "cache spec '%s': %s longer than %d characters", SHOWN(text), what, SPEC_TEXT - 1);
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)src[i];
         if (!(isalnum(ch) || ch == '_' || ch == '.' || ch == '-' || ch == '+')) {
-            snprintf(err, errlen, "cache spec '%s': unexpected character '%c' in %s", text, ch, what);
+            // The whole character (a multibyte one too), or its byte escaped when it is not UTF-8.
+            char one[5] = {0}, piece[16];
+            int len = utf8_char_len((const uint8_t *)src + i, strlen(src + i));
+            memcpy(one, src + i, len ? (size_t)len : 1);
+            snprintf(err, errlen, "cache spec '%s': unexpected character '%s' in %s", SHOWN(text),
+                     msg_text(one, piece, sizeof piece), what);
             return -1;
         }
         dst[i] = (char)tolower(ch);
@@ -53,6 +64,7 @@ static int copy_token(char *dst, const char *src, size_t n, const char *what, co
 }
 
 int spec_parse(const char *text, CodecSpec *spec, char *err, size_t errlen) {
+    char shown[MSG_TEXT];
     memset(spec, 0, sizeof *spec);
     const char *colon = strchr(text, ':');
     size_t name_len = colon ? (size_t)(colon - text) : strlen(text);
@@ -60,14 +72,14 @@ int spec_parse(const char *text, CodecSpec *spec, char *err, size_t errlen) {
     if (!colon) return 0;
     const char *p = colon + 1;
     if (*p == '\0') {
-        snprintf(err, errlen, "cache spec '%s': nothing after ':'", text);
+        snprintf(err, errlen, "cache spec '%s': nothing after ':'", SHOWN(text));
         return -1;
     }
     for (;;) {
         const char *end = strchr(p, ',');
         if (!end) end = p + strlen(p);
         if (spec->n_options == SPEC_MAX_OPTIONS) {
-            snprintf(err, errlen, "cache spec '%s': more than %d options", text, SPEC_MAX_OPTIONS);
+            snprintf(err, errlen, "cache spec '%s': more than %d options", SHOWN(text), SPEC_MAX_OPTIONS);
             return -1;
         }
         SpecOption *o = &spec->options[spec->n_options];
@@ -81,7 +93,7 @@ int spec_parse(const char *text, CodecSpec *spec, char *err, size_t errlen) {
         }
         for (int i = 0; i < spec->n_options; i++) {
             if (strcmp(spec->options[i].key, o->key) == 0) {
-                snprintf(err, errlen, "cache spec '%s': option '%s' given twice", text, o->key);
+                snprintf(err, errlen, "cache spec '%s': option '%s' given twice", SHOWN(text), o->key);
                 return -1;
             }
         }
@@ -109,12 +121,12 @@ int spec_int(CodecSpec *spec, const char *key, int fallback, int lo, int hi, int
     char *end = NULL;
     errno = 0;
     long v = o->has_value ? strtol(o->value, &end, 10) : 0;
-    if (!o->has_value || errno || *end != '\0' || end == o->value) {
+    if (!o->has_value || *end != '\0' || end == o->value) {
         snprintf(err, errlen, "%s: option '%s' needs an integer value", spec->name, key);
         return -1;
     }
-    if (v < lo || v > hi) {
-        snprintf(err, errlen, "%s: %s=%ld is out of range (%d..%d)", spec->name, key, v, lo, hi);
+    if (errno == ERANGE || v < lo || v > hi) {
+        snprintf(err, errlen, "%s: %s=%s is out of range (%d..%d)", spec->name, key, o->value, lo, hi);
         return -1;
     }
     *out = (int)v;
@@ -144,10 +156,7 @@ int kvstream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, 
         snprintf(err, errlen, "%s: 'role' is set by the cache (--k / --v), not by the spec", spec.name);
         return -1;
     }
-    if (spec.n_options == SPEC_MAX_OPTIONS) {
-        snprintf(err, errlen, "cache spec '%s': more than %d options", spec_text, SPEC_MAX_OPTIONS - 1);
-        return -1;
-    }
+    // options[] has one slot beyond SPEC_MAX_OPTIONS for the role, so a spec may use all of them.
     SpecOption *role_option = &spec.options[spec.n_options++];
     snprintf(role_option->key, sizeof role_option->key, "role");
     snprintf(role_option->value, sizeof role_option->value, "%s", role == KV_ROLE_KEY ? "k" : "v");

@@ -20,7 +20,7 @@ typedef struct {
 typedef struct {
     char name[SPEC_TEXT];
     int n_options;
-    SpecOption options[SPEC_MAX_OPTIONS];
+    SpecOption options[SPEC_MAX_OPTIONS + 1]; // the last slot is for the role the stream adds
 } CodecSpec;
 
 // Operations on one stream's encoded state. Every call is for one stream (keys or values of one

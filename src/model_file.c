@@ -3,12 +3,14 @@
 // checksum and finite values, in that order, so each bad file gets its own one-line reason.
 #include "model_file.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "msgtext.h"
 #include "safe_file.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -86,73 +88,107 @@ int model_save(const Model *m, const char *path, char *err, size_t errlen) {
     return safe_commit(&out, err, errlen);
 }
 
+// One line: the file's name (escaped and shortened, so the reason always fits), then the reason.
 #define FAIL(...)                                       \
     do {                                                \
-        int n_ = snprintf(err, errlen, "%s: ", path);   \
+        int n_ = snprintf(err, errlen, "%s: ", name);   \
         if (n_ >= 0 && (size_t)n_ < errlen)             \
             snprintf(err + n_, errlen - (size_t)n_, __VA_ARGS__); \
         goto fail;                                      \
     } while (0)
 
-int model_load(Model *m, const char *path, char *err, size_t errlen) {
-    memset(m, 0, sizeof *m);
-    FILE *f = NULL;
-    long long size = 0;
-    f = safe_open_read(path, &size, err, errlen); // a regular file, or one line saying what it is
-    if (!f) goto fail;
-    uint64_t file_bytes = (uint64_t)size;
+// The header checks both loaders share, in the order the file's problems are named: the length it
+// must have, magic, version, every field, the parameter count; *expected is the exact file length.
+static int check_header(const unsigned char *h, uint64_t file_bytes, const char *name, ModelConfig *c,
+                        uint64_t *expected, char *err, size_t errlen) {
     if (file_bytes == 0) FAIL("empty file");
-
-    unsigned char h[MODEL_FILE_HEADER_BYTES];
-    if (file_bytes < sizeof h)
+    if (file_bytes < MODEL_FILE_HEADER_BYTES)
         FAIL("truncated header: %llu bytes, a header needs %d", (unsigned long long)file_bytes,
              MODEL_FILE_HEADER_BYTES);
-    if (fread(h, 1, sizeof h, f) != sizeof h) FAIL("read error in the header");
     if (memcmp(h, MODEL_FILE_MAGIC, 8) != 0) FAIL("not a micro model file (bad magic)");
     uint32_t version = get_u32(h + 8);
     if (version != MODEL_FILE_VERSION)
         FAIL("format version %u is not supported (this build reads version %u)", version, MODEL_FILE_VERSION);
-
-    ModelConfig c;
     for (size_t i = 0; i < N_INT_FIELDS; i++) {
         uint32_t v = get_u32(h + 12 + 4 * i);
         if (v > INT32_MAX) FAIL("%s = %u is out of range", int_fields[i].name, v);
-        *(int *)((char *)&c + int_fields[i].offset) = (int)v;
+        *(int *)((char *)c + int_fields[i].offset) = (int)v;
     }
-    c.rope_theta = get_f32(h + 44);
-    c.norm_eps = get_f32(h + 48);
+    c->rope_theta = get_f32(h + 44);
+    c->norm_eps = get_f32(h + 48);
     char why[256];
-    if (model_config_validate(&c, why, sizeof why)) FAIL("%s", why);
-
-    size_t n_params = model_param_count(&c);
+    if (model_config_validate(c, why, sizeof why)) FAIL("%s", why);
+    size_t n_params = model_param_count(c);
     uint64_t stored_params = get_u64(h + 52);
     if (stored_params != n_params)
-        FAIL("header says %llu parameters but its dimensions give %zu",
-             (unsigned long long)stored_params, n_params);
-    uint64_t expected = 0;
-    if (__builtin_mul_overflow((uint64_t)n_params, (uint64_t)sizeof(float), &expected) ||
-        __builtin_add_overflow(expected, (uint64_t)MODEL_FILE_HEADER_BYTES, &expected))
+        FAIL("header says %llu parameters but its dimensions give %zu", (unsigned long long)stored_params, n_params);
+    if (__builtin_mul_overflow((uint64_t)n_params, (uint64_t)sizeof(float), expected) ||
+        __builtin_add_overflow(*expected, (uint64_t)MODEL_FILE_HEADER_BYTES, expected))
         FAIL("parameter count overflows the file size");
-    if (file_bytes < expected)
+    // The payload is allocated only once the length matches, so a header cannot ask for more memory
+    // than the file (or buffer) it came in.
+    if (file_bytes < *expected)
         FAIL("truncated: %llu bytes, the header promises %llu", (unsigned long long)file_bytes,
-             (unsigned long long)expected);
-    if (file_bytes > expected)
-        FAIL("%llu trailing bytes after the last tensor", (unsigned long long)(file_bytes - expected));
+             (unsigned long long)*expected);
+    if (file_bytes > *expected)
+        FAIL("%llu trailing bytes after the last tensor", (unsigned long long)(file_bytes - *expected));
+    return 0;
+fail:
+    return -1;
+}
 
-    if (model_alloc(m, &c)) FAIL("out of memory for %zu parameters", n_params);
-    size_t payload = n_params * sizeof(float);
-    if (fread(m->params, 1, payload, f) != payload) FAIL("read error in the payload");
-    uint64_t stored_sum = get_u64(h + 60);
-    if (model_checksum(m->params, payload) != stored_sum) FAIL("checksum mismatch: the payload is corrupt");
-
+// The payload checks both loaders share: checksum, then finite values.
+static int check_payload(const Model *m, const unsigned char *h, const char *name, char *err, size_t errlen) {
+    if (model_checksum(m->params, m->n_params * sizeof(float)) != get_u64(h + 60))
+        FAIL("checksum mismatch: the payload is corrupt");
     TensorInfo info[MODEL_N_TENSORS];
-    model_tensor_infos(&c, info);
+    model_tensor_infos(&m->config, info);
     const float *p = m->params;
     for (int t = 0; t < MODEL_N_TENSORS; t++) {
         for (size_t i = 0; i < info[t].count; i++)
             if (!isfinite(p[i])) FAIL("tensor %s holds a non-finite value at element %zu", info[t].name, i);
         p += info[t].count;
     }
+    return 0;
+fail:
+    return -1;
+}
+
+int model_load_bytes(Model *m, const void *bytes, size_t n, const char *label, char *err, size_t errlen) {
+    memset(m, 0, sizeof *m);
+    char shown[MSG_TEXT];
+    const char *name = msg_text(label, shown, sizeof shown);
+    const unsigned char *b = bytes;
+    ModelConfig c;
+    uint64_t expected;
+    if (check_header(b, n, name, &c, &expected, err, errlen)) return -1;
+    if (model_alloc(m, &c)) FAIL("out of memory for %zu parameters", model_param_count(&c));
+    memcpy(m->params, b + MODEL_FILE_HEADER_BYTES, m->n_params * sizeof(float));
+    if (check_payload(m, b, name, err, errlen)) goto fail;
+    return 0;
+fail:
+    model_free(m);
+    return -1;
+}
+
+int model_load(Model *m, const char *path, char *err, size_t errlen) {
+    memset(m, 0, sizeof *m);
+    char shown[MSG_TEXT];
+    const char *name = msg_text(path, shown, sizeof shown);
+    FILE *f = NULL;
+    long long size = 0;
+    f = safe_open_read(path, &size, err, errlen); // a regular file, or one line saying what it is
+    if (!f) goto fail;
+    uint64_t file_bytes = (uint64_t)size;
+    unsigned char h[MODEL_FILE_HEADER_BYTES] = {0};
+    if (file_bytes >= sizeof h && fread(h, 1, sizeof h, f) != sizeof h) FAIL("read error in the header");
+    ModelConfig c;
+    uint64_t expected;
+    if (check_header(h, file_bytes, name, &c, &expected, err, errlen)) goto fail;
+    if (model_alloc(m, &c)) FAIL("out of memory for %zu parameters", model_param_count(&c));
+    size_t payload = m->n_params * sizeof(float);
+    if (fread(m->params, 1, payload, f) != payload) FAIL("read error in the payload");
+    if (check_payload(m, h, name, err, errlen)) goto fail;
     fclose(f);
     return 0;
 fail:

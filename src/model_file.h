@@ -13,6 +13,9 @@
 // Loads and validates path into m. On failure writes one line naming the problem to err, leaves m
 // empty and returns -1 (callers exit with status 2).
 int model_load(Model *m, const char *path, char *err, size_t errlen);
+// The same checks on a file's bytes already in memory (the fuzz harness's entry point); `label`
+// names it in messages.
+int model_load_bytes(Model *m, const void *bytes, size_t n, const char *label, char *err, size_t errlen);
 // Writes m to path (atomically: a temporary file renamed into place). -1 with a message on failure.
 int model_save(const Model *m, const char *path, char *err, size_t errlen);
 // 64-bit FNV-1a over the payload bytes, as stored in the header.

@@ -12,6 +12,7 @@
 
 #include "capacity.h"
 #include "cli.h"
+#include "cmd_options.h"
 #include "commands.h"
 #include "eval.h"
 #include "model_file.h"
@@ -383,31 +384,40 @@ static void draw_figure(const char *csv_path, const char *out_dir) {
     free(dir);
 }
 
-int cmd_plate(int argc, char **argv) {
-    const char *model_path = NULL, *en = NULL, *zh = NULL, *out_dir = "out";
-    int threads = 2, csv = 0, json = 0, files = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(plate_usage, stdout);
-            return 0;
-        } else if (!strcmp(a, "--csv")) {
-            csv = 1;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if (!strcmp(a, "--no-files")) {
-            files = 0;
-        } else if (!cli_value(argc, argv, &i, "--model", &model_path) && !cli_value(argc, argv, &i, "--en", &en) &&
-                   !cli_value(argc, argv, &i, "--zh", &zh) && !cli_value(argc, argv, &i, "--out", &out_dir) &&
-                   !cli_int(argc, argv, &i, "--threads", 1, 8, &threads)) {
-            cli_unknown(plate_usage, a);
-        }
+int plate_parse(int argc, char **argv, PlateOptions *o, char *err, size_t errlen) {
+    memset(o, 0, sizeof *o);
+    o->out_dir = "out", o->threads = 2, o->files = 1;
+    Opts p;
+    opts_init(&p, argc, argv, err, errlen);
+    while (opts_next(&p)) {
+        int bad;
+        if (opts_is_help(&p)) return OPTS_HELP;
+        else if (opts_is(&p, "--csv")) bad = opts_flag(&p), o->csv = 1;
+        else if (opts_is(&p, "--json")) bad = opts_flag(&p), o->json = 1;
+        else if (opts_is(&p, "--no-files")) bad = opts_flag(&p), o->files = 0;
+        else if (opts_is(&p, "--model")) bad = opts_path(&p, &o->model_path);
+        else if (opts_is(&p, "--en")) bad = opts_string(&p, &o->en) || cmd_check_text_arg("--en", o->en, err, errlen);
+        else if (opts_is(&p, "--zh")) bad = opts_string(&p, &o->zh) || cmd_check_text_arg("--zh", o->zh, err, errlen);
+        else if (opts_is(&p, "--out")) bad = opts_string(&p, &o->out_dir);
+        else if (opts_is(&p, "--threads")) bad = opts_int(&p, 1, 8, &o->threads);
+        else return opts_unknown(&p);
+        if (bad) return OPTS_ERROR;
     }
-    if (csv && json) return cli_error("choose one of --csv and --json");
+    if (o->csv && o->json) return opts_fail(&p, "choose one of --csv and --json");
+    return OPTS_RUN;
+}
+
+int cmd_plate(int argc, char **argv) {
+    PlateOptions o;
+    char err[512];
+    int done = cli_after_parse(plate_parse(argc, argv, &o, err, sizeof err), err, plate_usage);
+    if (done >= 0) return done;
+    const char *model_path = o.model_path, *en = o.en, *zh = o.zh, *out_dir = o.out_dir;
+    const int threads = o.threads, csv = o.csv, json = o.json, files = o.files;
     char out_err[600];
     if (files && check_out_dir(out_dir, out_err, sizeof out_err)) return cli_error("%s", out_err);
 
-    char err[512], path[4096], en_arg[4200], zh_arg[4200];
+    char path[4096], en_arg[4200], zh_arg[4200];
     if (!en) snprintf(en_arg, sizeof en_arg, "%s:1500", cli_default_path(NULL, "data/plates/en.txt", path, sizeof path));
     if (!zh) snprintf(zh_arg, sizeof zh_arg, "%s:500", cli_default_path(NULL, "data/plates/zh.txt", path, sizeof path));
     PlateRun *r = calloc(1, sizeof *r);

@@ -1,4 +1,5 @@
 #include "safe_file.h"
+#include "msgtext.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,17 +10,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+// A path inside a message, escaped and shortened so that the reason after it always fits.
+#define SHOWN(p) msg_text((p), (char[MSG_TEXT]){0}, MSG_TEXT)
+
 // The target a write really replaces: a symbolic link is followed, so that the file it names is
 // updated and the link itself survives (renaming over it would swap the link for a copy).
 static char *resolve_target(const char *path, char *err, size_t errlen) {
     struct stat st;
     if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
         char *real = realpath(path, NULL);
-        if (!real) snprintf(err, errlen, "cannot write %s: a symbolic link to nothing (%s)", path, strerror(errno));
+        if (!real) snprintf(err, errlen, "cannot write %s: a symbolic link to nothing (%s)", SHOWN(path), strerror(errno));
         return real;
     }
     char *copy = strdup(path);
-    if (!copy) snprintf(err, errlen, "cannot write %s: out of memory", path);
+    if (!copy) snprintf(err, errlen, "cannot write %s: out of memory", SHOWN(path));
     return copy;
 }
 
@@ -43,27 +47,27 @@ int safe_check_output(const char *path, char *err, size_t errlen) {
     int status = -1;
     if (stat(target, &st) == 0) {
         if (S_ISDIR(st.st_mode))
-            snprintf(err, errlen, "cannot write %s: is a directory", path);
+            snprintf(err, errlen, "cannot write %s: is a directory", SHOWN(path));
         else if (!S_ISREG(st.st_mode))
             snprintf(err, errlen, "cannot write %s: not a regular file (refusing to replace a device, FIFO or socket)",
-                     path);
+                     SHOWN(path));
         else
             status = 0;
     } else if (errno != ENOENT) {
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "cannot write %s: %s", SHOWN(path), strerror(errno));
     } else {
         status = 0;
     }
     if (status == 0) {
         char *dir = folder_of(target);
         if (!dir) {
-            snprintf(err, errlen, "cannot write %s: out of memory", path);
+            snprintf(err, errlen, "cannot write %s: out of memory", SHOWN(path));
             status = -1;
         } else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-            snprintf(err, errlen, "cannot write %s: the folder %s does not exist", path, dir);
+            snprintf(err, errlen, "cannot write %s: the folder %s does not exist", SHOWN(path), SHOWN(dir));
             status = -1;
         } else if (access(dir, W_OK | X_OK) != 0) {
-            snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+            snprintf(err, errlen, "cannot write %s: %s", SHOWN(path), strerror(errno));
             status = -1;
         }
         free(dir);
@@ -77,16 +81,16 @@ int safe_check_output(const char *path, char *err, size_t errlen) {
 static int open_regular(const char *path, long long *size, char *err, size_t errlen) {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        snprintf(err, errlen, "%s: cannot open: %s", SHOWN(path), strerror(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        snprintf(err, errlen, "%s: cannot open: %s", SHOWN(path), strerror(errno));
     } else if (S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen, "%s: is a directory, not a file", path);
+        snprintf(err, errlen, "%s: is a directory, not a file", SHOWN(path));
     } else if (!S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s: is not a regular file", path);
+        snprintf(err, errlen, "%s: is not a regular file", SHOWN(path));
     } else {
         if (size) *size = (long long)st.st_size;
         int flags = fcntl(fd, F_GETFL);
@@ -117,7 +121,7 @@ FILE *safe_open_read(const char *path, long long *size, char *err, size_t errlen
     if (fd < 0) return NULL;
     FILE *f = fdopen(fd, "rb");
     if (!f) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        snprintf(err, errlen, "%s: cannot open: %s", SHOWN(path), strerror(errno));
         close(fd);
     }
     return f;
@@ -174,14 +178,14 @@ int safe_open(SafeFile *s, const char *path, char *err, size_t errlen) {
     size_t n = strlen(s->path) + sizeof ".tmp-XXXXXX";
     s->tmp = malloc(n);
     if (!s->tmp) {
-        snprintf(err, errlen, "cannot write %s: out of memory", path);
+        snprintf(err, errlen, "cannot write %s: out of memory", SHOWN(path));
         release(s);
         return -1;
     }
     snprintf(s->tmp, n, "%s.tmp-XXXXXX", s->path);
     int fd = mkstemp(s->tmp);
     if (fd < 0) {
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "cannot write %s: %s", SHOWN(path), strerror(errno));
         release(s);
         return -1;
     }
@@ -203,7 +207,7 @@ int safe_open(SafeFile *s, const char *path, char *err, size_t errlen) {
         s->f = fopencookie(k, "wb", (cookie_io_functions_t){.write = sink_write, .close = sink_close});
     }
     if (!s->f) {
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "cannot write %s: %s", SHOWN(path), strerror(errno));
         close(fd);
         unlink(s->tmp);
         release(s);
@@ -239,7 +243,7 @@ int safe_commit(SafeFile *s, char *err, size_t errlen) {
     s->f = NULL;
     if (!e && rename(s->tmp, s->path) != 0) e = errno;
     if (e) {
-        snprintf(err, errlen, "cannot write %s: %s", s->path, strerror(e));
+        snprintf(err, errlen, "cannot write %s: %s", SHOWN(s->path), strerror(e));
         unlink(s->tmp);
         release(s);
         return -1;
@@ -255,7 +259,7 @@ int safe_write(const char *path, SafeWriter write, void *ctx, char *err, size_t 
     char why[256] = "";
     if (write(s.f, ctx, why, sizeof why) != 0 && !ferror(s.f)) {
         // The writer failed for its own reason, not the stream's.
-        snprintf(err, errlen, "cannot write %s: %s", path, why[0] ? why : "the writer failed");
+        snprintf(err, errlen, "cannot write %s: %s", SHOWN(path), why[0] ? why : "the writer failed");
         safe_abort(&s);
         return -1;
     }

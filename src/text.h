@@ -21,6 +21,12 @@ size_t utf8_prefix_bytes(const uint8_t *s, size_t n, long chars, long *chars_fou
 // arg is FILE or FILE:CHARS. max_tokens is the model's context. One line in err on failure.
 int text_load(Text *t, const char *arg, int max_tokens, char *err, size_t errlen);
 void text_free(Text *t);
+// Splits FILE[:CHARS] into path (pathlen bytes) and *chars (-1 when no count is given).
+int text_split_arg(const char *arg, char *path, size_t pathlen, long *chars, char *err, size_t errlen);
+// The cut of text_load from bytes in memory: checks UTF-8 and BOS, keeps the first `limit`
+// characters (all when limit <= 0) and fills t's tokens; t->path and t->name are left as they are
+// (they name the text in messages). One line in err on failure.
+int text_from_bytes(Text *t, const uint8_t *bytes, size_t n, long limit, int max_tokens, char *err, size_t errlen);
 // The one message for a text longer than the model's context.
 void text_context_error(const char *path, size_t tokens, int max_tokens, char *err, size_t errlen);
 

@@ -80,6 +80,11 @@ static void *worker_main(void *arg) {
 
 ThreadPool *pool_create(int n_threads) {
     if (n_threads < 1) return NULL;
+    // More threads than online cores cannot run at once: every fork-join would then wait for
+    // descheduled workers (256 threads on 2 cores made a decode 100x slower). Work is split by the
+    // pool's own count, so capping it changes no result.
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores >= 1 && n_threads > cores) n_threads = (int)cores;
     ThreadPool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n_threads = n_threads;

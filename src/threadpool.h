@@ -6,7 +6,8 @@
 typedef struct ThreadPool ThreadPool;
 typedef void (*PoolTask)(void *ctx, int thread, int n_threads);
 
-// NULL on failure. n_threads == 1 creates no threads: pool_run calls the task inline.
+// NULL on failure. At most the online cores run (pool_threads says how many). n_threads == 1 creates
+// no threads: pool_run calls the task inline.
 ThreadPool *pool_create(int n_threads);
 // Runs task(ctx, i, n) for i in [0, n) on the pool's threads (i = 0 on the caller) and waits for all.
 void pool_run(ThreadPool *pool, PoolTask task, void *ctx);

@@ -57,7 +57,7 @@ expect 2 "needs --prompt" "generate without prompt" -- "$micro" generate
 expect 2 "needs --llama2c" "export without file" -- "$micro" export
 expect 2 "one of them" "export to both formats at once" -- "$micro" export --llama2c "$tmp/a" --gguf "$tmp/b"
 expect 2 "empty path" "export --gguf to an empty path" -- "$micro" export --gguf ""
-expect 2 "not a regular file" "export --gguf over a directory" -- "$micro" export --gguf "$tmp"
+expect 2 "is a directory" "export --gguf over a directory" -- "$micro" export --gguf "$tmp"
 expect 2 "utilisation" "capacity util 0" -- "$micro" capacity --util 0
 expect 2 "utilisation" "capacity util above 1" -- "$micro" capacity --util 1.2
 expect 2 "leave no room" "capacity weights above memory" -- "$micro" capacity --weights-gb 90

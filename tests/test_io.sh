@@ -70,9 +70,12 @@ mknod "$tmp/full" c 1 7 2>/dev/null || mkfifo "$tmp/full"
 # --- Outputs that are not regular files are refused before any work, and left as they were ---
 # (--out is always given: the default is models/micro.bin, which a regressed micro would replace.)
 for opt in --out --json --checkpoint; do
-    expect 2 "not a regular file" "train $opt /dev/null" -- "$micro" "${tiny[@]}" --steps 100000 --out "$tmp/unused.bin" "$opt" "$tmp/null"
-    expect 2 "is a directory" "train $opt DIR" -- "$micro" "${tiny[@]}" --steps 100000 --out "$tmp/unused.bin" "$opt" "$tmp/dir"
-    expect 2 "does not exist" "train $opt in a missing folder" -- "$micro" "${tiny[@]}" --steps 100000 --out "$tmp/unused.bin" "$opt" "$tmp/none/x"
+    # an option may be given once: --out stands in for the model only when it is not the one tested
+    model_out=(--out "$tmp/unused.bin")
+    [ "$opt" = --out ] && model_out=()
+    expect 2 "not a regular file" "train $opt /dev/null" -- "$micro" "${tiny[@]}" --steps 100000 "${model_out[@]}" "$opt" "$tmp/null"
+    expect 2 "is a directory" "train $opt DIR" -- "$micro" "${tiny[@]}" --steps 100000 "${model_out[@]}" "$opt" "$tmp/dir"
+    expect 2 "does not exist" "train $opt in a missing folder" -- "$micro" "${tiny[@]}" --steps 100000 "${model_out[@]}" "$opt" "$tmp/none/x"
 done
 # Checked before step 1: no step line printed, no time spent on 100000 steps.
 grep -q "step" "$tmp/err" && bad "train printed steps before refusing its output" || ok "train refuses before step 1"
@@ -98,7 +101,7 @@ expect 2 "not a regular file" "eval --text FIFO" -- "$micro" eval --text "$tmp/f
 expect 2 "not a regular file" "eval --model FIFO" -- "$micro" eval --model "$tmp/fifo"
 ln -s "$tmp/fifo" "$tmp/corpus-fifo"
 mkdir "$tmp/corpus2" && cp "$tmp"/corpus/*.txt "$tmp/corpus2/" && rm "$tmp/corpus2/zh.val.txt" && mkfifo "$tmp/corpus2/zh.val.txt"
-expect 2 "not a regular file" "train on a corpus holding a FIFO" -- "$micro" "${tiny[@]}" --steps 3 --out "$tmp/unused.bin" --corpus "$tmp/corpus2"
+expect 2 "not a regular file" "train on a corpus holding a FIFO" -- "$micro" "${tiny[@]/#$tmp\/corpus/$tmp/corpus2}" --steps 3 --out "$tmp/unused.bin"
 
 # --- A write that fails: one line, exit 1, the old file intact, no temporary ---
 # A file-size limit makes write() fail with EFBIG exactly where a full disk fails with ENOSPC;

@@ -1,0 +1,78 @@
+// Every subcommand's options, parsed in full (and checked: specs, lists, ranges, text arguments)
+// before the command loads anything. Each parse function takes the command's argv (argv[0] is the
+// command's name), never exits, never allocates, prints nothing, and returns an OPTS_* status with
+// one line in err on failure; the fuzz harness fuzz/fuzz_cli.c calls them directly.
+#ifndef MICRO_CMD_OPTIONS_H
+#define MICRO_CMD_OPTIONS_H
+
+#include <stddef.h>
+
+#include "capacity.h"
+#include "opts.h"
+#include "train/train.h"
+
+#define EVAL_MAX_TEXTS 64
+typedef struct {
+    const char *model_path; // NULL: the default
+    const char *k_spec, *v_spec;
+    const char *texts[EVAL_MAX_TEXTS]; // FILE[:CHARS]; none given: the two plates
+    int n_texts, threads, csv;
+} EvalOptions;
+int eval_parse(int argc, char **argv, EvalOptions *o, char *err, size_t errlen);
+
+typedef struct {
+    const char *prompt, *model_path, *k_spec, *v_spec;
+    int n, threads;
+    double temp;
+    unsigned long long seed;
+} GenerateOptions;
+int generate_parse(int argc, char **argv, GenerateOptions *o, char *err, size_t errlen);
+
+typedef struct {
+    const char *llama2c, *gguf, *model_path;
+} ExportOptions;
+int export_parse(int argc, char **argv, ExportOptions *o, char *err, size_t errlen);
+
+#define BENCH_MAX_LIST 64
+typedef struct {
+    const char *model_path, *k_spec, *v_spec;
+    int repeat;
+    int threads[BENCH_MAX_LIST], n_threads;
+    int positions[BENCH_MAX_LIST], n_positions;
+    int positions_given; // the defaults are cut to the model's context; given lengths must fit it
+} BenchOptions;
+int bench_parse(int argc, char **argv, BenchOptions *o, char *err, size_t errlen);
+
+#define CAPACITY_MAX_BITS 32
+#define CAPACITY_MAX_SCHEMES 16
+typedef struct {
+    CapacityModel model; // the preset with every explicit flag applied
+    double bits[CAPACITY_MAX_BITS];
+    int n_bits; // bare widths shown (the defaults unless --bits, none when only --scheme is given)
+    const char *schemes[CAPACITY_MAX_SCHEMES];
+    int n_schemes, csv;
+} CapacityOptions;
+int capacity_parse(int argc, char **argv, CapacityOptions *o, char *err, size_t errlen);
+
+typedef struct {
+    const char *model_path, *en, *zh, *out_dir; // en / zh NULL: the default plates
+    int threads, csv, json, files;
+} PlateOptions;
+int plate_parse(int argc, char **argv, PlateOptions *o, char *err, size_t errlen);
+
+#define INSPECT_MAX_TEXTS 16
+typedef struct {
+    const char *model_path;
+    const char *texts[INSPECT_MAX_TEXTS];
+    int n_texts, csv;
+} InspectOptions;
+int inspect_parse(int argc, char **argv, InspectOptions *o, char *err, size_t errlen);
+
+int train_parse(int argc, char **argv, TrainOptions *o, char *err, size_t errlen);
+
+// Checks a --k / --v / --cache pair, each for its role (one line in err).
+int cmd_check_specs(const char *k_spec, const char *v_spec, char *err, size_t errlen);
+// Checks the FILE[:CHARS] form of a text argument without opening it.
+int cmd_check_text_arg(const char *option, const char *arg, char *err, size_t errlen);
+
+#endif
