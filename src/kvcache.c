@@ -7,27 +7,49 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codecs/codec_dispatch.h"
 #include "codecs/codecs.h"
 
-// Adding a codec family is one source file in codecs/ and one line here.
-static const CodecFamily *const registry[] = {
-    &codec_fp32,
-    &codec_fp16,
-    &codec_bf16,
-    &codec_fp8,
-    &codec_int,
-    &codec_kivi,
-    &codec_q8_0,
-    &codec_q4_0,
-    &codec_q4_1,
-    &codec_q5_0,
-    &codec_q5_1,
-    &codec_iq4_nl,
-};
+// Adding a codec family is one source file in codecs/ and one line here (and in codecs.h's
+// CODEC_KERNEL_FAMILIES when it has kernels).
+#define CODEC_PORTABLE_ENTRY(name) &name,
+static const CodecFamily *const registry_portable[] = {&codec_fp32, CODEC_KERNEL_FAMILIES(CODEC_PORTABLE_ENTRY)};
+#undef CODEC_PORTABLE_ENTRY
+
+#ifdef MICRO_CODEC_SIMD
+#define CODEC_SIMD_ENTRY(name) &name##_simd,
+static const CodecFamily *const registry_simd[] = {&codec_fp32, CODEC_KERNEL_FAMILIES(CODEC_SIMD_ENTRY)};
+#undef CODEC_SIMD_ENTRY
+#endif
+
+static int force_portable = -1; // -1: not yet read from the environment
+
+int codec_simd_supported(void) {
+#ifdef MICRO_CODEC_SIMD
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vbmi");
+#else
+    return 0;
+#endif
+}
+
+void codec_force_portable(int on) { force_portable = on != 0; }
+
+int codec_simd_active(void) {
+    if (force_portable < 0) {
+        const char *env = getenv("MICRO_PORTABLE");
+        force_portable = env && *env && strcmp(env, "0") != 0;
+    }
+    return !force_portable && codec_simd_supported();
+}
 
 const CodecFamily *const *codec_families(int *count) {
-    *count = (int)(sizeof registry / sizeof registry[0]);
-    return registry;
+    *count = (int)(sizeof registry_portable / sizeof registry_portable[0]);
+#ifdef MICRO_CODEC_SIMD
+    if (codec_simd_active()) return registry_simd;
+#endif
+    return registry_portable;
 }
 
 static int copy_token(char *dst, const char *src, size_t n, const char *what, const char *text,

@@ -166,10 +166,23 @@ static inline void quant_unpack_float(const uint8_t *src, int n, int bits, float
 // compiles the codecs with MICRO_PORTABLE and compares).
 #if defined(__AVX512F__) && defined(__AVX512BW__) && !defined(MICRO_PORTABLE)
 #define QUANT_AVX512 1
+#define QUANT_SIMD 1
 #include <immintrin.h>
+#else
+#define QUANT_SIMD 0
 #endif
 
 #define QUANT_ALWAYS_INLINE inline __attribute__((always_inline))
+
+// Full unrolling gives the kernels constant shifts, but inside always-inline kernels it multiplies
+// what the sanitizers instrument (minutes of compile time for nothing): optimised, unsanitised
+// builds only.
+#define QUANT_PRAGMA(x) _Pragma(#x)
+#if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define QUANT_UNROLL(n) QUANT_PRAGMA(GCC unroll n)
+#else
+#define QUANT_UNROLL(n)
+#endif
 
 // Where a stream keeps its codes: one packed row per token, token tiles, or token groups.
 typedef enum { QUANT_ROWS, QUANT_TILES, QUANT_GROUPS } QuantLayout;
@@ -268,7 +281,7 @@ static QUANT_ALWAYS_INLINE void quant_tile_lookup(const uint32_t *tile, size_t t
 #undef QUANT_WSTEP
             }
         } else {
-#pragma GCC unroll 32
+QUANT_UNROLL(32)
             for (int s = 0; s < 32; s++) {
                 const int bit = 3 * s, g = bit >> 5, sh = bit & 31;
                 __m512i i0, i1, i2, i3;
@@ -301,7 +314,7 @@ static QUANT_ALWAYS_INLINE void quant_tile_lookup(const uint32_t *tile, size_t t
     for (int k = 0; k < nt; k++) {
         const uint32_t *t = tile + (size_t)k * tile_words;
         const float(*table)[16] = tables[shared ? 0 : k];
-#pragma GCC unroll 32
+QUANT_UNROLL(32)
         for (int s = 0; s < steps; s++) {
 #pragma omp simd
             for (int l = 0; l < QUANT_TILE; l++)

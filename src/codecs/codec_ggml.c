@@ -474,7 +474,7 @@ static ALWAYS_INLINE void block_scores_impl(const BlockState *s, int head, const
                 for (int k = 0; k < nt; k++) {
                     const uint32_t *wk = w + (size_t)k * tw;
                     const uint32_t *qh = s->qh ? s->qh + block_meta(s, head, i, t0 + k * TILE) : NULL;
-#pragma GCC unroll 32
+QUANT_UNROLL(32)
                     for (int j = 0; j < QK; j++) {
                         const float qj = q[i * QK + j];
 #pragma omp simd
@@ -767,7 +767,7 @@ static const CodecOps block_ops = {
                              size_t normalised_len, char *err, size_t errlen) {                      \
         return block_create(fmt, spec, n_heads, head_dim, capacity, normalised, normalised_len, err, errlen); \
     }                                                                                                \
-    const CodecFamily codec_##id = {.name = #id, .help = help_text, .ops = &block_ops, .create = create_##id};
+    const CodecFamily CODEC_FAMILY(codec_##id) = {.name = #id, .help = help_text, .ops = &block_ops, .create = create_##id};
 
 BLOCK_FAMILY(q8_0, FMT_Q8_0, "q8_0                 llama.cpp q8_0: blocks of 32, int8 codes, fp16 absmax/127 scale (8.5 bits)")
 BLOCK_FAMILY(q4_0, FMT_Q4_0, "q4_0                 llama.cpp q4_0: blocks of 32, 4-bit codes, fp16 scale extreme/-8 (4.5 bits)")

@@ -326,10 +326,10 @@ static ALWAYS_INLINE void int_key_tiles(const IntState *s, int head, const float
             quant_tile_lookup(w, tw, nt, set, 1, bits, acc);
             continue;
         }
-#pragma GCC unroll 32
+QUANT_UNROLL(32)
         for (int d = 0; d < 32; d++) {
             const float qd = q[32 * c + d];
-#pragma GCC unroll 4
+QUANT_UNROLL(4)
             for (int k = 0; k < nt; k++) {
 #pragma omp simd
                 for (int l = 0; l < TILE; l++)
@@ -654,7 +654,7 @@ static const CodecOps int_ops = {
     .destroy = int_destroy,
 };
 
-const CodecFamily codec_int = {
+const CodecFamily CODEC_FAMILY(codec_int) = {
     .name = "int",
     .help = "int:bits=B           round to nearest per head per token, B=1..8, one scale (scale=fp16|fp32), "
             "levels=sym|full; B=1 stores sign x mean|x|",

@@ -436,7 +436,7 @@ static ALWAYS_INLINE void kivi_scores_quantised(const KiviState *s, int head, co
                     quant_fp16_to_fp32_16(meta + hd + 32 * c, mn);
                     quant_fp16_to_fp32_16(meta + hd + 32 * c + 16, mn + 16);
                     const uint32_t *w = tile + (size_t)k * tw;
-#pragma GCC unroll 32
+QUANT_UNROLL(32)
                     for (int d = 0; d < 32; d++) {
                         const float qd = q[32 * c + d], sd = sc[d], md = mn[d];
 #pragma omp simd
@@ -620,8 +620,9 @@ static ALWAYS_INLINE void kivi_scores_rows(const KiviState *s, int head, const f
                 sc[i] = quant_fp16_to_fp32(meta[c + i]), mn[i] = quant_fp16_to_fp32(meta[hd + c + i]);
             for (int j = g0; j < g1; j++) {
                 quant_unpack_float(kivi_unit(s, head, j) + quant_packed_bytes((size_t)c, bits), m, bits, 1.0f, 0.0f, k);
+                // in order of i: a vectorised reduction would add in an order that depends on the
+                // vector width, and the portable and AVX-512 builds must agree
                 float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
                 for (int i = 0; i < m; i++) acc += q[c + i] * (k[i] * sc[i] + mn[i]);
                 out[j] += acc;
             }
@@ -903,7 +904,7 @@ static const CodecOps kivi_ops = {
     .destroy = kivi_destroy,
 };
 
-const CodecFamily codec_kivi = {
+const CodecFamily CODEC_FAMILY(codec_kivi) = {
     .name = "kivi",
     .help = "kivi                 KIVI: B-bit min/max groups of G, keys per channel, values per token, newest R "
             "in fp16 (bits=2,group=32,residual=128)",
