@@ -288,6 +288,7 @@ static ALWAYS_INLINE void float_mix_rows(const FloatState *s, int head, const fl
     float even[64] __attribute__((aligned(64))) = {0}, odd[64] __attribute__((aligned(64))) = {0};
     float wbuf[2][4 * TILE] __attribute__((aligned(64)));
     const int fast = hd == 32 && !s->special && QUANT_SIMD;
+    (void)fast; // the portable build has no fast path
 #ifdef QUANT_AVX512
     __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
 #endif

@@ -73,6 +73,17 @@ static void *kivi_create(CodecSpec *spec, int n_heads, int head_dim, int capacit
         snprintf(err, errlen, "kivi: residual=%d must be a multiple of group=%d", residual, group);
         return NULL;
     }
+    // Checked against a model (kvstream_check_spec_shape), the cache passes its context: a residual
+    // of a whole context would keep every token in fp16 and quantise nothing, silently.
+    int context;
+    if (spec_int(spec, "context", 0, 0, 1 << 30, &context, err, errlen)) return NULL;
+    if (context > 0 && residual >= context) {
+        snprintf(err, errlen,
+                 "kivi: residual=%d keeps the newest %d tokens in fp16, but a stream holds at most %d (the model's "
+                 "context): nothing would be quantised; give a residual below %d",
+                 residual, residual, context, context);
+        return NULL;
+    }
     if (n_heads < 1 || capacity < 1 || head_dim < 2 || head_dim % 2) {
         snprintf(err, errlen, "kivi: needs an even head_dim >= 2 and at least one head and token (got %d, %d, %d)",
                  head_dim, n_heads, capacity);
