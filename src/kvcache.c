@@ -13,12 +13,12 @@
 // Adding a codec family is one source file in codecs/ and one line here (and in codecs.h's
 // CODEC_KERNEL_FAMILIES when it has kernels).
 #define CODEC_PORTABLE_ENTRY(name) &name,
-static const CodecFamily *const registry_portable[] = {&codec_fp32, CODEC_KERNEL_FAMILIES(CODEC_PORTABLE_ENTRY)};
+static const CodecFamily *const registry_portable[] = {CODEC_KERNEL_FAMILIES(CODEC_PORTABLE_ENTRY)};
 #undef CODEC_PORTABLE_ENTRY
 
 #ifdef MICRO_CODEC_SIMD
 #define CODEC_SIMD_ENTRY(name) &name##_simd,
-static const CodecFamily *const registry_simd[] = {&codec_fp32, CODEC_KERNEL_FAMILIES(CODEC_SIMD_ENTRY)};
+static const CodecFamily *const registry_simd[] = {CODEC_KERNEL_FAMILIES(CODEC_SIMD_ENTRY)};
 #undef CODEC_SIMD_ENTRY
 #endif
 

@@ -93,6 +93,7 @@ static void test_family(const char *spec, KVRole role, int head_dim, int length)
 
 int main(void) {
     static const char *const cases[] = {
+        "fp32",
         "int:bits=1",
         "int:bits=2",
         "int:bits=3",

@@ -156,7 +156,7 @@ static const CodecOps fp32_ops = {
     .destroy = fp32_destroy,
 };
 
-const CodecFamily codec_fp32 = {
+const CodecFamily CODEC_FAMILY(codec_fp32) = {
     .name = "fp32",
     .help = "fp32                 full precision, the reference (32 bits per number)",
     .ops = &fp32_ops,
