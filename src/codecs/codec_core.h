@@ -6,6 +6,16 @@
 
 #include <stddef.h>
 
+#include "../kvcache.h"
+
+// A family's operations table, its functions named prefix_append, prefix_scores, ... (end_step:
+// a function or NULL).
+#define CODEC_OPS(prefix, end_step_fn)                                                             \
+    static const CodecOps prefix##_ops = {.append = prefix##_append, .end_step = end_step_fn,      \
+                                          .scores = prefix##_scores, .mix = prefix##_mix,          \
+                                          .read = prefix##_read, .bytes = prefix##_bytes,          \
+                                          .destroy = prefix##_destroy}
+
 // A stream's read(): the decoded vector of one head at one token.
 typedef void (*CodecReadFn)(const void *state, int head, int token, float *out);
 

@@ -104,9 +104,7 @@ static void *float_create(const char *family, CodecSpec *spec, int n_heads, int 
     FloatState *s = calloc(1, sizeof *s);
     if (!s) goto oom;
     s->format = f;
-    s->n_heads = n_heads;
-    s->head_dim = head_dim;
-    s->capacity = capacity;
+    s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
     s->scaled = scaled;
     s->bytes = (size_t)formats[f].bytes;
     s->is_key = !role || strcmp(role, "v") != 0;
@@ -383,8 +381,7 @@ static void float_destroy(void *state) {
     free(s);
 }
 
-static const CodecOps float_ops = {.append = float_append, .scores = float_scores, .mix = float_mix,
-                                   .read = float_read, .bytes = float_bytes, .destroy = float_destroy};
+CODEC_OPS(float, NULL);
 
 #define FLOAT_FAMILY(id, help_text)                                                                \
     static void *create_##id(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised, \

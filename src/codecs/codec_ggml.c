@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "../quant.h"
+#include "codec_core.h"
 #include "codecs.h"
 
 #define TILE QUANT_TILE
@@ -65,6 +66,12 @@ typedef struct {
     int search;           // iq4_nl:search (else llama.cpp's reference quantiser)
     int qround;           // qround=q8: keys are scored against the query rounded to q8_0 / q8_1
 } BlockState;
+
+static void block_destroy(void *state) {
+    BlockState *s = state;
+    if (s) free(s->codes), free(s->d), free(s->m), free(s->qh);
+    free(s);
+}
 
 // ---- Block layout helpers -------------------------------------------------------------------
 static inline float load_f16(const uint8_t *p) {
@@ -104,6 +111,19 @@ static void quantise_q8_0(const float *x, uint8_t *b) {
     }
 }
 
+// llama.cpp's code layout from `at` (after d [and m]): number j in the low nibble of qs[j], number
+// j + 16 in the high one; at 5 bits the fifth bits first, in the 4 bytes of qh (bit j for number j).
+static void pack_block_codes(const uint8_t *q, uint8_t *at, int bits) {
+    uint8_t *qs = at + (bits == 5 ? 4 : 0);
+    uint32_t qh = 0;
+    for (int j = 0; j < QK / 2; j++) {
+        qs[j] = (uint8_t)((q[j] & 0x0f) | ((q[j + QK / 2] & 0x0f) << 4));
+        qh |= (uint32_t)((q[j] >> 4) & 1) << j | (uint32_t)((q[j + QK / 2] >> 4) & 1) << (j + QK / 2);
+    }
+    if (bits == 5)
+        for (int i = 0; i < 4; i++) at[i] = (uint8_t)(qh >> (8 * i));
+}
+
 // q4_0 (bits 4) and q5_0 (bits 5): d = signed extreme / −2^(bits−1).
 static void quantise_qx_0(const float *x, uint8_t *b, int bits) {
     const int half = 1 << (bits - 1), top = (1 << bits) - 1;
@@ -119,15 +139,7 @@ static void quantise_qx_0(const float *x, uint8_t *b, int bits) {
     store_f16(b, d);
     uint8_t q[QK];
     for (int j = 0; j < QK; j++) q[j] = (uint8_t)trunc_clamp(x[j] * id + ((float)half + 0.5f), top);
-    uint8_t *qs = b + (bits == 5 ? 6 : 2);
-    uint32_t qh = 0;
-    for (int j = 0; j < QK / 2; j++) {
-        qs[j] = (uint8_t)((q[j] & 0x0f) | ((q[j + QK / 2] & 0x0f) << 4));
-        qh |= (uint32_t)((q[j] >> 4) & 1) << j;
-        qh |= (uint32_t)((q[j + QK / 2] >> 4) & 1) << (j + QK / 2);
-    }
-    if (bits == 5)
-        for (int i = 0; i < 4; i++) b[2 + i] = (uint8_t)(qh >> (8 * i));
+    pack_block_codes(q, b + 2, bits);
 }
 
 // q4_1 (bits 4) and q5_1 (bits 5): d = (max − min) / (2^bits − 1), m = min.
@@ -144,15 +156,7 @@ static void quantise_qx_1(const float *x, uint8_t *b, int bits) {
     store_f16(b + 2, min);
     uint8_t q[QK];
     for (int j = 0; j < QK; j++) q[j] = (uint8_t)trunc_clamp((x[j] - min) * id + 0.5f, top);
-    uint8_t *qs = b + (bits == 5 ? 8 : 4);
-    uint32_t qh = 0;
-    for (int j = 0; j < QK / 2; j++) {
-        qs[j] = (uint8_t)((q[j] & 0x0f) | ((q[j + QK / 2] & 0x0f) << 4));
-        qh |= (uint32_t)((q[j] >> 4) & 1) << j;
-        qh |= (uint32_t)((q[j + QK / 2] >> 4) & 1) << (j + QK / 2);
-    }
-    if (bits == 5)
-        for (int i = 0; i < 4; i++) b[4 + i] = (uint8_t)(qh >> (8 * i));
+    pack_block_codes(q, b + 4, bits);
 }
 
 // The codebook index nearest to v (ties to the upper entry), as llama.cpp's best_index_int8: the
@@ -353,11 +357,7 @@ static void *block_create(BlockFormat f, CodecSpec *spec, int n_heads, int head_
                           char *normalised, size_t normalised_len, char *err, size_t errlen) {
     const char *role = spec_string(spec, "role");
     const char *name = block_info[f].name;
-    if (n_heads < 1 || capacity < 1 || head_dim < QK || head_dim % QK) {
-        snprintf(err, errlen, "%s: blocks of 32 need head_dim a multiple of 32 and at least one head and token "
-                 "(got %d, %d, %d)", name, head_dim, n_heads, capacity);
-        return NULL;
-    }
+    if (codec_check_shape(name, n_heads, head_dim, capacity, QK, err, errlen)) return NULL; // blocks of 32
     int search, qround;
     if (block_options(f, spec, &search, &qround, err, errlen)) return NULL;
     BlockState *s = calloc(1, sizeof *s);
@@ -365,9 +365,7 @@ static void *block_create(BlockFormat f, CodecSpec *spec, int n_heads, int head_
         s->format = f;
         s->search = search;
         s->qround = qround;
-        s->n_heads = n_heads;
-        s->head_dim = head_dim;
-        s->capacity = capacity;
+        s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
         s->is_key = !role || strcmp(role, "v") != 0;
         s->block_bytes = block_info[f].block_bytes;
         s->blocks = head_dim / QK;
@@ -383,13 +381,7 @@ static void *block_create(BlockFormat f, CodecSpec *spec, int n_heads, int head_
         if (block_has_qh(f)) s->qh = calloc(meta, sizeof(uint32_t));
     }
     if (!s || !s->codes || !s->d || (block_has_m(f) && !s->m) || (block_has_qh(f) && !s->qh)) {
-        if (s) {
-            free(s->codes);
-            free(s->d);
-            free(s->m);
-            free(s->qh);
-        }
-        free(s);
+        block_destroy(s);
         snprintf(err, errlen, "out of memory allocating a %s cache stream", name);
         return NULL;
     }
@@ -704,35 +696,6 @@ static ALWAYS_INLINE void block_mix_impl(const BlockState *s, int head, const fl
     }
 }
 
-// Scoring a value stream or mixing a key stream (not what attention does): token by token via read.
-static void block_scores_general(const BlockState *s, int head, const float *q, float *out, int n) {
-    float x[QK];
-    for (int j = 0; j < n; j++) {
-        float acc = 0.0f;
-        for (int i = 0; i < s->blocks; i++) {
-            uint8_t b[34];
-            block_gather(s, head, j, i, b);
-            const BlockHead h = block_head(s->format, b);
-            for (int k = 0; k < QK / 2; k++) block_pair(s->format, b, h, k, &x[k], &x[k + QK / 2]);
-            for (int k = 0; k < QK; k++) acc += q[i * QK + k] * x[k];
-        }
-        out[j] = acc;
-    }
-}
-
-static void block_mix_general(const BlockState *s, int head, const float *p, float *out, int n) {
-    float x[QK];
-    memset(out, 0, sizeof(float) * (size_t)s->head_dim);
-    for (int j = 0; j < n; j++)
-        for (int i = 0; i < s->blocks; i++) {
-            uint8_t b[34];
-            block_gather(s, head, j, i, b);
-            const BlockHead h = block_head(s->format, b);
-            for (int k = 0; k < QK / 2; k++) block_pair(s->format, b, h, k, &x[k], &x[k + QK / 2]);
-            for (int k = 0; k < QK; k++) out[i * QK + k] += p[j] * x[k];
-        }
-}
-
 // One instance per format at micro's head_dim 32, one for other head_dims (up to 8 blocks).
 #define BLOCK_INSTANCE(id, fmt)                                                                    \
     static void scores_##id(const BlockState *s, int head, const float *q, float *out, int n) {     \
@@ -834,7 +797,7 @@ static void block_scores(const void *state, int head, const float *q, float *out
     else if (s->is_key && s->blocks <= 8)
         block_scores_fn[s->format](s, head, q, out, n);
     else
-        block_scores_general(s, head, q, out, n);
+        codec_scores_by_read(s, block_read, s->head_dim, head, q, out, n);
 }
 
 static void block_mix(const void *state, int head, const float *p, float *out, int n) {
@@ -842,7 +805,7 @@ static void block_mix(const void *state, int head, const float *p, float *out, i
     if (!s->is_key)
         block_mix_fn[s->format](s, head, p, out, n);
     else
-        block_mix_general(s, head, p, out, n);
+        codec_mix_by_read(s, block_read, s->head_dim, head, p, out, n);
 }
 
 static size_t block_bytes(const void *state) {
@@ -850,25 +813,8 @@ static size_t block_bytes(const void *state) {
     return s->block_bytes * (size_t)s->blocks * (size_t)s->length * s->n_heads;
 }
 
-static void block_destroy(void *state) {
-    BlockState *s = state;
-    if (!s) return;
-    free(s->codes);
-    free(s->d);
-    free(s->m);
-    free(s->qh);
-    free(s);
-}
 
-static const CodecOps block_ops = {
-    .append = block_append,
-    .end_step = NULL,
-    .scores = block_scores,
-    .mix = block_mix,
-    .read = block_read,
-    .bytes = block_bytes,
-    .destroy = block_destroy,
-};
+CODEC_OPS(block, NULL);
 
 #define BLOCK_FAMILY(id, fmt, help_text)                                                             \
     static void *create_##id(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised, \
