@@ -233,10 +233,7 @@ static ALWAYS_INLINE void float_score_tiles(const FloatState *s, int head, const
             a2 = _mm512_add_ps(a2, _mm512_mul_ps(qd, float_decode16(k + 2 * tb, f)));
             a3 = _mm512_add_ps(a3, _mm512_mul_ps(qd, float_decode16(k + 3 * tb, f)));
         }
-        _mm512_storeu_ps(acc[0], a0);
-        _mm512_storeu_ps(acc[1], a1);
-        _mm512_storeu_ps(acc[2], a2);
-        _mm512_storeu_ps(acc[3], a3);
+        quant_store4(acc[0], acc[2], a0, a1, a2, a3); // acc[k] follows acc[k - 1]
         return;
     }
 #endif
@@ -325,10 +322,7 @@ static ALWAYS_INLINE void float_mix_rows(const FloatState *s, int head, const fl
     }
 #ifdef QUANT_AVX512
     if (fast) {
-        _mm512_store_ps(even, e0);
-        _mm512_store_ps(even + 16, e1);
-        _mm512_store_ps(odd, o0);
-        _mm512_store_ps(odd + 16, o1);
+        quant_store4(even, odd, e0, e1, o0, o1);
     }
 #endif
     for (int d = 0; d < hd; d++) out[d] = even[d] + odd[d];

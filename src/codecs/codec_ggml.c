@@ -649,10 +649,7 @@ static ALWAYS_INLINE void block_mix_impl(const BlockState *s, int head, const fl
                 }
                 if (k < cnt) quant_group_lookup16(row + (size_t)k * rb, BLOCK_TABLE(k), &e0, &e1);
 #undef BLOCK_TABLE
-                _mm512_store_ps(even, e0);
-                _mm512_store_ps(even + 16, e1);
-                _mm512_store_ps(odd, o0);
-                _mm512_store_ps(odd + 16, o1);
+                quant_store4(even, odd, e0, e1, o0, o1);
 #else
                 for (int k = 0; k < cnt; k++) {
                     float t[16], *acc = k % 2 ? odd : even;
@@ -679,10 +676,7 @@ static ALWAYS_INLINE void block_mix_impl(const BlockState *s, int head, const fl
                                     f, &o0, &o1);
             }
             if (k < cnt) block_mix_decoded16(row + (size_t)k * rb, qh ? qh[k] : 0, p[j0 + k], d[k], m[k], f, &e0, &e1);
-            _mm512_store_ps(even, e0);
-            _mm512_store_ps(even + 16, e1);
-            _mm512_store_ps(odd, o0);
-            _mm512_store_ps(odd + 16, o1);
+            quant_store4(even, odd, e0, e1, o0, o1);
 #else
             for (int k = 0; k < cnt; k++) {
                 if (k % 2 == 0)

@@ -93,9 +93,7 @@ static void *int_create(CodecSpec *spec, int n_heads, int head_dim, int capacity
     IntState *s = calloc(1, sizeof *s);
     if (!s) goto oom;
     s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
-    s->bits = bits;
-    s->levels = levels;
-    s->scale_fp32 = scale_fp32;
+    s->bits = bits, s->levels = levels, s->scale_fp32 = scale_fp32;
     const int is_value = role && strcmp(role, "v") == 0;
     QuantLayout layout = QUANT_ROWS;
     if (head_dim % 32 == 0 && !is_value)
@@ -387,15 +385,9 @@ static ALWAYS_INLINE void int_mix_groups(const IntState *s, int head, const floa
 #endif
         }
 #ifdef QUANT_AVX512
-        _mm512_store_ps(acc[0][0], e0);
-        _mm512_store_ps(acc[0][1], e1);
-        _mm512_store_ps(acc[1][0], o0);
-        _mm512_store_ps(acc[1][1], o1);
+        quant_store4(acc[0][0], acc[1][0], e0, e1, o0, o1);
 #endif
-        for (int i = 0; i < 16; i++) {
-            out[32 * c + 2 * i] = acc[0][0][i] + acc[1][0][i];
-            out[32 * c + 2 * i + 1] = acc[0][1][i] + acc[1][1][i];
-        }
+        quant_group_sum((const float(*)[2][16])acc, out + 32 * c);
     }
 }
 
@@ -434,16 +426,10 @@ static ALWAYS_INLINE void int_mix_rows_hd(const IntState *s, int head, const flo
                                           const int bits) {
 #if defined(QUANT_AVX512) && defined(__AVX512VBMI__)
     if (bits > 1) {
-        uint8_t ctrl[2][64];
-        uint32_t up[2][16];
-        for (int h = 0; h < 2; h++)
-            for (int i = 0; i < 16; i++) {
-                const int bit = (16 * h + i) * bits;
-                for (int b = 0; b < 4; b++) ctrl[h][4 * i + b] = (uint8_t)(bit / 8 + (b > 0));
-                up[h][i] = (uint32_t)(32 - bits - bit % 8);
-            }
-        const __m512i c0 = _mm512_loadu_si512(ctrl[0]), c1 = _mm512_loadu_si512(ctrl[1]),
-                      u0 = _mm512_loadu_si512(up[0]), u1 = _mm512_loadu_si512(up[1]);
+        __m512i ctrl[2], off[2]; // each code shifted up to bit 31: by 32 − bits − its offset
+        quant_row_gather(bits, ctrl, off);
+        const __m512i c0 = ctrl[0], c1 = ctrl[1], u0 = _mm512_sub_epi32(_mm512_set1_epi32(32 - bits), off[0]),
+                      u1 = _mm512_sub_epi32(_mm512_set1_epi32(32 - bits), off[1]);
         for (int c = 0; c < hd / 32; c++) {
             __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
             const size_t at = (size_t)c * 4 * bits;

@@ -97,10 +97,7 @@ static void *kivi_create(CodecSpec *spec, int n_heads, int head_dim, int capacit
     KiviState *s = calloc(1, sizeof *s);
     if (!s) goto oom;
     s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
-    s->bits = bits;
-    s->group = group;
-    s->residual = residual;
-    s->is_value = is_value;
+    s->bits = bits, s->group = group, s->residual = residual, s->is_value = is_value;
     if (is_value) {
         s->meta_per_head = (size_t)capacity * (size_t)(head_dim / group) * 2;
         s->full_rows = residual + 1 < capacity ? residual + 1 : capacity;
@@ -543,10 +540,7 @@ static ALWAYS_INLINE void kivi_mix_groups(const KiviState *s, int head, const fl
 #endif
         }
 #ifdef QUANT_AVX512
-        _mm512_store_ps(acc[0][0], e0);
-        _mm512_store_ps(acc[0][1], e1);
-        _mm512_store_ps(acc[1][0], o0);
-        _mm512_store_ps(acc[1][1], o1);
+        quant_store4(acc[0][0], acc[1][0], e0, e1, o0, o1);
 #endif
         // the window: numbers 2i and 2i+1 go to acc[.][0][i] and acc[.][1][i]
         for (int j = nq; j < n; j++) {
@@ -561,10 +555,7 @@ static ALWAYS_INLINE void kivi_mix_groups(const KiviState *s, int head, const fl
                 a[1][i] += pj * v[2 * i + 1];
             }
         }
-        for (int i = 0; i < 16; i++) {
-            out[32 * c + 2 * i] = acc[0][0][i] + acc[1][0][i];
-            out[32 * c + 2 * i + 1] = acc[0][1][i] + acc[1][1][i];
-        }
+        quant_group_sum((const float(*)[2][16])acc, out + 32 * c);
     }
 }
 
@@ -634,17 +625,9 @@ static ALWAYS_INLINE void kivi_mix_rows(const KiviState *s, int head, const floa
 #if defined(QUANT_AVX512) && defined(__AVX512VBMI__)
     if (s->group % 32 == 0) { // the same sums, 16 numbers per vector: the bytes holding each code
                               // gathered into its lane (vpermb), shifted down and masked
-        uint8_t ctrl[2][64];
-        uint32_t down[2][16];
-        for (int h = 0; h < 2; h++)
-            for (int i = 0; i < 16; i++) {
-                const int bit = (16 * h + i) * bits;
-                for (int b = 0; b < 4; b++) ctrl[h][4 * i + b] = (uint8_t)(bit / 8 + (b > 0));
-                down[h][i] = (uint32_t)(bit % 8);
-            }
-        const __m512i c0 = _mm512_loadu_si512(ctrl[0]), c1 = _mm512_loadu_si512(ctrl[1]),
-                      d0 = _mm512_loadu_si512(down[0]), d1 = _mm512_loadu_si512(down[1]),
-                      mask = _mm512_set1_epi32((1 << bits) - 1);
+        __m512i ctrl[2], off[2];
+        quant_row_gather(bits, ctrl, off);
+        const __m512i c0 = ctrl[0], c1 = ctrl[1], d0 = off[0], d1 = off[1], mask = _mm512_set1_epi32((1 << bits) - 1);
 #define KIVI_CODES(row, ctl, dn)                                                                                       \
     _mm512_cvtepi32_ps(_mm512_and_si512(                                                                               \
         _mm512_srlv_epi32(                                                                                             \
@@ -675,10 +658,7 @@ static ALWAYS_INLINE void kivi_mix_rows(const KiviState *s, int head, const floa
                 }
             }
             float even[32], odd[32], v0[32];
-            _mm512_storeu_ps(even, e0);
-            _mm512_storeu_ps(even + 16, e1);
-            _mm512_storeu_ps(odd, o0);
-            _mm512_storeu_ps(odd + 16, o1);
+            quant_store4(even, odd, e0, e1, o0, o1);
             for (int j = nq; j < n; j++) { // the window
                 const uint16_t *row = kivi_full_at(s, head, j, c);
                 quant_fp16_to_fp32_16(row, v0);
