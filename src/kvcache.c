@@ -7,29 +7,51 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codecs/codec_dispatch.h"
 #include "codecs/codecs.h"
 #include "msgtext.h"
 #include "utf8.h"
 
-// Adding a codec family is one source file in codecs/ and one line here.
-static const CodecFamily *const registry[] = {
-    &codec_fp32,
-    &codec_fp16,
-    &codec_bf16,
-    &codec_fp8,
-    &codec_int,
-    &codec_kivi,
-    &codec_q8_0,
-    &codec_q4_0,
-    &codec_q4_1,
-    &codec_q5_0,
-    &codec_q5_1,
-    &codec_iq4_nl,
-};
+// Adding a codec family is one source file in codecs/ and one line here (and in codecs.h's
+// CODEC_KERNEL_FAMILIES when it has kernels).
+#define CODEC_PORTABLE_ENTRY(name) &name,
+static const CodecFamily *const registry_portable[] = {CODEC_KERNEL_FAMILIES(CODEC_PORTABLE_ENTRY)};
+#undef CODEC_PORTABLE_ENTRY
+
+#ifdef MICRO_CODEC_SIMD
+#define CODEC_SIMD_ENTRY(name) &name##_simd,
+static const CodecFamily *const registry_simd[] = {CODEC_KERNEL_FAMILIES(CODEC_SIMD_ENTRY)};
+#undef CODEC_SIMD_ENTRY
+#endif
+
+static int force_portable = -1; // -1: not yet read from the environment
+
+int codec_simd_supported(void) {
+#ifdef MICRO_CODEC_SIMD
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vbmi");
+#else
+    return 0;
+#endif
+}
+
+void codec_force_portable(int on) { force_portable = on != 0; }
+
+int codec_simd_active(void) {
+    if (force_portable < 0) {
+        const char *env = getenv("MICRO_PORTABLE");
+        force_portable = env && *env && strcmp(env, "0") != 0;
+    }
+    return !force_portable && codec_simd_supported();
+}
 
 const CodecFamily *const *codec_families(int *count) {
-    *count = (int)(sizeof registry / sizeof registry[0]);
-    return registry;
+    *count = (int)(sizeof registry_portable / sizeof registry_portable[0]);
+#ifdef MICRO_CODEC_SIMD
+    if (codec_simd_active()) return registry_simd;
+#endif
+    return registry_portable;
 }
 
 // The spec as it appears in messages: escaped and shortened (msgtext.h).
@@ -147,20 +169,39 @@ int spec_flag(CodecSpec *spec, const char *key) {
     return 1;
 }
 
-int kvstream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
-                  char *err, size_t errlen) {
+// Options the cache sets for the codec, never the user: `role` (k or v) always, and `context` (the
+// model's longest stream) when a spec is checked against a model, so that a codec can refuse
+// parameters that could never take effect (kivi's residual).
+static SpecOption *inject_option(CodecSpec *spec, const char *key, const char *value) {
+    SpecOption *o = &spec->options[spec->n_options++];
+    snprintf(o->key, sizeof o->key, "%s", key);
+    snprintf(o->value, sizeof o->value, "%s", value);
+    o->has_value = 1;
+    return o;
+}
+
+static int stream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
+                       int context, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
     CodecSpec spec;
     if (spec_parse(spec_text, &spec, err, errlen)) return -1;
-    if (find_option(&spec, "role")) {
-        snprintf(err, errlen, "%s: 'role' is set by the cache (--k / --v), not by the spec", spec.name);
-        return -1;
+    for (int i = 0; i < 2; i++) {
+        const char *own = i ? "context" : "role";
+        if (find_option(&spec, own)) {
+            snprintf(err, errlen, "%s: '%s' is set by the cache%s, not by the spec", spec.name, own,
+                     i ? " (the model's context)" : " (--k / --v)");
+            return -1;
+        }
     }
-    // options[] has one slot beyond SPEC_MAX_OPTIONS for the role, so a spec may use all of them.
-    SpecOption *role_option = &spec.options[spec.n_options++];
-    snprintf(role_option->key, sizeof role_option->key, "role");
-    snprintf(role_option->value, sizeof role_option->value, "%s", role == KV_ROLE_KEY ? "k" : "v");
-    role_option->has_value = 1;
+    // options[] has two slots beyond SPEC_MAX_OPTIONS for what the stream adds (role, context), so a
+    // spec may use all of them.
+    SpecOption *role_option = inject_option(&spec, "role", role == KV_ROLE_KEY ? "k" : "v");
+    SpecOption *context_option = NULL;
+    if (context > 0) {
+        char text[16];
+        snprintf(text, sizeof text, "%d", context);
+        context_option = inject_option(&spec, "context", text);
+    }
     int count;
     const CodecFamily *const *families = codec_families(&count);
     const CodecFamily *family = NULL;
@@ -173,6 +214,7 @@ int kvstream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, 
     void *state = family->create(&spec, n_heads, head_dim, capacity, s->spec, sizeof s->spec, err, errlen);
     if (!state) return -1;
     role_option->used = 1; // codecs that treat keys and values alike ignore it
+    if (context_option) context_option->used = 1;
     for (int i = 0; i < spec.n_options; i++) {
         if (!spec.options[i].used) {
             snprintf(err, errlen, "%s: unknown option '%s'", spec.name, spec.options[i].key);
@@ -193,11 +235,29 @@ void kvstream_free(KVStream *s) {
     memset(s, 0, sizeof *s);
 }
 
-int kvstream_check_spec(const char *spec_text, KVRole role, char *err, size_t errlen) {
+int kvstream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
+                  char *err, size_t errlen) {
+    return stream_init(s, spec_text, role, n_heads, head_dim, capacity, 0, err, errlen);
+}
+
+int kvstream_check_spec_shape(const char *spec_text, KVRole role, const KVShape *shape, char *err, size_t errlen) {
+    const KVShape micro = {.n_heads = 6, .head_dim = 32, .context = 2048};
+    if (!shape) shape = &micro;
+    if (shape->n_heads < 1 || shape->head_dim < 1 || shape->context < 1) {
+        snprintf(err, errlen, "cache shape %d heads x %d, context %d is not a shape", shape->n_heads,
+                 shape->head_dim, shape->context);
+        return -1;
+    }
+    // One token of capacity: the codecs check their options and the shape without allocating a
+    // whole context; the context itself comes as an option.
     KVStream s;
-    if (kvstream_init(&s, spec_text, role, 1, 32, 1, err, errlen)) return -1;
+    if (stream_init(&s, spec_text, role, shape->n_heads, shape->head_dim, 1, shape->context, err, errlen)) return -1;
     kvstream_free(&s);
     return 0;
+}
+
+int kvstream_check_spec(const char *spec_text, KVRole role, char *err, size_t errlen) {
+    return kvstream_check_spec_shape(spec_text, role, NULL, err, errlen);
 }
 
 void kvstream_append(KVStream *s, const float *vec) {

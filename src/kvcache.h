@@ -20,7 +20,7 @@ typedef struct {
 typedef struct {
     char name[SPEC_TEXT];
     int n_options;
-    SpecOption options[SPEC_MAX_OPTIONS + 1]; // the last slot is for the role the stream adds
+    SpecOption options[SPEC_MAX_OPTIONS + 2]; // the last two slots are for what the stream adds: role, context
 } CodecSpec;
 
 // Operations on one stream's encoded state. Every call is for one stream (keys or values of one
@@ -84,7 +84,16 @@ typedef enum { KV_ROLE_KEY, KV_ROLE_VALUE } KVRole;
 int kvstream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
                   char *err, size_t errlen);
 void kvstream_free(KVStream *s);
-// Checks a spec string before any model is loaded (a one-token stream of micro's head shape).
+// The shape of the streams a spec is meant for: heads, head_dim, and the model's context (the
+// longest stream any run can have).
+typedef struct {
+    int n_heads, head_dim, context;
+} KVShape;
+// Checks a spec string for streams of `shape` (NULL: micro's, 6 heads of 32, context 2048) without
+// building a cache: bad options, a head_dim the codec cannot take, and parameters that could never
+// take effect within the context (kivi's residual) get one line in err and -1.
+int kvstream_check_spec_shape(const char *spec_text, KVRole role, const KVShape *shape, char *err, size_t errlen);
+// The same for micro's shape, for checks made before any model is loaded.
 int kvstream_check_spec(const char *spec_text, KVRole role, char *err, size_t errlen);
 void kvstream_append(KVStream *s, const float *vec);
 // Bits per cached number including metadata, at the current length (0 when empty).

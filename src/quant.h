@@ -166,10 +166,53 @@ static inline void quant_unpack_float(const uint8_t *src, int n, int bits, float
 // compiles the codecs with MICRO_PORTABLE and compares).
 #if defined(__AVX512F__) && defined(__AVX512BW__) && !defined(MICRO_PORTABLE)
 #define QUANT_AVX512 1
+#define QUANT_SIMD 1
 #include <immintrin.h>
+#else
+#define QUANT_SIMD 0
 #endif
 
 #define QUANT_ALWAYS_INLINE inline __attribute__((always_inline))
+
+// Full unrolling gives the kernels constant shifts, but inside always-inline kernels it multiplies
+// what the sanitizers instrument (minutes of compile time for nothing): optimised, unsanitised
+// builds only.
+#define QUANT_PRAGMA(x) _Pragma(#x)
+#if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define QUANT_UNROLL(n) QUANT_PRAGMA(GCC unroll n)
+#else
+#define QUANT_UNROLL(n)
+#endif
+
+#ifdef QUANT_AVX512
+// Four vectors to a[0..32) and b[0..32): the kernels' four sums (mix: even tokens' numbers 0..15 and
+// 16..31 to `a`, odd tokens' to `b`; scores: tiles 0, 1 to `a` and 2, 3 to `b`).
+static QUANT_ALWAYS_INLINE void quant_store4(float *a, float *b, __m512 e0, __m512 e1, __m512 o0, __m512 o1) {
+    _mm512_storeu_ps(a, e0);
+    _mm512_storeu_ps(a + 16, e1);
+    _mm512_storeu_ps(b, o0);
+    _mm512_storeu_ps(b + 16, o1);
+}
+
+#endif
+
+#if defined(QUANT_AVX512) && defined(__AVX512VBMI__)
+// The row kernels read 16 numbers of a packed row (32 numbers of `bits` bits) at a time: ctrl[h]
+// gathers (vpermb) into lane i the byte holding the start of number 16h + i and the byte after it,
+// and off[h] holds where in that word the number's code starts.
+static inline void quant_row_gather(int bits, __m512i *ctrl, __m512i *off) {
+    uint8_t c[2][64];
+    uint32_t o[2][16];
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < 16; i++) {
+            const int bit = (16 * h + i) * bits;
+            for (int b = 0; b < 4; b++) c[h][4 * i + b] = (uint8_t)(bit / 8 + (b > 0));
+            o[h][i] = (uint32_t)(bit % 8);
+        }
+    ctrl[0] = _mm512_loadu_si512(c[0]), ctrl[1] = _mm512_loadu_si512(c[1]);
+    off[0] = _mm512_loadu_si512(o[0]), off[1] = _mm512_loadu_si512(o[1]);
+}
+#endif
 
 // Where a stream keeps its codes: one packed row per token, token tiles, or token groups.
 typedef enum { QUANT_ROWS, QUANT_TILES, QUANT_GROUPS } QuantLayout;
@@ -268,7 +311,7 @@ static QUANT_ALWAYS_INLINE void quant_tile_lookup(const uint32_t *tile, size_t t
 #undef QUANT_WSTEP
             }
         } else {
-#pragma GCC unroll 32
+QUANT_UNROLL(32)
             for (int s = 0; s < 32; s++) {
                 const int bit = 3 * s, g = bit >> 5, sh = bit & 31;
                 __m512i i0, i1, i2, i3;
@@ -291,17 +334,14 @@ static QUANT_ALWAYS_INLINE void quant_tile_lookup(const uint32_t *tile, size_t t
             }
         }
 #undef QUANT_STEP
-        _mm512_storeu_ps(acc[0], a0);
-        _mm512_storeu_ps(acc[1], a1);
-        _mm512_storeu_ps(acc[2], a2);
-        _mm512_storeu_ps(acc[3], a3);
+        quant_store4(acc[0], acc[2], a0, a1, a2, a3); // acc[k] follows acc[k - 1]
         return;
     }
 #endif
     for (int k = 0; k < nt; k++) {
         const uint32_t *t = tile + (size_t)k * tile_words;
         const float(*table)[16] = tables[shared ? 0 : k];
-#pragma GCC unroll 32
+QUANT_UNROLL(32)
         for (int s = 0; s < steps; s++) {
 #pragma omp simd
             for (int l = 0; l < QUANT_TILE; l++)
@@ -338,6 +378,14 @@ static QUANT_ALWAYS_INLINE void quant_group_lookup(const uint8_t *chunk, size_t 
             a[0][i] += table[k][c[i] & 15];
             a[1][i] += table[k][c[i] >> 4];
         }
+    }
+}
+
+// out[2i + h] = acc[0][h][i] + acc[1][h][i]: a chunk's number from its even and odd groups' sums.
+static inline void quant_group_sum(const float (*acc)[2][16], float *out) {
+    for (int i = 0; i < 16; i++) {
+        out[2 * i] = acc[0][0][i] + acc[1][0][i];
+        out[2 * i + 1] = acc[0][1][i] + acc[1][1][i];
     }
 }
 

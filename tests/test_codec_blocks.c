@@ -35,7 +35,9 @@ static void must_init(KVStream *s, const char *spec, int n_heads, int head_dim, 
 }
 
 enum { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, N_FORMATS };
-static const char *names[N_FORMATS] = {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"};
+// iq4_nl here is the searched variant, whose codes are the nearest under the stored scale (the
+// default, llama.cpp's reference quantiser, is checked in test_codec_llama.c).
+static const char *names[N_FORMATS] = {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl:search"};
 // Bytes per block of 32, from llama.cpp's block structs: fp16 d, [fp16 m], [qh 4 bytes], codes.
 static const size_t block_bytes[N_FORMATS] = {2 + 32, 2 + 16, 2 + 2 + 16, 2 + 4 + 16, 2 + 2 + 4 + 16, 2 + 16};
 static const int iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};

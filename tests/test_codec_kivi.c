@@ -189,6 +189,36 @@ static void test_constant_group(void) {
     }
 }
 
+// A spec checked against a model (issue 7): a residual of a whole context would keep every token in
+// fp16 and quantise nothing, so it is refused with one line; a residual below the context passes, and
+// a stream shorter than the residual (a short text) is still KIVI as designed, not an error. The
+// check uses the model's head shape, not micro's.
+static void test_spec_check(void) {
+    char err[512] = "";
+    const KVShape micro = {6, 32, 2048}, wide = {4, 48, 4096}, tiny = {6, 32, 64};
+    CHECK(kvstream_check_spec("kivi:residual=100000", KV_ROLE_KEY, err, sizeof err) != 0 && strstr(err, "residual"),
+          "kivi:residual=100000 passes the spec check (%s)", err);
+    CHECK(kvstream_check_spec_shape("kivi:residual=2048", KV_ROLE_VALUE, &micro, err, sizeof err) != 0,
+          "kivi:residual=2048 passes for a 2048-token context");
+    CHECK(kvstream_check_spec_shape("kivi:residual=2016", KV_ROLE_KEY, &micro, err, sizeof err) == 0,
+          "kivi:residual=2016 is refused: %s", err);
+    CHECK(kvstream_check_spec_shape("kivi", KV_ROLE_KEY, &tiny, err, sizeof err) != 0,
+          "kivi (residual 128) passes for a 64-token context");
+    CHECK(kvstream_check_spec_shape("kivi:residual=32", KV_ROLE_KEY, &tiny, err, sizeof err) == 0,
+          "kivi:residual=32 is refused for a 64-token context: %s", err);
+    // the model's head shape: 48 is not a multiple of q4_0's blocks, and kivi's value groups of 32
+    // do not divide it, although both pass at micro's 32
+    CHECK(kvstream_check_spec("q4_0", KV_ROLE_KEY, err, sizeof err) == 0, "q4_0 fails at micro's shape: %s", err);
+    CHECK(kvstream_check_spec_shape("q4_0", KV_ROLE_KEY, &wide, err, sizeof err) != 0, "q4_0 passes at head_dim 48");
+    CHECK(kvstream_check_spec_shape("kivi", KV_ROLE_VALUE, &wide, err, sizeof err) != 0, "kivi values pass at head_dim 48");
+    CHECK(kvstream_check_spec_shape("kivi:group=16", KV_ROLE_VALUE, &wide, err, sizeof err) == 0,
+          "kivi:group=16 values fail at head_dim 48: %s", err);
+    CHECK(kvstream_check_spec("kivi:context=9", KV_ROLE_KEY, err, sizeof err) != 0, "a spec may set 'context'");
+    KVStream s;
+    must_init(&s, "kivi", KV_ROLE_KEY, 2, 32, 20); // a 20-token stream: all of it in the residual
+    kvstream_free(&s);
+}
+
 int main(void) {
     struct { int bits, G, R, head_dim, T; } cfg[] = {
         {2, 32, 128, 32, 260}, // the defaults at micro's head_dim, past two flushes of the residual
@@ -207,6 +237,7 @@ int main(void) {
             }
     test_bytes_by_hand();
     test_constant_group();
+    test_spec_check();
     if (failures) {
         fprintf(stderr, "test_codec_kivi: %d failure(s)\n", failures);
         return 1;

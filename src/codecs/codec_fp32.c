@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec_core.h"
 #include "codecs.h"
 
 #define TILE 16
@@ -16,14 +17,18 @@ typedef struct {
     float *data; // keys: [head][tile][head_dim][TILE]; values: [head][token][head_dim]
 } Fp32State;
 
+static void fp32_destroy(void *state) {
+    Fp32State *s = state;
+    if (s) free(s->data);
+    free(s);
+}
+
 static void *fp32_create(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised,
                          size_t normalised_len, char *err, size_t errlen) {
     const char *role = spec_string(spec, "role");
     Fp32State *s = calloc(1, sizeof *s);
     if (!s) goto oom;
-    s->n_heads = n_heads;
-    s->head_dim = head_dim;
-    s->capacity = capacity;
+    s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
     s->is_key = !role || strcmp(role, "v") != 0;
     s->tiles = (capacity + TILE - 1) / TILE;
     size_t per_head = s->is_key ? (size_t)s->tiles * TILE * head_dim : (size_t)capacity * head_dim;
@@ -33,7 +38,7 @@ static void *fp32_create(CodecSpec *spec, int n_heads, int head_dim, int capacit
     snprintf(normalised, normalised_len, "fp32");
     return s;
 oom:
-    free(s);
+    fp32_destroy(s);
     snprintf(err, errlen, "out of memory allocating an fp32 cache stream");
     return NULL;
 }
@@ -139,26 +144,8 @@ static size_t fp32_bytes(const void *state) {
     return sizeof(float) * (size_t)s->length * s->n_heads * s->head_dim;
 }
 
-static void fp32_destroy(void *state) {
-    Fp32State *s = state;
-    if (!s) return;
-    free(s->data);
-    free(s);
-}
 
-static const CodecOps fp32_ops = {
-    .append = fp32_append,
-    .end_step = NULL,
-    .scores = fp32_scores,
-    .mix = fp32_mix,
-    .read = fp32_read,
-    .bytes = fp32_bytes,
-    .destroy = fp32_destroy,
-};
+CODEC_OPS(fp32, NULL);
 
-const CodecFamily codec_fp32 = {
-    .name = "fp32",
-    .help = "fp32                 full precision, the reference (32 bits per number)",
-    .ops = &fp32_ops,
-    .create = fp32_create,
-};
+const CodecFamily CODEC_FAMILY(codec_fp32) = {.name = "fp32", .ops = &fp32_ops, .create = fp32_create,
+    .help = "fp32                 full precision, the reference (32 bits per number)"};

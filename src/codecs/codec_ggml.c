@@ -7,7 +7,9 @@
 //   q4_1   d = (max−min)/15, m = min, q = min(15, trunc((x−min)/d + 0.5))    20
 //   q5_0   d = extreme/−16, q = min(31, trunc(x/d + 16.5)), x̂ = (q − 16)·d    22
 //   q5_1   d = (max−min)/31, m = min, q = min(31, trunc((x−min)/d + 0.5))    24
-//   iq4_nl non-uniform codebook {−127 … 113}, llama.cpp's weighted scale search 18
+//   iq4_nl non-uniform codebook {−127 … 113}, llama.cpp's reference quantiser      18
+//          (iq4_nl:search: its weighted scale search, see quantise_iq4_nl)
+// Option qround=q8 scores keys as llama.cpp's CPU attention does (block_scores_qround).
 // As in llama.cpp, codes are computed with the fp32 scale (1/d) and d, m are stored as fp16 (round
 // to nearest even); decode uses the stored fp16 values. Nibbles: number j in the low nibble of
 // qs[j], number j+16 in the high one; q5's fifth bits in qh (bit j for number j).
@@ -26,6 +28,7 @@
 #include <string.h>
 
 #include "../quant.h"
+#include "codec_core.h"
 #include "codecs.h"
 
 #define TILE QUANT_TILE
@@ -60,7 +63,15 @@ typedef struct {
         *codes; // keys: [head][tile][block][code_bytes / 4 words][16 lanes]; values: [head][token][block][code_bytes]
     uint16_t *d, *m;      // [head][block][slot]; m for q4_1 and q5_1
     uint32_t *qh;         // [head][block][slot] for q5_0 and q5_1
+    int search;           // iq4_nl:search (else llama.cpp's reference quantiser)
+    int qround;           // qround=q8: keys are scored against the query rounded to q8_0 / q8_1
 } BlockState;
+
+static void block_destroy(void *state) {
+    BlockState *s = state;
+    if (s) free(s->codes), free(s->d), free(s->m), free(s->qh);
+    free(s);
+}
 
 // ---- Block layout helpers -------------------------------------------------------------------
 static inline float load_f16(const uint8_t *p) {
@@ -100,6 +111,19 @@ static void quantise_q8_0(const float *x, uint8_t *b) {
     }
 }
 
+// llama.cpp's code layout from `at` (after d [and m]): number j in the low nibble of qs[j], number
+// j + 16 in the high one; at 5 bits the fifth bits first, in the 4 bytes of qh (bit j for number j).
+static void pack_block_codes(const uint8_t *q, uint8_t *at, int bits) {
+    uint8_t *qs = at + (bits == 5 ? 4 : 0);
+    uint32_t qh = 0;
+    for (int j = 0; j < QK / 2; j++) {
+        qs[j] = (uint8_t)((q[j] & 0x0f) | ((q[j + QK / 2] & 0x0f) << 4));
+        qh |= (uint32_t)((q[j] >> 4) & 1) << j | (uint32_t)((q[j + QK / 2] >> 4) & 1) << (j + QK / 2);
+    }
+    if (bits == 5)
+        for (int i = 0; i < 4; i++) at[i] = (uint8_t)(qh >> (8 * i));
+}
+
 // q4_0 (bits 4) and q5_0 (bits 5): d = signed extreme / −2^(bits−1).
 static void quantise_qx_0(const float *x, uint8_t *b, int bits) {
     const int half = 1 << (bits - 1), top = (1 << bits) - 1;
@@ -115,15 +139,7 @@ static void quantise_qx_0(const float *x, uint8_t *b, int bits) {
     store_f16(b, d);
     uint8_t q[QK];
     for (int j = 0; j < QK; j++) q[j] = (uint8_t)trunc_clamp(x[j] * id + ((float)half + 0.5f), top);
-    uint8_t *qs = b + (bits == 5 ? 6 : 2);
-    uint32_t qh = 0;
-    for (int j = 0; j < QK / 2; j++) {
-        qs[j] = (uint8_t)((q[j] & 0x0f) | ((q[j + QK / 2] & 0x0f) << 4));
-        qh |= (uint32_t)((q[j] >> 4) & 1) << j;
-        qh |= (uint32_t)((q[j + QK / 2] >> 4) & 1) << (j + QK / 2);
-    }
-    if (bits == 5)
-        for (int i = 0; i < 4; i++) b[2 + i] = (uint8_t)(qh >> (8 * i));
+    pack_block_codes(q, b + 2, bits);
 }
 
 // q4_1 (bits 4) and q5_1 (bits 5): d = (max − min) / (2^bits − 1), m = min.
@@ -140,15 +156,7 @@ static void quantise_qx_1(const float *x, uint8_t *b, int bits) {
     store_f16(b + 2, min);
     uint8_t q[QK];
     for (int j = 0; j < QK; j++) q[j] = (uint8_t)trunc_clamp((x[j] - min) * id + 0.5f, top);
-    uint8_t *qs = b + (bits == 5 ? 8 : 4);
-    uint32_t qh = 0;
-    for (int j = 0; j < QK / 2; j++) {
-        qs[j] = (uint8_t)((q[j] & 0x0f) | ((q[j + QK / 2] & 0x0f) << 4));
-        qh |= (uint32_t)((q[j] >> 4) & 1) << j;
-        qh |= (uint32_t)((q[j + QK / 2] >> 4) & 1) << (j + QK / 2);
-    }
-    if (bits == 5)
-        for (int i = 0; i < 4; i++) b[4 + i] = (uint8_t)(qh >> (8 * i));
+    pack_block_codes(q, b + 4, bits);
 }
 
 // The codebook index nearest to v (ties to the upper entry), as llama.cpp's best_index_int8: the
@@ -162,14 +170,18 @@ static int iq4nl_nearest(float v) {
     return v - (float)iq4nl_values[lo] < (float)iq4nl_values[lo + 1] - v ? lo : lo + 1;
 }
 
-// iq4_nl: llama.cpp's quantize_row_iq4_nl_impl for one block of 32 without an importance matrix
-// (weights x², ntry = 7): start from d = max/127 (mapping the signed extreme to +127, clipped to
-// 113), take the weighted least-squares scale of that assignment, then try the 15 scales that map
-// the extreme to −127 + t (t = −7..7) and keep the best weighted fit Σw·q·x)²/Σw·q²; finally
-// re-assign every number to its nearest codebook entry under the chosen scale.
-// The 16 assignments are independent, so they run side by side, one per SIMD lane (each lane's
-// sums in order of j, as llama.cpp adds them); the choice between them is then made in order.
-static void quantise_iq4_nl(const float *x, uint8_t *b) {
+// iq4_nl, two ways. Both weight each number by x² (llama.cpp without an importance matrix) and
+// fit the scale by weighted least squares, d = Σw·q·x / Σw·q², summing in order of j as llama.cpp.
+//   reference (default; llama.cpp's quantize_row_iq4_nl_ref, ntry = -1, which is what its KV cache
+//     writes): d0 = extreme/−127 maps the signed extreme onto −127; every number takes the entry
+//     nearest to x/d0; the block stores those entries with the refitted d (no re-assignment).
+//   search (`iq4_nl:search`; quantize_iq4_nl, ntry = 7): start from d = extreme/127 (the extreme on
+//     +127, clipped to 113), refit, then try the 15 scales that map the extreme to −127 + t
+//     (t = −7..7) and keep the best fit (Σw·q·x)²/Σw·q²; finally re-assign every number to its
+//     nearest entry under the chosen scale.
+// The 16 assignments of the search are independent, so they run side by side, one per SIMD lane
+// (each lane's sums in order of j); the choice between them is then made in order.
+static void quantise_iq4_nl(const float *x, uint8_t *b, int search) {
     static const float values[17] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113, 113};
     const int ntry = 7;
     float w[QK];
@@ -182,7 +194,18 @@ static void quantise_iq4_nl(const float *x, uint8_t *b) {
         }
     }
     float d = 0.0f;
-    if (amax >= 1e-15f) {
+    uint8_t L[QK];
+    if (amax >= 1e-15f && !search) {
+        const float id = 1.0f / (max / (float)iq4nl_values[0]);
+        float sumqx = 0.0f, sumq2 = 0.0f;
+        for (int j = 0; j < QK; j++) {
+            L[j] = (uint8_t)iq4nl_nearest(id * x[j]);
+            const float q = (float)iq4nl_values[L[j]];
+            sumqx += w[j] * q * x[j];
+            sumq2 += w[j] * q * q;
+        }
+        d = sumqx / sumq2;
+    } else if (amax >= 1e-15f) {
         const float d0 = -max / (float)iq4nl_values[0]; // max/127: the extreme maps to +127
         float ids[16], sumqx[16] = {0}, sumq2[16] = {0};
         ids[0] = 1.0f / d0;
@@ -233,20 +256,21 @@ static void quantise_iq4_nl(const float *x, uint8_t *b) {
         }
     }
     store_f16(b, d);
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    uint8_t L[QK];
-    for (int j = 0; j < QK; j++) L[j] = (uint8_t)iq4nl_nearest(id * x[j]);
+    if (search || !(amax >= 1e-15f)) { // a zero block takes the entry nearest to 0 throughout
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int j = 0; j < QK; j++) L[j] = (uint8_t)iq4nl_nearest(id * x[j]);
+    }
     for (int j = 0; j < QK / 2; j++) b[2 + j] = (uint8_t)(L[j] | (L[j + QK / 2] << 4));
 }
 
-static void quantise_block(BlockFormat f, const float *x, uint8_t *b) {
+static void quantise_block(BlockFormat f, const float *x, uint8_t *b, int search) {
     switch (f) {
     case FMT_Q8_0: quantise_q8_0(x, b); break;
     case FMT_Q4_0: quantise_qx_0(x, b, 4); break;
     case FMT_Q5_0: quantise_qx_0(x, b, 5); break;
     case FMT_Q4_1: quantise_qx_1(x, b, 4); break;
     case FMT_Q5_1: quantise_qx_1(x, b, 5); break;
-    case FMT_IQ4_NL: quantise_iq4_nl(x, b); break;
+    case FMT_IQ4_NL: quantise_iq4_nl(x, b, search); break;
     }
 }
 
@@ -311,21 +335,37 @@ static size_t block_qs_offset(BlockFormat f) {
 static int block_has_m(BlockFormat f) { return f == FMT_Q4_1 || f == FMT_Q5_1; }
 static int block_has_qh(BlockFormat f) { return f == FMT_Q5_0 || f == FMT_Q5_1; }
 
+// The options: `search` (iq4_nl only) and `qround=none|q8`.
+static int block_options(BlockFormat f, CodecSpec *spec, int *search, int *qround, char *err, size_t errlen) {
+    const char *name = block_info[f].name;
+    const char *sr = f == FMT_IQ4_NL ? spec_string(spec, "search") : NULL;
+    if (sr && *sr) {
+        snprintf(err, errlen, "%s: search is a bare option (iq4_nl:search), not key=value", name);
+        return -1;
+    }
+    *search = sr != NULL;
+    const char *qr = spec_string(spec, "qround");
+    *qround = qr && strcmp(qr, "q8") == 0;
+    if (qr && !*qround && strcmp(qr, "none") != 0) {
+        snprintf(err, errlen, "%s: qround must be none or q8 (got '%s')", name, qr);
+        return -1;
+    }
+    return 0;
+}
+
 static void *block_create(BlockFormat f, CodecSpec *spec, int n_heads, int head_dim, int capacity,
                           char *normalised, size_t normalised_len, char *err, size_t errlen) {
     const char *role = spec_string(spec, "role");
     const char *name = block_info[f].name;
-    if (n_heads < 1 || capacity < 1 || head_dim < QK || head_dim % QK) {
-        snprintf(err, errlen, "%s: blocks of 32 need head_dim a multiple of 32 and at least one head and token "
-                 "(got %d, %d, %d)", name, head_dim, n_heads, capacity);
-        return NULL;
-    }
+    if (codec_check_shape(name, n_heads, head_dim, capacity, QK, err, errlen)) return NULL; // blocks of 32
+    int search, qround;
+    if (block_options(f, spec, &search, &qround, err, errlen)) return NULL;
     BlockState *s = calloc(1, sizeof *s);
     if (s) {
         s->format = f;
-        s->n_heads = n_heads;
-        s->head_dim = head_dim;
-        s->capacity = capacity;
+        s->search = search;
+        s->qround = qround;
+        s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
         s->is_key = !role || strcmp(role, "v") != 0;
         s->block_bytes = block_info[f].block_bytes;
         s->blocks = head_dim / QK;
@@ -341,17 +381,13 @@ static void *block_create(BlockFormat f, CodecSpec *spec, int n_heads, int head_
         if (block_has_qh(f)) s->qh = calloc(meta, sizeof(uint32_t));
     }
     if (!s || !s->codes || !s->d || (block_has_m(f) && !s->m) || (block_has_qh(f) && !s->qh)) {
-        if (s) {
-            free(s->codes);
-            free(s->d);
-            free(s->m);
-            free(s->qh);
-        }
-        free(s);
+        block_destroy(s);
         snprintf(err, errlen, "out of memory allocating a %s cache stream", name);
         return NULL;
     }
-    snprintf(normalised, normalised_len, "%s", name);
+    // Options that are not the default show (so that `q4_0` stays `q4_0`).
+    snprintf(normalised, normalised_len, "%s%s%s%s", name, search || qround ? ":" : "", search ? "search" : "",
+             qround ? (search ? ",qround=q8" : "qround=q8") : "");
     return s;
 }
 
@@ -405,7 +441,7 @@ static void block_append(void *state, const float *vec) {
     uint8_t b[34];
     for (int h = 0; h < s->n_heads; h++)
         for (int i = 0; i < s->blocks; i++) {
-            quantise_block(s->format, vec + h * s->head_dim + i * QK, b);
+            quantise_block(s->format, vec + h * s->head_dim + i * QK, b, s->search);
             block_scatter(s, h, s->length, i, b);
         }
     s->length++;
@@ -474,7 +510,7 @@ static ALWAYS_INLINE void block_scores_impl(const BlockState *s, int head, const
                 for (int k = 0; k < nt; k++) {
                     const uint32_t *wk = w + (size_t)k * tw;
                     const uint32_t *qh = s->qh ? s->qh + block_meta(s, head, i, t0 + k * TILE) : NULL;
-#pragma GCC unroll 32
+QUANT_UNROLL(32)
                     for (int j = 0; j < QK; j++) {
                         const float qj = q[i * QK + j];
 #pragma omp simd
@@ -613,10 +649,7 @@ static ALWAYS_INLINE void block_mix_impl(const BlockState *s, int head, const fl
                 }
                 if (k < cnt) quant_group_lookup16(row + (size_t)k * rb, BLOCK_TABLE(k), &e0, &e1);
 #undef BLOCK_TABLE
-                _mm512_store_ps(even, e0);
-                _mm512_store_ps(even + 16, e1);
-                _mm512_store_ps(odd, o0);
-                _mm512_store_ps(odd + 16, o1);
+                quant_store4(even, odd, e0, e1, o0, o1);
 #else
                 for (int k = 0; k < cnt; k++) {
                     float t[16], *acc = k % 2 ? odd : even;
@@ -643,10 +676,7 @@ static ALWAYS_INLINE void block_mix_impl(const BlockState *s, int head, const fl
                                     f, &o0, &o1);
             }
             if (k < cnt) block_mix_decoded16(row + (size_t)k * rb, qh ? qh[k] : 0, p[j0 + k], d[k], m[k], f, &e0, &e1);
-            _mm512_store_ps(even, e0);
-            _mm512_store_ps(even + 16, e1);
-            _mm512_store_ps(odd, o0);
-            _mm512_store_ps(odd + 16, o1);
+            quant_store4(even, odd, e0, e1, o0, o1);
 #else
             for (int k = 0; k < cnt; k++) {
                 if (k % 2 == 0)
@@ -658,35 +688,6 @@ static ALWAYS_INLINE void block_mix_impl(const BlockState *s, int head, const fl
         }
         for (int j = 0; j < QK; j++) out[i * QK + j] = even[j] + odd[j];
     }
-}
-
-// Scoring a value stream or mixing a key stream (not what attention does): token by token via read.
-static void block_scores_general(const BlockState *s, int head, const float *q, float *out, int n) {
-    float x[QK];
-    for (int j = 0; j < n; j++) {
-        float acc = 0.0f;
-        for (int i = 0; i < s->blocks; i++) {
-            uint8_t b[34];
-            block_gather(s, head, j, i, b);
-            const BlockHead h = block_head(s->format, b);
-            for (int k = 0; k < QK / 2; k++) block_pair(s->format, b, h, k, &x[k], &x[k + QK / 2]);
-            for (int k = 0; k < QK; k++) acc += q[i * QK + k] * x[k];
-        }
-        out[j] = acc;
-    }
-}
-
-static void block_mix_general(const BlockState *s, int head, const float *p, float *out, int n) {
-    float x[QK];
-    memset(out, 0, sizeof(float) * (size_t)s->head_dim);
-    for (int j = 0; j < n; j++)
-        for (int i = 0; i < s->blocks; i++) {
-            uint8_t b[34];
-            block_gather(s, head, j, i, b);
-            const BlockHead h = block_head(s->format, b);
-            for (int k = 0; k < QK / 2; k++) block_pair(s->format, b, h, k, &x[k], &x[k + QK / 2]);
-            for (int k = 0; k < QK; k++) out[i * QK + k] += p[j] * x[k];
-        }
 }
 
 // One instance per format at micro's head_dim 32, one for other head_dims (up to 8 blocks).
@@ -721,12 +722,76 @@ static const BlockKernel block_mix_fn[] = {
     [FMT_Q5_0] = mix_q5_0, [FMT_Q5_1] = mix_q5_1, [FMT_IQ4_NL] = mix_iq4_nl,
 };
 
+// ---- qround=q8: llama.cpp's arithmetic ---------------------------------------------------------
+// llama.cpp's CPU attention does not multiply a quantised key by the float query: it rounds the
+// query to q8_0 blocks (q8_1 for q4_1 and q5_1, whose minimum needs the block sum) and takes the
+// dot product in integers within a block (ggml's vec_dot_*_q8_* reference code):
+//   query block: d = absmax/127 (fp16), q = roundf(x/d) (half away from zero), q8_1 also
+//                s = fp16(d · Σq) with the unrounded d;
+//   per block:   Σ_j level_j · q_j exactly, then q4_0 (Σ·d_k)·d_q; q8_0, q5_0, iq4_nl (d_k·d_q)·Σ;
+//                q4_1, q5_1 (d_k·d_q)·Σ + m_k·s_q; the blocks' results added in order.
+typedef struct {
+    int8_t q[QK];
+    float d, s;
+} QueryBlock;
+
+static void round_query(const float *x, QueryBlock *y) {
+    float amax = 0.0f;
+    for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < QK; j++) {
+        const float v = x[j] * id; // |v| <= 127 up to rounding; NaN gives 0
+        y->q[j] = (int8_t)(v >= 127.0f ? 127 : v <= -127.0f ? -127 : v == v ? (int)roundf(v) : 0);
+        sum += y->q[j];
+    }
+    y->d = quant_fp16_to_fp32(quant_fp32_to_fp16(d));
+    y->s = quant_fp16_to_fp32(quant_fp32_to_fp16((float)sum * d));
+}
+
+// The integer level of each number of a block (llama.cpp's byte layout), before d and m.
+static void block_levels(BlockFormat f, const uint8_t *b, int *lv) {
+    const uint8_t *qs = b + block_qs_offset(f);
+    const uint32_t qh = block_has_qh(f) ? load_u32(qs - 4) : 0;
+    for (int j = 0; j < QK; j++) {
+        const int c = f == FMT_Q8_0 ? (int8_t)qs[j] : j < QK / 2 ? qs[j] & 15 : qs[j - QK / 2] >> 4;
+        const int hi = (int)((qh >> j) & 1) << 4;
+        lv[j] = f == FMT_Q4_0 ? c - 8 : f == FMT_Q5_0 ? (c | hi) - 16 : f == FMT_Q5_1 ? c | hi
+              : f == FMT_IQ4_NL ? iq4nl_values[c] : c;
+    }
+}
+
+static void block_scores_qround(const BlockState *s, int head, const float *q, float *out, int n) {
+    QueryBlock qb[1024 / QK];
+    for (int i = 0; i < s->blocks; i++) round_query(q + i * QK, &qb[i]);
+    for (int t = 0; t < n; t++) {
+        float sum = 0.0f;
+        for (int i = 0; i < s->blocks; i++) {
+            uint8_t b[34];
+            int lv[QK], dot = 0;
+            block_gather(s, head, t, i, b);
+            block_levels(s->format, b, lv);
+            for (int j = 0; j < QK; j++) dot += lv[j] * qb[i].q[j];
+            const float dk = load_f16(b), dd = dk * qb[i].d;
+            switch (s->format) {
+            case FMT_Q4_0: sum += (float)dot * dk * qb[i].d; break;
+            case FMT_Q4_1:
+            case FMT_Q5_1: sum += dd * (float)dot + load_f16(b + 2) * qb[i].s; break;
+            default: sum += dd * (float)dot; break;
+            }
+        }
+        out[t] = sum;
+    }
+}
+
 static void block_scores(const void *state, int head, const float *q, float *out, int n) {
     const BlockState *s = state;
-    if (s->is_key && s->blocks <= 8)
+    if (s->is_key && s->qround)
+        block_scores_qround(s, head, q, out, n);
+    else if (s->is_key && s->blocks <= 8)
         block_scores_fn[s->format](s, head, q, out, n);
     else
-        block_scores_general(s, head, q, out, n);
+        codec_scores_by_read(s, block_read, s->head_dim, head, q, out, n);
 }
 
 static void block_mix(const void *state, int head, const float *p, float *out, int n) {
@@ -734,7 +799,7 @@ static void block_mix(const void *state, int head, const float *p, float *out, i
     if (!s->is_key)
         block_mix_fn[s->format](s, head, p, out, n);
     else
-        block_mix_general(s, head, p, out, n);
+        codec_mix_by_read(s, block_read, s->head_dim, head, p, out, n);
 }
 
 static size_t block_bytes(const void *state) {
@@ -742,32 +807,15 @@ static size_t block_bytes(const void *state) {
     return s->block_bytes * (size_t)s->blocks * (size_t)s->length * s->n_heads;
 }
 
-static void block_destroy(void *state) {
-    BlockState *s = state;
-    if (!s) return;
-    free(s->codes);
-    free(s->d);
-    free(s->m);
-    free(s->qh);
-    free(s);
-}
 
-static const CodecOps block_ops = {
-    .append = block_append,
-    .end_step = NULL,
-    .scores = block_scores,
-    .mix = block_mix,
-    .read = block_read,
-    .bytes = block_bytes,
-    .destroy = block_destroy,
-};
+CODEC_OPS(block, NULL);
 
 #define BLOCK_FAMILY(id, fmt, help_text)                                                             \
     static void *create_##id(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised, \
                              size_t normalised_len, char *err, size_t errlen) {                      \
         return block_create(fmt, spec, n_heads, head_dim, capacity, normalised, normalised_len, err, errlen); \
     }                                                                                                \
-    const CodecFamily codec_##id = {.name = #id, .help = help_text, .ops = &block_ops, .create = create_##id};
+    const CodecFamily CODEC_FAMILY(codec_##id) = {.name = #id, .help = help_text, .ops = &block_ops, .create = create_##id};
 
 BLOCK_FAMILY(q8_0, FMT_Q8_0, "q8_0                 llama.cpp q8_0: blocks of 32, int8 codes, fp16 absmax/127 scale (8.5 bits)")
 BLOCK_FAMILY(q4_0, FMT_Q4_0, "q4_0                 llama.cpp q4_0: blocks of 32, 4-bit codes, fp16 scale extreme/-8 (4.5 bits)")

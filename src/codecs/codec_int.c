@@ -25,6 +25,8 @@
 #include <string.h>
 
 #include "../quant.h"
+#include "code_store.h"
+#include "codec_core.h"
 #include "codecs.h"
 
 #define TILE QUANT_TILE
@@ -35,16 +37,19 @@ enum { LEVELS_SYM, LEVELS_FULL, LEVELS_SIGN };
 typedef struct {
     int n_heads, head_dim, capacity, length;
     int bits, levels, scale_fp32;
-    QuantLayout layout;
-    int group;         // tokens per unit: 16 (tiles), 4/B (groups) or 1 (rows)
-    int units;         // units per head (capacity rounded up)
+    CodeStore cs;      // the codes (unit: 16 tokens for tiles, 4/B for groups, 1 for rows)
     int slots;         // scale slots per head: capacity rounded up to whole tiles
-    size_t row_bytes;  // packed codes of one head at one token
-    size_t unit_bytes; // bytes of one unit of one head: group · row_bytes
-    uint8_t *codes;    // [head][unit][unit_bytes]; tiles: [chunk of 32][B words][16 lanes] as uint32
     uint16_t *scale16; // [head][slots] with scale=fp16 (zero past the last token)
     float *scale32;    // [head][slots] with scale=fp32
 } IntState;
+
+static void int_destroy(void *state) {
+    IntState *s = state;
+    if (s) code_store_free(&s->cs), free(s->scale16), free(s->scale32);
+    free(s);
+}
+
+static void int_read(const void *state, int head, int token, float *out);
 
 static const char *levels_name[] = {"sym", "full", "sign"};
 
@@ -84,50 +89,30 @@ static void *int_create(CodecSpec *spec, int n_heads, int head_dim, int capacity
         snprintf(err, errlen, "int: scale must be fp16 or fp32 (got '%s')", sc);
         return NULL;
     }
-    if (n_heads < 1 || capacity < 1 || head_dim < 2 || head_dim % 2) {
-        snprintf(err, errlen, "int: needs an even head_dim >= 2 and at least one head and token (got %d, %d, %d)",
-                 head_dim, n_heads, capacity);
-        return NULL;
-    }
+    if (codec_check_shape("int", n_heads, head_dim, capacity, 2, err, errlen)) return NULL;
     IntState *s = calloc(1, sizeof *s);
     if (!s) goto oom;
-    s->n_heads = n_heads;
-    s->head_dim = head_dim;
-    s->capacity = capacity;
-    s->bits = bits;
-    s->levels = levels;
-    s->scale_fp32 = scale_fp32;
-    s->row_bytes = quant_packed_bytes((size_t)head_dim, bits);
+    s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
+    s->bits = bits, s->levels = levels, s->scale_fp32 = scale_fp32;
     const int is_value = role && strcmp(role, "v") == 0;
-    if (head_dim % 32 != 0)
-        s->layout = QUANT_ROWS, s->group = 1;
-    else if (!is_value)
-        s->layout = QUANT_TILES, s->group = TILE;
-    else if (bits == 1 || bits == 2 || bits == 4)
-        s->layout = QUANT_GROUPS, s->group = 4 / bits;
-    else
-        s->layout = QUANT_ROWS, s->group = 1;
-    s->units = (capacity + s->group - 1) / s->group;
-    s->unit_bytes = (size_t)s->group * s->row_bytes;
+    QuantLayout layout = QUANT_ROWS;
+    if (head_dim % 32 == 0 && !is_value)
+        layout = QUANT_TILES;
+    else if (head_dim % 32 == 0 && (bits == 1 || bits == 2 || bits == 4))
+        layout = QUANT_GROUPS;
     s->slots = (capacity + TILE - 1) / TILE * TILE;
-    // Zeroed: tokens of a unit not yet appended decode to finite numbers (and groups are OR-ed in).
-    s->codes = calloc((size_t)n_heads * (size_t)s->units * s->unit_bytes, 1);
+    if (code_store_init(&s->cs, layout, bits, n_heads, head_dim, capacity)) goto oom;
     const size_t slots = (size_t)n_heads * (size_t)s->slots;
     if (scale_fp32)
         s->scale32 = calloc(slots, sizeof(float));
     else
         s->scale16 = calloc(slots, sizeof(uint16_t));
-    if (!s->codes || (!s->scale32 && !s->scale16)) goto oom;
+    if (!s->scale32 && !s->scale16) goto oom;
     snprintf(normalised, normalised_len, "int:bits=%d,levels=%s,scale=%s", bits, levels_name[levels],
              scale_fp32 ? "fp32" : "fp16");
     return s;
 oom:
-    if (s) {
-        free(s->codes);
-        free(s->scale16);
-        free(s->scale32);
-        free(s);
-    }
+    int_destroy(s);
     snprintf(err, errlen, "out of memory allocating an int cache stream");
     return NULL;
 }
@@ -136,14 +121,7 @@ static inline size_t int_slot(const IntState *s, int head, int token) {
     return (size_t)head * (size_t)s->slots + (size_t)token;
 }
 
-static inline uint8_t *int_unit(const IntState *s, int head, int unit) {
-    return s->codes + ((size_t)head * (size_t)s->units + (size_t)unit) * s->unit_bytes;
-}
 
-// Token tile `tile` of one head, as words.
-static inline const uint32_t *int_tile(const IntState *s, int head, int tile) {
-    return (const uint32_t *)(const void *)int_unit(s, head, tile);
-}
 
 // Store a scale in the stream's format; returns the value decode will use.
 static float int_store_scale(IntState *s, size_t slot, float d) {
@@ -168,17 +146,7 @@ static inline int32_t int_level(uint32_t code, int bits) {
 // Stores the codes of numbers [32c, 32c + n) of the token being appended (n < 32 only for the
 // tail of a row when head_dim is not a multiple of 32).
 static void int_store_chunk(IntState *s, int head, int c, const uint8_t *q, int n) {
-    const int t = s->length;
-    uint8_t *unit = int_unit(s, head, t / s->group);
-    if (s->layout == QUANT_TILES) {
-        uint8_t packed[32];
-        quant_pack(packed, q, 32, s->bits);
-        quant_tile_put((uint32_t *)(void *)unit + (size_t)c * s->bits * TILE, t % TILE, packed, s->bits);
-    } else if (s->layout == QUANT_GROUPS) {
-        quant_group_put(unit + (size_t)c * 16, t % s->group, q, 32, s->bits);
-    } else {
-        quant_pack(unit + quant_packed_bytes((size_t)c * 32, s->bits), q, (size_t)n, s->bits);
-    }
+    code_store_put(&s->cs, head, s->length, c, q, n);
 }
 
 static void int_encode(IntState *s, int head, const float *x) {
@@ -238,18 +206,9 @@ static void int_append(void *state, const float *vec) {
 
 // Levels of numbers [c, c + n) of one head at one token (c a multiple of 32, n <= 32), unscaled.
 static void int_levels(const IntState *s, int head, int token, int c, int n, float *out) {
-    const uint8_t *unit = int_unit(s, head, token / s->group);
-    const int bits = s->bits, t = token % s->group;
-    if (s->layout == QUANT_TILES) {
-        const uint32_t *w = (const uint32_t *)(const void *)unit + (size_t)(c / 32) * bits * TILE;
-        for (int i = 0; i < n; i++) out[i] = (float)int_level(quant_tile_code(w, t, i, bits), bits);
-    } else if (s->layout == QUANT_GROUPS) {
-        for (int i = 0; i < n; i++) out[i] = (float)int_level(quant_group_code(unit + (c / 32) * 16, t, i, bits), bits);
-    } else {
-        uint8_t q[32];
-        quant_unpack(unit + quant_packed_bytes((size_t)c, bits), q, (size_t)n, bits);
-        for (int i = 0; i < n; i++) out[i] = (float)int_level(q[i], bits);
-    }
+    uint8_t q[32];
+    code_store_get(&s->cs, head, token, c / 32, q, n);
+    for (int i = 0; i < n; i++) out[i] = (float)int_level(q[i], s->bits);
 }
 
 // ---- Tables ---------------------------------------------------------------------------------
@@ -312,8 +271,8 @@ static ALWAYS_INLINE void int_scales(const IntState *s, size_t slot, float *sc) 
 // acc[k][l] for nt tiles from tile t0/16 on, chunk by chunk (tables: the chunk's, for B <= 4).
 static ALWAYS_INLINE void int_key_tiles(const IntState *s, int head, const float *q, int t0, const int nt, const int hd,
                                         const int bits, const float (*tables)[16], float (*acc)[TILE]) {
-    const uint32_t *tile = int_tile(s, head, t0 / TILE);
-    const size_t tw = s->unit_bytes / 4;
+    const uint32_t *tile = (const uint32_t *)(const void *)code_store_unit(&s->cs, head, t0 / TILE);
+    const size_t tw = s->cs.unit_bytes / 4;
     for (int c = 0; c < hd / 32; c++) {
         const uint32_t *w = tile + (size_t)c * bits * TILE;
         if (bits <= 4) {
@@ -326,10 +285,10 @@ static ALWAYS_INLINE void int_key_tiles(const IntState *s, int head, const float
             quant_tile_lookup(w, tw, nt, set, 1, bits, acc);
             continue;
         }
-#pragma GCC unroll 32
+QUANT_UNROLL(32)
         for (int d = 0; d < 32; d++) {
             const float qd = q[32 * c + d];
-#pragma GCC unroll 4
+QUANT_UNROLL(4)
             for (int k = 0; k < nt; k++) {
 #pragma omp simd
                 for (int l = 0; l < TILE; l++)
@@ -345,9 +304,9 @@ static ALWAYS_INLINE void int_scores_tiled(const IntState *s, int head, const fl
     if (bits <= 4 && hd == 32) int_key_tables(q, bits, tables);
     for (int t0 = 0; t0 < n; t0 += NT * TILE) {
         const int nt = n - t0 >= NT * TILE ? NT : (n - t0 + TILE - 1) / TILE;
-        if (t0 / TILE + 3 * NT <= s->units) { // the tiles after next, towards L1
-            const char *next = (const char *)int_tile(s, head, t0 / TILE + 2 * NT);
-            for (size_t b = 0; b < NT * s->unit_bytes; b += 64) __builtin_prefetch(next + b);
+        if (t0 / TILE + 3 * NT <= s->cs.units) { // the tiles after next, towards L1
+            const char *next = (const char *)(const uint32_t *)(const void *)code_store_unit(&s->cs, head, t0 / TILE + 2 * NT);
+            for (size_t b = 0; b < NT * s->cs.unit_bytes; b += 64) __builtin_prefetch(next + b);
         }
         float acc[NT][TILE] = {{0}};
         if (nt == NT)
@@ -406,8 +365,8 @@ static ALWAYS_INLINE void int_mix_groups(const IntState *s, int head, const floa
                 int_weights(s, head, p, n, j0 + 4 * TILE, wbuf[(j0 / (4 * TILE) + 1) % 2]);
             const float *w = wbuf[(j0 / (4 * TILE)) % 2] + j0 % (4 * TILE);
             const int u0 = j0 / g, nb = (n - j0 >= TILE ? TILE : n - j0 + g - 1) / g; // u0 is even
-            const uint8_t *chunk = int_unit(s, head, u0) + (size_t)c * 16;
-            if (u0 + 3 * TILE / g <= s->units) // 16 tokens after next, towards L1
+            const uint8_t *chunk = code_store_unit(&s->cs, head, u0) + (size_t)c * 16;
+            if (u0 + 3 * TILE / g <= s->cs.units) // 16 tokens after next, towards L1
                 for (size_t b = 0; b < TILE / g * ub; b += 64) __builtin_prefetch(chunk + 2 * TILE / g * ub + b);
 #ifdef QUANT_AVX512
             __asm__("" ::: "memory"); // each table broadcasts its weights from memory
@@ -426,15 +385,9 @@ static ALWAYS_INLINE void int_mix_groups(const IntState *s, int head, const floa
 #endif
         }
 #ifdef QUANT_AVX512
-        _mm512_store_ps(acc[0][0], e0);
-        _mm512_store_ps(acc[0][1], e1);
-        _mm512_store_ps(acc[1][0], o0);
-        _mm512_store_ps(acc[1][1], o1);
+        quant_store4(acc[0][0], acc[1][0], e0, e1, o0, o1);
 #endif
-        for (int i = 0; i < 16; i++) {
-            out[32 * c + 2 * i] = acc[0][0][i] + acc[1][0][i];
-            out[32 * c + 2 * i + 1] = acc[0][1][i] + acc[1][1][i];
-        }
+        quant_group_sum((const float(*)[2][16])acc, out + 32 * c);
     }
 }
 
@@ -473,16 +426,10 @@ static ALWAYS_INLINE void int_mix_rows_hd(const IntState *s, int head, const flo
                                           const int bits) {
 #if defined(QUANT_AVX512) && defined(__AVX512VBMI__)
     if (bits > 1) {
-        uint8_t ctrl[2][64];
-        uint32_t up[2][16];
-        for (int h = 0; h < 2; h++)
-            for (int i = 0; i < 16; i++) {
-                const int bit = (16 * h + i) * bits;
-                for (int b = 0; b < 4; b++) ctrl[h][4 * i + b] = (uint8_t)(bit / 8 + (b > 0));
-                up[h][i] = (uint32_t)(32 - bits - bit % 8);
-            }
-        const __m512i c0 = _mm512_loadu_si512(ctrl[0]), c1 = _mm512_loadu_si512(ctrl[1]),
-                      u0 = _mm512_loadu_si512(up[0]), u1 = _mm512_loadu_si512(up[1]);
+        __m512i ctrl[2], off[2]; // each code shifted up to bit 31: by 32 − bits − its offset
+        quant_row_gather(bits, ctrl, off);
+        const __m512i c0 = ctrl[0], c1 = ctrl[1], u0 = _mm512_sub_epi32(_mm512_set1_epi32(32 - bits), off[0]),
+                      u1 = _mm512_sub_epi32(_mm512_set1_epi32(32 - bits), off[1]);
         for (int c = 0; c < hd / 32; c++) {
             __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
             const size_t at = (size_t)c * 4 * bits;
@@ -493,17 +440,17 @@ static ALWAYS_INLINE void int_mix_rows_hd(const IntState *s, int head, const flo
                 const float *w = wbuf[(j0 / (4 * TILE)) % 2];
                 __asm__("" ::: "memory"); // the weights broadcast from memory
                 const int m = n - j0 < 4 * TILE ? n - j0 : 4 * TILE;
-                const uint8_t *row = int_unit(s, head, j0) + at;
-                if (j0 / TILE + 12 <= s->units)
-                    for (size_t b = 0; b < 4 * TILE * s->row_bytes; b += 64)
-                        __builtin_prefetch(row + 8 * TILE * s->row_bytes + b);
+                const uint8_t *row = code_store_unit(&s->cs, head, j0) + at;
+                if (j0 / TILE + 12 <= s->cs.units)
+                    for (size_t b = 0; b < 4 * TILE * s->cs.row_bytes; b += 64)
+                        __builtin_prefetch(row + 8 * TILE * s->cs.row_bytes + b);
                 int k = 0;
-                for (; k + 2 <= m; k += 2, row += 2 * s->row_bytes) {
+                for (; k + 2 <= m; k += 2, row += 2 * s->cs.row_bytes) {
                     const __m512 w0 = _mm512_set1_ps(w[k]), w1 = _mm512_set1_ps(w[k + 1]);
                     e0 = _mm512_add_ps(e0, _mm512_mul_ps(w0, int_row_levels16(row, c0, u0, 0, bits)));
                     e1 = _mm512_add_ps(e1, _mm512_mul_ps(w0, int_row_levels16(row, c1, u1, 1, bits)));
-                    o0 = _mm512_add_ps(o0, _mm512_mul_ps(w1, int_row_levels16(row + s->row_bytes, c0, u0, 0, bits)));
-                    o1 = _mm512_add_ps(o1, _mm512_mul_ps(w1, int_row_levels16(row + s->row_bytes, c1, u1, 1, bits)));
+                    o0 = _mm512_add_ps(o0, _mm512_mul_ps(w1, int_row_levels16(row + s->cs.row_bytes, c0, u0, 0, bits)));
+                    o1 = _mm512_add_ps(o1, _mm512_mul_ps(w1, int_row_levels16(row + s->cs.row_bytes, c1, u1, 1, bits)));
                 }
                 if (k < m) {
                     const __m512 w0 = _mm512_set1_ps(w[k]);
@@ -524,49 +471,19 @@ static ALWAYS_INLINE void int_mix_rows_hd(const IntState *s, int head, const flo
         for (; j + 2 <= n; j += 2) {
             const float w0 = p[j] * int_scale(s, int_slot(s, head, j)),
                         w1 = p[j + 1] * int_scale(s, int_slot(s, head, j + 1));
-            int_row_levels(int_unit(s, head, j) + at, bits, lv);
+            int_row_levels(code_store_unit(&s->cs, head, j) + at, bits, lv);
 #pragma omp simd
             for (int i = 0; i < 32; i++) even[i] += w0 * lv[i];
-            int_row_levels(int_unit(s, head, j + 1) + at, bits, lv);
+            int_row_levels(code_store_unit(&s->cs, head, j + 1) + at, bits, lv);
 #pragma omp simd
             for (int i = 0; i < 32; i++) odd[i] += w1 * lv[i];
         }
         if (j < n) {
             const float w0 = p[j] * int_scale(s, int_slot(s, head, j));
-            int_row_levels(int_unit(s, head, j) + at, bits, lv);
+            int_row_levels(code_store_unit(&s->cs, head, j) + at, bits, lv);
             for (int i = 0; i < 32; i++) even[i] += w0 * lv[i];
         }
         for (int i = 0; i < 32; i++) out[32 * c + i] = even[i] + odd[i];
-    }
-}
-
-// Any layout, any head_dim: token by token through int_levels (the odd shapes, scoring a value
-// stream and mixing a key stream).
-static void int_scores_general(const IntState *s, int head, const float *q, float *out, int n) {
-    const int hd = s->head_dim;
-    float lv[32];
-    for (int j = 0; j < n; j++) {
-        float acc = 0.0f;
-        for (int c = 0; c < hd; c += 32) {
-            const int m = hd - c < 32 ? hd - c : 32;
-            int_levels(s, head, j, c, m, lv);
-            for (int i = 0; i < m; i++) acc += q[c + i] * lv[i];
-        }
-        out[j] = acc * int_scale(s, int_slot(s, head, j));
-    }
-}
-
-static void int_mix_general(const IntState *s, int head, const float *p, float *out, int n) {
-    const int hd = s->head_dim;
-    float lv[32];
-    memset(out, 0, sizeof(float) * (size_t)hd);
-    for (int j = 0; j < n; j++) {
-        const float w = p[j] * int_scale(s, int_slot(s, head, j));
-        for (int c = 0; c < hd; c += 32) {
-            const int m = hd - c < 32 ? hd - c : 32;
-            int_levels(s, head, j, c, m, lv);
-            for (int i = 0; i < m; i++) out[c + i] += w * lv[i];
-        }
     }
 }
 
@@ -599,8 +516,8 @@ static const IntKernel int_mix_32[9] = {NULL, int_mix_32_1, int_mix_32_2, int_mi
 
 static void int_scores(const void *state, int head, const float *q, float *out, int n) {
     const IntState *s = state;
-    if (s->layout != QUANT_TILES)
-        int_scores_general(s, head, q, out, n);
+    if (s->cs.layout != QUANT_TILES)
+        codec_scores_by_read(s, int_read, s->head_dim, head, q, out, n);
     else if (s->head_dim == 32)
         int_scores_32[s->bits](s, head, q, out, n);
     else
@@ -609,11 +526,11 @@ static void int_scores(const void *state, int head, const float *q, float *out, 
 
 static void int_mix(const void *state, int head, const float *p, float *out, int n) {
     const IntState *s = state;
-    if (s->layout == QUANT_TILES || s->head_dim % 32 != 0)
-        int_mix_general(s, head, p, out, n);
+    if (s->cs.layout == QUANT_TILES || s->head_dim % 32 != 0)
+        codec_mix_by_read(s, int_read, s->head_dim, head, p, out, n);
     else if (s->head_dim == 32)
         int_mix_32[s->bits](s, head, p, out, n);
-    else if (s->layout == QUANT_GROUPS)
+    else if (s->cs.layout == QUANT_GROUPS)
         int_mix_groups(s, head, p, out, n, s->head_dim, s->bits);
     else
         int_mix_rows_hd(s, head, p, out, n, s->head_dim, s->bits);
@@ -632,32 +549,12 @@ static void int_read(const void *state, int head, int token, float *out) {
 static size_t int_bytes(const void *state) {
     const IntState *s = state;
     const size_t scale_bytes = s->scale_fp32 ? sizeof(float) : sizeof(uint16_t);
-    return (s->row_bytes + scale_bytes) * (size_t)s->length * s->n_heads;
+    return (s->cs.row_bytes + scale_bytes) * (size_t)s->length * s->n_heads;
 }
 
-static void int_destroy(void *state) {
-    IntState *s = state;
-    if (!s) return;
-    free(s->codes);
-    free(s->scale16);
-    free(s->scale32);
-    free(s);
-}
 
-static const CodecOps int_ops = {
-    .append = int_append,
-    .end_step = NULL,
-    .scores = int_scores,
-    .mix = int_mix,
-    .read = int_read,
-    .bytes = int_bytes,
-    .destroy = int_destroy,
-};
+CODEC_OPS(int, NULL);
 
-const CodecFamily codec_int = {
-    .name = "int",
+const CodecFamily CODEC_FAMILY(codec_int) = {.name = "int", .ops = &int_ops, .create = int_create,
     .help = "int:bits=B           round to nearest per head per token, B=1..8, one scale (scale=fp16|fp32), "
-            "levels=sym|full; B=1 stores sign x mean|x|",
-    .ops = &int_ops,
-    .create = int_create,
-};
+            "levels=sym|full; B=1 stores sign x mean|x|"};

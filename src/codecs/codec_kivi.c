@@ -33,6 +33,8 @@
 #include <string.h>
 
 #include "../quant.h"
+#include "code_store.h"
+#include "codec_core.h"
 #include "codecs.h"
 
 #define TILE QUANT_TILE
@@ -43,11 +45,7 @@ typedef struct {
     int n_heads, head_dim, capacity, length;
     int bits, group, residual, is_value;
     int n_quant;       // tokens [0, n_quant) are quantised, [n_quant, length) full precision
-    QuantLayout layout; // of the codes (and of the keys' residual): see the top of the file
-    int unit, units;   // tokens per unit of codes (16, 4/B or 1) and units per head
-    size_t row_bytes;  // packed codes of one head at one token
-    size_t unit_bytes; // unit · row_bytes
-    uint8_t *codes;    // [head][unit][unit_bytes]; tiles: [chunk of 32][B words][16 lanes] as uint32
+    CodeStore cs;      // the quantised tokens' codes (their layout is the residual's too)
     // keys: [head][token group][2][head_dim] (scales then minimums, per channel)
     // values: [head][token][head_dim / group][2] (scale, minimum per channel group)
     uint16_t *meta;
@@ -55,6 +53,12 @@ typedef struct {
     uint16_t *full;       // fp16 [head][full_rows][head_dim]; key tiles: [head][full_rows / 16][head_dim][16]
     int full_rows;        // keys: residual slot = token − n_quant; values: ring slot = token % (R + 1)
 } KiviState;
+
+static void kivi_destroy(void *state) {
+    KiviState *s = state;
+    if (s) code_store_free(&s->cs), free(s->meta), free(s->full);
+    free(s);
+}
 
 static void *kivi_create(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised,
                          size_t normalised_len, char *err, size_t errlen) {
@@ -73,11 +77,18 @@ static void *kivi_create(CodecSpec *spec, int n_heads, int head_dim, int capacit
         snprintf(err, errlen, "kivi: residual=%d must be a multiple of group=%d", residual, group);
         return NULL;
     }
-    if (n_heads < 1 || capacity < 1 || head_dim < 2 || head_dim % 2) {
-        snprintf(err, errlen, "kivi: needs an even head_dim >= 2 and at least one head and token (got %d, %d, %d)",
-                 head_dim, n_heads, capacity);
+    // Checked against a model (kvstream_check_spec_shape), the cache passes its context: a residual
+    // of a whole context would keep every token in fp16 and quantise nothing, silently.
+    int context;
+    if (spec_int(spec, "context", 0, 0, 1 << 30, &context, err, errlen)) return NULL;
+    if (context > 0 && residual >= context) {
+        snprintf(err, errlen,
+                 "kivi: residual=%d keeps the newest %d tokens in fp16, but a stream holds at most %d (the model's "
+                 "context): nothing would be quantised; give a residual below %d",
+                 residual, residual, context, context);
         return NULL;
     }
+    if (codec_check_shape("kivi", n_heads, head_dim, capacity, 2, err, errlen)) return NULL;
     if (is_value && head_dim % group) {
         snprintf(err, errlen, "kivi: values are grouped along head_dim, so group=%d must divide head_dim %d",
                  group, head_dim);
@@ -85,14 +96,8 @@ static void *kivi_create(CodecSpec *spec, int n_heads, int head_dim, int capacit
     }
     KiviState *s = calloc(1, sizeof *s);
     if (!s) goto oom;
-    s->n_heads = n_heads;
-    s->head_dim = head_dim;
-    s->capacity = capacity;
-    s->bits = bits;
-    s->group = group;
-    s->residual = residual;
-    s->is_value = is_value;
-    s->row_bytes = quant_packed_bytes((size_t)head_dim, bits);
+    s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
+    s->bits = bits, s->group = group, s->residual = residual, s->is_value = is_value;
     if (is_value) {
         s->meta_per_head = (size_t)capacity * (size_t)(head_dim / group) * 2;
         s->full_rows = residual + 1 < capacity ? residual + 1 : capacity;
@@ -100,33 +105,21 @@ static void *kivi_create(CodecSpec *spec, int n_heads, int head_dim, int capacit
         s->meta_per_head = (size_t)(capacity / group + 1) * 2 * (size_t)head_dim;
         s->full_rows = residual < capacity ? residual : capacity;
     }
+    QuantLayout layout = QUANT_ROWS;
     if (head_dim % 32 == 0 && !is_value && group % 16 == 0) {
-        s->layout = QUANT_TILES;
-        s->unit = TILE;
+        layout = QUANT_TILES;
         s->full_rows = (s->full_rows + TILE - 1) / TILE * TILE;
     } else if (head_dim % 32 == 0 && is_value && group % 32 == 0 && (bits == 1 || bits == 2 || bits == 4)) {
-        s->layout = QUANT_GROUPS;
-        s->unit = 4 / bits;
-    } else {
-        s->layout = QUANT_ROWS;
-        s->unit = 1;
+        layout = QUANT_GROUPS;
     }
-    s->units = (capacity + s->unit - 1) / s->unit;
-    s->unit_bytes = (size_t)s->unit * s->row_bytes;
-    // Zeroed: tokens of a unit not yet quantised decode to finite numbers (and groups are OR-ed in).
-    s->codes = calloc((size_t)n_heads * (size_t)s->units, s->unit_bytes);
+    if (code_store_init(&s->cs, layout, bits, n_heads, head_dim, capacity)) goto oom;
     s->meta = calloc((size_t)n_heads * s->meta_per_head, sizeof(uint16_t));
     s->full = calloc((size_t)n_heads * (size_t)s->full_rows * (size_t)head_dim, sizeof(uint16_t));
-    if (!s->codes || !s->meta || !s->full) goto oom;
+    if (!s->meta || !s->full) goto oom;
     snprintf(normalised, normalised_len, "kivi:bits=%d,group=%d,residual=%d", bits, group, residual);
     return s;
 oom:
-    if (s) {
-        free(s->codes);
-        free(s->meta);
-        free(s->full);
-        free(s);
-    }
+    kivi_destroy(s);
     snprintf(err, errlen, "out of memory allocating a kivi cache stream");
     return NULL;
 }
@@ -141,46 +134,17 @@ static inline uint16_t *kivi_value_meta(const KiviState *s, int head, int token)
     return s->meta + (size_t)head * s->meta_per_head + (size_t)token * (s->head_dim / s->group) * 2;
 }
 
-static inline uint8_t *kivi_unit(const KiviState *s, int head, int unit) {
-    return s->codes + ((size_t)head * (size_t)s->units + (size_t)unit) * s->unit_bytes;
-}
 
 // The full-precision number d of a token in the residual (keys) or window (values).
 static inline uint16_t *kivi_full_at(const KiviState *s, int head, int token, int d) {
     const int slot = s->is_value ? token % (s->residual + 1) : token - s->n_quant;
-    if (s->layout == QUANT_TILES)
+    if (s->cs.layout == QUANT_TILES)
         return s->full + (((size_t)head * (size_t)(s->full_rows / TILE) + (size_t)(slot / TILE)) * (size_t)s->head_dim +
                           (size_t)d) * TILE + (size_t)(slot % TILE);
     return s->full + ((size_t)head * (size_t)s->full_rows + (size_t)slot) * (size_t)s->head_dim + (size_t)d;
 }
 
-// Codes of numbers [32c, 32c + n) of one token (n < 32 only at the tail of an odd head_dim).
-static void kivi_put_codes(KiviState *s, int head, int token, int c, const uint8_t *q, int n) {
-    uint8_t *unit = kivi_unit(s, head, token / s->unit);
-    if (s->layout == QUANT_TILES) {
-        uint8_t packed[32];
-        quant_pack(packed, q, 32, s->bits);
-        quant_tile_put((uint32_t *)(void *)unit + (size_t)c * s->bits * TILE, token % TILE, packed, s->bits);
-    } else if (s->layout == QUANT_GROUPS) {
-        quant_group_put(unit + (size_t)c * 16, token % s->unit, q, 32, s->bits);
-    } else {
-        quant_pack(unit + quant_packed_bytes((size_t)c * 32, s->bits), q, (size_t)n, s->bits);
-    }
-}
 
-// Codes of numbers [32c, 32c + n) of one quantised token.
-static void kivi_get_codes(const KiviState *s, int head, int token, int c, uint8_t *q, int n) {
-    const uint8_t *unit = kivi_unit(s, head, token / s->unit);
-    if (s->layout == QUANT_TILES) {
-        const uint32_t *w = (const uint32_t *)(const void *)unit + (size_t)c * s->bits * TILE;
-        for (int i = 0; i < n; i++) q[i] = (uint8_t)quant_tile_code(w, token % TILE, i, s->bits);
-    } else if (s->layout == QUANT_GROUPS) {
-        for (int i = 0; i < n; i++)
-            q[i] = (uint8_t)quant_group_code(unit + (size_t)c * 16, token % s->unit, i, s->bits);
-    } else {
-        quant_unpack(unit + quant_packed_bytes((size_t)c * 32, s->bits), q, (size_t)n, s->bits);
-    }
-}
 
 // One group's parameters from its min and max: stores them, returns the values quantising uses.
 static void kivi_params(const KiviState *s, float mn, float mx, uint16_t *scale, uint16_t *minimum,
@@ -225,7 +189,7 @@ static void kivi_flush_keys(KiviState *s) {
                     for (int i = 0; i < n; i++) x[i] = quant_fp16_to_fp32(*kivi_full_at(s, h, t, c + i));
                     for (int i = 0; i < n; i++) q[i] = kivi_code(x[i], sd[i], md[i], top);
                     for (int i = n; i < 32; i++) q[i] = 0;
-                    kivi_put_codes(s, h, t, c / 32, q, n);
+                    code_store_put(&s->cs, h, t, c / 32, q, n);
                 }
             }
         }
@@ -262,7 +226,7 @@ static void kivi_quantise_oldest_value(KiviState *s) {
             }
             for (int i = 0; i < n; i++) q[i] = kivi_code(x[i], sd[i], md[i], top);
             for (int i = n; i < 32; i++) q[i] = 0;
-            kivi_put_codes(s, h, t, c / 32, q, n);
+            code_store_put(&s->cs, h, t, c / 32, q, n);
         }
     }
     s->n_quant++;
@@ -275,7 +239,7 @@ static void kivi_append(void *state, const float *vec) {
     if (s->is_value && s->length - s->n_quant == s->residual + 1) kivi_quantise_oldest_value(s);
     for (int h = 0; h < s->n_heads; h++) {
         const float *x = vec + h * s->head_dim;
-        if (s->layout == QUANT_TILES) { // a lane of the residual's tile
+        if (s->cs.layout == QUANT_TILES) { // a lane of the residual's tile
             uint16_t *lane = kivi_full_at(s, h, s->length, 0);
             for (int d = 0; d < s->head_dim; d++) lane[(size_t)d * TILE] = quant_fp32_to_fp16(x[d]);
         } else {
@@ -306,7 +270,7 @@ static void kivi_decode_chunk(const KiviState *s, int head, int token, int c, in
     }
     uint8_t q[32];
     float sc[32], mn[32];
-    kivi_get_codes(s, head, token, c / 32, q, n);
+    code_store_get(&s->cs, head, token, c / 32, q, n);
     if (s->is_value) {
         const uint16_t *meta = kivi_value_meta(s, head, token);
         for (int g = c / s->group; g <= (c + n - 1) / s->group; g++) { // the groups the chunk meets
@@ -409,7 +373,7 @@ static ALWAYS_INLINE const float (*kivi_tables_for(KiviTables *kt, const KiviSta
 // Quantised keys [0, nq): four tiles at a time, each tile with its group's tables, chunk by chunk.
 static ALWAYS_INLINE void kivi_scores_quantised(const KiviState *s, int head, const float *q, float *out, int nq,
                                                 const int hd, const int bits) {
-    const size_t tw = s->unit_bytes / 4;
+    const size_t tw = s->cs.unit_bytes / 4;
     const int tiles_per_group = s->group / TILE;
     for (int c = 0; c < hd / 32; c++) {
         KiviTables kt;
@@ -419,10 +383,10 @@ static ALWAYS_INLINE void kivi_scores_quantised(const KiviState *s, int head, co
         for (int t0 = 0; t0 < nq; t0 += 4 * TILE) {
             const int nt = nq - t0 >= 4 * TILE ? 4 : (nq - t0 + TILE - 1) / TILE;
             const uint32_t *tile =
-                (const uint32_t *)(const void *)kivi_unit(s, head, t0 / TILE) + (size_t)c * bits * TILE;
-            if (t0 / TILE + 12 <= s->units)
-                for (size_t b = 0; b < 4 * s->unit_bytes; b += 64)
-                    __builtin_prefetch((const char *)tile + 8 * s->unit_bytes + b);
+                (const uint32_t *)(const void *)code_store_unit(&s->cs, head, t0 / TILE) + (size_t)c * bits * TILE;
+            if (t0 / TILE + 12 <= s->cs.units)
+                for (size_t b = 0; b < 4 * s->cs.unit_bytes; b += 64)
+                    __builtin_prefetch((const char *)tile + 8 * s->cs.unit_bytes + b);
             float acc[4][TILE] = {{0}}; // after the first chunk, the sums so far
             for (int k = 0; k < nt && c > 0; k++)
                 memcpy(acc[k], out + t0 + k * TILE,
@@ -436,7 +400,7 @@ static ALWAYS_INLINE void kivi_scores_quantised(const KiviState *s, int head, co
                     quant_fp16_to_fp32_16(meta + hd + 32 * c, mn);
                     quant_fp16_to_fp32_16(meta + hd + 32 * c + 16, mn + 16);
                     const uint32_t *w = tile + (size_t)k * tw;
-#pragma GCC unroll 32
+QUANT_UNROLL(32)
                     for (int d = 0; d < 32; d++) {
                         const float qd = q[32 * c + d], sd = sc[d], md = mn[d];
 #pragma omp simd
@@ -541,8 +505,8 @@ static ALWAYS_INLINE void kivi_mix_groups(const KiviState *s, int head, const fl
             const int b = (j0 / (4 * TILE)) % 2;
             if (j0 + 4 * TILE < nq) kivi_value_params(s, head, p, nq, j0 + 4 * TILE, c, pw[1 - b], sm[1 - b]);
             const int u0 = j0 / g, nb = ((nq - j0 < 4 * TILE ? nq - j0 : 4 * TILE) + g - 1) / g; // u0 is even
-            const uint8_t *chunk = kivi_unit(s, head, u0) + (size_t)c * 16;
-            const size_t ub = s->unit_bytes;
+            const uint8_t *chunk = code_store_unit(&s->cs, head, u0) + (size_t)c * 16;
+            const size_t ub = s->cs.unit_bytes;
 #ifdef QUANT_AVX512
             __asm__("" ::: "memory"); // the parameters broadcast from memory
             for (int k = 0; k < nb; k++) {
@@ -576,10 +540,7 @@ static ALWAYS_INLINE void kivi_mix_groups(const KiviState *s, int head, const fl
 #endif
         }
 #ifdef QUANT_AVX512
-        _mm512_store_ps(acc[0][0], e0);
-        _mm512_store_ps(acc[0][1], e1);
-        _mm512_store_ps(acc[1][0], o0);
-        _mm512_store_ps(acc[1][1], o1);
+        quant_store4(acc[0][0], acc[1][0], e0, e1, o0, o1);
 #endif
         // the window: numbers 2i and 2i+1 go to acc[.][0][i] and acc[.][1][i]
         for (int j = nq; j < n; j++) {
@@ -594,15 +555,11 @@ static ALWAYS_INLINE void kivi_mix_groups(const KiviState *s, int head, const fl
                 a[1][i] += pj * v[2 * i + 1];
             }
         }
-        for (int i = 0; i < 16; i++) {
-            out[32 * c + 2 * i] = acc[0][0][i] + acc[1][0][i];
-            out[32 * c + 2 * i + 1] = acc[0][1][i] + acc[1][1][i];
-        }
+        quant_group_sum((const float(*)[2][16])acc, out + 32 * c);
     }
 }
 
 // ---- Rows (other shapes), and the general kernels ------------------------------------------
-static void kivi_mix_general(const KiviState *s, int head, const float *p, float *out, int n);
 
 // Keys on rows: per token group the chunk's scales and minimums once, then per token the codes
 // unpacked in registers, x̂ = code · scale + minimum, and the dot product.
@@ -619,9 +576,10 @@ static ALWAYS_INLINE void kivi_scores_rows(const KiviState *s, int head, const f
             for (int i = 0; i < m; i++)
                 sc[i] = quant_fp16_to_fp32(meta[c + i]), mn[i] = quant_fp16_to_fp32(meta[hd + c + i]);
             for (int j = g0; j < g1; j++) {
-                quant_unpack_float(kivi_unit(s, head, j) + quant_packed_bytes((size_t)c, bits), m, bits, 1.0f, 0.0f, k);
+                quant_unpack_float(code_store_unit(&s->cs, head, j) + quant_packed_bytes((size_t)c, bits), m, bits, 1.0f, 0.0f, k);
+                // in order of i: a vectorised reduction would add in an order that depends on the
+                // vector width, and the portable and AVX-512 builds must agree
                 float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
                 for (int i = 0; i < m; i++) acc += q[c + i] * (k[i] * sc[i] + mn[i]);
                 out[j] += acc;
             }
@@ -638,7 +596,7 @@ static ALWAYS_INLINE void kivi_scores_rows(const KiviState *s, int head, const f
 // and odd tokens in separate sums (out = even + odd).
 static ALWAYS_INLINE void kivi_value_row(const KiviState *s, int head, int j, int c, const int bits, float *v) {
     const uint16_t *meta = kivi_value_meta(s, head, j);
-    quant_unpack_float(kivi_unit(s, head, j) + quant_packed_bytes((size_t)c, bits), 32, bits, 1.0f, 0.0f, v);
+    quant_unpack_float(code_store_unit(&s->cs, head, j) + quant_packed_bytes((size_t)c, bits), 32, bits, 1.0f, 0.0f, v);
     if (s->group % 32 == 0) { // the chunk lies in one group
         const int g = c / s->group;
         const float sd = quant_fp16_to_fp32(meta[2 * g]), md = quant_fp16_to_fp32(meta[2 * g + 1]);
@@ -660,24 +618,16 @@ static ALWAYS_INLINE void kivi_value_row(const KiviState *s, int head, int j, in
 static ALWAYS_INLINE void kivi_mix_rows(const KiviState *s, int head, const float *p, float *out, int n, const int hd,
                                         const int bits) {
     if (hd % 32) { // odd shapes
-        kivi_mix_general(s, head, p, out, n);
+        codec_mix_by_read(s, kivi_read, s->head_dim, head, p, out, n);
         return;
     }
     const int nq = n < s->n_quant ? n : s->n_quant;
 #if defined(QUANT_AVX512) && defined(__AVX512VBMI__)
     if (s->group % 32 == 0) { // the same sums, 16 numbers per vector: the bytes holding each code
                               // gathered into its lane (vpermb), shifted down and masked
-        uint8_t ctrl[2][64];
-        uint32_t down[2][16];
-        for (int h = 0; h < 2; h++)
-            for (int i = 0; i < 16; i++) {
-                const int bit = (16 * h + i) * bits;
-                for (int b = 0; b < 4; b++) ctrl[h][4 * i + b] = (uint8_t)(bit / 8 + (b > 0));
-                down[h][i] = (uint32_t)(bit % 8);
-            }
-        const __m512i c0 = _mm512_loadu_si512(ctrl[0]), c1 = _mm512_loadu_si512(ctrl[1]),
-                      d0 = _mm512_loadu_si512(down[0]), d1 = _mm512_loadu_si512(down[1]),
-                      mask = _mm512_set1_epi32((1 << bits) - 1);
+        __m512i ctrl[2], off[2];
+        quant_row_gather(bits, ctrl, off);
+        const __m512i c0 = ctrl[0], c1 = ctrl[1], d0 = off[0], d1 = off[1], mask = _mm512_set1_epi32((1 << bits) - 1);
 #define KIVI_CODES(row, ctl, dn)                                                                                       \
     _mm512_cvtepi32_ps(_mm512_and_si512(                                                                               \
         _mm512_srlv_epi32(                                                                                             \
@@ -693,7 +643,7 @@ static ALWAYS_INLINE void kivi_mix_rows(const KiviState *s, int head, const floa
                 __asm__("" ::: "memory"); // the parameters broadcast from memory
                 const int cnt = nq - j0 < 4 * TILE ? nq - j0 : 4 * TILE;
                 for (int k = 0; k < cnt; k++) {
-                    const uint8_t *row = kivi_unit(s, head, j0 + k) + (size_t)c / 8 * bits;
+                    const uint8_t *row = code_store_unit(&s->cs, head, j0 + k) + (size_t)c / 8 * bits;
                     const __m512 P = _mm512_set1_ps(pw[b][k]), S = _mm512_set1_ps(sm[b][2 * k]),
                                  M = _mm512_set1_ps(sm[b][2 * k + 1]);
                     const __m512 x0 = _mm512_mul_ps(P, _mm512_add_ps(_mm512_mul_ps(KIVI_CODES(row, c0, d0), S), M));
@@ -708,10 +658,7 @@ static ALWAYS_INLINE void kivi_mix_rows(const KiviState *s, int head, const floa
                 }
             }
             float even[32], odd[32], v0[32];
-            _mm512_storeu_ps(even, e0);
-            _mm512_storeu_ps(even + 16, e1);
-            _mm512_storeu_ps(odd, o0);
-            _mm512_storeu_ps(odd + 16, o1);
+            quant_store4(even, odd, e0, e1, o0, o1);
             for (int j = nq; j < n; j++) { // the window
                 const uint16_t *row = kivi_full_at(s, head, j, c);
                 quant_fp16_to_fp32_16(row, v0);
@@ -759,31 +706,6 @@ static ALWAYS_INLINE void kivi_mix_rows(const KiviState *s, int head, const floa
         }
         for (int i = 0; i < 32; i++) out[c + i] = even[i] + odd[i];
     }
-}
-
-// Scoring a value stream or mixing a key stream (not what attention does): token by token.
-static void kivi_scores_general(const KiviState *s, int head, const float *q, float *out, int n) {
-    float k[32];
-    for (int j = 0; j < n; j++) {
-        float acc = 0.0f;
-        for (int c = 0; c < s->head_dim; c += 32) {
-            const int m = s->head_dim - c < 32 ? s->head_dim - c : 32;
-            kivi_decode_chunk(s, head, j, c, m, k);
-            for (int i = 0; i < m; i++) acc += q[c + i] * k[i];
-        }
-        out[j] = acc;
-    }
-}
-
-static void kivi_mix_general(const KiviState *s, int head, const float *p, float *out, int n) {
-    float v[32];
-    memset(out, 0, sizeof(float) * (size_t)s->head_dim);
-    for (int j = 0; j < n; j++)
-        for (int c = 0; c < s->head_dim; c += 32) {
-            const int m = s->head_dim - c < 32 ? s->head_dim - c : 32;
-            kivi_decode_chunk(s, head, j, c, m, v);
-            for (int i = 0; i < m; i++) out[c + i] += p[j] * v[i];
-        }
 }
 
 // Rows at micro's head_dim 32, one instance per width (constant shifts), else run-time values.
@@ -837,8 +759,8 @@ KIVI_INSTANCE(4)
 static void kivi_scores(const void *state, int head, const float *q, float *out, int n) {
     const KiviState *s = state;
     if (s->is_value) {
-        kivi_scores_general(s, head, q, out, n);
-    } else if (s->layout == QUANT_ROWS) {
+        codec_scores_by_read(s, kivi_read, s->head_dim, head, q, out, n);
+    } else if (s->cs.layout == QUANT_ROWS) {
         if (s->head_dim == 32)
             kivi_scores_rows_32[s->bits](s, head, q, out, n);
         else
@@ -857,10 +779,10 @@ static void kivi_scores(const void *state, int head, const float *q, float *out,
 static void kivi_mix(const void *state, int head, const float *p, float *out, int n) {
     const KiviState *s = state;
     if (!s->is_value)
-        kivi_mix_general(s, head, p, out, n);
-    else if (s->layout == QUANT_ROWS && s->head_dim == 32)
+        codec_mix_by_read(s, kivi_read, s->head_dim, head, p, out, n);
+    else if (s->cs.layout == QUANT_ROWS && s->head_dim == 32)
         kivi_mix_rows_32[s->bits](s, head, p, out, n);
-    else if (s->layout == QUANT_ROWS)
+    else if (s->cs.layout == QUANT_ROWS)
         kivi_mix_rows(s, head, p, out, n, s->head_dim, s->bits);
     else if (s->head_dim == 32 && s->bits == 1)
         kivi_mix_32_1(s, head, p, out, n);
@@ -878,35 +800,15 @@ static size_t kivi_bytes(const void *state) {
     const size_t full = (size_t)(s->length - s->n_quant) * hd * sizeof(uint16_t);
     size_t quant;
     if (s->is_value) // codes + (scale, min) per channel group, per token
-        quant = nq * (s->row_bytes + (hd / (size_t)s->group) * 2 * sizeof(uint16_t));
+        quant = nq * (s->cs.row_bytes + (hd / (size_t)s->group) * 2 * sizeof(uint16_t));
     else // codes per token + (scale, min) per channel, per group of G tokens
-        quant = nq * s->row_bytes + (nq / (size_t)s->group) * hd * 2 * sizeof(uint16_t);
+        quant = nq * s->cs.row_bytes + (nq / (size_t)s->group) * hd * 2 * sizeof(uint16_t);
     return (quant + full) * (size_t)s->n_heads;
 }
 
-static void kivi_destroy(void *state) {
-    KiviState *s = state;
-    if (!s) return;
-    free(s->codes);
-    free(s->meta);
-    free(s->full);
-    free(s);
-}
 
-static const CodecOps kivi_ops = {
-    .append = kivi_append,
-    .end_step = kivi_end_step,
-    .scores = kivi_scores,
-    .mix = kivi_mix,
-    .read = kivi_read,
-    .bytes = kivi_bytes,
-    .destroy = kivi_destroy,
-};
+CODEC_OPS(kivi, kivi_end_step);
 
-const CodecFamily codec_kivi = {
-    .name = "kivi",
+const CodecFamily CODEC_FAMILY(codec_kivi) = {.name = "kivi", .ops = &kivi_ops, .create = kivi_create,
     .help = "kivi                 KIVI: B-bit min/max groups of G, keys per channel, values per token, newest R "
-            "in fp16 (bits=2,group=32,residual=128)",
-    .ops = &kivi_ops,
-    .create = kivi_create,
-};
+            "in fp16 (bits=2,group=32,residual=128)"};

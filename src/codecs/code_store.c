@@ -1,0 +1,46 @@
+// The code store (code_store.h). Writing and reading single tokens is not a kernel: compiled once.
+#include "code_store.h"
+
+#include <stdlib.h>
+
+int code_store_init(CodeStore *cs, QuantLayout layout, int bits, int n_heads, int head_dim, int capacity) {
+    cs->layout = layout;
+    cs->bits = bits;
+    cs->unit = layout == QUANT_TILES ? QUANT_TILE : layout == QUANT_GROUPS ? 4 / bits : 1;
+    cs->units = (capacity + cs->unit - 1) / cs->unit;
+    cs->row_bytes = quant_packed_bytes((size_t)head_dim, bits);
+    cs->unit_bytes = (size_t)cs->unit * cs->row_bytes;
+    cs->codes = calloc((size_t)n_heads * (size_t)cs->units, cs->unit_bytes);
+    return cs->codes ? 0 : -1;
+}
+
+void code_store_free(CodeStore *cs) {
+    free(cs->codes);
+    cs->codes = NULL;
+}
+
+void code_store_put(CodeStore *cs, int head, int token, int c, const uint8_t *q, int n) {
+    uint8_t *unit = code_store_unit(cs, head, token / cs->unit);
+    if (cs->layout == QUANT_TILES) {
+        uint8_t packed[32];
+        quant_pack(packed, q, 32, cs->bits);
+        quant_tile_put((uint32_t *)(void *)unit + (size_t)c * cs->bits * QUANT_TILE, token % QUANT_TILE, packed,
+                       cs->bits);
+    } else if (cs->layout == QUANT_GROUPS) {
+        quant_group_put(unit + (size_t)c * 16, token % cs->unit, q, 32, cs->bits);
+    } else {
+        quant_pack(unit + quant_packed_bytes((size_t)c * 32, cs->bits), q, (size_t)n, cs->bits);
+    }
+}
+
+void code_store_get(const CodeStore *cs, int head, int token, int c, uint8_t *q, int n) {
+    const uint8_t *unit = code_store_unit(cs, head, token / cs->unit);
+    if (cs->layout == QUANT_TILES) {
+        const uint32_t *w = (const uint32_t *)(const void *)unit + (size_t)c * cs->bits * QUANT_TILE;
+        for (int i = 0; i < n; i++) q[i] = (uint8_t)quant_tile_code(w, token % QUANT_TILE, i, cs->bits);
+    } else if (cs->layout == QUANT_GROUPS) {
+        for (int i = 0; i < n; i++) q[i] = (uint8_t)quant_group_code(unit + (size_t)c * 16, token % cs->unit, i, cs->bits);
+    } else {
+        quant_unpack(unit + quant_packed_bytes((size_t)c * 32, cs->bits), q, (size_t)n, cs->bits);
+    }
+}

@@ -1,0 +1,38 @@
+// The code store: a stream's packed B-bit codes, per head, in the layout its kernels read (quant.h,
+// "Kernel layouts"): units of `unit` tokens (16 for token tiles, 4/B for token groups, 1 for
+// rows). `int` keeps every token here; KIVI keeps its quantised part (codes only: each family
+// keeps its own scales and minimums, per token or per group, and decides what a code means).
+#ifndef MICRO_CODE_STORE_H
+#define MICRO_CODE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../quant.h"
+
+typedef struct {
+    QuantLayout layout;
+    int bits;
+    int unit, units;   // tokens per unit, units per head (capacity rounded up)
+    size_t row_bytes;  // packed codes of one head at one token
+    size_t unit_bytes; // unit · row_bytes
+    uint8_t *codes;    // [head][unit][unit_bytes]; tiles: [chunk of 32][B words][16 lanes] as uint32
+} CodeStore;
+
+// Zeroed codes for n_heads × capacity tokens (tokens of a unit not yet written decode to finite
+// numbers, and token groups are OR-ed in). -1 when out of memory. TOKEN_GROUPS needs B = 1, 2, 4
+// and head_dim a multiple of 32, TILES head_dim a multiple of 32.
+int code_store_init(CodeStore *cs, QuantLayout layout, int bits, int n_heads, int head_dim, int capacity);
+void code_store_free(CodeStore *cs);
+
+// Codes of numbers [32c, 32c + n) of one token, n < 32 only at the tail of a head_dim that is
+// not a multiple of 32 (rows).
+void code_store_put(CodeStore *cs, int head, int token, int c, const uint8_t *q, int n);
+void code_store_get(const CodeStore *cs, int head, int token, int c, uint8_t *q, int n);
+
+// Unit `unit` of one head (a token tile, token group or row).
+static inline uint8_t *code_store_unit(const CodeStore *cs, int head, int unit) {
+    return cs->codes + ((size_t)head * (size_t)cs->units + (size_t)unit) * cs->unit_bytes;
+}
+
+#endif

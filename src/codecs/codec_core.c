@@ -1,0 +1,37 @@
+// Shared codec plumbing (codec_core.h). Plain C, compiled once: nothing here is a kernel.
+#include "codec_core.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int codec_check_shape(const char *family, int n_heads, int head_dim, int capacity, int multiple, char *err,
+                      size_t errlen) {
+    if (n_heads >= 1 && capacity >= 1 && head_dim >= multiple && head_dim % multiple == 0 && head_dim <= 1024)
+        return 0;
+    snprintf(err, errlen,
+             "%s: needs head_dim a multiple of %d from %d to 1024 and at least one head and token "
+             "(got head_dim %d, %d heads, %d tokens)",
+             family, multiple, multiple, head_dim, n_heads, capacity);
+    return -1;
+}
+
+void codec_scores_by_read(const void *state, CodecReadFn read, int head_dim, int head, const float *q, float *out,
+                          int n) {
+    float x[1024];
+    for (int j = 0; j < n; j++) {
+        read(state, head, j, x);
+        float acc = 0.0f;
+        for (int d = 0; d < head_dim; d++) acc += q[d] * x[d];
+        out[j] = acc;
+    }
+}
+
+void codec_mix_by_read(const void *state, CodecReadFn read, int head_dim, int head, const float *p, float *out,
+                       int n) {
+    float x[1024];
+    memset(out, 0, sizeof(float) * (size_t)head_dim);
+    for (int j = 0; j < n; j++) {
+        read(state, head, j, x);
+        for (int d = 0; d < head_dim; d++) out[d] += p[j] * x[d];
+    }
+}

@@ -1,0 +1,33 @@
+// What every codec family shares outside its kernels: the shape check and the "read back"
+// fallback for the calls attention does not make (scoring a value stream, mixing a key stream) and
+// for shapes a family's kernels do not cover.
+#ifndef MICRO_CODEC_CORE_H
+#define MICRO_CODEC_CORE_H
+
+#include <stddef.h>
+
+#include "../kvcache.h"
+
+// A family's operations table, its functions named prefix_append, prefix_scores, ... (end_step:
+// a function or NULL).
+#define CODEC_OPS(prefix, end_step_fn)                                                             \
+    static const CodecOps prefix##_ops = {.append = prefix##_append, .end_step = end_step_fn,      \
+                                          .scores = prefix##_scores, .mix = prefix##_mix,          \
+                                          .read = prefix##_read, .bytes = prefix##_bytes,          \
+                                          .destroy = prefix##_destroy}
+
+// A stream's read(): the decoded vector of one head at one token.
+typedef void (*CodecReadFn)(const void *state, int head, int token, float *out);
+
+// 0 when n_heads, capacity >= 1 and head_dim is a positive multiple of `multiple`; else -1 with one
+// line naming the family and the shape.
+int codec_check_shape(const char *family, int n_heads, int head_dim, int capacity, int multiple, char *err,
+                      size_t errlen);
+
+// out[j] = Σ_d q[d] · x̂_j[d] in order of d, x̂_j read back token by token (head_dim <= 1024).
+void codec_scores_by_read(const void *state, CodecReadFn read, int head_dim, int head, const float *q, float *out,
+                          int n);
+// out[d] = Σ_j p[j] · x̂_j[d] in order of j.
+void codec_mix_by_read(const void *state, CodecReadFn read, int head_dim, int head, const float *p, float *out, int n);
+
+#endif

@@ -1,0 +1,14 @@
+// Which build of the codec kernels the registry hands out: AVX-512 where the CPU has it (checked
+// once, at run time), else portable. Both compute the same bits; tests force the portable build to
+// compare them, and MICRO_PORTABLE=1 in the environment does the same for a whole run.
+#ifndef MICRO_CODEC_DISPATCH_H
+#define MICRO_CODEC_DISPATCH_H
+
+// 1 when this CPU runs the AVX-512 build (avx512f, avx512bw and avx512vbmi) and it was compiled in.
+int codec_simd_supported(void);
+// Streams created from now on use the portable kernels (on = 1) or whatever the CPU supports (0).
+void codec_force_portable(int on);
+// 1 when new streams get the AVX-512 kernels.
+int codec_simd_active(void);
+
+#endif

@@ -1,0 +1,482 @@
+// fp16, bf16 and fp8: one codec for every float format, driven by a format description. Each
+// number is stored as one code of the format, rounded to nearest even (quant.h); fp8 saturates.
+// Specs: `fp16`, `bf16`, `fp8:e4m3`, `fp8:e5m2` (fp8 needs its format), each optionally with
+//   scale=none  (default) numbers are cast as they are, as inference servers ship a float cache;
+//   scale=token one fp16 scale per head per token, absmax / the format's largest finite value, so
+//               that the largest number of the vector lands on it; numbers are divided by the
+//               stored (fp16-rounded) scale before the cast.
+//
+// Keys lie in tiles of 16 tokens, dimension-major ([tile][d][16 lanes], as the fp32 codec's),
+// values one row per token: the score kernel runs one lane per token with no horizontal sums, the
+// mix kernel 16 numbers per vector. Both sum in the same order in their portable and AVX-512 forms
+// (per token Σ_d q_d · x_d in order of d, then · scale; per number even and odd tokens apart, then
+// added), and the AVX-512 decoders are exact, so both give the same bits.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../quant.h"
+#include "codec_core.h"
+#include "codecs.h"
+
+#define TILE QUANT_TILE
+#define ALWAYS_INLINE QUANT_ALWAYS_INLINE
+
+typedef enum { FMT_FP16, FMT_BF16, FMT_E4M3, FMT_E5M2 } FloatFormat;
+
+// What a format is: its name in a spec, the bytes of a code, the largest finite value (scale=token
+// maps absmax there), how to tell a code that holds an infinity or NaN, and what the AVX-512
+// kernels' decoders need (see float_lo16): the unit their decoded values are divided by, and the
+// bound below which a query number or weight times the unit stays finite.
+typedef struct {
+    const char *option; // fp8's format option; NULL for the families named after their format
+    int bytes;
+    float max;
+    uint32_t special_mask, special_min; // (code & mask) >= min: an infinity or NaN
+    float unit, limit;
+} FloatFormatInfo;
+
+static const FloatFormatInfo formats[] = {
+    [FMT_FP16] = {NULL, 2, 65504.0f, 0x7fff, 0x7c00, 0x1p112f, 0x1p15f},
+    [FMT_BF16] = {NULL, 2, 0x1.fep127f, 0x7fff, 0x7f80, 1.0f, INFINITY},
+    [FMT_E4M3] = {"e4m3", 1, 448.0f, 0x7f, 0x7f, 0x1p8f, 0x1p100f},
+    [FMT_E5M2] = {"e5m2", 1, 57344.0f, 0x7f, 0x7c, 0x1p112f, 0x1p15f},
+};
+
+typedef struct {
+    FloatFormat format;
+    int n_heads, head_dim, capacity, length, is_key;
+    int scaled;
+    int tiles, slots; // per head: key tiles, and scale slots (capacity rounded up to whole tiles)
+    int special;      // an infinity or NaN was stored: the AVX-512 kernels leave the stream alone
+    size_t bytes;     // of one code
+    uint8_t *codes;   // keys: [head][tile][d][16 lanes]; values: [head][token][head_dim]
+    uint16_t *scales; // [head][slot] fp16, only with scale=token (zero past the last token)
+} FloatState;
+
+static uint32_t float_encode(float x, FloatFormat f) {
+    switch (f) {
+    case FMT_FP16: return quant_fp32_to_fp16(x);
+    case FMT_BF16: return quant_fp32_to_bf16(x);
+    case FMT_E4M3: return quant_fp32_to_fp8(x, QUANT_FP8_E4M3);
+    default: return quant_fp32_to_fp8(x, QUANT_FP8_E5M2);
+    }
+}
+
+// Code i of an array of codes of format f (constant in the kernels, so the switch folds away).
+static ALWAYS_INLINE float float_decode(const uint8_t *codes, size_t i, const FloatFormat f) {
+    switch (f) {
+    case FMT_FP16: return quant_fp16_to_fp32(((const uint16_t *)(const void *)codes)[i]);
+    case FMT_BF16: return quant_bf16_to_fp32(((const uint16_t *)(const void *)codes)[i]);
+    case FMT_E4M3: return quant_e4m3_to_fp32(codes[i]);
+    default: return quant_e5m2_to_fp32(codes[i]);
+    }
+}
+
+// Which format a spec names: the family gives fp16 and bf16, fp8 takes exactly one bare option.
+static int float_format(const char *family, CodecSpec *spec, FloatFormat *f, char *err, size_t errlen) {
+    if (strcmp(family, "fp16") == 0 || strcmp(family, "bf16") == 0) {
+        *f = family[0] == 'f' ? FMT_FP16 : FMT_BF16;
+        return 0;
+    }
+    const char *e4 = spec_string(spec, "e4m3"), *e5 = spec_string(spec, "e5m2");
+    if ((e4 && *e4) || (e5 && *e5)) {
+        snprintf(err, errlen, "fp8: the format is a bare option (fp8:e4m3 or fp8:e5m2), not key=value");
+        return -1;
+    }
+    if (!e4 == !e5) {
+        snprintf(err, errlen, "fp8: give exactly one format: fp8:e4m3 or fp8:e5m2");
+        return -1;
+    }
+    *f = e5 ? FMT_E5M2 : FMT_E4M3;
+    return 0;
+}
+
+static void *float_create(const char *family, CodecSpec *spec, int n_heads, int head_dim, int capacity,
+                          char *normalised, size_t normalised_len, char *err, size_t errlen) {
+    FloatFormat f;
+    if (float_format(family, spec, &f, err, errlen)) return NULL;
+    const char *scale = spec_string(spec, "scale");
+    const int scaled = scale && strcmp(scale, "token") == 0;
+    if (scale && !scaled && strcmp(scale, "none") != 0) {
+        snprintf(err, errlen, "%s: scale must be none or token (got '%s')", family, scale);
+        return NULL;
+    }
+    if (codec_check_shape(family, n_heads, head_dim, capacity, 2, err, errlen)) return NULL;
+    const char *role = spec_string(spec, "role");
+    FloatState *s = calloc(1, sizeof *s);
+    if (!s) goto oom;
+    s->format = f;
+    s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
+    s->scaled = scaled;
+    s->bytes = (size_t)formats[f].bytes;
+    s->is_key = !role || strcmp(role, "v") != 0;
+    s->tiles = (capacity + TILE - 1) / TILE;
+    s->slots = s->tiles * TILE;
+    // Zeroed: the lanes of a partial tile hold finite numbers.
+    s->codes = calloc((size_t)n_heads * (size_t)(s->is_key ? s->slots : capacity) * (size_t)head_dim, s->bytes);
+    if (!s->codes) goto oom;
+    if (scaled && !(s->scales = calloc((size_t)n_heads * (size_t)s->slots, sizeof(uint16_t)))) goto oom;
+    // fp8 always names its format and scale (its normalised form since it was written); fp16 and
+    // bf16 name the scale only when it is not the default, so that `fp16` stays `fp16`.
+    if (formats[f].option)
+        snprintf(normalised, normalised_len, "%s:%s,scale=%s", family, formats[f].option, scaled ? "token" : "none");
+    else
+        snprintf(normalised, normalised_len, scaled ? "%s:scale=token" : "%s", family);
+    return s;
+oom:
+    if (s) free(s->codes);
+    free(s);
+    snprintf(err, errlen, "out of memory allocating a %s cache stream", family);
+    return NULL;
+}
+
+// Where number d of one head at one token is stored, counted in codes. Key tiles hold a lane's
+// 16-bit numbers in pairs, 2i and 2i+1 in one 32-bit word ([tile][d / 2][16 lanes][2]), so that an
+// AVX-512 load of 16 words gives both as floats by shifts; 8-bit codes lie [tile][d][16 lanes].
+static inline size_t float_at(const FloatState *s, int head, int token, int d) {
+    if (!s->is_key) return ((size_t)head * (size_t)s->capacity + (size_t)token) * (size_t)s->head_dim + (size_t)d;
+    const size_t tile = ((size_t)head * (size_t)s->tiles + (size_t)(token / TILE)) * (size_t)s->head_dim * TILE;
+    if (s->bytes == 2) return tile + ((size_t)(d / 2) * TILE + (size_t)(token % TILE)) * 2 + (size_t)(d % 2);
+    return tile + (size_t)d * TILE + (size_t)(token % TILE);
+}
+
+static inline size_t float_slot(const FloatState *s, int head, int token) {
+    return (size_t)head * (size_t)s->slots + (size_t)token;
+}
+
+static inline float float_scale(const FloatState *s, int head, int token) {
+    return s->scaled ? quant_fp16_to_fp32(s->scales[float_slot(s, head, token)]) : 1.0f;
+}
+
+static void float_append(void *state, const float *vec) {
+    FloatState *s = state;
+    const int hd = s->head_dim;
+    const FloatFormatInfo *info = &formats[s->format];
+    for (int h = 0; h < s->n_heads; h++) {
+        const float *x = vec + h * hd;
+        float sd = 1.0f;
+        if (s->scaled) {
+            float amax = 0.0f;
+            for (int d = 0; d < hd; d++) amax = fmaxf(amax, fabsf(x[d]));
+            uint16_t code = quant_fp32_to_fp16_sat(amax / info->max);
+            sd = quant_fp16_to_fp32(code);
+            // An all-zero vector (or one whose scale underflows fp16) keeps scale 1: no 0/0.
+            if (!(sd > 0.0f)) {
+                code = quant_fp32_to_fp16(1.0f);
+                sd = 1.0f;
+            }
+            s->scales[float_slot(s, h, s->length)] = code;
+        }
+        for (int d = 0; d < hd; d++) {
+            const uint32_t c = float_encode(s->scaled ? x[d] / sd : x[d], s->format);
+            s->special |= (c & info->special_mask) >= info->special_min;
+            const size_t at = float_at(s, h, s->length, d);
+            if (s->bytes == 2)
+                ((uint16_t *)(void *)s->codes)[at] = (uint16_t)c;
+            else
+                s->codes[at] = (uint8_t)c;
+        }
+    }
+    s->length++;
+}
+
+static void float_read(const void *state, int head, int token, float *out) {
+    const FloatState *s = state;
+    const float sd = float_scale(s, head, token);
+    for (int d = 0; d < s->head_dim; d++) {
+        const size_t at = float_at(s, head, token, d);
+        float x;
+        switch (s->format) {
+        case FMT_FP16: x = float_decode(s->codes, at, FMT_FP16); break;
+        case FMT_BF16: x = float_decode(s->codes, at, FMT_BF16); break;
+        case FMT_E4M3: x = float_decode(s->codes, at, FMT_E4M3); break;
+        default: x = float_decode(s->codes, at, FMT_E5M2); break;
+        }
+        out[d] = s->scaled ? x * sd : x;
+    }
+}
+
+// Whether the AVX-512 kernels may take the stream with these query numbers or weights: no infinity
+// or NaN stored, and every |x| · unit finite. 0 in the portable build.
+static ALWAYS_INLINE int float_fast(const FloatState *s, const float *x, int n, const FloatFormat f) {
+    if (!QUANT_SIMD || s->special) return 0;
+    if (formats[f].limit == INFINITY) return 1; // bf16: no unit, nothing can overflow
+    float m = 0.0f;
+#pragma omp simd reduction(max : m)
+    for (int i = 0; i < n; i++) m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+    return m < formats[f].limit;
+}
+
+#ifdef QUANT_AVX512
+// The AVX-512 decoders give each number divided by the format's unit, with shifts where they can;
+// the query or weights carry the unit instead, so each product is the same real number as q · x and
+// rounds the same (the portable code computes q · x). Infinities and NaNs do not survive them.
+//   fp16: sign-extended to bit 31, moved down three bits and masked, exponent and fraction land
+//         where an fp32's are with the bias 15 instead of 127: x · 2^-112 (unit 2^112); a subnormal
+//         fp16 becomes a subnormal fp32, exact.
+//   bf16: the top half of an fp32 (unit 1).
+//   E5M2: the top byte of an fp16, decoded as fp16 is (unit 2^112).
+//   E4M3: ((c + (c & 0x80)) << 7) is the fp16 of x · 2^-8 (fp16's range holds every E4M3 number),
+//         converted by vcvtph2ps (unit 2^8).
+// 16-bit formats: numbers 2i (lo) and 2i+1 (hi) of 16 words.
+static ALWAYS_INLINE __m512 float_lo16(__m512i w, const FloatFormat f) {
+    if (f == FMT_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    return _mm512_castsi512_ps(
+        _mm512_and_si512(_mm512_srai_epi32(_mm512_slli_epi32(w, 16), 3), _mm512_set1_epi32((int)0x8fffe000u)));
+}
+static ALWAYS_INLINE __m512 float_hi16(__m512i w, const FloatFormat f) {
+    if (f == FMT_BF16) return _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u)));
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_srai_epi32(w, 3), _mm512_set1_epi32((int)0x8fffe000u)));
+}
+// 8-bit formats: 16 consecutive codes.
+static ALWAYS_INLINE __m512 float_decode8(const uint8_t *p, const FloatFormat f) {
+    const __m128i c = _mm_loadu_si128((const __m128i *)(const void *)p);
+    if (f == FMT_E5M2)
+        return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(c), 21),
+                                                    _mm512_set1_epi32((int)0x8fe00000u)));
+    const __m256i h = _mm256_cvtepu8_epi16(c);
+    return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_add_epi16(h, _mm256_and_si256(h, _mm256_set1_epi16(0x80))), 7));
+}
+
+// a += x · (the 16 or 32 numbers at p): numbers 0..15 to lo, 16..31 to hi (8-bit), or 2i to lo and
+// 2i+1 to hi (16-bit, both from one load).
+static ALWAYS_INLINE void float_madd(const uint8_t *p, __m512 x0, __m512 x1, const FloatFormat f, __m512 *lo,
+                                     __m512 *hi) {
+    if (formats[f].bytes == 2) {
+        const __m512i w = _mm512_loadu_si512(p);
+        *lo = _mm512_add_ps(*lo, _mm512_mul_ps(x0, float_lo16(w, f)));
+        *hi = _mm512_add_ps(*hi, _mm512_mul_ps(x1, float_hi16(w, f)));
+    } else {
+        *lo = _mm512_add_ps(*lo, _mm512_mul_ps(x0, float_decode8(p, f)));
+        *hi = _mm512_add_ps(*hi, _mm512_mul_ps(x1, float_decode8(p + 16, f)));
+    }
+}
+#endif
+
+// Scores on key tiles: per lane (token) Σ_d q_d · x_d in order of d, four tiles at a time (their
+// independent chains hide the latency of the adds), then times the token's scale. qu: the query
+// times the unit when the AVX-512 kernel may run, else NULL.
+static ALWAYS_INLINE void float_score_tiles(const FloatState *s, int head, const float *q, const float *qu, int t0,
+                                            const int nt, const int hd, const FloatFormat f, float (*acc)[TILE]) {
+    const size_t tile_codes = (size_t)TILE * (size_t)hd, es = (size_t)formats[f].bytes;
+    const uint8_t *tile = s->codes + float_at(s, head, t0, 0) * es;
+#ifdef QUANT_AVX512
+    if (nt == 4 && qu) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        const size_t tb = tile_codes * es;
+        if (es == 2) {
+            for (int d = 0; d < hd; d += 2) { // numbers d and d + 1 of each lane from one word
+                const uint8_t *k = tile + (size_t)d * TILE * 2;
+                const __m512 q0 = _mm512_set1_ps(qu[d]), q1 = _mm512_set1_ps(qu[d + 1]);
+#define FLOAT_PAIR(a, i)                                                                           \
+    {                                                                                              \
+        const __m512i w = _mm512_loadu_si512(k + (i) * tb);                                        \
+        a = _mm512_add_ps(_mm512_add_ps(a, _mm512_mul_ps(q0, float_lo16(w, f))), _mm512_mul_ps(q1, float_hi16(w, f))); \
+    }
+                FLOAT_PAIR(a0, 0) FLOAT_PAIR(a1, 1) FLOAT_PAIR(a2, 2) FLOAT_PAIR(a3, 3)
+#undef FLOAT_PAIR
+            }
+        } else {
+            for (int d = 0; d < hd; d++) {
+                const uint8_t *k = tile + (size_t)d * TILE;
+                const __m512 qd = _mm512_set1_ps(qu[d]);
+                a0 = _mm512_add_ps(a0, _mm512_mul_ps(qd, float_decode8(k, f)));
+                a1 = _mm512_add_ps(a1, _mm512_mul_ps(qd, float_decode8(k + tb, f)));
+                a2 = _mm512_add_ps(a2, _mm512_mul_ps(qd, float_decode8(k + 2 * tb, f)));
+                a3 = _mm512_add_ps(a3, _mm512_mul_ps(qd, float_decode8(k + 3 * tb, f)));
+            }
+        }
+        quant_store4(acc[0], acc[2], a0, a1, a2, a3); // acc[k] follows acc[k - 1]
+        return;
+    }
+#endif
+    (void)qu;
+    for (int k = 0; k < nt; k++)
+        for (int d = 0; d < hd; d++) {
+            const float qd = q[d];
+            const size_t at = (size_t)k * tile_codes + (es == 2 ? (size_t)(d / 2) * 2 * TILE + (size_t)(d % 2) : (size_t)d * TILE);
+#pragma omp simd
+            for (int l = 0; l < TILE; l++) acc[k][l] += qd * float_decode(tile, at + (size_t)l * es, f);
+        }
+}
+
+static ALWAYS_INLINE void float_scores_keys(const FloatState *s, int head, const float *q, float *out, int n,
+                                            const int hd, const FloatFormat f) {
+    float scaled[1024];
+    const float *qu = NULL;
+    if (float_fast(s, q, s->head_dim, f)) {
+        for (int d = 0; d < s->head_dim; d++) scaled[d] = q[d] * formats[f].unit;
+        qu = scaled;
+    }
+    for (int t0 = 0; t0 < n; t0 += 4 * TILE) {
+        const int nt = n - t0 >= 4 * TILE ? 4 : (n - t0 + TILE - 1) / TILE;
+        float acc[4][TILE] = {{0}};
+        if (nt == 4)
+            float_score_tiles(s, head, q, qu, t0, 4, hd, f, acc);
+        else
+            float_score_tiles(s, head, q, qu, t0, nt, hd, f, acc);
+        for (int k = 0; k < nt; k++) {
+            float sc[TILE];
+            if (s->scaled) quant_fp16_to_fp32_16(s->scales + float_slot(s, head, t0 + k * TILE), sc);
+            const int m = n - t0 - k * TILE < TILE ? n - t0 - k * TILE : TILE;
+            if (!s->scaled)
+                memcpy(out + t0 + k * TILE, acc[k], sizeof(float) * (size_t)m);
+            else if (m == TILE)
+#pragma omp simd
+                for (int l = 0; l < TILE; l++) out[t0 + k * TILE + l] = acc[k][l] * sc[l];
+            else
+                for (int l = 0; l < m; l++) out[t0 + k * TILE + l] = acc[k][l] * sc[l];
+        }
+    }
+}
+
+// Mix on value rows: out = even + odd, the sums over even and odd tokens of w_j · x_j with
+// w_j = p_j · scale_j (· unit for the AVX-512 kernel). The weights of 64 tokens are made ahead of
+// their use: a broadcast that reads a vector store still in flight would wait for it.
+static ALWAYS_INLINE void float_weights(const FloatState *s, int head, const float *p, int n, int j0, float unit,
+                                        float *w) {
+    for (int i = 0; i < 4 * TILE && j0 + i < n; i += TILE) {
+        float sc[TILE];
+        if (s->scaled) quant_fp16_to_fp32_16(s->scales + float_slot(s, head, j0 + i), sc);
+        if (n - j0 - i >= TILE) {
+#pragma omp simd
+            for (int l = 0; l < TILE; l++) w[i + l] = (s->scaled ? p[j0 + i + l] * sc[l] : p[j0 + i + l]) * unit;
+        } else {
+            for (int l = 0; l < TILE; l++)
+                w[i + l] = j0 + i + l < n ? (s->scaled ? p[j0 + i + l] * sc[l] : p[j0 + i + l]) * unit : 0.0f;
+        }
+    }
+}
+
+static ALWAYS_INLINE void float_mix_rows(const FloatState *s, int head, const float *p, float *out, int n,
+                                         const FloatFormat f) {
+    const int hd = s->head_dim;
+    const size_t es = (size_t)formats[f].bytes;
+    float even[64] __attribute__((aligned(64))) = {0}, odd[64] __attribute__((aligned(64))) = {0};
+    float wbuf[2][4 * TILE] __attribute__((aligned(64)));
+    int fast = 0;
+    if (hd == 32 && !s->scaled) {
+        fast = float_fast(s, p, n, f);
+    } else if (hd == 32 && QUANT_SIMD && !s->special) { // the largest weight p · scale decides
+        float m = 0.0f;
+        for (int j0 = 0; j0 < n; j0 += 4 * TILE) {
+            float_weights(s, head, p, n, j0, 1.0f, wbuf[0]);
+#pragma omp simd reduction(max : m)
+            for (int i = 0; i < 4 * TILE; i++) m = fabsf(wbuf[0][i]) > m ? fabsf(wbuf[0][i]) : m;
+        }
+        fast = m < formats[f].limit;
+    }
+    const float unit = fast ? formats[f].unit : 1.0f;
+#ifdef QUANT_AVX512
+    __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
+#endif
+    // The weights: p itself where there is neither scale nor unit (bf16), else made in a buffer.
+    const int direct = !s->scaled && formats[f].unit == 1.0f;
+    if (!direct) float_weights(s, head, p, n, 0, unit, wbuf[0]);
+    for (int j0 = 0; j0 < n; j0 += 4 * TILE) {
+        if (!direct && j0 + 4 * TILE < n)
+            float_weights(s, head, p, n, j0 + 4 * TILE, unit, wbuf[(j0 / (4 * TILE) + 1) % 2]);
+        const float *w = direct ? p + j0 : wbuf[(j0 / (4 * TILE)) % 2];
+        const int cnt = n - j0 < 4 * TILE ? n - j0 : 4 * TILE;
+        const uint8_t *row = s->codes + float_at(s, head, j0, 0) * es;
+#ifdef QUANT_AVX512
+        if (fast) {
+            __asm__("" ::: "memory"); // the weights broadcast from memory
+            const size_t rb = 32 * es;
+            int k = 0;
+            for (; k + 2 <= cnt; k += 2, row += 2 * rb) {
+                const __m512 w0 = _mm512_set1_ps(w[k]), w1 = _mm512_set1_ps(w[k + 1]);
+                float_madd(row, w0, w0, f, &e0, &e1);
+                float_madd(row + rb, w1, w1, f, &o0, &o1);
+            }
+            if (k < cnt) float_madd(row, _mm512_set1_ps(w[k]), _mm512_set1_ps(w[k]), f, &e0, &e1);
+            continue;
+        }
+#endif
+        for (int k = 0; k < cnt; k++, row += (size_t)hd * es) {
+            float *acc = k % 2 ? odd : even;
+            const float wk = w[k];
+#pragma omp simd
+            for (int d = 0; d < hd; d++) acc[d] += wk * float_decode(row, (size_t)d, f);
+        }
+    }
+#ifdef QUANT_AVX512
+    if (fast) {
+        quant_store4(even, odd, e0, e1, o0, o1);
+        if (es == 2) { // lanes i of the first vectors hold number 2i, of the second 2i+1
+            for (int i = 0; i < 16; i++) {
+                out[2 * i] = even[i] + odd[i];
+                out[2 * i + 1] = even[16 + i] + odd[16 + i];
+            }
+            return;
+        }
+    }
+#endif
+    for (int d = 0; d < hd; d++) out[d] = even[d] + odd[d];
+}
+
+// One instance of each kernel per format (a constant format folds the decoder's switch away).
+#define FLOAT_INSTANCE(id, fmt)                                                                    \
+    static void scores_##id(const FloatState *s, int head, const float *q, float *out, int n) {    \
+        if (s->head_dim == 32) /* micro's: constant trip counts */                                 \
+            float_scores_keys(s, head, q, out, n, 32, fmt);                                        \
+        else                                                                                       \
+            float_scores_keys(s, head, q, out, n, s->head_dim, fmt);                               \
+    }                                                                                              \
+    static void mix_##id(const FloatState *s, int head, const float *p, float *out, int n) {       \
+        float_mix_rows(s, head, p, out, n, fmt);                                                   \
+    }
+FLOAT_INSTANCE(fp16, FMT_FP16)
+FLOAT_INSTANCE(bf16, FMT_BF16)
+FLOAT_INSTANCE(e4m3, FMT_E4M3)
+FLOAT_INSTANCE(e5m2, FMT_E5M2)
+#undef FLOAT_INSTANCE
+typedef void (*FloatKernel)(const FloatState *, int, const float *, float *, int);
+static const FloatKernel float_scores_fn[] = {scores_fp16, scores_bf16, scores_e4m3, scores_e5m2};
+static const FloatKernel float_mix_fn[] = {mix_fp16, mix_bf16, mix_e4m3, mix_e5m2};
+
+// Scoring a value stream or mixing a key stream is not what attention does: read back. The mix
+// kernel's buffers hold head_dims up to 64.
+static void float_scores(const void *state, int head, const float *q, float *out, int n) {
+    const FloatState *s = state;
+    if (s->is_key)
+        float_scores_fn[s->format](s, head, q, out, n);
+    else
+        codec_scores_by_read(state, float_read, s->head_dim, head, q, out, n);
+}
+
+static void float_mix(const void *state, int head, const float *p, float *out, int n) {
+    const FloatState *s = state;
+    if (!s->is_key && s->head_dim <= 64)
+        float_mix_fn[s->format](s, head, p, out, n);
+    else
+        codec_mix_by_read(state, float_read, s->head_dim, head, p, out, n);
+}
+
+static size_t float_bytes(const void *state) {
+    const FloatState *s = state;
+    const size_t per_head_token = (size_t)s->head_dim * s->bytes + (s->scaled ? sizeof(uint16_t) : 0);
+    return per_head_token * (size_t)s->length * (size_t)s->n_heads;
+}
+
+static void float_destroy(void *state) {
+    FloatState *s = state;
+    if (s) free(s->codes), free(s->scales);
+    free(s);
+}
+
+CODEC_OPS(float, NULL);
+
+#define FLOAT_FAMILY(id, help_text)                                                                \
+    static void *create_##id(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised, \
+                             size_t normalised_len, char *err, size_t errlen) {                      \
+        return float_create(#id, spec, n_heads, head_dim, capacity, normalised, normalised_len, err, errlen); \
+    }                                                                                                \
+    const CodecFamily CODEC_FAMILY(codec_##id) = {.name = #id, .help = help_text, .ops = &float_ops, .create = create_##id};
+
+FLOAT_FAMILY(fp16, "fp16                 IEEE half precision, round to nearest even (16 bits per number); "
+                   "scale=token adds an fp16 absmax scale per head per token")
+FLOAT_FAMILY(bf16, "bf16                 bfloat16, round to nearest even (16 bits per number); scale=token as fp16")
+FLOAT_FAMILY(fp8, "fp8:e4m3|e5m2        OCP FP8 (E4M3FN, max 448 / E5M2, max 57344), saturating, 8 bits; "
+                  "scale=token adds an fp16 absmax scale per head per token")
