@@ -172,15 +172,16 @@ static inline void quant_unpack_float(const uint8_t *src, int n, int bits, float
 #define QUANT_SIMD 0
 #endif
 
-#define QUANT_ALWAYS_INLINE inline __attribute__((always_inline))
-
-// Full unrolling gives the kernels constant shifts, but inside always-inline kernels it multiplies
-// what the sanitizers instrument (minutes of compile time for nothing): optimised, unsanitised
-// builds only.
+// The kernels are written once with head_dim and width as parameters and instanced for micro's
+// shape (constant shifts and trip counts): forced inlining and full unrolling make those instances.
+// Under the sanitizers that would multiply what gets instrumented (minutes of compile time for
+// nothing), so sanitized and unoptimised builds leave inlining and unrolling to the compiler.
 #define QUANT_PRAGMA(x) _Pragma(#x)
 #if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define QUANT_ALWAYS_INLINE inline __attribute__((always_inline))
 #define QUANT_UNROLL(n) QUANT_PRAGMA(GCC unroll n)
 #else
+#define QUANT_ALWAYS_INLINE inline
 #define QUANT_UNROLL(n)
 #endif
 

@@ -169,7 +169,12 @@ static void float_append(void *state, const float *vec) {
             s->scales[float_slot(s, h, s->length)] = code;
         }
         for (int d = 0; d < hd; d++) {
-            const uint32_t c = float_encode(s->scaled ? x[d] / sd : x[d], s->format);
+            float v = x[d];
+            if (s->scaled) { // divided by the rounded scale the extreme may pass max: saturate (NaN stays)
+                v /= sd;
+                v = v > info->max ? info->max : v < -info->max ? -info->max : v;
+            }
+            const uint32_t c = float_encode(v, s->format);
             s->special |= (c & info->special_mask) >= info->special_min;
             const size_t at = float_at(s, h, s->length, d);
             if (s->bytes == 2)

@@ -817,9 +817,9 @@ CODEC_OPS(block, NULL);
     }                                                                                                \
     const CodecFamily CODEC_FAMILY(codec_##id) = {.name = #id, .help = help_text, .ops = &block_ops, .create = create_##id};
 
-BLOCK_FAMILY(q8_0, FMT_Q8_0, "q8_0                 llama.cpp q8_0: blocks of 32, int8 codes, fp16 absmax/127 scale (8.5 bits)")
+BLOCK_FAMILY(q8_0, FMT_Q8_0, "q8_0                 llama.cpp q8_0: blocks of 32, int8 codes, fp16 absmax/127 scale (8.5 bits); qround=q8 (any block format) rounds the query as llama.cpp does")
 BLOCK_FAMILY(q4_0, FMT_Q4_0, "q4_0                 llama.cpp q4_0: blocks of 32, 4-bit codes, fp16 scale extreme/-8 (4.5 bits)")
 BLOCK_FAMILY(q4_1, FMT_Q4_1, "q4_1                 llama.cpp q4_1: blocks of 32, 4-bit codes, fp16 scale and minimum (5 bits)")
 BLOCK_FAMILY(q5_0, FMT_Q5_0, "q5_0                 llama.cpp q5_0: blocks of 32, 5-bit codes, fp16 scale extreme/-16 (5.5 bits)")
 BLOCK_FAMILY(q5_1, FMT_Q5_1, "q5_1                 llama.cpp q5_1: blocks of 32, 5-bit codes, fp16 scale and minimum (6 bits)")
-BLOCK_FAMILY(iq4_nl, FMT_IQ4_NL, "iq4_nl               llama.cpp iq4_nl: blocks of 32, 16-level non-uniform codebook, fp16 scale (4.5 bits)")
+BLOCK_FAMILY(iq4_nl, FMT_IQ4_NL, "iq4_nl               llama.cpp iq4_nl: blocks of 32, 16-level non-uniform codebook, fp16 scale (4.5 bits); :search for the scale search")
