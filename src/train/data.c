@@ -3,8 +3,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "model.h"
+#include "msgtext.h"
 #include "safe_file.h"
 #include "train/sha256.h"
 
@@ -30,7 +32,8 @@ static int read_file(const char *path, unsigned char **out, size_t *len, char *e
     fclose(f);
     if (!buf || bad) {
         free(buf);
-        snprintf(err, errlen, "cannot read %s", path);
+        char shown[MSG_TEXT];
+        snprintf(err, errlen, "cannot read %s", msg_text(path, shown, sizeof shown));
         return -1;
     }
     *out = buf;
@@ -45,14 +48,18 @@ int corpus_load(Corpus *c, const char *dir, char *err, size_t errlen) {
     Sha256 h;
     sha256_init(&h);
     for (int i = 0; i < 4; i++) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        char path[4096], shown[MSG_TEXT];
+        if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) >= (int)sizeof path) {
+            snprintf(err, errlen, "--corpus %s: path too long", msg_text(dir, shown, sizeof shown));
+            for (int j = 0; j < i; j++) free(bufs[j]);
+            return -1;
+        }
         if (read_file(path, &bufs[i], &c->file_len[i], err, errlen)) {
             for (int j = 0; j < i; j++) free(bufs[j]);
             return -1;
         }
         if (c->file_len[i] == 0 || bufs[i][0] != MICRO_BOS) {
-            snprintf(err, errlen, "%s does not start with BOS (byte 0x01)", path);
+            snprintf(err, errlen, "%s does not start with BOS (byte 0x01)", msg_text(path, shown, sizeof shown));
             for (int j = 0; j <= i; j++) free(bufs[j]);
             return -1;
         }
