@@ -155,7 +155,8 @@ int opts_int_list(Opts *o, long lo, long hi, int *out, int max, int *n) {
         const char *why = "is not an integer";
         if (len >= sizeof item) {
             // Too long for any integer in range; say which kind of wrong it is.
-            why = strspn(p, "0123456789") >= len ? "is out of range" : why;
+            size_t sign = p[0] == '-' || p[0] == '+';
+            why = strspn(p + sign, "0123456789") >= len - sign ? "is out of range" : why;
         } else {
             memcpy(item, p, len);
             item[len] = '\0';
