@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "cmd_options.h"
@@ -193,6 +194,12 @@ int cmd_bench(int argc, char **argv) {
     double dram_bw = read_bandwidth((size_t)512 << 20);
     printf("micro bench: %zu parameters (%.1f MB fp32), cache %s / %s, best of %d\n", m.n_params, weight_bytes / 1e6,
            k_spec, v_spec, repeat);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    for (int b = 0; b < nt; b++)
+        if (cores >= 1 && threads[b] > cores) {
+            printf("this machine has %ld online cores: thread counts above it run on %ld threads\n", cores, cores);
+            break;
+        }
     printf("streaming read bandwidth measured here: %.1f GB/s from DRAM (512 MiB buffer)\n", dram_bw / 1e9);
     printf("roofline = bytes touched per token / bandwidth, as a share of the time taken: against DRAM, and against\n"
            "a buffer the size of what one step touches (the cache level the weights and KV cache really come from)\n\n");
