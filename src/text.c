@@ -45,8 +45,8 @@ int text_split_arg(const char *arg, char *path, size_t pathlen, long *chars, cha
         errno = 0;
         long v = strtol(colon + 1, &end, 10);
         if (errno || *end != '\0' || v <= 0) {
-            snprintf(err, errlen, "%s: the character count must be a positive integer (1..%ld)",
-                     msg_text(arg, shown, sizeof shown), LONG_MAX);
+            snprintf(err, errlen, "%s: the character count %s (1..%ld)", msg_text(arg, shown, sizeof shown),
+                     errno == ERANGE && v > 0 ? "is out of range" : "must be a positive integer", LONG_MAX);
             return -1;
         }
         *chars = v;
