@@ -5,6 +5,7 @@
 
 #include "cmd_options.h"
 #include "fuzz.h"
+#include "train/gpt.h"
 
 #define MAX_ARGS 64
 
@@ -58,6 +59,7 @@ static void parse(const char *cmd, int argc, char **argv) {
         if (status == OPTS_RUN) {
             FUZZ_REQUIRE(model_config_validate(&o.config, err, sizeof err) == 0);
             FUZZ_REQUIRE(o.seq <= o.config.max_seq_len && o.warmup <= o.steps);
+            FUZZ_REQUIRE((long long)o.batch * o.seq <= TRAIN_MAX_STEP_TOKENS);
         }
     }
 }

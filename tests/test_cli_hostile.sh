@@ -121,6 +121,13 @@ for a in "--steps 0" "--steps x" "--lr nan" "--lr inf" "--seq 4096" "--dim 7" "-
     expect 2 "micro: " "train $a" -- "$micro" train --corpus "$tmp/nope" $a
 done
 expect 2 "--out: empty path" "train --out ''" -- "$micro" train --out ""
+# Refused by the trainer after loading the corpus (exit 1) before: now when parsing.
+expect 2 "tokens per step" "train --batch x --seq beyond the trainer" -- "$micro" train --corpus "$tmp/nope" --batch 4096 \
+    --seq 65536 --context 65536
+# Corpus files are inputs like the model: a FIFO would block forever.
+mkdir "$tmp/fifo-corpus" && mkfifo "$tmp/fifo-corpus/en.train.txt"
+expect 2 "is not a regular file" "train: corpus FIFO refused" -- "$micro" train --corpus "$tmp/fifo-corpus"
+expect 2 "path too long" "train: corpus path too long" -- "$micro" train --corpus "$tmp/$(printf 'c%.0s' {1..4100})"
 
 echo "$pass passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -4,14 +4,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "model.h"
+#include "msgtext.h"
 #include "train/sha256.h"
 
 static int read_file(const char *path, unsigned char **out, size_t *len, char *err, size_t errlen) {
+    char shown[MSG_TEXT];
+    struct stat st;
+    // Only a regular file: a FIFO would block the read forever, a directory fail in mid-read.
+    if (stat(path, &st) != 0) {
+        snprintf(err, errlen, "cannot open %s: %s", msg_text(path, shown, sizeof shown), strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s is not a regular file", msg_text(path, shown, sizeof shown));
+        return -1;
+    }
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "cannot open %s: %s", msg_text(path, shown, sizeof shown), strerror(errno));
         return -1;
     }
     size_t cap = 1 << 20, n = 0;
@@ -33,7 +46,7 @@ static int read_file(const char *path, unsigned char **out, size_t *len, char *e
     fclose(f);
     if (!buf || bad) {
         free(buf);
-        snprintf(err, errlen, "cannot read %s", path);
+        snprintf(err, errlen, "cannot read %s", msg_text(path, shown, sizeof shown));
         return -1;
     }
     *out = buf;
@@ -48,14 +61,18 @@ int corpus_load(Corpus *c, const char *dir, char *err, size_t errlen) {
     Sha256 h;
     sha256_init(&h);
     for (int i = 0; i < 4; i++) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        char path[4096], shown[MSG_TEXT];
+        if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) >= (int)sizeof path) {
+            snprintf(err, errlen, "--corpus %s: path too long", msg_text(dir, shown, sizeof shown));
+            for (int j = 0; j < i; j++) free(bufs[j]);
+            return -1;
+        }
         if (read_file(path, &bufs[i], &c->file_len[i], err, errlen)) {
             for (int j = 0; j < i; j++) free(bufs[j]);
             return -1;
         }
         if (c->file_len[i] == 0 || bufs[i][0] != MICRO_BOS) {
-            snprintf(err, errlen, "%s does not start with BOS (byte 0x01)", path);
+            snprintf(err, errlen, "%s does not start with BOS (byte 0x01)", msg_text(path, shown, sizeof shown));
             for (int j = 0; j <= i; j++) free(bufs[j]);
             return -1;
         }

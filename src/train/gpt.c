@@ -295,7 +295,7 @@ int train_net_init(TrainNet *n, Model *m, int B, int T, int n_threads, char *err
         snprintf(err, errlen, "trainer needs an even head_dim and n_kv_heads dividing n_heads");
         return -1;
     }
-    if ((size_t)B * (size_t)T > (size_t)1 << 24) {
+    if ((size_t)B * (size_t)T > (size_t)TRAIN_MAX_STEP_TOKENS) {
         snprintf(err, errlen, "batch %d x seq %d is too many tokens per step", B, T);
         return -1;
     }

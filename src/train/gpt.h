@@ -14,6 +14,8 @@
 // Query rows per attention block: a block reads keys only up to its last row (causal), so the
 // work is about T²/2 + T·block/2 per head, and the scratch is [block, T] per thread.
 #define TRAIN_ATT_BLOCK 128
+// Tokens per optimiser step (batch x seq) the trainer accepts; `micro train` checks it when parsing.
+#define TRAIN_MAX_STEP_TOKENS (1 << 24)
 
 // Activations of one forward pass (N = B*T tokens, D = dim, QD = n_heads*head_dim,
 // KD = n_kv_heads*head_dim, F = hidden_dim, V = vocab, L = n_layers), and the backward's scratch.
