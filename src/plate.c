@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "eval.h"
 #include "model_file.h"
+#include "msgtext.h"
 #include "text.h"
 #include "threadpool.h"
 
@@ -352,7 +353,8 @@ int cmd_plate(int argc, char **argv) {
             text_context_error(r->texts[t].path, (size_t)r->texts[t].n_tokens, m.config.max_seq_len, err, sizeof err);
             status = cli_error("%s", err);
         } else if (r->texts[t].n_tokens < 2) {
-            status = cli_error("%s: nothing to score", r->texts[t].path);
+            char shown[MSG_TEXT];
+            status = cli_error("%s: nothing to score", msg_text(r->texts[t].path, shown, sizeof shown));
         } else if (eval_trace_alloc(&r->traces[t], &m, r->texts[t].n_tokens)) {
             status = cli_error("out of memory");
         }
