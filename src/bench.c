@@ -184,7 +184,8 @@ int cmd_bench(int argc, char **argv) {
     Model m;
     if (model_load(&m, cli_default_path(o.model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
         return cli_error("%s", err);
-    if (fit_positions(&o, m.config.max_seq_len, err, sizeof err)) {
+    if (cmd_check_specs_for_model(&m, k_spec, v_spec, err, sizeof err) ||
+        fit_positions(&o, m.config.max_seq_len, err, sizeof err)) {
         model_free(&m);
         return cli_error("%s", err);
     }

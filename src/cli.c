@@ -125,13 +125,16 @@ int cli_after_parse(int status, const char *err, const char *usage) {
 }
 
 int cmd_check_specs(const char *k_spec, const char *v_spec, char *err, size_t errlen) {
-    char why[512];
-    if (kvstream_check_spec(k_spec, KV_ROLE_KEY, why, sizeof why) ||
-        kvstream_check_spec(v_spec, KV_ROLE_VALUE, why, sizeof why)) {
-        snprintf(err, errlen, "%s", why);
-        return -1;
-    }
-    return 0;
+    return kvstream_check_spec_syntax(k_spec, err, errlen) || kvstream_check_spec_syntax(v_spec, err, errlen) ? -1 : 0;
+}
+
+int cmd_check_specs_for_model(const Model *m, const char *k_spec, const char *v_spec, char *err, size_t errlen) {
+    const KVShape shape = {.n_heads = m->config.n_kv_heads, .head_dim = m->config.head_dim,
+                           .context = m->config.max_seq_len};
+    return kvstream_check_spec_shape(k_spec, KV_ROLE_KEY, &shape, err, errlen) ||
+                   kvstream_check_spec_shape(v_spec, KV_ROLE_VALUE, &shape, err, errlen)
+               ? -1
+               : 0;
 }
 
 int cmd_check_text_arg(const char *option, const char *arg, char *err, size_t errlen) {

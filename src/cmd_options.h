@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "capacity.h"
+#include "model.h"
 #include "opts.h"
 #include "train/train.h"
 
@@ -70,8 +71,11 @@ int inspect_parse(int argc, char **argv, InspectOptions *o, char *err, size_t er
 
 int train_parse(int argc, char **argv, TrainOptions *o, char *err, size_t errlen);
 
-// Checks a --k / --v / --cache pair, each for its role (one line in err).
+// Checks the form of a --k / --v / --cache pair while parsing, before the model is known (one line
+// in err); cmd_check_specs_for_model checks them against the loaded model's heads, head_dim and
+// context, before any work.
 int cmd_check_specs(const char *k_spec, const char *v_spec, char *err, size_t errlen);
+int cmd_check_specs_for_model(const Model *m, const char *k_spec, const char *v_spec, char *err, size_t errlen);
 // Checks the FILE[:CHARS] form of a text argument without opening it.
 int cmd_check_text_arg(const char *option, const char *arg, char *err, size_t errlen);
 

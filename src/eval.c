@@ -167,6 +167,7 @@ int cmd_eval(int argc, char **argv) {
     Model m = {0};
     if (!status && model_load(&m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
         status = cli_error("%s", err);
+    if (!status && cmd_check_specs_for_model(&m, k_spec, v_spec, err, sizeof err)) status = cli_error("%s", err);
     for (int i = 0; i < n_texts && !status; i++) {
         if (loaded[i].n_tokens > m.config.max_seq_len) {
             text_context_error(loaded[i].path, (size_t)loaded[i].n_tokens, m.config.max_seq_len, err, sizeof err);

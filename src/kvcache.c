@@ -180,6 +180,16 @@ static SpecOption *inject_option(CodecSpec *spec, const char *key, const char *v
     return o;
 }
 
+// The registered family of that name, or NULL with one line in err.
+static const CodecFamily *find_family(const char *name, char *err, size_t errlen) {
+    int count;
+    const CodecFamily *const *families = codec_families(&count);
+    for (int i = 0; i < count; i++)
+        if (strcmp(families[i]->name, name) == 0) return families[i];
+    snprintf(err, errlen, "unknown cache codec '%s' (see micro --help for the list)", name);
+    return NULL;
+}
+
 static int stream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
                        int context, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
@@ -202,15 +212,8 @@ static int stream_init(KVStream *s, const char *spec_text, KVRole role, int n_he
         snprintf(text, sizeof text, "%d", context);
         context_option = inject_option(&spec, "context", text);
     }
-    int count;
-    const CodecFamily *const *families = codec_families(&count);
-    const CodecFamily *family = NULL;
-    for (int i = 0; i < count; i++)
-        if (strcmp(families[i]->name, spec.name) == 0) family = families[i];
-    if (!family) {
-        snprintf(err, errlen, "unknown cache codec '%s' (see micro --help for the list)", spec.name);
-        return -1;
-    }
+    const CodecFamily *family = find_family(spec.name, err, errlen);
+    if (!family) return -1;
     void *state = family->create(&spec, n_heads, head_dim, capacity, s->spec, sizeof s->spec, err, errlen);
     if (!state) return -1;
     role_option->used = 1; // codecs that treat keys and values alike ignore it
@@ -314,4 +317,10 @@ double kvcache_bits_per_element(const KVCache *c) {
     for (int l = 0; l < c->n_layers; l++)
         elements += 2.0 * c->k[l].length * c->k[l].n_heads * c->k[l].head_dim;
     return elements > 0 ? 8.0 * (double)kvcache_bytes(c) / elements : 0.0;
+}
+
+int kvstream_check_spec_syntax(const char *spec_text, char *err, size_t errlen) {
+    CodecSpec spec;
+    if (spec_parse(spec_text, &spec, err, errlen)) return -1;
+    return find_family(spec.name, err, errlen) ? 0 : -1;
 }

@@ -94,6 +94,9 @@ typedef struct {
 // take effect within the context (kivi's residual) get one line in err and -1.
 int kvstream_check_spec_shape(const char *spec_text, KVRole role, const KVShape *shape, char *err, size_t errlen);
 // The same for micro's shape, for checks made before any model is loaded.
+// Only the spec's form and its family's name: what can be checked before the model (and so the
+// shape the spec must fit) is known. The rest is kvstream_check_spec_shape's, after loading.
+int kvstream_check_spec_syntax(const char *spec_text, char *err, size_t errlen);
 int kvstream_check_spec(const char *spec_text, KVRole role, char *err, size_t errlen);
 void kvstream_append(KVStream *s, const float *vec);
 // Bits per cached number including metadata, at the current length (0 when empty).

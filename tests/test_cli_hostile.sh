@@ -67,7 +67,14 @@ for v in 0 5000 '' 1,x 2,,3 3, 99999999999999999999; do
 done
 expect 2 "--threads: 0 is out of range (1..256)" "bench --threads 0" -- "$micro" bench --threads 0
 expect 2 "more than 64 values" "bench: long lists refused clearly" -- "$micro" bench --positions "$(seq -s, 2 70)"
-expect 2 "out of range (1..8)" "bench checks the spec first" -- "$micro" bench --model "$tmp/nope.bin" --cache int:bits=9
+expect 2 "out of range (1..8)" "bench checks the spec before any work" -- "$micro" bench --cache int:bits=9
+[ ! -s "$tmp/out" ] || bad "bench --cache int:bits=9 printed before failing"
+expect 2 "unknown cache codec" "bench checks the spec's form before loading" -- "$micro" bench --model "$tmp/nope.bin" --cache bogus
+# Specs are checked against the loaded model's shape, not micro's head_dim 32.
+"$make_model" "$tmp/hd48.bin" 96 1 2 2 16 64 || bad "make_model head_dim 48"
+expect 0 "" "kivi group 48 fits a head_dim-48 model" -- "$micro" eval --model "$tmp/hd48.bin" --cache kivi:group=48,residual=48 --text data/plates/en.txt:20
+expect 2 "got head_dim 48" "q4_0 refused for a head_dim-48 model, before any work" -- "$micro" eval --model "$tmp/hd48.bin" --cache q4_0 --text data/plates/en.txt:20
+[ ! -s "$tmp/out" ] || bad "eval --cache q4_0 on head_dim 48 printed before failing"
 expect 2 "beyond the model's context of 64" "bench --positions beyond the context" -- "$micro" "${bench[@]}" --positions 65
 expect 2 "cannot open" "bench: missing model" -- "$micro" bench --model "$tmp/nope.bin"
 
