@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The command line as a user meets it: help, version, one-line errors with exit status 2, the CSV
-# interface, determinism across runs and thread counts, the llama2.c export's exact size.
+# interface, determinism across runs and thread counts, the llama2.c and GGUF exports' exact sizes.
 set -u
 micro=${MICRO_BIN:?}
 root=${MICRO_SOURCE_ROOT:?}
@@ -119,6 +119,16 @@ real = struct.unpack("<2f", l2c[28 + n:28 + n + 8])
 imag = struct.unpack("<f", l2c[28 + n + table:28 + n + table + 4])
 assert real[0] == 1.0 and imag[0] == 0.0
 PY
+
+    # GGUF (checked in full by tests/test_export_gguf.c): a write that fails part-way (file size
+    # limit) gives one line and exit 1, and leaves neither the file nor a temporary behind.
+    "$micro" export --gguf "$tmp/micro.gguf" && [ "$(stat -c %s "$tmp/micro.gguf")" -eq 7290336 ] &&
+        ok "GGUF export is 7,290,336 bytes" || bad "GGUF export size"
+    mkdir "$tmp/xfsz"
+    (trap '' XFSZ; ulimit -f 100; "$micro" export --gguf "$tmp/xfsz/m.gguf") 2>"$tmp/err"
+    st=$?
+    [ $st -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && [ -z "$(ls -A "$tmp/xfsz")" ] &&
+        ok "GGUF export: failed write reported, nothing left" || bad "GGUF export failed write: exit $st, $(cat "$tmp/err"), $(ls "$tmp/xfsz")"
 
     g1=$("$micro" generate --prompt "The KV cache" -n 40)
     g2=$("$micro" generate --prompt "The KV cache" -n 40 --threads 2)
