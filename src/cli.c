@@ -32,64 +32,6 @@ int cli_error(const char *fmt, ...) {
     return 2;
 }
 
-_Noreturn void cli_die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vreport(fmt, ap);
-    va_end(ap);
-    exit(2);
-}
-
-_Noreturn void cli_unknown(const char *usage, const char *arg) {
-    fprintf(stderr, "micro: unknown option '%s'\n%s", arg, usage);
-    exit(2);
-}
-
-int cli_value(int argc, char **argv, int *i, const char *name, const char **out) {
-    if (strcmp(argv[*i], name) != 0) return 0;
-    if (*i + 1 >= argc) cli_die("%s needs a value", name);
-    *out = argv[++*i];
-    return 1;
-}
-
-int cli_int(int argc, char **argv, int *i, const char *name, long lo, long hi, int *out) {
-    const char *s;
-    if (!cli_value(argc, argv, i, name, &s)) return 0;
-    long v;
-    const char *why;
-    char shown[MSG_TEXT];
-    if (opts_parse_long(s, lo, hi, &v, &why)) {
-        if (strcmp(why, "is out of range") == 0)
-            cli_die("%s: '%s' is out of range (%ld..%ld)", name, msg_text(s, shown, sizeof shown), lo, hi);
-        cli_die("%s: '%s' %s", name, msg_text(s, shown, sizeof shown), why);
-    }
-    *out = (int)v;
-    return 1;
-}
-
-int cli_double(int argc, char **argv, int *i, const char *name, double lo, double hi, double *out) {
-    const char *s;
-    if (!cli_value(argc, argv, i, name, &s)) return 0;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end != '\0' || !isfinite(v)) cli_die("%s: '%s' is not a number", name, s);
-    if (v < lo || v > hi) cli_die("%s: %g is out of range (%g..%g)", name, v, lo, hi);
-    *out = v;
-    return 1;
-}
-
-int cli_u64(int argc, char **argv, int *i, const char *name, unsigned long long *out) {
-    const char *s;
-    if (!cli_value(argc, argv, i, name, &s)) return 0;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end != '\0' || s[0] == '-') cli_die("%s: '%s' is not a non-negative integer", name, s);
-    *out = v;
-    return 1;
-}
-
 const char *cli_default_path(const char *given, const char *relative, char *buf, size_t n) {
     if (given) return given;
     if (access(relative, R_OK) == 0) return relative;

@@ -1,32 +1,7 @@
 #!/usr/bin/env bash
 # The command line as a user meets it: help, version, one-line errors with exit status 2, the CSV
 # interface, determinism across runs and thread counts, the llama2.c and GGUF exports' exact sizes.
-set -u
-micro=${MICRO_BIN:?}
-root=${MICRO_SOURCE_ROOT:?}
-cd "$root"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-pass=0
-
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fails=$((fails + 1)); echo "FAIL $1"; }
-
-# expect STATUS NEEDLE LABEL -- CMD...: exit status and a stderr line containing NEEDLE (one line).
-expect() {
-    local want=$1 needle=$2 label=$3
-    shift 4
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    local got=$?
-    if [ "$got" -ne "$want" ]; then
-        bad "$label: exit $got, wanted $want ($(head -c 300 "$tmp/err"))"
-    elif [ -n "$needle" ] && ! grep -q -- "$needle" "$tmp/err"; then
-        bad "$label: stderr lacks '$needle': $(head -c 300 "$tmp/err")"
-    else
-        ok "$label"
-    fi
-}
+. "$(dirname "$0")/lib.sh"
 
 expect 2 "usage" "no command" -- "$micro"
 expect 2 "unknown command 'bogus'" "unknown command" -- "$micro" bogus
@@ -140,5 +115,4 @@ else
     echo "skip model-dependent checks: models/micro.bin is absent"
 fi
 
-echo "$pass passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

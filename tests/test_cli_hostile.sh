@@ -2,34 +2,8 @@
 # Issue 7's hostile-user defects on the command line, each with its class: hangs (threads above the
 # cores, bench lists), leaks and late checks on option errors (run under the ASan build, a leak turns
 # exit 2 into 1), lost or unclear messages, and exit status 2 for every bad argument of every command.
-set -u
-micro=${MICRO_BIN:?}
-root=${MICRO_SOURCE_ROOT:?}
+. "$(dirname "$0")/lib.sh"
 make_model=${MICRO_MAKE_MODEL:?}
-cd "$root"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-pass=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fails=$((fails + 1)); echo "FAIL $1"; }
-
-# expect STATUS NEEDLE LABEL -- CMD...: exit status, and one stderr line containing NEEDLE.
-expect() {
-    local want=$1 needle=$2 label=$3
-    shift 4
-    timeout 300 "$@" >"$tmp/out" 2>"$tmp/err"
-    local got=$?
-    if [ "$got" -ne "$want" ]; then
-        bad "$label: exit $got, wanted $want ($(head -c 300 "$tmp/err"))"
-    elif [ -n "$needle" ] && ! grep -q -- "$needle" "$tmp/err"; then
-        bad "$label: stderr lacks '$needle': $(head -c 300 "$tmp/err")"
-    elif [ "$want" -eq 2 ] && [ "$(wc -l <"$tmp/err")" -ne 1 ] && ! grep -q "^usage" "$tmp/err"; then
-        bad "$label: not one line: $(head -c 300 "$tmp/err")"
-    else
-        ok "$label"
-    fi
-}
 
 # Small models of shapes micro.bin lacks, written by the loader's own writer.
 "$make_model" "$tmp/tiny.bin" 16 1 2 2 16 64 || bad "make_model tiny"
@@ -136,5 +110,4 @@ mkdir "$tmp/fifo-corpus" && mkfifo "$tmp/fifo-corpus/en.train.txt"
 expect 2 "is not a regular file" "train: corpus FIFO refused" -- "$micro" train --corpus "$tmp/fifo-corpus"
 expect 2 "path too long" "train: corpus path too long" -- "$micro" train --corpus "$tmp/$(printf 'c%.0s' {1..4100})"
 
-echo "$pass passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

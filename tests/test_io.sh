@@ -4,35 +4,8 @@
 # is one line and exit 1, leaving the old file and no temporary; a result that cannot reach
 # standard output is a failure; user paths never pass through a shell; a model that overflows
 # float is an error, never a result.
-set -u
-micro=${MICRO_BIN:?}
-root=${MICRO_SOURCE_ROOT:?}
+. "$(dirname "$0")/lib.sh"
 scale_kv=${MICRO_SCALE_KV:?}
-cd "$root"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-pass=0
-
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fails=$((fails + 1)); echo "FAIL $1"; }
-
-# expect STATUS NEEDLE LABEL -- CMD...: exit status, and stderr exactly one line containing NEEDLE.
-expect() {
-    local want=$1 needle=$2 label=$3
-    shift 4
-    timeout 60 "$@" >"$tmp/out" 2>"$tmp/err"
-    local got=$?
-    if [ "$got" -ne "$want" ]; then
-        bad "$label: exit $got, wanted $want ($(head -c 300 "$tmp/err"))"
-    elif [ -n "$needle" ] && ! grep -q -- "$needle" "$tmp/err"; then
-        bad "$label: stderr lacks '$needle': $(head -c 300 "$tmp/err")"
-    elif [ "$(wc -l <"$tmp/err")" -ne 1 ]; then
-        bad "$label: stderr is not one line: $(head -c 600 "$tmp/err")"
-    else
-        ok "$label"
-    fi
-}
 
 # expect_last STATUS NEEDLE LABEL -- CMD...: as expect, for train, whose progress lines come first:
 # the last stderr line carries the error.
@@ -214,5 +187,4 @@ if [ -f models/micro.bin ]; then
         ok "scale_kv_model x 1 writes the model unchanged" || bad "scale_kv_model x 1 changed the model"
 fi
 
-echo "$pass passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish
