@@ -60,8 +60,8 @@ static int run(const char *label, Model *m, int T, int *tok) {
         return 1;
     }
     train_net_forward(&net, in, tg);
-    Decoder d;
-    if (decoder_init(&d, m, "fp32", "fp32", T, 2, err, sizeof err)) {
+    Decoder d; // one thread: thread counts are test_decode's business
+    if (decoder_init(&d, m, "fp32", "fp32", T, 1, err, sizeof err)) {
         fprintf(stderr, "decoder_init: %s\n", err);
         return 1;
     }
