@@ -88,3 +88,10 @@ int cmd_check_text_arg(const char *option, const char *arg, char *err, size_t er
     }
     return 0;
 }
+
+int cmd_text_option(Opts *p, const char **texts, int *n, int max) {
+    if (*n == max) return opts_fail(p, "at most %d texts", max);
+    if (opts_value(p, &texts[*n]) || cmd_check_text_arg("--text", texts[*n], p->err, p->errlen)) return OPTS_ERROR;
+    (*n)++;
+    return 0;
+}

@@ -76,6 +76,8 @@ int train_parse(int argc, char **argv, TrainOptions *o, char *err, size_t errlen
 // context, before any work.
 int cmd_check_specs(const char *k_spec, const char *v_spec, char *err, size_t errlen);
 int cmd_check_specs_for_model(const Model *m, const char *k_spec, const char *v_spec, char *err, size_t errlen);
+// One more --text FILE[:CHARS] (repeatable, at most max): 0, or OPTS_ERROR with the reason in p's err.
+int cmd_text_option(Opts *p, const char **texts, int *n, int max);
 // Checks the FILE[:CHARS] form of a text argument without opening it.
 int cmd_check_text_arg(const char *option, const char *arg, char *err, size_t errlen);
 

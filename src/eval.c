@@ -127,12 +127,8 @@ int eval_parse(int argc, char **argv, EvalOptions *o, char *err, size_t errlen) 
         int bad;
         if (opts_is_help(&p)) return OPTS_HELP;
         else if (opts_is(&p, "--csv")) bad = opts_flag(&p), o->csv = 1;
-        else if (opts_is(&p, "--text")) {
-            if (o->n_texts == EVAL_MAX_TEXTS) return opts_fail(&p, "at most %d texts", EVAL_MAX_TEXTS);
-            bad = opts_value(&p, &o->texts[o->n_texts]) ||
-                  cmd_check_text_arg("--text", o->texts[o->n_texts], err, errlen);
-            o->n_texts++;
-        } else if (opts_is(&p, "--model")) bad = opts_path(&p, &o->model_path);
+        else if (opts_is(&p, "--text")) bad = cmd_text_option(&p, o->texts, &o->n_texts, EVAL_MAX_TEXTS);
+        else if (opts_is(&p, "--model")) bad = opts_path(&p, &o->model_path);
         else if (opts_is(&p, "--cache")) bad = opts_string(&p, &cache);
         else if (opts_is(&p, "--k")) bad = opts_string(&p, &o->k_spec);
         else if (opts_is(&p, "--v")) bad = opts_string(&p, &o->v_spec);
