@@ -7,61 +7,44 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fastmath.h"
+#include <pthread.h>
+
+#include "forward_kernels.h"
 #include "threadpool.h"
 
 // ---------------------------------------------------------------------------------------------
-// Kernels. Each output row is a whole dot product computed by one thread in a fixed order, so
-// the result is the same bit for bit whatever the number of threads.
+// Kernels. The hot ones (matvec_rows, scaled_softmax) are in forward_kernels.c, built portable and
+// for AVX-512; the build this CPU runs is chosen once.
 
-#define LANES 16
-
-// Adds up 16 partial sums by halving (8 + 8, 4 + 4, 2 + 2, 1 + 1): vector adds in a fixed order,
-// instead of 16 dependent scalar adds that would cost more than the row's multiplications.
-static inline float fold_lanes(float *part) {
-    for (int width = LANES / 2; width >= 1; width /= 2)
-#pragma omp simd
-        for (int l = 0; l < width; l++) part[l] += part[l + width];
-    return part[0];
+const ForwardKernels *forward_kernels_simd(void) {
+#ifdef MICRO_FORWARD_SIMD
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return &forward_kernels_avx512;
+#endif
+    return NULL;
 }
 
-// One row's dot product: 16 partial sums across the row, folded in a fixed order at the end.
-static float dot_row(const float *restrict w, const float *restrict x, int n) {
-    float part[LANES] = {0};
-    int j = 0;
-    for (; j + LANES <= n; j += LANES)
-#pragma omp simd
-        for (int l = 0; l < LANES; l++) part[l] += w[j + l] * x[j + l];
-    float sum = fold_lanes(part);
-    for (; j < n; j++) sum += w[j] * x[j];
-    return sum;
+static const ForwardKernels *chosen_kernels;
+static pthread_once_t chosen_once = PTHREAD_ONCE_INIT;
+
+static void choose_kernels(void) {
+    const char *env = getenv("MICRO_PORTABLE");
+    int portable = env && *env && strcmp(env, "0") != 0;
+    const ForwardKernels *simd = portable ? NULL : forward_kernels_simd();
+    chosen_kernels = simd ? simd : &forward_kernels_portable;
 }
 
-// out[r] = W[r,:] · x for rows [r0, r1). Decoding is bound by reading the weights (7 MB per token
-// from L3), so four rows share each load of x, and the next four rows are prefetched while these
-// are summed. Each row's sum is the same as dot_row's, so any split of rows gives the same bits.
+const ForwardKernels *forward_kernels(void) {
+    pthread_once(&chosen_once, choose_kernels);
+    return chosen_kernels;
+}
+
 static void matvec_rows(float *restrict out, const float *restrict W, const float *restrict x, int n, int r0,
                         int r1) {
-    int r = r0;
-    if (n % LANES == 0) {
-        for (; r + 4 <= r1; r += 4) {
-            const float *w0 = W + (size_t)r * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
-            for (int j = 0; j < 4 * n; j += LANES) __builtin_prefetch(w0 + 4 * (size_t)n + j);
-            float a0[LANES] = {0}, a1[LANES] = {0}, a2[LANES] = {0}, a3[LANES] = {0};
-            for (int j = 0; j < n; j += LANES) {
-#pragma omp simd
-                for (int l = 0; l < LANES; l++) {
-                    a0[l] += w0[j + l] * x[j + l];
-                    a1[l] += w1[j + l] * x[j + l];
-                    a2[l] += w2[j + l] * x[j + l];
-                    a3[l] += w3[j + l] * x[j + l];
-                }
-            }
-            out[r] = fold_lanes(a0), out[r + 1] = fold_lanes(a1), out[r + 2] = fold_lanes(a2), out[r + 3] = fold_lanes(a3);
-        }
-    }
-    for (; r < r1; r++) out[r] = dot_row(W + (size_t)r * n, x, n);
+    forward_kernels()->matvec_rows(out, W, x, n, r0, r1);
 }
+
+// rmsnorm and rope stay here: little work per token, each in a fixed (sequential) order.
 
 static void rmsnorm(float *out, const float *x, const float *gain, int n, float eps) {
     float ss = 0;
@@ -86,31 +69,10 @@ static void rope(float *vec, int n_heads, int head_dim, const float *cos_t, cons
     }
 }
 
-// x[i] = e^(scale·(x[i] - max)), returning their sum.
-static float exp_and_sum(float *x, int n, float max, float scale) {
-    float sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int i = 0; i < n; i++) {
-        x[i] = exp_neg((x[i] - max) * scale);
-        sum += x[i];
-    }
-    return sum;
-}
-
-// x = softmax(scale · x), in place.
-static void scaled_softmax(float *x, int n, float scale) {
-    float max = x[0];
-#pragma omp simd reduction(max : max)
-    for (int i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
-    float inv = 1.0f / exp_and_sum(x, n, max, scale);
-#pragma omp simd
-    for (int i = 0; i < n; i++) x[i] *= inv;
-}
-
 void attention_head(const KVStream *ks, const KVStream *vs, int kv_head, const float *q, float *att, float *out,
                     int n) {
     ks->ops->scores(ks->state, kv_head, q, att, n);
-    scaled_softmax(att, n, 1.0f / sqrtf((float)ks->head_dim));
+    forward_kernels()->scaled_softmax(att, n, 1.0f / sqrtf((float)ks->head_dim));
     vs->ops->mix(vs->state, kv_head, att, out, n);
 }
 

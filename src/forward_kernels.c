@@ -1,0 +1,101 @@
+// The decode step's hot loops, compiled twice (meson.build: forward_portable, and forward_avx512
+// with FORWARD_KERNELS_AVX512 and -mavx512f); forward_kernels() in forward.c picks one at run time.
+// Plain C with `omp simd` loops whose sums are all written out in a fixed order, so that the two
+// builds (and any -march) compute the same bits: see forward_kernels.h.
+#include "forward_kernels.h"
+
+#include <stddef.h>
+
+#include "fastmath.h"
+
+// Each output row is a whole dot product computed by one thread in a fixed order, so the result is
+// the same bit for bit whatever the number of threads.
+#define LANES 16
+
+// Adds up 16 partial sums by halving (8 + 8, 4 + 4, 2 + 2, 1 + 1): vector adds in a fixed order,
+// instead of 16 dependent scalar adds that would cost more than the row's multiplications.
+static inline float fold_lanes(float *part) {
+    for (int width = LANES / 2; width >= 1; width /= 2)
+#pragma omp simd
+        for (int l = 0; l < width; l++) part[l] += part[l + width];
+    return part[0];
+}
+
+// One row's dot product: 16 partial sums across the row, folded in a fixed order at the end.
+static float dot_row(const float *restrict w, const float *restrict x, int n) {
+    float part[LANES] = {0};
+    int j = 0;
+    for (; j + LANES <= n; j += LANES)
+#pragma omp simd
+        for (int l = 0; l < LANES; l++) part[l] += w[j + l] * x[j + l];
+    float sum = fold_lanes(part);
+    for (; j < n; j++) sum += w[j] * x[j];
+    return sum;
+}
+
+// out[r] = W[r,:] · x for rows [r0, r1). Decoding is bound by reading the weights (7 MB per token
+// from L3), so four rows share each load of x, and the next four rows are prefetched while these
+// are summed. Each row's sum is the same as dot_row's, so any split of rows gives the same bits.
+static void matvec_rows_impl(float *restrict out, const float *restrict W, const float *restrict x, int n, int r0,
+                        int r1) {
+    int r = r0;
+    if (n % LANES == 0) {
+        for (; r + 4 <= r1; r += 4) {
+            const float *w0 = W + (size_t)r * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
+            for (int j = 0; j < 4 * n; j += LANES) __builtin_prefetch(w0 + 4 * (size_t)n + j);
+            float a0[LANES] = {0}, a1[LANES] = {0}, a2[LANES] = {0}, a3[LANES] = {0};
+            for (int j = 0; j < n; j += LANES) {
+#pragma omp simd
+                for (int l = 0; l < LANES; l++) {
+                    a0[l] += w0[j + l] * x[j + l];
+                    a1[l] += w1[j + l] * x[j + l];
+                    a2[l] += w2[j + l] * x[j + l];
+                    a3[l] += w3[j + l] * x[j + l];
+                }
+            }
+            out[r] = fold_lanes(a0), out[r + 1] = fold_lanes(a1), out[r + 2] = fold_lanes(a2), out[r + 3] = fold_lanes(a3);
+        }
+    }
+    for (; r < r1; r++) out[r] = dot_row(W + (size_t)r * n, x, n);
+}
+
+// x[i] = e^(scale·(x[i] - max)), returning their sum in a fixed order: 16 lane partials over the
+// whole blocks of 16, the elements left over added to lane 0 in turn, then 0 + lane 0 + lane 1 + ...
+// + lane 15. That is the order of gcc 12's AVX-512 build of the `omp simd reduction(+)` this replaced
+// (whose sum order followed the vector width), so the numbers `micro plate` printed from a -march=native
+// build stay the same to the last digit, now on every CPU and build.
+static float exp_and_sum(float *x, int n, float max, float scale) {
+    float part[LANES] = {0};
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+#pragma omp simd
+        for (int l = 0; l < LANES; l++) {
+            float e = exp_neg((x[i + l] - max) * scale);
+            x[i + l] = e;
+            part[l] += e;
+        }
+    for (; i < n; i++) {
+        x[i] = exp_neg((x[i] - max) * scale);
+        part[0] += x[i];
+    }
+    float sum = 0;
+    for (int l = 0; l < LANES; l++) sum += part[l];
+    return sum;
+}
+
+// x = softmax(scale · x), in place.
+static void scaled_softmax_impl(float *x, int n, float scale) {
+    float max = x[0];
+#pragma omp simd reduction(max : max)
+    for (int i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
+    // The max is exact in any order (for numbers; a NaN anywhere makes every weight NaN anyway).
+    float inv = 1.0f / exp_and_sum(x, n, max, scale);
+#pragma omp simd
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+#ifdef FORWARD_KERNELS_AVX512
+const ForwardKernels forward_kernels_avx512 = {"avx512", matvec_rows_impl, scaled_softmax_impl};
+#else
+const ForwardKernels forward_kernels_portable = {"portable", matvec_rows_impl, scaled_softmax_impl};
+#endif

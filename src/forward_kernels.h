@@ -1,0 +1,29 @@
+// The decode step's own hot loops (matrix-vector rows, softmax), compiled twice like the codec
+// kernels: a portable build (plain x86-64 under the default -Dnative=false) and, on x86-64, an
+// AVX-512 build; forward_kernels() picks one at run time. Every sum runs in a fixed order written
+// out in the source (16 lane partials folded in a fixed order), never one the compiler picks for
+// its vector width, so both builds give the same bits on every machine (tests/test_forward_kernels.c).
+#ifndef MICRO_FORWARD_KERNELS_H
+#define MICRO_FORWARD_KERNELS_H
+
+typedef struct {
+    const char *name; // "portable" or "avx512"
+    // out[r] = W[r,:] · x for rows [r0, r1) of the row-major W (n columns).
+    void (*matvec_rows)(float *restrict out, const float *restrict W, const float *restrict x, int n, int r0,
+                        int r1);
+    // x = softmax(scale · x), in place, n >= 1.
+    void (*scaled_softmax)(float *x, int n, float scale);
+} ForwardKernels;
+
+extern const ForwardKernels forward_kernels_portable;
+#ifdef MICRO_FORWARD_SIMD
+extern const ForwardKernels forward_kernels_avx512;
+#endif
+
+// The AVX-512 build when it was compiled in, this CPU has avx512f and MICRO_PORTABLE is unset (or
+// "0") in the environment; else the portable one. Chosen once, on the first call.
+const ForwardKernels *forward_kernels(void);
+// The AVX-512 build if compiled in and this CPU runs it (whatever MICRO_PORTABLE says), else NULL.
+const ForwardKernels *forward_kernels_simd(void);
+
+#endif

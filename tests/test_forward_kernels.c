@@ -1,0 +1,114 @@
+// The forward pass's hot kernels (forward_kernels.h), bit for bit: the portable build against a
+// scalar reference written here in the same fixed order, then the AVX-512 build against the
+// portable one (the determinism across machines that the plate's last digits rely on). Row lengths
+// and position counts around the 16-lane blocks, row ranges that start and stop off the 4-row
+// groups, and inputs from tiny to huge (softmax arguments reaching exp_neg's clamp). Exits 77
+// (skipped) after the portable checks when this CPU or build has no AVX-512.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fastmath.h"
+#include "forward_kernels.h"
+
+#include "check.h"
+
+enum { LANES = 16, NMAX = 2100, ROWS = 19 };
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static double urand(void) {
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
+}
+
+static int same_bits(const float *a, const float *b, int n) { return memcmp(a, b, sizeof(float) * (size_t)n) == 0; }
+
+// The documented orders, one scalar add at a time.
+static float ref_dot(const float *w, const float *x, int n) {
+    float part[LANES] = {0};
+    int j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int l = 0; l < LANES; l++) part[l] += w[j + l] * x[j + l];
+    for (int width = LANES / 2; width >= 1; width /= 2)
+        for (int l = 0; l < width; l++) part[l] += part[l + width];
+    float sum = part[0];
+    for (; j < n; j++) sum += w[j] * x[j];
+    return sum;
+}
+
+static void ref_softmax(float *x, int n, float scale) {
+    float max = x[0];
+    for (int i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
+    float part[LANES] = {0};
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) part[l] += x[i + l] = exp_neg((x[i + l] - max) * scale);
+    for (; i < n; i++) part[0] += x[i] = exp_neg((x[i] - max) * scale);
+    float sum = 0;
+    for (int l = 0; l < LANES; l++) sum += part[l];
+    float inv = 1.0f / sum;
+    for (i = 0; i < n; i++) x[i] *= inv;
+}
+
+static float W[ROWS * NMAX], x[NMAX], out_a[ROWS], out_b[ROWS];
+static float s_in[NMAX], s_a[NMAX], s_b[NMAX];
+
+static void fill(float *v, int n, double magnitude) {
+    for (int i = 0; i < n; i++) v[i] = (float)((2 * urand() - 1) * magnitude);
+}
+
+// Every kernel of k against the reference (ref_check) or against the other build o.
+static void run(const ForwardKernels *k, const ForwardKernels *o) {
+    static const int lens[] = {1, 2, 15, 16, 17, 31, 32, 33, 48, 64, 100, 128, 255, 256, 257, 688, 2047, 2048, 2049};
+    static const double mags[] = {1e-3, 1.0, 30.0, 1e4};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        int n = lens[li];
+        for (size_t mi = 0; mi < sizeof mags / sizeof mags[0]; mi++) {
+            fill(W, ROWS * n, mags[mi]);
+            fill(x, n, 1.0);
+            for (int r0 = 0; r0 <= 2; r0++) {
+                for (int r1 = ROWS - 2; r1 <= ROWS; r1++) {
+                    memset(out_a, 0, sizeof out_a);
+                    memset(out_b, 0, sizeof out_b);
+                    k->matvec_rows(out_a, W, x, n, r0, r1);
+                    if (o) {
+                        o->matvec_rows(out_b, W, x, n, r0, r1);
+                    } else {
+                        for (int r = r0; r < r1; r++) out_b[r] = ref_dot(W + (size_t)r * n, x, n);
+                    }
+                    CHECK(same_bits(out_a, out_b, ROWS), "matvec_rows %s vs %s: n %d rows [%d, %d) magnitude %g",
+                          k->name, o ? o->name : "reference", n, r0, r1, mags[mi]);
+                }
+            }
+            fill(s_in, n, mags[mi]);
+            float scale = 1.0f / sqrtf(32.0f);
+            memcpy(s_a, s_in, sizeof(float) * (size_t)n);
+            memcpy(s_b, s_in, sizeof(float) * (size_t)n);
+            k->scaled_softmax(s_a, n, scale);
+            if (o) {
+                o->scaled_softmax(s_b, n, scale);
+            } else {
+                ref_softmax(s_b, n, scale);
+            }
+            CHECK(same_bits(s_a, s_b, n), "scaled_softmax %s vs %s: n %d magnitude %g", k->name,
+                  o ? o->name : "reference", n, mags[mi]);
+        }
+    }
+}
+
+int main(void) {
+    run(&forward_kernels_portable, NULL);
+    const ForwardKernels *simd = forward_kernels_simd();
+    if (!simd) {
+        printf("no AVX-512 build of the forward kernels on this CPU: portable checked against the reference only\n");
+        return failures ? 1 : 77;
+    }
+    run(simd, NULL);
+    run(simd, &forward_kernels_portable);
+    printf("forward kernels: portable and %s agree bit for bit%s\n", simd->name, failures ? " -- NOT" : "");
+    return failures ? 1 : 0;
+}
