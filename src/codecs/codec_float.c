@@ -257,6 +257,16 @@ static ALWAYS_INLINE void float_madd(const uint8_t *p, __m512 x0, __m512 x1, con
         *hi = _mm512_add_ps(*hi, _mm512_mul_ps(x1, float_decode8(p + 16, f)));
     }
 }
+// One step of a lane's score on a key tile at k: a + q[0] · x_d (+ q[1] · x_d+1 for 16-bit codes,
+// which come in pairs), the order of the portable kernel.
+static ALWAYS_INLINE __m512 float_tile_step(__m512 a, const uint8_t *k, const float *q, const FloatFormat f) {
+    if (formats[f].bytes == 2) {
+        const __m512i w = _mm512_loadu_si512(k);
+        return _mm512_add_ps(_mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(q[0]), float_lo16(w, f))),
+                             _mm512_mul_ps(_mm512_set1_ps(q[1]), float_hi16(w, f)));
+    }
+    return _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(q[0]), float_decode8(k, f)));
+}
 #endif
 
 // Scores on key tiles: per lane (token) Σ_d q_d · x_d in order of d, four tiles at a time (their
@@ -267,32 +277,25 @@ static ALWAYS_INLINE void float_score_tiles(const FloatState *s, int head, const
     const size_t tile_codes = (size_t)TILE * (size_t)hd, es = (size_t)formats[f].bytes;
     const uint8_t *tile = s->codes + float_at(s, head, t0, 0) * es;
 #ifdef QUANT_AVX512
-    if (nt == 4 && qu) {
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    if (qu) {
         const size_t tb = tile_codes * es;
-        if (es == 2) {
-            for (int d = 0; d < hd; d += 2) { // numbers d and d + 1 of each lane from one word
-                const uint8_t *k = tile + (size_t)d * TILE * 2;
-                const __m512 q0 = _mm512_set1_ps(qu[d]), q1 = _mm512_set1_ps(qu[d + 1]);
-#define FLOAT_PAIR(a, i)                                                                           \
-    {                                                                                              \
-        const __m512i w = _mm512_loadu_si512(k + (i) * tb);                                        \
-        a = _mm512_add_ps(_mm512_add_ps(a, _mm512_mul_ps(q0, float_lo16(w, f))), _mm512_mul_ps(q1, float_hi16(w, f))); \
-    }
-                FLOAT_PAIR(a0, 0) FLOAT_PAIR(a1, 1) FLOAT_PAIR(a2, 2) FLOAT_PAIR(a3, 3)
-#undef FLOAT_PAIR
+        if (nt == 4) { // four tiles at once: their independent chains hide the latency of the adds
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int d = 0; d < hd; d += (int)es) { // 16-bit: numbers d and d + 1 from one word
+                const uint8_t *k = tile + (size_t)d * TILE * es;
+                a0 = float_tile_step(a0, k, qu + d, f);
+                a1 = float_tile_step(a1, k + tb, qu + d, f);
+                a2 = float_tile_step(a2, k + 2 * tb, qu + d, f);
+                a3 = float_tile_step(a3, k + 3 * tb, qu + d, f);
             }
-        } else {
-            for (int d = 0; d < hd; d++) {
-                const uint8_t *k = tile + (size_t)d * TILE;
-                const __m512 qd = _mm512_set1_ps(qu[d]);
-                a0 = _mm512_add_ps(a0, _mm512_mul_ps(qd, float_decode8(k, f)));
-                a1 = _mm512_add_ps(a1, _mm512_mul_ps(qd, float_decode8(k + tb, f)));
-                a2 = _mm512_add_ps(a2, _mm512_mul_ps(qd, float_decode8(k + 2 * tb, f)));
-                a3 = _mm512_add_ps(a3, _mm512_mul_ps(qd, float_decode8(k + 3 * tb, f)));
-            }
+            quant_store4(acc[0], acc[2], a0, a1, a2, a3); // acc[k] follows acc[k - 1]
+            return;
         }
-        quant_store4(acc[0], acc[2], a0, a1, a2, a3); // acc[k] follows acc[k - 1]
+        for (int t = 0; t < nt; t++) { // the last tiles of a stream, one at a time
+            __m512 a = _mm512_setzero_ps();
+            for (int d = 0; d < hd; d += (int)es) a = float_tile_step(a, tile + t * tb + (size_t)d * TILE * es, qu + d, f);
+            _mm512_storeu_ps(acc[t], a);
+        }
         return;
     }
 #endif
