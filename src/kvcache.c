@@ -30,7 +30,8 @@ int codec_simd_supported(void) {
 #ifdef MICRO_CODEC_SIMD
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vbmi");
+           __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
 #else
     return 0;
 #endif
