@@ -3,7 +3,9 @@
 #ifndef MICRO_TESTS_CHECK_H
 #define MICRO_TESTS_CHECK_H
 
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 static int failures;
 
@@ -18,5 +20,20 @@ static int failures;
             failures++;                                                                            \
         }                                                                                          \
     } while (0)
+
+// Each test's own reproducible random stream (xorshift64*): the next 64 bits, and a uniform double in
+// [0, 1) from its top 53.
+static inline uint64_t check_next(uint64_t *state) {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    return *state * 0x2545f4914f6cdd1dull;
+}
+static inline double check_uniform(uint64_t *state) { return (double)(check_next(state) >> 11) / 9007199254740992.0; }
+
+// Whether two float arrays are the same to the bit (NaN payloads and signed zeros included).
+static inline int check_same_bits(const float *a, const float *b, int n) {
+    return memcmp(a, b, sizeof(float) * (size_t)n) == 0;
+}
 
 #endif

@@ -13,12 +13,7 @@
 #include "check.h"
 
 static uint64_t rng_state = 0x6a09e667f3bcc909ull;
-static double urand(void) {
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (double)((rng_state * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
-}
+static double urand(void) { return check_uniform(&rng_state); }
 
 static double gauss(void) { // Irwin–Hall approximation of a standard normal
     double s = 0;

@@ -15,12 +15,7 @@
 #include "check.h"
 
 static uint64_t rng_state = 0xbb67ae8584caa73bull;
-static double urand(void) {
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (double)((rng_state * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
-}
+static double urand(void) { return check_uniform(&rng_state); }
 
 // Specs that exercise every option of every family, with their normalised forms.
 static const struct { const char *spec, *norm; int blocks; } specs[] = {

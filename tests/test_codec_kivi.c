@@ -13,12 +13,7 @@
 #include "check.h"
 
 static uint64_t rng_state = 0x853c49e6748fea9bull;
-static uint32_t rnd(void) {
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (uint32_t)((rng_state * 0x2545f4914f6cdd1dull) >> 32);
-}
+static uint32_t rnd(void) { return (uint32_t)(check_next(&rng_state) >> 32); }
 
 static void must_init(KVStream *s, const char *spec, KVRole role, int n_heads, int head_dim, int capacity) {
     char err[256];

@@ -16,14 +16,7 @@
 #include "check.h"
 
 static uint64_t rng_state = 0x510e527fade682d1ull;
-static double urand(void) {
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (double)((rng_state * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
-}
-
-static int same_bits(const float *a, const float *b, int n) { return memcmp(a, b, sizeof(float) * (size_t)n) == 0; }
+static double urand(void) { return check_uniform(&rng_state); }
 
 static void compare(KVStream *lib, KVStream *port, KVRole role, const char *label, int n) {
     enum { HDMAX = 64 };
@@ -38,17 +31,17 @@ static void compare(KVStream *lib, KVStream *port, KVRole role, const char *labe
             for (int m = n; m >= 1 && m >= n - 2; m--) {
                 lib->ops->scores(lib->state, h, q, a, m);
                 port->ops->scores(port->state, h, q, b, m);
-                CHECK(same_bits(a, b, m), "%s n=%d m=%d h=%d: scores differ from the portable build", label, n, m, h);
+                CHECK(check_same_bits(a, b, m), "%s n=%d m=%d h=%d: scores differ from the portable build", label, n, m, h);
             }
         } else {
             lib->ops->mix(lib->state, h, p, a, n);
             port->ops->mix(port->state, h, p, b, n);
-            CHECK(same_bits(a, b, hd), "%s n=%d h=%d: mix differs from the portable build", label, n, h);
+            CHECK(check_same_bits(a, b, hd), "%s n=%d h=%d: mix differs from the portable build", label, n, h);
         }
         for (int j = 0; j < n; j += 7) {
             lib->ops->read(lib->state, h, j, a);
             port->ops->read(port->state, h, j, b);
-            CHECK(same_bits(a, b, hd), "%s n=%d h=%d token %d: read differs from the portable build", label, n, h, j);
+            CHECK(check_same_bits(a, b, hd), "%s n=%d h=%d token %d: read differs from the portable build", label, n, h, j);
         }
     }
 }

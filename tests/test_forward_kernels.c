@@ -18,14 +18,7 @@
 enum { LANES = 16, NMAX = 2100, ROWS = 19 };
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static double urand(void) {
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (double)((rng_state * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
-}
-
-static int same_bits(const float *a, const float *b, int n) { return memcmp(a, b, sizeof(float) * (size_t)n) == 0; }
+static double urand(void) { return check_uniform(&rng_state); }
 
 // The documented orders, one scalar add at a time.
 static float ref_dot(const float *w, const float *x, int n) {
@@ -80,7 +73,7 @@ static void run(const ForwardKernels *k, const ForwardKernels *o) {
                     } else {
                         for (int r = r0; r < r1; r++) out_b[r] = ref_dot(W + (size_t)r * n, x, n);
                     }
-                    CHECK(same_bits(out_a, out_b, ROWS), "matvec_rows %s vs %s: n %d rows [%d, %d) magnitude %g",
+                    CHECK(check_same_bits(out_a, out_b, ROWS), "matvec_rows %s vs %s: n %d rows [%d, %d) magnitude %g",
                           k->name, o ? o->name : "reference", n, r0, r1, mags[mi]);
                 }
             }
@@ -94,7 +87,7 @@ static void run(const ForwardKernels *k, const ForwardKernels *o) {
             } else {
                 ref_softmax(s_b, n, scale);
             }
-            CHECK(same_bits(s_a, s_b, n), "scaled_softmax %s vs %s: n %d magnitude %g", k->name,
+            CHECK(check_same_bits(s_a, s_b, n), "scaled_softmax %s vs %s: n %d magnitude %g", k->name,
                   o ? o->name : "reference", n, mags[mi]);
         }
     }

@@ -12,12 +12,7 @@
 #include "check.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void) { // xorshift64*
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (uint32_t)((rng_state * 0x2545f4914f6cdd1dull) >> 32);
-}
+static uint32_t rnd(void) { return (uint32_t)(check_next(&rng_state) >> 32); }
 
 static float from_bits(uint32_t u) {
     float f;
