@@ -43,7 +43,7 @@ static void run_stream(const char *spec, KVRole role, int heads, int hd, int tok
             s.ops->read(s.state, h, t, out);
             for (int d = 0; d < hd; d++) FUZZ_REQUIRE(isfinite(out[d]));
         }
-        if (s.ops->end_step) s.ops->end_step(s.state);
+        kvstream_end_step(&s);
     }
     double bits = kvstream_bits_per_element(&s);
     FUZZ_REQUIRE(isfinite(bits) && bits > 0 && bits <= 64);

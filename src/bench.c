@@ -85,7 +85,7 @@ static int time_decode(const Model *m, const char *k_spec, const char *v_spec, i
         double t = now() - t0;
         if (t < best) best = t;
     }
-    *cache_bytes = kvcache_bytes(&d.cache);
+    *cache_bytes = decoder_cache_bytes(&d);
     decoder_free(&d);
     *seconds = best;
     return 0;
@@ -104,7 +104,8 @@ static int time_attention(const Model *m, const char *k_spec, const char *v_spec
     }
     const ModelConfig *p = &m->config;
     int hd = p->head_dim, group = p->n_heads / p->n_kv_heads;
-    float *q = d.q, *out = d.xb2; // the last step's queries, a fair sample
+    float *q = d.q, *out = d.xb2, *tmp = d.fwd.mix_tmp; // the last step's queries, a fair sample
+    const size_t ctx = (size_t)d.fwd.context;
     double best = INFINITY;
     int steps = 50;
     for (int r = 0; r < repeat; r++) {
@@ -112,8 +113,8 @@ static int time_attention(const Model *m, const char *k_spec, const char *v_spec
         for (int s = 0; s < steps; s++)
             for (int l = 0; l < p->n_layers; l++)
                 for (int h = 0; h < p->n_heads; h++)
-                    attention_head(&d.cache.k[l], &d.cache.v[l], h / group, q + h * hd, d.att + (size_t)h * n,
-                                   out + h * hd, n);
+                    attention_head(&d.seq.k[l], &d.seq.v[l], h / group, q + h * hd, d.att + (size_t)h * ctx,
+                                   out + h * hd, tmp, n);
         double t = (now() - t0) / steps;
         if (t < best) best = t;
     }

@@ -98,8 +98,8 @@ int capacity_scheme_bits(const CapacityModel *m, const char *spec, double *bits,
         for (size_t i = 0; i < n; i++) vec[i] = (float)((t * 31 + (int)i * 17) % 101 - 50) / 25.0f;
         kvstream_append(&k, vec);
         kvstream_append(&v, vec);
-        if (k.ops->end_step) k.ops->end_step(k.state);
-        if (v.ops->end_step) v.ops->end_step(v.state);
+        kvstream_end_step(&k);
+        kvstream_end_step(&v);
     }
     *bits = 0.5 * (kvstream_bits_per_element(&k) + kvstream_bits_per_element(&v));
     free(vec);

@@ -91,10 +91,10 @@ int eval_tokens(const Model *m, const uint8_t *tokens, int n, const char *k_spec
         decoder_free(&d);
         return EVAL_NOT_FINITE;
     }
-    out->cache_bytes = kvcache_bytes(&d.cache);
-    out->bits_per_element = kvcache_bits_per_element(&d.cache);
-    snprintf(out->k_spec, sizeof out->k_spec, "%s", d.cache.k[0].spec);
-    snprintf(out->v_spec, sizeof out->v_spec, "%s", d.cache.v[0].spec);
+    out->cache_bytes = decoder_cache_bytes(&d);
+    out->bits_per_element = decoder_bits_per_element(&d);
+    snprintf(out->k_spec, sizeof out->k_spec, "%s", decoder_spec(&d, KV_ROLE_KEY));
+    snprintf(out->v_spec, sizeof out->v_spec, "%s", decoder_spec(&d, KV_ROLE_VALUE));
     decoder_free(&d);
     return 0;
 }

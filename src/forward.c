@@ -1,9 +1,11 @@
-// The decode step: one token in, its key and value encoded into the cache, logits out.
-// Read decoder_forward top to bottom: it is the path in DESIGN.md, "The line a token travels".
+// The decode step: rows of (sequence, position) in, each row's key and value encoded into its
+// sequence's cache, logits out. Read batch_forward top to bottom: it is the path in DESIGN.md,
+// "The line a token travels", for every row at once.
 #include "forward.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,218 +71,321 @@ static void rope(float *vec, int n_heads, int head_dim, const float *cos_t, cons
     }
 }
 
-void attention_head(const KVStream *ks, const KVStream *vs, int kv_head, const float *q, float *att, float *out,
-                    int n) {
-    ks->ops->scores(ks->state, kv_head, q, att, n);
-    forward_kernels()->scaled_softmax(att, n, 1.0f / sqrtf((float)ks->head_dim));
-    vs->ops->mix(vs->state, kv_head, att, out, n);
+void attention_head(const PagedStream *ks, const PagedStream *vs, int kv_head, const float *q, float *att,
+                    float *out, float *tmp, int n) {
+    paged_scores(ks, kv_head, q, att, n);
+    forward_kernels()->scaled_softmax(att, n, 1.0f / sqrtf((float)ks->blocks[0].head_dim));
+    paged_mix(vs, kv_head, att, out, tmp, n);
 }
 
 // ---------------------------------------------------------------------------------------------
-// Parallel tasks. Each gets the decoder and the layer it works on.
+// Matrix products for all rows. A tile of weight rows is read from memory once and used for every
+// row of the batch while it sits in L1; each output is matvec_rows's dot product, so a row's numbers
+// are the same in any batch and any split of the weight rows between threads.
+
+#define TILE_ROWS 16
+
+// out[r·os + o] = W[o,:] · x[r·xs, n] for weight rows o in [o0, o1) and rows r in [0, n_rows).
+static void matmul_rows(float *out, size_t os, const float *W, const float *x, size_t xs, int n, int n_rows, int o0,
+                        int o1) {
+    for (int t = o0; t < o1; t += TILE_ROWS) {
+        const int te = t + TILE_ROWS < o1 ? t + TILE_ROWS : o1;
+        for (int r = 0; r < n_rows; r++) matvec_rows(out + (size_t)r * os, W, x + (size_t)r * xs, n, t, te);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parallel tasks. Each gets the step and the layer it works on.
 
 typedef struct {
-    Decoder *d;
+    BatchForward *b;
+    const BatchRow *rows;
+    int n_rows;
     int layer;
-    int n_pos; // tokens in the cache, this one included
 } StepCtx;
 
 static void task_qkv(void *arg, int t, int nt) {
     StepCtx *c = arg;
-    const ModelConfig *p = &c->d->model->config;
-    const ModelWeights *w = &c->d->model->w;
-    int qd = p->n_heads * p->head_dim, kvd = p->n_kv_heads * p->head_dim;
-    size_t l = (size_t)c->layer;
+    const ModelConfig *p = &c->b->model->config;
+    const ModelWeights *w = &c->b->model->w;
+    const int qd = p->n_heads * p->head_dim, kvd = p->n_kv_heads * p->head_dim, dim = p->dim;
+    const size_t l = (size_t)c->layer;
     int b, e;
     // One row range over the stacked [q; k; v] outputs keeps both threads equally busy.
     pool_share(qd + 2 * kvd, t, nt, &b, &e);
     int qb = b < qd ? b : qd, qe = e < qd ? e : qd;
-    matvec_rows(c->d->q, w->wq + l * qd * p->dim, c->d->xb, p->dim, qb, qe);
+    matmul_rows(c->b->q, (size_t)qd, w->wq + l * qd * dim, c->b->xb, (size_t)dim, dim, c->n_rows, qb, qe);
     int kb = b - qd, ke = e - qd;
     kb = kb < 0 ? 0 : kb > kvd ? kvd : kb;
     ke = ke < 0 ? 0 : ke > kvd ? kvd : ke;
-    matvec_rows(c->d->k, w->wk + l * kvd * p->dim, c->d->xb, p->dim, kb, ke);
+    matmul_rows(c->b->k, (size_t)kvd, w->wk + l * kvd * dim, c->b->xb, (size_t)dim, dim, c->n_rows, kb, ke);
     int vb = b - qd - kvd, ve = e - qd - kvd;
     vb = vb < 0 ? 0 : vb;
     ve = ve < 0 ? 0 : ve;
-    matvec_rows(c->d->v, w->wv + l * kvd * p->dim, c->d->xb, p->dim, vb, ve);
+    matmul_rows(c->b->v, (size_t)kvd, w->wv + l * kvd * dim, c->b->xb, (size_t)dim, dim, c->n_rows, vb, ve);
 }
 
-static void task_attention(void *arg, int t, int nt) {
+// The codec encodes here, once per row: each row writes only its own sequence's blocks.
+static void task_append(void *arg, int r, int thread) {
+    (void)thread;
     StepCtx *c = arg;
-    Decoder *d = c->d;
-    const ModelConfig *p = &d->model->config;
-    const KVStream *ks = &d->cache.k[c->layer], *vs = &d->cache.v[c->layer];
-    int group = p->n_heads / p->n_kv_heads, hd = p->head_dim;
-    int b, e;
-    pool_share(p->n_heads, t, nt, &b, &e);
-    for (int h = b; h < e; h++) {
-        float *att = d->att + (size_t)h * d->capacity;
-        attention_head(ks, vs, h / group, d->q + h * hd, att, d->xb2 + h * hd, c->n_pos);
-        // Which position this head attends to most: the evaluator's measure of whether quantised keys
-        // still pick out the right tokens. The first of equal weights wins, so it is well defined.
-        int top = 0;
-        for (int j = 1; j < c->n_pos; j++) top = att[j] > att[top] ? j : top;
-        d->top_position[c->layer * p->n_heads + h] = top;
-    }
+    const ModelConfig *p = &c->b->model->config;
+    const size_t kvd = (size_t)p->n_kv_heads * p->head_dim;
+    kvseq_append(c->rows[r].seq, c->layer, c->b->k + r * kvd, c->b->v + r * kvd);
 }
 
-// x += Wo · xb2 for this thread's rows.
+// One (row, head): attention over the row's own sequence, read from what its codec stored.
+static void task_attention(void *arg, int i, int thread) {
+    (void)thread;
+    StepCtx *c = arg;
+    BatchForward *b = c->b;
+    const ModelConfig *p = &b->model->config;
+    const int H = p->n_heads, r = i / H, h = i % H, hd = p->head_dim, group = p->n_heads / p->n_kv_heads;
+    const KVSeq *seq = c->rows[r].seq;
+    const int n = c->rows[r].pos + 1;
+    float *att = b->att + ((size_t)r * H + h) * b->context;
+    const size_t qd = (size_t)H * hd, xs = qd > (size_t)p->dim ? qd : (size_t)p->dim;
+    attention_head(&seq->k[c->layer], &seq->v[c->layer], h / group, b->q + r * qd + h * hd, att,
+                   b->xb2 + r * xs + h * hd, b->mix_tmp + r * qd + h * hd, n);
+    // Which position this head attends to most: the evaluator's measure of whether quantised keys
+    // still pick out the right tokens. The first of equal weights wins, so it is well defined.
+    int top = 0;
+    for (int j = 1; j < n; j++) top = att[j] > att[top] ? j : top;
+    b->top_position[((size_t)r * p->n_layers + c->layer) * H + h] = top;
+}
+
+// x += Wo · xb2 for this thread's output rows.
 static void task_wo(void *arg, int t, int nt) {
     StepCtx *c = arg;
-    const ModelConfig *p = &c->d->model->config;
-    int qd = p->n_heads * p->head_dim, b, e;
-    pool_share(p->dim, t, nt, &b, &e);
-    float *out = c->d->hb; // free until the FFN
-    matvec_rows(out, c->d->model->w.wo + (size_t)c->layer * p->dim * qd, c->d->xb2, qd, b, e);
-    for (int i = b; i < e; i++) c->d->x[i] += out[i];
+    const ModelConfig *p = &c->b->model->config;
+    const int qd = p->n_heads * p->head_dim, dim = p->dim;
+    const size_t hs = (size_t)(p->hidden_dim > dim ? p->hidden_dim : dim), xs = (size_t)(qd > dim ? qd : dim);
+    int b, e;
+    pool_share(dim, t, nt, &b, &e);
+    float *out = c->b->hb; // free until the FFN
+    matmul_rows(out, hs, c->b->model->w.wo + (size_t)c->layer * dim * qd, c->b->xb2, xs, qd, c->n_rows, b, e);
+    for (int r = 0; r < c->n_rows; r++)
+        for (int i = b; i < e; i++) c->b->x[(size_t)r * dim + i] += out[(size_t)r * hs + i];
 }
 
 // hb = silu(W1 h) * (W3 h) for this thread's hidden units.
 static void task_w1w3(void *arg, int t, int nt) {
     StepCtx *c = arg;
-    const ModelConfig *p = &c->d->model->config;
-    size_t off = (size_t)c->layer * p->hidden_dim * p->dim;
+    const ModelConfig *p = &c->b->model->config;
+    const int dim = p->dim;
+    const size_t off = (size_t)c->layer * p->hidden_dim * dim, hs = (size_t)(p->hidden_dim > dim ? p->hidden_dim : dim);
     int b, e;
     pool_share(p->hidden_dim, t, nt, &b, &e);
-    matvec_rows(c->d->hb, c->d->model->w.w1 + off, c->d->xb, p->dim, b, e);
-    matvec_rows(c->d->hb2, c->d->model->w.w3 + off, c->d->xb, p->dim, b, e);
-    for (int i = b; i < e; i++) {
-        float g = c->d->hb[i];
-        c->d->hb[i] = g / (1.0f + expf(-g)) * c->d->hb2[i];
+    matmul_rows(c->b->hb, hs, c->b->model->w.w1 + off, c->b->xb, (size_t)dim, dim, c->n_rows, b, e);
+    matmul_rows(c->b->hb2, (size_t)p->hidden_dim, c->b->model->w.w3 + off, c->b->xb, (size_t)dim, dim, c->n_rows, b,
+                e);
+    for (int r = 0; r < c->n_rows; r++) {
+        float *h1 = c->b->hb + (size_t)r * hs;
+        const float *h3 = c->b->hb2 + (size_t)r * p->hidden_dim;
+        for (int i = b; i < e; i++) {
+            float g = h1[i];
+            h1[i] = g / (1.0f + expf(-g)) * h3[i];
+        }
     }
 }
 
-// x += W2 · hb for this thread's rows.
+// x += W2 · hb for this thread's output rows.
 static void task_w2(void *arg, int t, int nt) {
     StepCtx *c = arg;
-    const ModelConfig *p = &c->d->model->config;
+    const ModelConfig *p = &c->b->model->config;
+    const int dim = p->dim, qd = p->n_heads * p->head_dim;
+    const size_t hs = (size_t)(p->hidden_dim > dim ? p->hidden_dim : dim), xs = (size_t)(qd > dim ? qd : dim);
     int b, e;
-    pool_share(p->dim, t, nt, &b, &e);
-    matvec_rows(c->d->xb2, c->d->model->w.w2 + (size_t)c->layer * p->dim * p->hidden_dim, c->d->hb,
-                p->hidden_dim, b, e);
-    for (int i = b; i < e; i++) c->d->x[i] += c->d->xb2[i];
+    pool_share(dim, t, nt, &b, &e);
+    matmul_rows(c->b->xb2, xs, c->b->model->w.w2 + (size_t)c->layer * dim * p->hidden_dim, c->b->hb, hs,
+                p->hidden_dim, c->n_rows, b, e);
+    for (int r = 0; r < c->n_rows; r++)
+        for (int i = b; i < e; i++) c->b->x[(size_t)r * dim + i] += c->b->xb2[(size_t)r * xs + i];
 }
 
 static void task_classifier(void *arg, int t, int nt) {
     StepCtx *c = arg;
-    const ModelConfig *p = &c->d->model->config;
+    const ModelConfig *p = &c->b->model->config;
     int b, e;
     pool_share(p->vocab_size, t, nt, &b, &e);
-    matvec_rows(c->d->logits, c->d->model->w.token_embedding, c->d->xb, p->dim, b, e);
+    matmul_rows(c->b->logits, (size_t)p->vocab_size, c->b->model->w.token_embedding, c->b->xb, (size_t)p->dim, p->dim,
+                c->n_rows, b, e);
 }
 
 // ---------------------------------------------------------------------------------------------
 
-float *decoder_forward(Decoder *d, int token, int pos) {
-    const ModelConfig *p = &d->model->config;
-    const ModelWeights *w = &d->model->w;
-    int dim = p->dim, half = p->head_dim / 2;
-    StepCtx c = {d, 0, pos + 1};
+float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
+    const ModelConfig *p = &b->model->config;
+    const ModelWeights *w = &b->model->w;
+    const int dim = p->dim, half = p->head_dim / 2;
+    const size_t qd = (size_t)p->n_heads * p->head_dim, kvd = (size_t)p->n_kv_heads * p->head_dim;
+    StepCtx c = {b, rows, n_rows, 0};
 
-    memcpy(d->x, w->token_embedding + (size_t)token * dim, sizeof(float) * (size_t)dim);
+    for (int r = 0; r < n_rows; r++)
+        memcpy(b->x + (size_t)r * dim, w->token_embedding + (size_t)rows[r].token * dim, sizeof(float) * (size_t)dim);
     for (int l = 0; l < p->n_layers; l++) {
         c.layer = l;
-        rmsnorm(d->xb, d->x, w->attn_norm + (size_t)l * dim, dim, p->norm_eps);
-        pool_run(d->pool, task_qkv, &c);
-        rope(d->q, p->n_heads, p->head_dim, d->rope_cos + (size_t)pos * half, d->rope_sin + (size_t)pos * half);
-        rope(d->k, p->n_kv_heads, p->head_dim, d->rope_cos + (size_t)pos * half, d->rope_sin + (size_t)pos * half);
-        // The codec encodes here, once; attention below reads only what it stored.
-        kvstream_append(&d->cache.k[l], d->k);
-        kvstream_append(&d->cache.v[l], d->v);
-        pool_run(d->pool, task_attention, &c);
-        if (d->cache.k[l].ops->end_step) d->cache.k[l].ops->end_step(d->cache.k[l].state);
-        if (d->cache.v[l].ops->end_step) d->cache.v[l].ops->end_step(d->cache.v[l].state);
-        pool_run(d->pool, task_wo, &c);
-        rmsnorm(d->xb, d->x, w->ffn_norm + (size_t)l * dim, dim, p->norm_eps);
-        pool_run(d->pool, task_w1w3, &c);
-        pool_run(d->pool, task_w2, &c);
+        for (int r = 0; r < n_rows; r++)
+            rmsnorm(b->xb + (size_t)r * dim, b->x + (size_t)r * dim, w->attn_norm + (size_t)l * dim, dim, p->norm_eps);
+        pool_run(b->pool, task_qkv, &c);
+        for (int r = 0; r < n_rows; r++) {
+            const size_t at = (size_t)rows[r].pos * half;
+            rope(b->q + r * qd, p->n_heads, p->head_dim, b->rope_cos + at, b->rope_sin + at);
+            rope(b->k + r * kvd, p->n_kv_heads, p->head_dim, b->rope_cos + at, b->rope_sin + at);
+        }
+        pool_run_tasks(b->pool, n_rows, task_append, &c);
+        pool_run_tasks(b->pool, n_rows * p->n_heads, task_attention, &c);
+        // After the step's attention: KIVI's window slides (its oldest tokens quantised) here.
+        for (int r = 0; r < n_rows; r++) kvseq_end_step(rows[r].seq, l);
+        pool_run(b->pool, task_wo, &c);
+        for (int r = 0; r < n_rows; r++)
+            rmsnorm(b->xb + (size_t)r * dim, b->x + (size_t)r * dim, w->ffn_norm + (size_t)l * dim, dim, p->norm_eps);
+        pool_run(b->pool, task_w1w3, &c);
+        pool_run(b->pool, task_w2, &c);
     }
-    rmsnorm(d->xb, d->x, w->final_norm, dim, p->norm_eps);
-    pool_run(d->pool, task_classifier, &c);
-    return d->logits;
+    for (int r = 0; r < n_rows; r++)
+        rmsnorm(b->xb + (size_t)r * dim, b->x + (size_t)r * dim, w->final_norm, dim, p->norm_eps);
+    pool_run(b->pool, task_classifier, &c);
+    return b->logits;
 }
 
 // ---------------------------------------------------------------------------------------------
 
-int decoder_init(Decoder *d, const Model *m, const char *k_spec, const char *v_spec, int capacity,
-                 int n_threads, char *err, size_t errlen) {
-    memset(d, 0, sizeof *d);
+int batch_init(BatchForward *b, const Model *m, int max_rows, int n_threads, char *err, size_t errlen) {
+    memset(b, 0, sizeof *b);
     const ModelConfig *p = &m->config;
-    if (capacity < 1 || capacity > p->max_seq_len) {
-        snprintf(err, errlen, "cache capacity %d is outside 1..%d (the model's context)", capacity, p->max_seq_len);
+    if (max_rows < 1 || max_rows > 4096) {
+        snprintf(err, errlen, "batch of %d rows is outside 1..4096", max_rows);
         return -1;
     }
     if (n_threads < 1 || n_threads > 256) {
         snprintf(err, errlen, "thread count %d is outside 1..256", n_threads);
         return -1;
     }
-    d->model = m;
-    d->capacity = capacity;
-    d->n_threads = n_threads;
-    if (kvcache_init(&d->cache, p->n_layers, p->n_kv_heads, p->head_dim, capacity, k_spec, v_spec,
-                     err, errlen))
-        return -1;
-    size_t qd = (size_t)p->n_heads * p->head_dim, kvd = (size_t)p->n_kv_heads * p->head_dim;
-    size_t half = (size_t)p->head_dim / 2;
-    d->x = calloc((size_t)p->dim, sizeof(float));
-    d->xb = calloc((size_t)p->dim, sizeof(float));
-    d->xb2 = calloc(qd > (size_t)p->dim ? qd : (size_t)p->dim, sizeof(float));
-    d->q = calloc(qd, sizeof(float));
-    d->k = calloc(kvd, sizeof(float));
-    d->v = calloc(kvd, sizeof(float));
-    size_t hid = (size_t)p->hidden_dim > (size_t)p->dim ? (size_t)p->hidden_dim : (size_t)p->dim;
-    d->hb = calloc(hid, sizeof(float));
-    d->hb2 = calloc(hid, sizeof(float));
-    d->att = calloc((size_t)p->n_heads * capacity, sizeof(float));
-    d->logits = calloc((size_t)p->vocab_size, sizeof(float));
-    d->top_position = calloc((size_t)p->n_layers * p->n_heads, sizeof(int));
-    d->rope_cos = calloc((size_t)capacity * half, sizeof(float));
-    d->rope_sin = calloc((size_t)capacity * half, sizeof(float));
-    d->pool = pool_create(n_threads);
-    if (!d->x || !d->xb || !d->xb2 || !d->q || !d->k || !d->v || !d->hb || !d->hb2 || !d->att ||
-        !d->logits || !d->top_position || !d->rope_cos || !d->rope_sin || !d->pool) {
-        decoder_free(d);
-        snprintf(err, errlen, "out of memory allocating the decoder");
+    b->model = m;
+    b->max_rows = max_rows;
+    b->context = p->max_seq_len;
+    b->n_threads = n_threads;
+    const size_t R = (size_t)max_rows, dim = (size_t)p->dim;
+    const size_t qd = (size_t)p->n_heads * p->head_dim, kvd = (size_t)p->n_kv_heads * p->head_dim;
+    const size_t half = (size_t)p->head_dim / 2, ctx = (size_t)p->max_seq_len;
+    const size_t hid = (size_t)p->hidden_dim > dim ? (size_t)p->hidden_dim : dim;
+    b->x = calloc(R * dim, sizeof(float));
+    b->xb = calloc(R * dim, sizeof(float));
+    b->xb2 = calloc(R * (qd > dim ? qd : dim), sizeof(float));
+    b->q = calloc(R * qd, sizeof(float));
+    b->k = calloc(R * kvd, sizeof(float));
+    b->v = calloc(R * kvd, sizeof(float));
+    b->hb = calloc(R * hid, sizeof(float));
+    b->hb2 = calloc(R * (size_t)p->hidden_dim, sizeof(float));
+    b->att = calloc(R * (size_t)p->n_heads * ctx, sizeof(float));
+    b->mix_tmp = calloc(R * qd, sizeof(float));
+    b->logits = calloc(R * (size_t)p->vocab_size, sizeof(float));
+    b->top_position = calloc(R * (size_t)p->n_layers * p->n_heads, sizeof(int));
+    b->rope_cos = calloc(ctx * half, sizeof(float));
+    b->rope_sin = calloc(ctx * half, sizeof(float));
+    b->pool = pool_create(n_threads);
+    if (!b->x || !b->xb || !b->xb2 || !b->q || !b->k || !b->v || !b->hb || !b->hb2 || !b->att || !b->mix_tmp ||
+        !b->logits || !b->top_position || !b->rope_cos || !b->rope_sin || !b->pool) {
+        batch_free(b);
+        snprintf(err, errlen, "out of memory allocating the forward pass's buffers");
         return -1;
     }
     // Angles in double so the table does not depend on float rounding of large pos * freq products.
-    for (int pos = 0; pos < capacity; pos++) {
+    for (size_t pos = 0; pos < ctx; pos++) {
         for (size_t i = 0; i < half; i++) {
             double freq = pow((double)p->rope_theta, -2.0 * (double)i / p->head_dim);
-            double angle = pos * freq;
-            d->rope_cos[(size_t)pos * half + i] = (float)cos(angle);
-            d->rope_sin[(size_t)pos * half + i] = (float)sin(angle);
+            double angle = (double)pos * freq;
+            b->rope_cos[pos * half + i] = (float)cos(angle);
+            b->rope_sin[pos * half + i] = (float)sin(angle);
         }
     }
     return 0;
 }
 
+void batch_free(BatchForward *b) {
+    pool_destroy(b->pool);
+    free(b->x);
+    free(b->xb);
+    free(b->xb2);
+    free(b->q);
+    free(b->k);
+    free(b->v);
+    free(b->hb);
+    free(b->hb2);
+    free(b->att);
+    free(b->mix_tmp);
+    free(b->logits);
+    free(b->top_position);
+    free(b->rope_cos);
+    free(b->rope_sin);
+    memset(b, 0, sizeof *b);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The single-sequence decoder.
+
+int decoder_init_paged(Decoder *d, const Model *m, const char *k_spec, const char *v_spec, int capacity, int block,
+                       int n_threads, char *err, size_t errlen) {
+    memset(d, 0, sizeof *d);
+    const ModelConfig *p = &m->config;
+    if (capacity < 1 || capacity > p->max_seq_len) {
+        snprintf(err, errlen, "cache capacity %d is outside 1..%d (the model's context)", capacity, p->max_seq_len);
+        return -1;
+    }
+    // One sequence of at most `capacity` tokens: the budget is never what stops it.
+    if (kvpool_init(&d->cache, p->n_layers, p->n_kv_heads, p->head_dim, block, capacity, SIZE_MAX / 2, k_spec, v_spec,
+                    err, errlen))
+        return -1;
+    if (batch_init(&d->fwd, m, 1, n_threads, err, errlen)) {
+        kvpool_free(&d->cache);
+        return -1;
+    }
+    kvseq_init(&d->seq, &d->cache);
+    d->capacity = capacity;
+    d->n_threads = n_threads;
+    d->q = d->fwd.q, d->xb2 = d->fwd.xb2, d->att = d->fwd.att, d->logits = d->fwd.logits;
+    d->rope_cos = d->fwd.rope_cos, d->rope_sin = d->fwd.rope_sin, d->top_position = d->fwd.top_position;
+    return 0;
+}
+
+int decoder_init(Decoder *d, const Model *m, const char *k_spec, const char *v_spec, int capacity, int n_threads,
+                 char *err, size_t errlen) {
+    return decoder_init_paged(d, m, k_spec, v_spec, capacity, capacity, n_threads, err, errlen);
+}
+
 int decoder_reset(Decoder *d, char *err, size_t errlen) {
-    char k_spec[SPEC_NORMALISED], v_spec[SPEC_NORMALISED];
-    snprintf(k_spec, sizeof k_spec, "%s", d->cache.k[0].spec);
-    snprintf(v_spec, sizeof v_spec, "%s", d->cache.v[0].spec);
-    const ModelConfig *p = &d->model->config;
-    kvcache_free(&d->cache);
-    return kvcache_init(&d->cache, p->n_layers, p->n_kv_heads, p->head_dim, d->capacity, k_spec, v_spec,
-                        err, errlen);
+    (void)err, (void)errlen;
+    kvseq_release(&d->seq);
+    return 0;
+}
+
+float *decoder_forward(Decoder *d, int token, int pos) {
+    char err[160];
+    // The pool's budget is unbounded for one sequence; a failure here is running out of memory.
+    if (kvseq_reserve(&d->seq, pos + 1, err, sizeof err)) {
+        fprintf(stderr, "micro: %s\n", err);
+        exit(1);
+    }
+    BatchRow row = {&d->seq, token, pos};
+    return batch_forward(&d->fwd, &row, 1);
 }
 
 void decoder_free(Decoder *d) {
-    if (d->cache.k) kvcache_free(&d->cache);
-    pool_destroy(d->pool);
-    free(d->x);
-    free(d->xb);
-    free(d->xb2);
-    free(d->q);
-    free(d->k);
-    free(d->v);
-    free(d->hb);
-    free(d->hb2);
-    free(d->att);
-    free(d->logits);
-    free(d->top_position);
-    free(d->rope_cos);
-    free(d->rope_sin);
+    if (d->cache.n_layers) {
+        kvseq_release(&d->seq);
+        kvpool_free(&d->cache);
+    }
+    if (d->fwd.model) batch_free(&d->fwd);
     memset(d, 0, sizeof *d);
 }
+
+size_t decoder_cache_bytes(const Decoder *d) { return kvseq_bytes(&d->seq); }
+
+double decoder_bits_per_element(const Decoder *d) {
+    const KVPool *p = &d->cache;
+    const double elements = 2.0 * kvseq_length(&d->seq) * p->n_layers * p->n_heads * p->head_dim;
+    return elements > 0 ? 8.0 * (double)decoder_cache_bytes(d) / elements : 0.0;
+}
+
+const char *decoder_spec(const Decoder *d, KVRole role) { return d->cache.cost[role].spec; }

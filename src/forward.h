@@ -1,45 +1,82 @@
-// The token-by-token decoder: one token in, its key and value into the cache, logits out.
+// The forward pass of decoding: rows of (sequence, position) pairs in, each row's key and value
+// encoded into its sequence's paged cache, logits out. One step pushes every row through each
+// weight matrix together (the weights are read once per step, not once per row), and each row's
+// attention reads only its own sequence's blocks.
+//
+// Every number a row computes is the same whatever the other rows are and however many threads
+// run: each output element is one dot product computed whole, in a fixed order, by one thread.
+// So a sequence's logits do not depend on its batch companions (tests/test_batch.c).
 #ifndef MICRO_FORWARD_H
 #define MICRO_FORWARD_H
 
-#include "kvcache.h"
+#include "kvpool.h"
 #include "model.h"
 
 typedef struct ThreadPool ThreadPool;
 
-// Every buffer one decode step needs, sized once up front (no allocation per token).
+typedef struct {
+    KVSeq *seq; // the cache this row appends its key and value to and attends over
+    int token;  // the input token
+    int pos;    // its position: the tokens seq holds before this row
+} BatchRow;
+
+// Every buffer a step needs, sized once for at most max_rows rows (no allocation per step).
 typedef struct {
     const Model *model;
-    KVCache cache;
-    int capacity;  // positions the cache can hold
-    int n_threads;
+    int max_rows, context, n_threads;
     ThreadPool *pool;
-    float *x;      // [dim] residual stream
-    float *xb;     // [dim] normalised input of a sublayer
-    float *xb2;    // [dim] attention output before Wo
-    float *q;      // [n_heads*head_dim]
-    float *k;      // [n_kv_heads*head_dim]
-    float *v;      // [n_kv_heads*head_dim]
-    float *hb;     // [hidden] W1 h, then silu(W1 h) * W3 h
-    float *hb2;    // [hidden] W3 h
-    float *att;    // [n_heads, capacity] attention scores then weights
-    float *logits; // [vocab]
-    int *top_position; // [n_layers, n_heads]: the most-attended cached position of this step
-    float *rope_cos, *rope_sin; // [capacity, head_dim/2]
+    float *x;      // [row][dim] residual stream
+    float *xb;     // [row][dim] normalised input of a sublayer
+    float *xb2;    // [row][max(dim, q width)] attention output before Wo; then W2's output
+    float *q;      // [row][n_heads*head_dim]
+    float *k, *v;  // [row][n_kv_heads*head_dim]
+    float *hb;     // [row][max(hidden, dim)] W1 h, then silu(W1 h) * W3 h; Wo's output before that
+    float *hb2;    // [row][hidden] W3 h
+    float *att;    // [row][n_heads][context] attention scores then weights
+    float *mix_tmp; // [row][n_heads][head_dim] one block's share of the attention output
+    float *logits; // [row][vocab]
+    int *top_position; // [row][n_layers][n_heads]: the most-attended cached position of this step
+    float *rope_cos, *rope_sin; // [context][head_dim/2]
+} BatchForward;
+
+int batch_init(BatchForward *b, const Model *m, int max_rows, int n_threads, char *err, size_t errlen);
+// One step: rows[r] appends to rows[r].seq at position rows[r].pos and attends over its first
+// pos + 1 tokens. At most one row per sequence, each sequence reserved for pos + 1 tokens
+// (kvseq_reserve). Returns logits [n_rows][vocab].
+float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows);
+void batch_free(BatchForward *b);
+
+// The single-sequence decoder: the same forward with one row, over a pool holding one sequence.
+typedef struct {
+    BatchForward fwd;
+    KVPool cache;
+    KVSeq seq;
+    int capacity; // positions the cache can hold
+    int n_threads;
+    // Row 0 of fwd's buffers, for readers of one step (bench, inspect, eval).
+    float *q, *xb2, *att, *logits, *rope_cos, *rope_sin;
+    int *top_position;
 } Decoder;
 
 // k_spec / v_spec are codec spec strings ("fp32", "int:bits=4", ...). One line in err on failure.
+// The cache is one block of `capacity` tokens per stream; decoder_init_paged takes blocks of `block`.
 int decoder_init(Decoder *d, const Model *m, const char *k_spec, const char *v_spec, int capacity,
                  int n_threads, char *err, size_t errlen);
+int decoder_init_paged(Decoder *d, const Model *m, const char *k_spec, const char *v_spec, int capacity, int block,
+                       int n_threads, char *err, size_t errlen);
 // Starts a new sequence with an empty cache (same specs).
 int decoder_reset(Decoder *d, char *err, size_t errlen);
 // Runs one token at position pos (== tokens already cached) and returns logits[vocab].
 float *decoder_forward(Decoder *d, int token, int pos);
 void decoder_free(Decoder *d);
+// The cache's exact bytes and bits per cached number (metadata included); its normalised specs.
+size_t decoder_cache_bytes(const Decoder *d);
+double decoder_bits_per_element(const Decoder *d);
+const char *decoder_spec(const Decoder *d, KVRole role);
 
 // One head's attention over n cached tokens, read back from the encoded streams: scores, softmax
-// (att holds n weights after), then the weighted sum of values into out[head_dim].
-void attention_head(const KVStream *ks, const KVStream *vs, int kv_head, const float *q, float *att, float *out,
-                    int n);
+// (att holds n weights after), then the weighted sum of values into out[head_dim]; tmp[head_dim].
+void attention_head(const PagedStream *ks, const PagedStream *vs, int kv_head, const float *q, float *att,
+                    float *out, float *tmp, int n);
 
 #endif

@@ -150,10 +150,10 @@ int cmd_inspect(int argc, char **argv) {
         for (int l = 0; l < L; l++)
             for (int h = 0; h < H; h++)
                 for (int s = 0; s < N_STREAMS; s++) {
-                    const KVStream *st = s == V_CACHED ? &d.cache.v[l] : &d.cache.k[l];
+                    const PagedStream *st = s == V_CACHED ? &d.seq.v[l] : &d.seq.k[l];
                     for (int t = 0; t < n; t++) {
                         float *row = x + (size_t)t * hd;
-                        st->ops->read(st->state, h, t, row);
+                        paged_read(st, h, t, row);
                         // Undo RoPE (rotate back by the same angle) to see the key the projection made.
                         if (s == K_PRE_ROPE)
                             for (int i = 0; i < half; i++) {

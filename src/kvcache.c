@@ -170,9 +170,10 @@ int spec_flag(CodecSpec *spec, const char *key) {
     return 1;
 }
 
-// Options the cache sets for the codec, never the user: `role` (k or v) always, and `context` (the
+// Options the cache sets for the codec, never the user: `role` (k or v) always, `context` (the
 // model's longest stream) when a spec is checked against a model, so that a codec can refuse
-// parameters that could never take effect (kivi's residual).
+// parameters that could never take effect (kivi's residual), and `block` when the stream is one
+// block of a pool's sequence.
 static SpecOption *inject_option(CodecSpec *spec, const char *key, const char *value) {
     SpecOption *o = &spec->options[spec->n_options++];
     snprintf(o->key, sizeof o->key, "%s", key);
@@ -192,20 +193,20 @@ static const CodecFamily *find_family(const char *name, char *err, size_t errlen
 }
 
 static int stream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
-                       int context, char *err, size_t errlen) {
+                       int context, int block, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
     CodecSpec spec;
     if (spec_parse(spec_text, &spec, err, errlen)) return -1;
-    for (int i = 0; i < 2; i++) {
-        const char *own = i ? "context" : "role";
-        if (find_option(&spec, own)) {
-            snprintf(err, errlen, "%s: '%s' is set by the cache%s, not by the spec", spec.name, own,
-                     i ? " (the model's context)" : " (--k / --v)");
+    static const char *const own[3] = {"role", "context", "block"};
+    static const char *const set_by[3] = {" (--k / --v)", " (the model's context)", " (the pool's --block)"};
+    for (int i = 0; i < 3; i++) {
+        if (find_option(&spec, own[i])) {
+            snprintf(err, errlen, "%s: '%s' is set by the cache%s, not by the spec", spec.name, own[i], set_by[i]);
             return -1;
         }
     }
-    // options[] has two slots beyond SPEC_MAX_OPTIONS for what the stream adds (role, context), so a
-    // spec may use all of them.
+    // options[] has three slots beyond SPEC_MAX_OPTIONS for what the stream adds (role, context,
+    // block), so a spec may use all of them.
     SpecOption *role_option = inject_option(&spec, "role", role == KV_ROLE_KEY ? "k" : "v");
     SpecOption *context_option = NULL;
     if (context > 0) {
@@ -213,12 +214,19 @@ static int stream_init(KVStream *s, const char *spec_text, KVRole role, int n_he
         snprintf(text, sizeof text, "%d", context);
         context_option = inject_option(&spec, "context", text);
     }
+    SpecOption *block_option = NULL;
+    if (block > 0) {
+        char text[16];
+        snprintf(text, sizeof text, "%d", block);
+        block_option = inject_option(&spec, "block", text);
+    }
     const CodecFamily *family = find_family(spec.name, err, errlen);
     if (!family) return -1;
     void *state = family->create(&spec, n_heads, head_dim, capacity, s->spec, sizeof s->spec, err, errlen);
     if (!state) return -1;
     role_option->used = 1; // codecs that treat keys and values alike ignore it
     if (context_option) context_option->used = 1;
+    if (block_option) block_option->used = 1;
     for (int i = 0; i < spec.n_options; i++) {
         if (!spec.options[i].used) {
             snprintf(err, errlen, "%s: unknown option '%s'", spec.name, spec.options[i].key);
@@ -241,7 +249,12 @@ void kvstream_free(KVStream *s) {
 
 int kvstream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
                   char *err, size_t errlen) {
-    return stream_init(s, spec_text, role, n_heads, head_dim, capacity, 0, err, errlen);
+    return stream_init(s, spec_text, role, n_heads, head_dim, capacity, 0, 0, err, errlen);
+}
+
+int kvstream_init_block(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int block,
+                        char *err, size_t errlen) {
+    return stream_init(s, spec_text, role, n_heads, head_dim, block, 0, block, err, errlen);
 }
 
 int kvstream_check_spec_shape(const char *spec_text, KVRole role, const KVShape *shape, char *err, size_t errlen) {
@@ -255,7 +268,8 @@ int kvstream_check_spec_shape(const char *spec_text, KVRole role, const KVShape 
     // One token of capacity: the codecs check their options and the shape without allocating a
     // whole context; the context itself comes as an option.
     KVStream s;
-    if (stream_init(&s, spec_text, role, shape->n_heads, shape->head_dim, 1, shape->context, err, errlen)) return -1;
+    if (stream_init(&s, spec_text, role, shape->n_heads, shape->head_dim, 1, shape->context, 0, err, errlen))
+        return -1;
     kvstream_free(&s);
     return 0;
 }
@@ -267,6 +281,10 @@ int kvstream_check_spec(const char *spec_text, KVRole role, char *err, size_t er
 void kvstream_append(KVStream *s, const float *vec) {
     s->ops->append(s->state, vec);
     s->length++;
+}
+
+void kvstream_end_step(KVStream *s) {
+    if (s->ops->settle) s->ops->settle(s->state, s->ops->settled(s->state, s->length));
 }
 
 double kvstream_bits_per_element(const KVStream *s) {

@@ -20,7 +20,7 @@ typedef struct {
 typedef struct {
     char name[SPEC_TEXT];
     int n_options;
-    SpecOption options[SPEC_MAX_OPTIONS + 2]; // the last two slots are for what the stream adds: role, context
+    SpecOption options[SPEC_MAX_OPTIONS + 3]; // the last three slots are for what the stream adds: role, context, block
 } CodecSpec;
 
 // Operations on one stream's encoded state. Every call is for one stream (keys or values of one
@@ -28,8 +28,13 @@ typedef struct {
 typedef struct {
     // One token's vectors, all heads: vec[n_heads * head_dim] (keys after RoPE).
     void (*append)(void *state, const float *vec);
-    // After attention of the current step has read the stream (KIVI flushes its residual here). May be NULL.
-    void (*end_step)(void *state);
+    // For codecs whose tokens change form after they are appended (KIVI quantises its full-precision
+    // window as it slides; NULL for every other family): how many of a sequence's first `length`
+    // tokens have their final form once the step that appended token length−1 has been attended.
+    // The sequence's own length is passed because a stream may be one block of a longer sequence.
+    int (*settled)(const void *state, int length);
+    // Gives tokens [0, n) of this stream (its own numbering) their final form; n never decreases.
+    void (*settle)(void *state, int n);
     // out[j] = q · k̂_j for cached tokens j in [0, n) of one head (not yet scaled by 1/√head_dim).
     void (*scores)(const void *state, int head, const float *q, float *out, int n);
     // out[d] = Σ_j p[j] · v̂_j[d] over j in [0, n) of one head; out is overwritten.
@@ -83,6 +88,10 @@ typedef enum { KV_ROLE_KEY, KV_ROLE_VALUE } KVRole;
 
 int kvstream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
                   char *err, size_t errlen);
+// A stream that is one block of `block` tokens of a longer sequence (kvpool.c): the codec is told
+// (option `block`) so that it can refuse parameters that do not align with blocks (kivi's groups).
+int kvstream_init_block(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int block,
+                        char *err, size_t errlen);
 void kvstream_free(KVStream *s);
 // The shape of the streams a spec is meant for: heads, head_dim, and the model's context (the
 // longest stream any run can have).
@@ -99,6 +108,9 @@ int kvstream_check_spec_shape(const char *spec_text, KVRole role, const KVShape 
 int kvstream_check_spec_syntax(const char *spec_text, char *err, size_t errlen);
 int kvstream_check_spec(const char *spec_text, KVRole role, char *err, size_t errlen);
 void kvstream_append(KVStream *s, const float *vec);
+// After attention of the current step has read the stream: tokens take their final form as the
+// codec's rule says for a stream that is a whole sequence (KIVI flushes its residual here).
+void kvstream_end_step(KVStream *s);
 // Bits per cached number including metadata, at the current length (0 when empty).
 double kvstream_bits_per_element(const KVStream *s);
 

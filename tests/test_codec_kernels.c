@@ -108,7 +108,7 @@ static void test_kernels(const char *spec, KVRole role, int head_dim) {
         for (int i = 0; i < H * head_dim; i++) vec[i] = (float)(mag * (2 * urand() - 1));
         kvstream_append(&s, vec);
         if (is_checkpoint(n)) check_kernels(&s, role, both, label, n, q, p, out, rows); // as attention sees it
-        if (s.ops->end_step) s.ops->end_step(s.state);
+        kvstream_end_step(&s);
         if (is_checkpoint(n)) check_kernels(&s, role, both, label, n, q, p, out, rows);
     }
     free(vec);

@@ -24,7 +24,7 @@ static void must_init(KVStream *s, const char *spec, KVRole role, int n_heads, i
 }
 
 static void end_step(KVStream *s) {
-    if (s->ops->end_step) s->ops->end_step(s->state);
+    kvstream_end_step(s);
 }
 
 // Tokens [0, n) of the stream quantised so far, as KIVI's decode loop defines it.

@@ -75,8 +75,8 @@ static void test_family(const char *spec, KVRole role, int head_dim, int length)
         kvstream_append(&lib, vec);
         kvstream_append(&port, vec);
         if (checkpoint(n)) compare(&lib, &port, role, label, n);
-        if (lib.ops->end_step) lib.ops->end_step(lib.state);
-        if (port.ops->end_step) port.ops->end_step(port.state);
+        kvstream_end_step(&lib);
+        kvstream_end_step(&port);
         if (checkpoint(n)) compare(&lib, &port, role, label, n);
     }
     CHECK(lib.ops->bytes(lib.state) == port.ops->bytes(port.state), "%s: bytes differ", label);

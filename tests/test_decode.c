@@ -143,8 +143,8 @@ int main(void) {
     }
     printf("%s thread counts 1/2/%d: %d of %d positions differ\n", differ ? "FAIL" : "ok  ", third, differ, N);
     failures += differ != 0;
-    if (kvcache_bytes(&d1.cache) != (size_t)N * 4 * 2 * 192 * 4) {
-        printf("FAIL fp32 cache holds %zu bytes, expected %d\n", kvcache_bytes(&d1.cache), N * 4 * 2 * 192 * 4);
+    if (decoder_cache_bytes(&d1) != (size_t)N * 4 * 2 * 192 * 4) {
+        printf("FAIL fp32 cache holds %zu bytes, expected %d\n", decoder_cache_bytes(&d1), N * 4 * 2 * 192 * 4);
         failures++;
     }
 

@@ -8,10 +8,11 @@
 
 #include "../kvcache.h"
 
-// A family's operations table, its functions named prefix_append, prefix_scores, ... (end_step:
-// a function or NULL).
-#define CODEC_OPS(prefix, end_step_fn)                                                             \
-    static const CodecOps prefix##_ops = {.append = prefix##_append, .end_step = end_step_fn,      \
+// A family's operations table, its functions named prefix_append, prefix_scores, ... (settled and
+// settle: functions, or NULL for a family whose tokens keep the form they were appended in).
+#define CODEC_OPS(prefix, settled_fn, settle_fn)                                                   \
+    static const CodecOps prefix##_ops = {.append = prefix##_append, .settled = settled_fn,        \
+                                          .settle = settle_fn,                                     \
                                           .scores = prefix##_scores, .mix = prefix##_mix,          \
                                           .read = prefix##_read, .bytes = prefix##_bytes,          \
                                           .destroy = prefix##_destroy}

@@ -474,7 +474,7 @@ static void float_destroy(void *state) {
     free(s);
 }
 
-CODEC_OPS(float, NULL);
+CODEC_OPS(float, NULL, NULL);
 
 #define FLOAT_FAMILY(id, help_text)                                                                \
     static void *create_##id(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised, \

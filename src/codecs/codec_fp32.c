@@ -145,7 +145,7 @@ static size_t fp32_bytes(const void *state) {
 }
 
 
-CODEC_OPS(fp32, NULL);
+CODEC_OPS(fp32, NULL, NULL);
 
 const CodecFamily CODEC_FAMILY(codec_fp32) = {.name = "fp32", .ops = &fp32_ops, .create = fp32_create,
     .help = "fp32                 full precision, the reference (32 bits per number)"};

@@ -88,6 +88,19 @@ static void *kivi_create(CodecSpec *spec, int n_heads, int head_dim, int capacit
                  residual, residual, context, context);
         return NULL;
     }
+    // One block of a pool's sequence: the key rule quantises whole groups at multiples of R, so a group
+    // must lie within one block (its scales and minimums are the block's), and the residual must
+    // fill whole blocks or a block whole residuals.
+    int block;
+    if (spec_int(spec, "block", 0, 0, 1 << 30, &block, err, errlen)) return NULL;
+    if (block > 0 && !is_value && (block % group || (residual % block && block % residual))) {
+        snprintf(err, errlen,
+                 "kivi: keys are quantised in groups of %d tokens every %d tokens, which must align with the pool's "
+                 "blocks of %d tokens (use a block that is a multiple of group=%d and divides or is divided by "
+                 "residual=%d, e.g. --block %d)",
+                 group, residual, block, group, residual, group > 16 ? group : 16);
+        return NULL;
+    }
     if (codec_check_shape("kivi", n_heads, head_dim, capacity, 2, err, errlen)) return NULL;
     if (is_value && head_dim % group) {
         snprintf(err, errlen, "kivi: values are grouped along head_dim, so group=%d must divide head_dim %d",
@@ -164,14 +177,15 @@ static inline uint8_t kivi_code(float x, float sd, float md, int top) {
     return sd > 0.0f ? (uint8_t)quant_round_clamp((x - md) / sd, 0, top) : 0;
 }
 
-// Keys: quantise the R residual keys [n_quant, n_quant + R) as R/G groups, per channel, 32
-// channels at a time (their scales and minimums converted once; the codes are what kivi_code gives).
-static void kivi_flush_keys(KiviState *s) {
+// Keys: quantise the residual keys [n_quant, upto) as groups of G, per channel, 32 channels at a
+// time (their scales and minimums converted once; the codes are what kivi_code gives). upto − n_quant
+// is R in a whole-sequence stream, and a multiple of G that fits the residual in a block of a pool.
+static void kivi_flush_keys(KiviState *s, int upto) {
     const int hd = s->head_dim, G = s->group, top = (1 << s->bits) - 1;
     uint8_t q[32];
     float x[32], sd[32], md[32];
     for (int h = 0; h < s->n_heads; h++) {
-        for (int t0 = s->n_quant; t0 < s->n_quant + s->residual; t0 += G) {
+        for (int t0 = s->n_quant; t0 + G <= upto; t0 += G) {
             uint16_t *meta = kivi_key_meta(s, h, t0 / G);
             for (int c = 0; c < hd; c += 32) {
                 const int n = hd - c < 32 ? hd - c : 32;
@@ -194,7 +208,7 @@ static void kivi_flush_keys(KiviState *s) {
             }
         }
     }
-    s->n_quant += s->residual;
+    s->n_quant = s->n_quant + (upto - s->n_quant) / G * G;
 }
 
 // Values: quantise the oldest window value (token n_quant), per token over channel groups.
@@ -235,7 +249,7 @@ static void kivi_quantise_oldest_value(KiviState *s) {
 static void kivi_append(void *state, const float *vec) {
     KiviState *s = state;
     // Normally end_step has already made room; this covers callers that never call it.
-    if (!s->is_value && s->length - s->n_quant == s->residual) kivi_flush_keys(s);
+    if (!s->is_value && s->length - s->n_quant == s->residual) kivi_flush_keys(s, s->length);
     if (s->is_value && s->length - s->n_quant == s->residual + 1) kivi_quantise_oldest_value(s);
     for (int h = 0; h < s->n_heads; h++) {
         const float *x = vec + h * s->head_dim;
@@ -250,13 +264,25 @@ static void kivi_append(void *state, const float *vec) {
     s->length++;
 }
 
-static void kivi_end_step(void *state) {
+// KIVI's streaming rule, in a sequence's numbering: after the step at `length` tokens, keys are
+// quantised in whole residuals of R (the residual empties when it fills), values all but the newest R.
+static int kivi_settled(const void *state, int length) {
+    const KiviState *s = state;
+    if (!s->is_value) return length / s->residual * s->residual;
+    return length > s->residual ? length - s->residual : 0;
+}
+
+static void kivi_settle(void *state, int n) {
     KiviState *s = state;
+    if (n > s->length) n = s->length;
     if (!s->is_value) {
-        if (s->length - s->n_quant == s->residual) kivi_flush_keys(s);
+        if (n - s->n_quant >= s->group) kivi_flush_keys(s, n);
     } else {
-        while (s->length - s->n_quant > s->residual) kivi_quantise_oldest_value(s);
+        while (s->n_quant < n) kivi_quantise_oldest_value(s);
     }
+    // A stream whose every token is quantised (a full block of a pool) keeps no full-precision rows:
+    // what it holds is what bytes() counts.
+    if (s->n_quant == s->capacity) free(s->full), s->full = NULL;
 }
 
 // ---- Decoding -------------------------------------------------------------------------------
@@ -807,7 +833,7 @@ static size_t kivi_bytes(const void *state) {
 }
 
 
-CODEC_OPS(kivi, kivi_end_step);
+CODEC_OPS(kivi, kivi_settled, kivi_settle);
 
 const CodecFamily CODEC_FAMILY(codec_kivi) = {.name = "kivi", .ops = &kivi_ops, .create = kivi_create,
     .help = "kivi                 KIVI: B-bit min/max groups of G, keys per channel, values per token, newest R "

@@ -1,0 +1,260 @@
+// The paged KV cache: a byte budget, blocks taken from it as sequences grow, block tables, and
+// attention that reads a sequence's blocks in order. See kvpool.h.
+#include "kvpool.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int div_up(int a, int b) { return (a + b - 1) / b; }
+
+// A block of the pool. When one block holds a whole sequence (block == context) the codec is not
+// told of blocks: its alignment rules (kivi's groups) are about a sequence spread over blocks.
+static int block_init(const KVPool *p, KVStream *b, const char *spec, KVRole role, char *err, size_t errlen) {
+    if (p->block >= p->context) return kvstream_init(b, spec, role, p->n_heads, p->head_dim, p->block, err, errlen);
+    return kvstream_init_block(b, spec, role, p->n_heads, p->head_dim, p->block, err, errlen);
+}
+
+// What a full block of `role` costs open and settled, measured on a block: `block` tokens appended
+// (their values do not change any codec's byte count), then all of them given their final form.
+static int measure_cost(KVPool *p, KVRole role, const char *spec, char *err, size_t errlen) {
+    PoolStreamCost *c = &p->cost[role];
+    KVStream b;
+    if (block_init(p, &b, spec, role, err, errlen)) return -1;
+    float *vec = malloc(sizeof(float) * (size_t)p->n_heads * (size_t)p->head_dim);
+    if (!vec) {
+        kvstream_free(&b);
+        snprintf(err, errlen, "out of memory measuring a cache block");
+        return -1;
+    }
+    for (int i = 0; i < p->n_heads * p->head_dim; i++) vec[i] = (float)(i % 7) - 3.0f;
+    for (int t = 0; t < p->block; t++) kvstream_append(&b, vec);
+    free(vec);
+    c->open_bytes = b.ops->bytes(b.state);
+    c->settles = b.ops->settle != NULL;
+    if (c->settles) b.ops->settle(b.state, p->block);
+    c->settled_bytes = b.ops->bytes(b.state);
+    if (c->settled_bytes > c->open_bytes) c->open_bytes = c->settled_bytes;
+    snprintf(c->spec, sizeof c->spec, "%s", b.spec);
+    kvstream_free(&b);
+    return block_init(p, &p->rule[role], spec, role, err, errlen);
+}
+
+int kvpool_init(KVPool *p, int n_layers, int n_heads, int head_dim, int block, int context, size_t budget,
+                const char *k_spec, const char *v_spec, char *err, size_t errlen) {
+    memset(p, 0, sizeof *p);
+    if (n_layers < 1 || n_heads < 1 || head_dim < 1 || context < 1) {
+        snprintf(err, errlen, "cache pool shape %d layers x %d heads x %d, context %d is not a shape", n_layers,
+                 n_heads, head_dim, context);
+        return -1;
+    }
+    if (block < 1 || block > context) {
+        snprintf(err, errlen, "block of %d tokens is outside 1..%d (the model's context)", block, context);
+        return -1;
+    }
+    p->n_layers = n_layers, p->n_heads = n_heads, p->head_dim = head_dim;
+    p->block = block, p->context = context, p->budget = budget;
+    if (measure_cost(p, KV_ROLE_KEY, k_spec, err, errlen) || measure_cost(p, KV_ROLE_VALUE, v_spec, err, errlen)) {
+        kvpool_free(p);
+        return -1;
+    }
+    if (budget < kvpool_block_set_bytes(p)) {
+        snprintf(err, errlen,
+                 "a pool of %zu bytes cannot hold one block of every layer and stream (%zu bytes for %d tokens of "
+                 "%s / %s)",
+                 budget, kvpool_block_set_bytes(p), block, p->cost[0].spec, p->cost[1].spec);
+        kvpool_free(p);
+        return -1;
+    }
+    return 0;
+}
+
+void kvpool_free(KVPool *p) {
+    for (int r = 0; r < 2; r++)
+        if (p->rule[r].ops) kvstream_free(&p->rule[r]);
+}
+
+size_t kvpool_block_set_bytes(const KVPool *p) {
+    return (size_t)p->n_layers * (p->cost[0].open_bytes + p->cost[1].open_bytes);
+}
+
+// Blocks of one stream that are wholly final once a sequence holds `tokens` tokens.
+static int settled_blocks_at(const KVPool *p, KVRole role, int tokens) {
+    const KVStream *rule = &p->rule[role];
+    const int settled = rule->ops->settled ? rule->ops->settled(rule->state, tokens) : tokens;
+    return settled / p->block;
+}
+
+size_t kvpool_sequence_bytes(const KVPool *p, int tokens) {
+    size_t total = 0;
+    for (int r = 0; r < 2; r++) {
+        const int blocks = div_up(tokens, p->block), settled = settled_blocks_at(p, (KVRole)r, tokens);
+        total += (size_t)settled * p->cost[r].settled_bytes + (size_t)(blocks - settled) * p->cost[r].open_bytes;
+    }
+    return total * (size_t)p->n_layers;
+}
+
+size_t kvpool_budget_for(const KVPool *p, int sequences, int tokens) {
+    return (size_t)sequences * kvpool_sequence_bytes(p, tokens);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+void kvseq_init(KVSeq *s, KVPool *p) {
+    memset(s, 0, sizeof *s);
+    s->pool = p;
+}
+
+static PagedStream *stream_of(KVSeq *s, KVRole role, int layer) { return role == KV_ROLE_KEY ? &s->k[layer] : &s->v[layer]; }
+
+// What a stream's blocks are charged now.
+static size_t stream_charge(const KVPool *p, KVRole role, const PagedStream *ps) {
+    return (size_t)ps->settled_blocks * p->cost[role].settled_bytes +
+           (size_t)(ps->n_blocks - ps->settled_blocks) * p->cost[role].open_bytes;
+}
+
+// The block tables, once per sequence, for the longest sequence the pool allows.
+static int alloc_tables(KVSeq *s) {
+    const KVPool *p = s->pool;
+    const int most = div_up(p->context, p->block);
+    s->k = calloc((size_t)p->n_layers, sizeof *s->k);
+    s->v = calloc((size_t)p->n_layers, sizeof *s->v);
+    for (int l = 0; s->k && s->v && l < p->n_layers; l++) {
+        s->k[l].blocks = calloc((size_t)most, sizeof(KVStream));
+        s->v[l].blocks = calloc((size_t)most, sizeof(KVStream));
+        if (!s->k[l].blocks || !s->v[l].blocks) break;
+        if (l == p->n_layers - 1) return 0;
+    }
+    kvseq_release(s);
+    return -1;
+}
+
+int kvseq_reserve(KVSeq *s, int tokens, char *err, size_t errlen) {
+    KVPool *p = s->pool;
+    if (tokens <= s->reserved) return 0;
+    if (tokens > p->context) {
+        snprintf(err, errlen, "a sequence of %d tokens is longer than the context (%d)", tokens, p->context);
+        return -1;
+    }
+    if (!s->k && alloc_tables(s)) {
+        snprintf(err, errlen, "out of memory allocating block tables");
+        return -1;
+    }
+    const int have = s->k[0].n_blocks, want = div_up(tokens, p->block);
+    const size_t cost = (size_t)(want - have) * kvpool_block_set_bytes(p);
+    if (p->used + cost > p->budget) {
+        snprintf(err, errlen, "the pool has %zu of %zu bytes free, %zu needed", p->budget - p->used, p->budget, cost);
+        return -1;
+    }
+    for (int l = 0; l < p->n_layers; l++) {
+        for (int r = 0; r < 2; r++) {
+            PagedStream *ps = stream_of(s, (KVRole)r, l);
+            for (int b = have; b < want; b++) {
+                if (block_init(p, &ps->blocks[b], p->cost[r].spec, (KVRole)r, err, errlen)) {
+                    // Undo this call's blocks: the sequence is as it was.
+                    for (int l2 = 0; l2 <= l; l2++)
+                        for (int r2 = 0; r2 < 2; r2++)
+                            for (int b2 = have; b2 < want; b2++) {
+                                KVStream *blk = &stream_of(s, (KVRole)r2, l2)->blocks[b2];
+                                if (blk->ops) kvstream_free(blk);
+                            }
+                    return -1;
+                }
+            }
+        }
+    }
+    for (int l = 0; l < p->n_layers; l++) s->k[l].n_blocks = s->v[l].n_blocks = want;
+    p->used += cost;
+    p->blocks += (long)(want - have) * 2 * p->n_layers;
+    if (p->used > p->peak) p->peak = p->used;
+    s->reserved = want * p->block < p->context ? want * p->block : p->context;
+    return 0;
+}
+
+void kvseq_append(KVSeq *s, int layer, const float *k, const float *v) {
+    const int block = s->pool->block;
+    for (int r = 0; r < 2; r++) {
+        PagedStream *ps = stream_of(s, (KVRole)r, layer);
+        kvstream_append(&ps->blocks[ps->length / block], r == KV_ROLE_KEY ? k : v);
+        ps->length++;
+    }
+}
+
+void kvseq_end_step(KVSeq *s, int layer) {
+    KVPool *p = s->pool;
+    for (int r = 0; r < 2; r++) {
+        PagedStream *ps = stream_of(s, (KVRole)r, layer);
+        const KVStream *rule = &p->rule[r];
+        if (!rule->ops->settle) {
+            ps->settled = ps->length;
+            continue;
+        }
+        const int target = rule->ops->settled(rule->state, ps->length);
+        for (int b = ps->settled / p->block; b * p->block < target; b++) {
+            const int local = target - b * p->block < p->block ? target - b * p->block : p->block;
+            ps->blocks[b].ops->settle(ps->blocks[b].state, local);
+        }
+        ps->settled = target;
+        for (; ps->settled_blocks < target / p->block; ps->settled_blocks++)
+            p->used -= p->cost[r].open_bytes - p->cost[r].settled_bytes;
+    }
+}
+
+void kvseq_release(KVSeq *s) {
+    KVPool *p = s->pool;
+    for (int l = 0; s->k && l < p->n_layers; l++) {
+        for (int r = 0; r < 2; r++) {
+            PagedStream *ps = stream_of(s, (KVRole)r, l);
+            if (!ps->blocks) continue;
+            p->used -= stream_charge(p, (KVRole)r, ps);
+            p->blocks -= ps->n_blocks;
+            for (int b = 0; b < ps->n_blocks; b++) kvstream_free(&ps->blocks[b]);
+            free(ps->blocks);
+        }
+    }
+    free(s->k);
+    free(s->v);
+    kvseq_init(s, p);
+}
+
+int kvseq_length(const KVSeq *s) { return s->k ? s->k[0].length : 0; }
+
+size_t paged_stream_bytes(const PagedStream *ps) {
+    size_t total = 0;
+    for (int b = 0; b < ps->n_blocks; b++) total += ps->blocks[b].ops->bytes(ps->blocks[b].state);
+    return total;
+}
+
+size_t kvseq_bytes(const KVSeq *s) {
+    size_t total = 0;
+    for (int l = 0; s->k && l < s->pool->n_layers; l++) total += paged_stream_bytes(&s->k[l]) + paged_stream_bytes(&s->v[l]);
+    return total;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+void paged_scores(const PagedStream *ps, int head, const float *q, float *out, int n) {
+    const int block = ps->blocks[0].capacity;
+    for (int b = 0; b * block < n; b++) {
+        const KVStream *blk = &ps->blocks[b];
+        const int m = n - b * block < block ? n - b * block : block;
+        blk->ops->scores(blk->state, head, q, out + (size_t)b * block, m);
+    }
+}
+
+void paged_mix(const PagedStream *ps, int head, const float *p, float *out, float *tmp, int n) {
+    const int block = ps->blocks[0].capacity, hd = ps->blocks[0].head_dim;
+    for (int b = 0; b * block < n; b++) {
+        const KVStream *blk = &ps->blocks[b];
+        const int m = n - b * block < block ? n - b * block : block;
+        float *dst = b == 0 ? out : tmp;
+        blk->ops->mix(blk->state, head, p + (size_t)b * block, dst, m);
+        if (b > 0)
+            for (int d = 0; d < hd; d++) out[d] += tmp[d];
+    }
+}
+
+void paged_read(const PagedStream *ps, int head, int token, float *out) {
+    const KVStream *blk = &ps->blocks[token / ps->blocks[0].capacity];
+    blk->ops->read(blk->state, head, token % blk->capacity, out);
+}

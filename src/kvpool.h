@@ -1,0 +1,92 @@
+// The paged KV cache (vLLM's PagedAttention on the CPU): one pool with a fixed byte budget for every
+// sequence, cut into blocks of `block` tokens per layer and stream. A block is a codec stream of
+// `block` tokens (kvcache.h), so it holds its tokens' packed codes and their metadata in the
+// stream's codec, and its bytes are the codec's own count. A sequence owns a block table per layer
+// and stream; blocks are taken from the budget as it grows and given back when it ends.
+//
+// The single-sequence decoder is this pool with one sequence (and, by default, one block the size of
+// its context); the serving engine is the same pool with many.
+#ifndef MICRO_KVPOOL_H
+#define MICRO_KVPOOL_H
+
+#include <stddef.h>
+
+#include "kvcache.h"
+
+// What one block of a stream (keys or values of one layer) costs the budget. A codec whose tokens
+// change form (KIVI keeps its newest tokens in fp16 and quantises them later) has a block cost
+// while any token of the block may still be full precision, and a smaller one once all are final.
+typedef struct {
+    char spec[SPEC_NORMALISED]; // normalised codec spec
+    size_t open_bytes;          // a full block whose tokens are not yet final (the most it can hold)
+    size_t settled_bytes;       // a full block whose tokens are all final
+    int settles;                // 1 when the codec has a settle rule (open_bytes >= settled_bytes)
+} PoolStreamCost;
+
+typedef struct {
+    int n_layers, n_heads, head_dim;
+    int block;     // tokens per block
+    int context;   // the longest sequence (the model's context)
+    size_t budget; // bytes all blocks together may hold
+    size_t used;   // bytes charged to the blocks now allocated
+    size_t peak;   // the most ever charged
+    long blocks;   // blocks allocated now (all layers and streams)
+    PoolStreamCost cost[2]; // [KV_ROLE_KEY], [KV_ROLE_VALUE]
+    KVStream rule[2];       // an empty block of each role: its codec's settle rule
+} KVPool;
+
+// One stream (keys or values of one layer) of one sequence: its block table.
+typedef struct {
+    KVStream *blocks; // blocks[i] holds tokens [i·block, (i+1)·block)
+    int n_blocks;     // allocated (the last may be partly filled or still empty)
+    int length;       // tokens appended
+    int settled;      // tokens [0, settled) are in their final form
+    int settled_blocks; // blocks [0, settled_blocks) are charged at settled_bytes
+} PagedStream;
+
+// A sequence's cache: a stream per layer and role.
+typedef struct {
+    KVPool *pool;
+    PagedStream *k, *v; // [n_layers]
+    int reserved;       // tokens every stream has blocks for
+} KVSeq;
+
+// The budget is rounded down to nothing: a pool that cannot hold one block of every stream of one
+// layer set is refused (-1, one line in err). block: tokens per block, >= 1. The specs are checked
+// here (and must fit blocks of `block` tokens: kivi's groups).
+int kvpool_init(KVPool *p, int n_layers, int n_heads, int head_dim, int block, int context, size_t budget,
+                const char *k_spec, const char *v_spec, char *err, size_t errlen);
+void kvpool_free(KVPool *p);
+// The bytes of blocks that hold `tokens` tokens of one sequence, every token final except the
+// newest ones a codec keeps open: what a sequence of that length is charged at most.
+size_t kvpool_sequence_bytes(const KVPool *p, int tokens);
+// Bytes one block of every layer and stream costs while open: the unit of growth.
+size_t kvpool_block_set_bytes(const KVPool *p);
+// A budget that holds exactly `sequences` sequences of `tokens` tokens.
+size_t kvpool_budget_for(const KVPool *p, int sequences, int tokens);
+
+void kvseq_init(KVSeq *s, KVPool *p);
+// Makes every stream able to hold `tokens` tokens, taking blocks from the pool. All or nothing:
+// -1 (nothing taken) when the budget lacks the bytes or the blocks cannot be created (err says which).
+int kvseq_reserve(KVSeq *s, int tokens, char *err, size_t errlen);
+// Appends one token's keys and values (n_heads · head_dim each) to a layer; its block must be reserved.
+void kvseq_append(KVSeq *s, int layer, const float *k, const float *v);
+// After the step's attention of this layer: tokens take their final form and blocks whose tokens
+// are all final are charged their smaller cost.
+void kvseq_end_step(KVSeq *s, int layer);
+// Gives every block back to the pool; the sequence is empty (and may be used again).
+void kvseq_release(KVSeq *s);
+int kvseq_length(const KVSeq *s);
+
+// Exact bytes held by the sequence's tokens (all codecs' bytes()).
+size_t kvseq_bytes(const KVSeq *s);
+size_t paged_stream_bytes(const PagedStream *ps);
+
+// Attention reads a stream through its blocks, in order of tokens.
+// out[j] = q · k̂_j for tokens j in [0, n).
+void paged_scores(const PagedStream *ps, int head, const float *q, float *out, int n);
+// out[d] = Σ_j p[j] · v̂_j[d] over j in [0, n): each block's sum, added in order of blocks. tmp[head_dim].
+void paged_mix(const PagedStream *ps, int head, const float *p, float *out, float *tmp, int n);
+void paged_read(const PagedStream *ps, int head, int token, float *out);
+
+#endif
