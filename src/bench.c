@@ -11,6 +11,7 @@
 #include "cmd_options.h"
 #include "commands.h"
 #include "forward.h"
+#include "membw.h"
 #include "model_file.h"
 
 static const char *bench_usage =
@@ -29,40 +30,6 @@ static const char *bench_usage =
     "                      model's context)\n"
     "  -h, --help          this help\n";
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-// Streaming read bandwidth in bytes/s over a buffer of `bytes`, read again and again until 256 MiB
-// have passed (best of 5). A buffer far larger than the caches gives DRAM's bandwidth; one the size
-// of what a decode step touches gives the bandwidth of the cache level the decoder really reads from.
-static double read_bandwidth(size_t bytes) {
-    size_t n = bytes / sizeof(float) / 64 * 64;
-    if (n < 64) n = 64;
-    float *buf = malloc(n * sizeof(float));
-    if (!buf) return 0;
-    for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 7);
-    size_t passes = ((size_t)256 << 20) / (n * sizeof(float)) + 1;
-    double best = 0;
-    volatile float sink = 0;
-    for (int r = 0; r < 5; r++) {
-        double t0 = now();
-        for (size_t p = 0; p < passes; p++) {
-            float part[16] = {0};
-            for (size_t i = 0; i < n; i += 16)
-#pragma omp simd
-                for (int l = 0; l < 16; l++) part[l] += buf[i + l];
-            sink = sink + part[0] + part[15];
-        }
-        double bw = (double)(passes * n * sizeof(float)) / (now() - t0);
-        if (bw > best) best = bw;
-    }
-    (void)sink;
-    free(buf);
-    return best;
-}
 
 // Seconds to decode positions 0..n-1 from an empty cache (best of `repeat`) into *seconds; also the
 // cache bytes at the end. -1 with one line in err when the decoder cannot be made.
@@ -77,12 +44,12 @@ static int time_decode(const Model *m, const char *k_spec, const char *v_spec, i
             decoder_free(&d);
             return -1;
         }
-        double t0 = now();
+        double t0 = seconds_now();
         for (int pos = 0; pos < n; pos++) {
             rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
             decoder_forward(&d, (int)(rng % 256), pos);
         }
-        double t = now() - t0;
+        double t = seconds_now() - t0;
         if (t < best) best = t;
     }
     *cache_bytes = decoder_cache_bytes(&d);
@@ -109,13 +76,13 @@ static int time_attention(const Model *m, const char *k_spec, const char *v_spec
     double best = INFINITY;
     int steps = 50;
     for (int r = 0; r < repeat; r++) {
-        double t0 = now();
+        double t0 = seconds_now();
         for (int s = 0; s < steps; s++)
             for (int l = 0; l < p->n_layers; l++)
                 for (int h = 0; h < p->n_heads; h++)
                     attention_head(&d.seq.k[l], &d.seq.v[l], h / group, q + h * hd, d.att + (size_t)h * ctx,
                                    out + h * hd, tmp, n);
-        double t = (now() - t0) / steps;
+        double t = (seconds_now() - t0) / steps;
         if (t < best) best = t;
     }
     decoder_free(&d);
@@ -193,7 +160,7 @@ int cmd_bench(int argc, char **argv) {
     const int np = o.n_positions, *positions = o.positions;
 
     double weight_bytes = (double)m.n_params * sizeof(float);
-    double dram_bw = read_bandwidth((size_t)512 << 20);
+    double dram_bw = read_bandwidth((size_t)512 << 20, 1);
     printf("micro bench: %zu parameters (%.1f MB fp32), cache %s / %s, best of %d\n", m.n_params, weight_bytes / 1e6,
            k_spec, v_spec, repeat);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -217,7 +184,7 @@ int cmd_bench(int argc, char **argv) {
             double tps = positions[a] / t;
             // Each step reads every weight once and, on average, half the final cache.
             double touched = weight_bytes + 0.5 * (double)cache_bytes;
-            if (b == 0) same_bw = read_bandwidth((size_t)touched);
+            if (b == 0) same_bw = read_bandwidth((size_t)touched, 1);
             double per_token = t / positions[a];
             if (b == 0) base = tps;
             printf("%9d %7d %12.0f %12.1f %12.2f %13.1f%% %13.1f%% %8.2fx\n", positions[a], threads[b], tps,

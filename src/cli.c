@@ -95,3 +95,13 @@ int cmd_text_option(Opts *p, const char **texts, int *n, int max) {
     (*n)++;
     return 0;
 }
+
+void json_string_to(FILE *out, const char *text) {
+    fputc('"', out);
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+        if (*c == '"' || *c == '\\') fprintf(out, "\\%c", *c);
+        else if (*c < 0x20) fprintf(out, "\\u%04x", *c);
+        else fputc(*c, out);
+    }
+    fputc('"', out);
+}

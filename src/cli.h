@@ -19,5 +19,7 @@ int cli_after_parse(int status, const char *err, const char *usage);
 // (normalised specs such as int:bits=4,levels=sym,scale=fp16 do).
 void csv_field(const char *text);
 void csv_field_to(FILE *out, const char *text);
+// A JSON string literal of text (quotes and backslashes escaped; control bytes as \u00XX).
+void json_string_to(FILE *out, const char *text);
 
 #endif

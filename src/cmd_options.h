@@ -69,6 +69,20 @@ typedef struct {
 } InspectOptions;
 int inspect_parse(int argc, char **argv, InspectOptions *o, char *err, size_t errlen);
 
+#define SERVE_MAX_SCHEMES 16
+typedef struct {
+    const char *model_path;
+    const char *k_specs[SERVE_MAX_SCHEMES], *v_specs[SERVE_MAX_SCHEMES];
+    int n_schemes;
+    double pool_mb;     // 0: sized to hold `pool_fp16` fp16 conversations of `length` tokens
+    int pool_fp16;
+    int block, conversations, max_batch, threads, length, long_from;
+    int workload;       // WorkloadKind
+    unsigned long long seed;
+    int csv, json;
+} ServeBenchOptions;
+int serve_bench_parse(int argc, char **argv, ServeBenchOptions *o, char *err, size_t errlen);
+
 int train_parse(int argc, char **argv, TrainOptions *o, char *err, size_t errlen);
 
 // Checks the form of a --k / --v / --cache pair while parsing, before the model is known (one line

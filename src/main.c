@@ -20,6 +20,7 @@ static const struct {
     {"generate", cmd_generate, "continue a prompt byte by byte through a chosen KV cache"},
     {"inspect", cmd_inspect, "outlier channels and tokens of the cached keys and values, per layer and head"},
     {"bench", cmd_bench, "decode speed, memory roofline and attention time per cache codec"},
+    {"serve-bench", cmd_serve_bench, "many conversations through one paged cache pool: users held and tokens/s per width"},
     {"capacity", cmd_capacity, "conversations that fit beside a model on a GPU at each cache width"},
     {"train", cmd_train, "train micro from the corpus (batched forward/backward, AdamW)"},
     {"export", cmd_export, "write llama2.c's legacy checkpoint or a GGUF model for llama.cpp"},
@@ -28,7 +29,7 @@ static const struct {
 
 static void usage(FILE *out) {
     fprintf(out, "usage: micro COMMAND [options]   (micro COMMAND --help for its options)\n\ncommands:\n");
-    for (int i = 0; i < N_COMMANDS; i++) fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    for (int i = 0; i < N_COMMANDS; i++) fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\ncache specs (name[:key=value,...]) for --cache, --k and --v:\n");
     int n;
     const CodecFamily *const *families = codec_families(&n);

@@ -203,15 +203,6 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
     }
 }
 
-static void json_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fputc('\\', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 static void print_json(FILE *out, const PlateRun *r, const CapacityModel *cap, const double *scheme_bits) {
     fprintf(out, "{\n  \"reference\": [");
     for (int t = 0; t < N_TEXTS; t++)
@@ -220,11 +211,11 @@ static void print_json(FILE *out, const PlateRun *r, const CapacityModel *cap, c
     fprintf(out, "],\n  \"schemes\": [\n");
     for (int s = 0; s < N_SCHEMES; s++) {
         fprintf(out, "    {\"panel\": \"%s\", \"label\": ", schemes[s].panel);
-        json_string(out, schemes[s].label);
+        json_string_to(out, schemes[s].label);
         fprintf(out, ", \"k_cache\": ");
-        json_string(out, r->results[s][0].k_spec);
+        json_string_to(out, r->results[s][0].k_spec);
         fprintf(out, ", \"v_cache\": ");
-        json_string(out, r->results[s][0].v_spec);
+        json_string_to(out, r->results[s][0].v_spec);
         if (isnan(schemes[s].published))
             fprintf(out, ", \"published_delta\": null");
         else
@@ -249,9 +240,9 @@ static void print_json(FILE *out, const PlateRun *r, const CapacityModel *cap, c
         if (i < N_CAP_BITS) {
             char label[32];
             snprintf(label, sizeof label, "%d-bit", capacity_bits[i]);
-            json_string(out, label);
+            json_string_to(out, label);
         } else {
-            json_string(out, capacity_schemes[i - N_CAP_BITS]);
+            json_string_to(out, capacity_schemes[i - N_CAP_BITS]);
         }
         fprintf(out, ", \"bits_per_element\": %.4f, \"bytes_per_token\": %.1f, \"conversations\": %ld}%s\n", bits,
                 row.bytes_per_token, row.conversations, i + 1 < N_CAP_BITS + N_CAP_SCHEMES ? "," : "");
