@@ -41,6 +41,9 @@ typedef struct {
     int threads[BENCH_MAX_LIST], n_threads;
     int positions[BENCH_MAX_LIST], n_positions;
     int positions_given; // the defaults are cut to the model's context; given lengths must fit it
+    int batch;           // > 0: batched decode of this many conversations at 1024..2048 positions instead
+    int block;           // the batched pool's block, tokens
+    int steps;           // batched decode steps timed
 } BenchOptions;
 int bench_parse(int argc, char **argv, BenchOptions *o, char *err, size_t errlen);
 

@@ -41,10 +41,6 @@ const ForwardKernels *forward_kernels(void) {
     return chosen_kernels;
 }
 
-static void matvec_rows(float *restrict out, const float *restrict W, const float *restrict x, int n, int r0,
-                        int r1) {
-    forward_kernels()->matvec_rows(out, W, x, n, r0, r1);
-}
 
 // rmsnorm and rope stay here: little work per token, each in a fixed (sequential) order.
 
@@ -79,19 +75,22 @@ void attention_head(const PagedStream *ks, const PagedStream *vs, int kv_head, c
 }
 
 // ---------------------------------------------------------------------------------------------
-// Matrix products for all rows. A tile of weight rows is read from memory once and used for every
-// row of the batch while it sits in L1; each output is matvec_rows's dot product, so a row's numbers
-// are the same in any batch and any split of the weight rows between threads.
+// Matrix products for all rows: forward_kernels' matmul_rows, whose every output is matvec_rows's
+// dot product, so a row's numbers are the same in any batch and any split of weight rows between
+// threads. Tiles of weight rows keep a tile in L1 while every batch row uses it.
 
-#define TILE_ROWS 16
+#define TILE_ROWS 64
 
 // out[r·os + o] = W[o,:] · x[r·xs, n] for weight rows o in [o0, o1) and rows r in [0, n_rows).
 static void matmul_rows(float *out, size_t os, const float *W, const float *x, size_t xs, int n, int n_rows, int o0,
                         int o1) {
-    for (int t = o0; t < o1; t += TILE_ROWS) {
-        const int te = t + TILE_ROWS < o1 ? t + TILE_ROWS : o1;
-        for (int r = 0; r < n_rows; r++) matvec_rows(out + (size_t)r * os, W, x + (size_t)r * xs, n, t, te);
+    const ForwardKernels *k = forward_kernels();
+    if (n_rows == 1) { // one row: the matrix-vector loop, which prefetches the next weight rows
+        k->matvec_rows(out, W, x, n, o0, o1);
+        return;
     }
+    for (int t = o0; t < o1; t += TILE_ROWS)
+        k->matmul_rows(out, os, W, x, xs, n, n_rows, t, t + TILE_ROWS < o1 ? t + TILE_ROWS : o1);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -15,10 +15,13 @@
 // Adds up 16 partial sums by halving (8 + 8, 4 + 4, 2 + 2, 1 + 1): vector adds in a fixed order,
 // instead of 16 dependent scalar adds that would cost more than the row's multiplications.
 static inline float fold_lanes(float *part) {
-    for (int width = LANES / 2; width >= 1; width /= 2)
+    // Written out per width (not a loop over widths) so that each step is one vector add.
 #pragma omp simd
-        for (int l = 0; l < width; l++) part[l] += part[l + width];
-    return part[0];
+    for (int l = 0; l < 8; l++) part[l] += part[l + 8];
+#pragma omp simd
+    for (int l = 0; l < 4; l++) part[l] += part[l + 4];
+    part[0] += part[2], part[1] += part[3];
+    return part[0] + part[1];
 }
 
 // One row's dot product: 16 partial sums across the row, folded in a fixed order at the end.
@@ -59,6 +62,44 @@ static void matvec_rows_impl(float *restrict out, const float *restrict W, const
     for (; r < r1; r++) out[r] = dot_row(W + (size_t)r * n, x, n);
 }
 
+// out[r·os + o] = W[o,:] · X[r·xs, 0..n) for weight rows o in [o0, o1) and rows r in [0, n_rows): the
+// batched forward's products. Each output is dot_row's sum, bit for bit (16 lane partials folded in
+// the same order), so a row's numbers do not depend on the other rows of its batch. Four weight rows
+// against four batch rows at a time: each weight load serves four rows and each row load four weight
+// rows, where matvec_rows reads the weights again for every row.
+static void matmul_rows_impl(float *restrict out, size_t os, const float *restrict W, const float *restrict X,
+                             size_t xs, int n, int n_rows, int o0, int o1) {
+    if (n % LANES) { // no whole lanes: dot_row for each output
+        for (int r = 0; r < n_rows; r++)
+            for (int o = o0; o < o1; o++) out[(size_t)r * os + o] = dot_row(W + (size_t)o * n, X + (size_t)r * xs, n);
+        return;
+    }
+    int o = o0;
+    for (; o + 4 <= o1; o += 4) {
+        const float *w0 = W + (size_t)o * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
+        int r = 0;
+        for (; r + 4 <= n_rows; r += 4) {
+            const float *x0 = X + (size_t)r * xs, *x1 = x0 + xs, *x2 = x1 + xs, *x3 = x2 + xs;
+            float a[4][4][LANES] = {{{0}}};
+            for (int j = 0; j < n; j += LANES) {
+#pragma omp simd
+                for (int l = 0; l < LANES; l++) {
+                    const float v0 = w0[j + l], v1 = w1[j + l], v2 = w2[j + l], v3 = w3[j + l];
+                    const float y0 = x0[j + l], y1 = x1[j + l], y2 = x2[j + l], y3 = x3[j + l];
+                    a[0][0][l] += v0 * y0, a[0][1][l] += v1 * y0, a[0][2][l] += v2 * y0, a[0][3][l] += v3 * y0;
+                    a[1][0][l] += v0 * y1, a[1][1][l] += v1 * y1, a[1][2][l] += v2 * y1, a[1][3][l] += v3 * y1;
+                    a[2][0][l] += v0 * y2, a[2][1][l] += v1 * y2, a[2][2][l] += v2 * y2, a[2][3][l] += v3 * y2;
+                    a[3][0][l] += v0 * y3, a[3][1][l] += v1 * y3, a[3][2][l] += v2 * y3, a[3][3][l] += v3 * y3;
+                }
+            }
+            for (int i = 0; i < 4; i++)
+                for (int k = 0; k < 4; k++) out[(size_t)(r + i) * os + o + k] = fold_lanes(a[i][k]);
+        }
+        for (; r < n_rows; r++) matvec_rows_impl(out + (size_t)r * os, W, X + (size_t)r * xs, n, o, o + 4);
+    }
+    for (int r = 0; r < n_rows && o < o1; r++) matvec_rows_impl(out + (size_t)r * os, W, X + (size_t)r * xs, n, o, o1);
+}
+
 // x[i] = e^(scale·(x[i] - max)), returning their sum in a fixed order: 16 lane partials over the
 // whole blocks of 16, the elements left over added to lane 0 in turn, then 0 + lane 0 + lane 1 + ...
 // + lane 15. That is the order of gcc 12's AVX-512 build of the `omp simd reduction(+)` this replaced
@@ -95,7 +136,7 @@ static void scaled_softmax_impl(float *x, int n, float scale) {
 }
 
 #ifdef FORWARD_KERNELS_AVX512
-const ForwardKernels forward_kernels_avx512 = {"avx512", matvec_rows_impl, scaled_softmax_impl};
+const ForwardKernels forward_kernels_avx512 = {"avx512", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl};
 #else
-const ForwardKernels forward_kernels_portable = {"portable", matvec_rows_impl, scaled_softmax_impl};
+const ForwardKernels forward_kernels_portable = {"portable", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl};
 #endif

@@ -6,11 +6,17 @@
 #ifndef MICRO_FORWARD_KERNELS_H
 #define MICRO_FORWARD_KERNELS_H
 
+#include <stddef.h>
+
 typedef struct {
     const char *name; // "portable" or "avx512"
     // out[r] = W[r,:] · x for rows [r0, r1) of the row-major W (n columns).
     void (*matvec_rows)(float *restrict out, const float *restrict W, const float *restrict x, int n, int r0,
                         int r1);
+    // out[r·os + o] = W[o,:] · X[r·xs, 0..n) for rows o in [o0, o1) of W and rows r < n_rows of X:
+    // each output the same bits as matvec_rows gives for that row alone.
+    void (*matmul_rows)(float *restrict out, size_t os, const float *restrict W, const float *restrict X, size_t xs,
+                        int n, int n_rows, int o0, int o1);
     // x = softmax(scale · x), in place, n >= 1.
     void (*scaled_softmax)(float *x, int n, float scale);
 } ForwardKernels;

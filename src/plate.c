@@ -18,6 +18,7 @@
 #include "model_file.h"
 #include "msgtext.h"
 #include "safe_file.h"
+#include "serve.h"
 #include "subprocess.h"
 #include "text.h"
 #include "threadpool.h"
@@ -58,6 +59,32 @@ static const PlateScheme schemes[] = {
 // scheme's real metadata at head_dim 128.
 static const int capacity_bits[] = {16, 8, 4, 3, 2};
 static const char *capacity_schemes[] = {"int:bits=8", "int:bits=4", "int:bits=2", "kivi:bits=2", "q4_0"};
+// The plate's right panel measured on micro: its scheme at 16 (bf16, as a server stores it), 8, 4, 3
+// and 2 bits, KIVI-2 and q4_0, each in a pool that holds SERVE_FP16 fp16 conversations of the
+// model's context exactly. Blocks of 32 tokens: KIVI-2 quantises keys in groups of 32, which must
+// lie whole in a block.
+typedef struct {
+    const char *label, *spec;
+    double nominal_bits; // the width the arithmetic without metadata assumes
+} ServeScheme;
+static const ServeScheme serve_schemes[] = {
+    {"fp16", "fp16", 16},           {"int 16 (bf16)", "bf16", 16}, {"int 8", "int:bits=8", 8},
+    {"int 4", "int:bits=4", 4},     {"int 3", "int:bits=3", 3},    {"int 2", "int:bits=2", 2},
+    {"kivi 2", "kivi:bits=2", 2},   {"q4_0", "q4_0", 4},
+};
+#define N_SERVE (int)(sizeof serve_schemes / sizeof serve_schemes[0])
+#define SERVE_FP16 16
+#define SERVE_BLOCK 32
+#define SERVE_STEPS 4
+
+typedef struct {
+    int held;
+    double plain, meta;   // conversations the arithmetic predicts without and with metadata
+    double bits;          // bits per cached number of a whole conversation, metadata included
+    double tokens_per_s;  // aggregate decode, every held conversation at the end of the context
+    double bytes_per_token; // cache bytes one conversation's step reads
+} ServeRow;
+
 #define N_CAP_BITS (int)(sizeof capacity_bits / sizeof capacity_bits[0])
 #define N_CAP_SCHEMES (int)(sizeof capacity_schemes / sizeof capacity_schemes[0])
 
@@ -67,6 +94,10 @@ typedef struct {
     EvalTrace traces[N_TEXTS];      // the fp32 runs, every scheme is compared against
     EvalResult reference[N_TEXTS];  // fp32
     EvalResult results[N_SCHEMES][N_TEXTS];
+    ServeRow serve[N_SERVE];
+    double serve_budget; // bytes
+    int serve_context;
+    int threads;
     atomic_int failed;
     char err[4700];
     pthread_mutex_t err_lock;
@@ -106,6 +137,59 @@ static void scheme_task(void *arg, int j, int thread) {
     if (rc) fail_run(r, r->texts[t].path, err, rc);
 }
 
+// The measured panel. The keys and values of one conversation (the plates' bytes, the model's whole
+// context) are recorded once with an fp32 cache; each scheme's pool then holds as many conversations
+// as its budget allows, each encoding that recording through its own blocks, and SERVE_STEPS
+// batched decode steps at the end of the context are timed. Sequential: it is a timing.
+static int run_serve_panel(PlateRun *r, const Model *m, const uint8_t *text, size_t text_len, int threads, char *err,
+                           size_t errlen) {
+    const ModelConfig *c = &m->config;
+    const int n = c->max_seq_len;
+    int *tokens = malloc(sizeof(int) * (size_t)n);
+    if (!tokens) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    tokens[0] = MICRO_BOS;
+    for (int t = 1; t < n; t++) {
+        const uint8_t b = text[(size_t)(t - 1) % text_len];
+        tokens[t] = b == MICRO_BOS ? ' ' : b;
+    }
+    KVRecording rec;
+    int rc = kv_record(m, tokens, n, threads, &rec, err, errlen);
+    free(tokens);
+    if (rc) return -1;
+    KVPool fp16;
+    if (kvpool_init(&fp16, c->n_layers, c->n_kv_heads, c->head_dim, SERVE_BLOCK, n, SIZE_MAX / 2, "fp16", "fp16", err,
+                    errlen)) {
+        kv_recording_free(&rec);
+        return -1;
+    }
+    r->serve_budget = (double)kvpool_budget_for(&fp16, SERVE_FP16, n);
+    r->serve_context = n;
+    kvpool_free(&fp16);
+    const double numbers = (double)n * c->n_layers * 2.0 * c->n_kv_heads * c->head_dim;
+    for (int i = 0; i < N_SERVE && !rc; i++) {
+        ServeRow *row = &r->serve[i];
+        KVPool pool;
+        if ((rc = kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, SERVE_BLOCK, n, (size_t)r->serve_budget,
+                              serve_schemes[i].spec, serve_schemes[i].spec, err, errlen)))
+            break;
+        row->bits = 8.0 * (double)kvpool_sequence_bytes(&pool, n) / numbers;
+        row->plain = SERVE_FP16 * 16.0 / serve_schemes[i].nominal_bits;
+        row->meta = SERVE_FP16 * 16.0 / row->bits;
+        HeldDecode hd;
+        rc = serve_held_decode(m, &pool, &rec, SERVE_FP16 * 16, n, n, SERVE_STEPS, threads, &hd, err, errlen);
+        kvpool_free(&pool);
+        if (rc) break;
+        row->held = hd.held;
+        row->tokens_per_s = hd.tokens_per_s;
+        row->bytes_per_token = hd.cache_bytes_per_step / hd.held;
+    }
+    kv_recording_free(&rec);
+    return rc;
+}
+
 static double delta_of(const PlateRun *r, int s, int t) { return r->results[s][t].loss - r->reference[t].loss; }
 
 // ---------------------------------------------------------------------------------------------
@@ -135,6 +219,24 @@ static void print_scheme_table(const PlateRun *r, const char *panel, int with_pu
     }
 }
 
+static void print_serve_panel(const PlateRun *r) {
+    const ServeRow *ref = &r->serve[0];
+    printf("\n(d) what it buys, measured on micro: one paged pool of %.1f MB (%d fp16 conversations of %d tokens),\n"
+           "blocks of %d tokens; conversations held at once, against the arithmetic without and with metadata;\n"
+           "aggregate decode with every held conversation at the end of its context (%d steps, %d thread%s)\n",
+           r->serve_budget / 1e6, SERVE_FP16, r->serve_context, SERVE_BLOCK, SERVE_STEPS, r->threads,
+           r->threads == 1 ? "" : "s");
+    printf("%-16s %6s %6s %9s %8s | %10s %10s | %12s %10s\n", "cache", "bits", "held", "16/b", "16/bits", "tokens/s",
+           "x fp16", "KB/token/step", "x fewer");
+    for (int i = 0; i < N_SERVE; i++) {
+        const ServeRow *row = &r->serve[i];
+        printf("%-16s %6.2f %6d %9.1f %8.1f | %10.0f %9.2fx | %12.1f %9.2fx\n", serve_schemes[i].label, row->bits,
+               row->held, row->plain, row->meta, row->tokens_per_s, row->tokens_per_s / ref->tokens_per_s,
+               row->bytes_per_token / 1e3, ref->bytes_per_token / row->bytes_per_token);
+    }
+    printf("x fp16: tokens/s gained; x fewer: cache bytes a conversation's decode step reads, saved (both against fp16)\n");
+}
+
 // Bars on a log scale from 1e-4 nats (below: a dot) to the largest increase, so that +0.001 and +1
 // are both visible.
 static void print_bars(const PlateRun *r) {
@@ -162,7 +264,8 @@ static void print_bars(const PlateRun *r) {
 
 static const char *csv_header =
     "panel,label,text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes,top1_agree,kl,published_delta,"
-    "model,conversations,bytes_per_token\n";
+    "model,conversations,bytes_per_token,predicted_plain,predicted_metadata,tokens_per_s,cache_bytes_per_token_step,"
+    "pool_bytes\n";
 
 static void csv_number(FILE *out, double v, const char *fmt) {
     fputc(',', out);
@@ -173,7 +276,7 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
     fputs(csv_header, out);
     for (int t = 0; t < N_TEXTS; t++) {
         const EvalResult *e = &r->reference[t];
-        fprintf(out, "reference,fp32,%s,fp32,fp32,%d,%.6f,0.000000,%.4f,%zu,1.000000,0,,,,\n", r->texts[t].name, e->tokens,
+        fprintf(out, "reference,fp32,%s,fp32,fp32,%d,%.6f,0.000000,%.4f,%zu,1.000000,0,,,,,,,,,\n", r->texts[t].name, e->tokens,
                 e->loss, e->bits_per_element, e->cache_bytes);
     }
     for (int s = 0; s < N_SCHEMES; s++) {
@@ -188,7 +291,7 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
             fprintf(out, ",%d,%.6f,%.6f,%.4f,%zu,%.6f,%.6g", e->tokens, e->loss, delta_of(r, s, t), e->bits_per_element,
                     e->cache_bytes, e->top1_agree, e->kl);
             csv_number(out, schemes[s].published, "%.4f");
-            fprintf(out, ",,,\n");
+            fprintf(out, ",,,,,,,,\n");
         }
     }
     for (int i = 0; i < N_CAP_BITS + N_CAP_SCHEMES; i++) {
@@ -199,7 +302,18 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
             fprintf(out, "%d-bit", capacity_bits[i]);
         else
             csv_field_to(out, capacity_schemes[i - N_CAP_BITS]);
-        fprintf(out, ",,,,,,,%.4f,,,,,%s,%ld,%.1f\n", bits, cap->name, row.conversations, row.bytes_per_token);
+        fprintf(out, ",,,,,,,%.4f,,,,,%s,%ld,%.1f,,,,,\n", bits, cap->name, row.conversations, row.bytes_per_token);
+    }
+    // The measured panel: conversations = held, bytes_per_token = cache bytes one held conversation's
+    // decode step reads (the same as cache_bytes_per_token_step, kept for the capacity rows' meaning).
+    for (int i = 0; i < N_SERVE; i++) {
+        const ServeRow *row = &r->serve[i];
+        fprintf(out, "serve,%s,,", serve_schemes[i].label);
+        csv_field_to(out, serve_schemes[i].spec);
+        fputc(',', out);
+        csv_field_to(out, serve_schemes[i].spec);
+        fprintf(out, ",%d,,,%.4f,,,,,micro,%d,%.1f,%.2f,%.2f,%.1f,%.1f,%.0f\n", r->serve_context, row->bits, row->held,
+                row->bytes_per_token, row->plain, row->meta, row->tokens_per_s, row->bytes_per_token, r->serve_budget);
     }
 }
 
@@ -247,6 +361,20 @@ static void print_json(FILE *out, const PlateRun *r, const CapacityModel *cap, c
         fprintf(out, ", \"bits_per_element\": %.4f, \"bytes_per_token\": %.1f, \"conversations\": %ld}%s\n", bits,
                 row.bytes_per_token, row.conversations, i + 1 < N_CAP_BITS + N_CAP_SCHEMES ? "," : "");
     }
+    fprintf(out, "  ]},\n  \"serve\": {\"pool_bytes\": %.0f, \"fp16_conversations\": %d, \"context\": %d, \"block\": %d, "
+            "\"steps\": %d, \"threads\": %d, \"rows\": [\n",
+            r->serve_budget, SERVE_FP16, r->serve_context, SERVE_BLOCK, SERVE_STEPS, r->threads);
+    for (int i = 0; i < N_SERVE; i++) {
+        const ServeRow *row = &r->serve[i];
+        fprintf(out, "    {\"cache\": ");
+        json_string_to(out, serve_schemes[i].label);
+        fprintf(out, ", \"spec\": ");
+        json_string_to(out, serve_schemes[i].spec);
+        fprintf(out, ", \"bits_per_element\": %.4f, \"held\": %d, \"predicted_plain\": %.2f, \"predicted_metadata\": %.2f, "
+                "\"tokens_per_s\": %.1f, \"cache_bytes_per_token_step\": %.1f}%s\n",
+                row->bits, row->held, row->plain, row->meta, row->tokens_per_s, row->bytes_per_token,
+                i + 1 < N_SERVE ? "," : "");
+    }
     fprintf(out, "  ]}\n}\n");
 }
 
@@ -257,7 +385,9 @@ static const char *plate_usage =
     "  The plate, reproduced on micro: (a) the plate's scheme (symmetric round-to-nearest, one fp16\n"
     "  scale per head per token) at 16, 8, 4, 3 and 2 bits, with the plate's published increases;\n"
     "  (b) FP8, KIVI, llama.cpp's blocks and mixed K/V widths on the same texts; (c) what each width\n"
-    "  means for Llama 3 8B on an 80 GB GPU; (d) a bar chart of the increases. Each run decodes the\n"
+    "  means for Llama 3 8B on an 80 GB GPU; (d) the same measured on micro: conversations one paged\n"
+    "  pool holds per width and the decode tokens/s they reach; (e) a bar chart of the increases. Each\n"
+    "  run decodes the\n"
     "  text token by token from BOS through the cache; increases are over the fp32 cache. top1 is the\n"
     "  share of (layer, head, position) that attend most to the same position as with fp32; KL is the\n"
     "  mean KL(fp32 || scheme) of the next-token distributions.\n"
@@ -449,6 +579,19 @@ int cmd_plate(int argc, char **argv) {
         }
     }
     pool_destroy(pool);
+    if (!status) { // the prompts' text: both plates' bytes, one after the other
+        const size_t en_len = (size_t)r->texts[0].n_tokens - 1, zh_len = (size_t)r->texts[1].n_tokens - 1;
+        uint8_t *text = malloc(en_len + zh_len);
+        r->threads = threads;
+        if (!text) {
+            status = cli_error("out of memory");
+        } else {
+            memcpy(text, r->texts[0].tokens + 1, en_len);
+            memcpy(text + en_len, r->texts[1].tokens + 1, zh_len);
+            if (run_serve_panel(r, &m, text, en_len + zh_len, threads, err, sizeof err)) status = cli_error("%s", err);
+            free(text);
+        }
+    }
     char csv_path[4200] = "";
     if (!status && files && write_outputs(out_dir, r, cap, scheme_bits, csv_path, sizeof csv_path, err, sizeof err)) {
         fprintf(stderr, "micro: %s\n", err);
@@ -480,7 +623,8 @@ int cmd_plate(int argc, char **argv) {
                 snprintf(label, sizeof label, "%s", capacity_schemes[i - N_CAP_BITS]);
             printf("%-24s %8.3f %14.0f %14ld\n", label, bits, row.bytes_per_token, row.conversations);
         }
-        printf("\n(d) ");
+        print_serve_panel(r);
+        printf("\n(e) ");
         print_bars(r);
         if (files) {
             printf("\nwritten: %s and %s/plate.json\n", csv_path, out_dir);

@@ -318,3 +318,112 @@ void serve_trace_free(ServeTrace *t, int n) {
     free(t->nll);
     memset(t, 0, sizeof *t);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Decode at a full pool.
+
+int kv_record(const Model *m, const int *tokens, int n, int n_threads, KVRecording *rec, char *err, size_t errlen) {
+    memset(rec, 0, sizeof *rec);
+    const ModelConfig *c = &m->config;
+    const int hd = c->head_dim, kvd = c->n_kv_heads * hd;
+    Decoder d;
+    if (decoder_init(&d, m, "fp32", "fp32", n, n_threads, err, errlen)) return -1;
+    rec->n = n, rec->n_layers = c->n_layers, rec->kv_dim = kvd;
+    rec->tokens = malloc(sizeof(int) * (size_t)n);
+    rec->k = malloc(sizeof(float) * (size_t)n * (size_t)c->n_layers * (size_t)kvd);
+    rec->v = malloc(sizeof(float) * (size_t)n * (size_t)c->n_layers * (size_t)kvd);
+    if (!rec->tokens || !rec->k || !rec->v) {
+        decoder_free(&d);
+        kv_recording_free(rec);
+        snprintf(err, errlen, "out of memory recording keys and values");
+        return -1;
+    }
+    memcpy(rec->tokens, tokens, sizeof(int) * (size_t)n);
+    for (int t = 0; t < n; t++) decoder_forward(&d, tokens[t], t);
+    // fp32 stores every number as it is: reading back gives the keys and values themselves.
+    for (int t = 0; t < n; t++)
+        for (int l = 0; l < c->n_layers; l++)
+            for (int h = 0; h < c->n_kv_heads; h++) {
+                const size_t at = ((size_t)t * c->n_layers + l) * kvd + (size_t)h * hd;
+                paged_read(&d.seq.k[l], h, t, rec->k + at);
+                paged_read(&d.seq.v[l], h, t, rec->v + at);
+            }
+    decoder_free(&d);
+    return 0;
+}
+
+void kv_recording_free(KVRecording *rec) {
+    free(rec->tokens);
+    free(rec->k);
+    free(rec->v);
+    memset(rec, 0, sizeof *rec);
+}
+
+int serve_held_decode(const Model *m, KVPool *pool, const KVRecording *rec, int max_conversations, int lo, int hi,
+                      int steps, int n_threads, HeldDecode *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (steps < 1 || lo < steps + 1 || hi < lo || hi > rec->n || hi > pool->context || max_conversations < 1) {
+        snprintf(err, errlen, "held decode: positions %d..%d with %d steps do not fit a recording of %d tokens", lo,
+                 hi, steps, rec->n);
+        return -1;
+    }
+    KVSeq *seqs = calloc((size_t)max_conversations, sizeof *seqs);
+    BatchRow *rows = calloc((size_t)max_conversations, sizeof *rows);
+    int *end = calloc((size_t)max_conversations, sizeof(int));
+    BatchForward fwd = {0};
+    int status = -1;
+    if (!seqs || !rows || !end) {
+        snprintf(err, errlen, "out of memory holding conversations");
+        goto done;
+    }
+    // Admission: conversation after conversation, blocks taken token by token as its cache is filled
+    // (so a codec whose tokens settle into fewer bytes, KIVI, is charged what it holds), and then
+    // the blocks of the steps to come. The first that does not fit is not held, and the pool is full.
+    for (int i = 0; i < max_conversations; i++) {
+        end[i] = lo == hi ? hi : hi - (int)((long)(hi - lo) * i / max_conversations);
+        kvseq_init(&seqs[i], pool);
+        int fits = 1;
+        for (int t = 0; t < end[i] - steps && fits; t++) {
+            if ((fits = !kvseq_reserve(&seqs[i], t + 1, err, errlen)))
+                for (int l = 0; l < rec->n_layers; l++) {
+                    const size_t at = ((size_t)t * rec->n_layers + l) * rec->kv_dim;
+                    kvseq_append(&seqs[i], l, rec->k + at, rec->v + at);
+                    kvseq_end_step(&seqs[i], l);
+                }
+        }
+        if (!fits || kvseq_reserve(&seqs[i], end[i], err, errlen)) {
+            kvseq_release(&seqs[i]);
+            break;
+        }
+        out->held++;
+    }
+    if (out->held == 0) {
+        snprintf(err, errlen, "the pool cannot hold one conversation of %d tokens", hi);
+        goto done;
+    }
+    if (batch_init(&fwd, m, out->held, n_threads, err, errlen)) goto done;
+    double bytes = 0;
+    for (int s = 0; s < steps; s++) {
+        for (int i = 0; i < out->held; i++) {
+            const int pos = end[i] - steps + s;
+            rows[i] = (BatchRow){&seqs[i], rec->tokens[pos], pos};
+        }
+        const double t0 = seconds_now();
+        batch_forward(&fwd, rows, out->held);
+        out->seconds += seconds_now() - t0;
+        for (int i = 0; i < out->held; i++) bytes += (double)kvseq_bytes(&seqs[i]);
+    }
+    out->steps = steps;
+    out->tokens_per_s = (double)out->held * steps / out->seconds;
+    out->cache_bytes_per_step = bytes / steps;
+    out->weight_bytes = (double)m->n_params * sizeof(float);
+    status = 0;
+done:
+    for (int i = 0; seqs && i < max_conversations; i++)
+        if (seqs[i].pool) kvseq_release(&seqs[i]);
+    free(seqs);
+    free(rows);
+    free(end);
+    if (fwd.model) batch_free(&fwd);
+    return status;
+}

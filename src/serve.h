@@ -78,4 +78,32 @@ int serve_run(const Model *m, KVPool *pool, const Workload *w, const ServeConfig
               ServeTrace *trace, char *err, size_t errlen);
 void serve_trace_free(ServeTrace *t, int n);
 
+// The keys and values (fp32, after RoPE) one text's tokens make at every position and layer, from
+// an fp32 cache: what a conversation's cache holds, to be encoded into each held conversation.
+typedef struct {
+    int n, n_layers, kv_dim;
+    int *tokens; // [n]
+    float *k, *v; // [n][n_layers][kv_dim]
+} KVRecording;
+
+int kv_record(const Model *m, const int *tokens, int n, int n_threads, KVRecording *rec, char *err, size_t errlen);
+void kv_recording_free(KVRecording *rec);
+
+// Decode at a full pool, measured: conversations are admitted while the pool can hold them whole
+// (at most max_conversations); conversation i will end at position end_i, from `hi` for the first
+// down to `lo` for the last (all at `hi` when lo == hi), and its cache is filled to end_i − steps
+// tokens by encoding the recording's keys and values through its codec, token by token as decode
+// would (KIVI's window included). Then `steps` batched decode steps are timed.
+typedef struct {
+    int held;                    // conversations the pool held
+    int steps;
+    double seconds;              // all steps
+    double tokens_per_s;         // held · steps / seconds
+    double cache_bytes_per_step; // mean cache bytes attention read
+    double weight_bytes;
+} HeldDecode;
+
+int serve_held_decode(const Model *m, KVPool *pool, const KVRecording *rec, int max_conversations, int lo, int hi,
+                      int steps, int n_threads, HeldDecode *out, char *err, size_t errlen);
+
 #endif
