@@ -7,21 +7,9 @@
 #include <unistd.h>
 
 #include "forward.h"
+#include "random_model.h"
 
 static int failures = 0;
-
-static void random_model(Model *m, const ModelConfig *c, unsigned seed) {
-    if (model_alloc(m, c)) exit(1);
-    srand(seed);
-    for (size_t i = 0; i < m->n_params; i++) m->params[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * 0.2f;
-    // Norm gains near 1, as a trained model has them.
-    TensorInfo info[MODEL_N_TENSORS];
-    model_tensor_infos(c, info);
-    float *norms[] = {m->w.attn_norm, m->w.ffn_norm, m->w.final_norm};
-    size_t counts[] = {info[1].count, info[6].count, info[10].count};
-    for (int t = 0; t < 3; t++)
-        for (size_t i = 0; i < counts[t]; i++) norms[t][i] += 1.0f;
-}
 
 // Naive reference of the whole forward pass for the last position, recomputing all keys and values
 // from scratch with the textbook formulas (no cache, no codec).

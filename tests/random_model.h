@@ -1,0 +1,22 @@
+// A micro-shaped model with small random weights and norm gains near 1, as a trained model has
+// them: for tests that need a forward pass but not a trained model (deterministic per seed).
+#ifndef MICRO_TESTS_RANDOM_MODEL_H
+#define MICRO_TESTS_RANDOM_MODEL_H
+
+#include <stdlib.h>
+
+#include "model.h"
+
+static inline void random_model(Model *m, const ModelConfig *c, unsigned seed) {
+    if (model_alloc(m, c)) exit(1);
+    srand(seed);
+    for (size_t i = 0; i < m->n_params; i++) m->params[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * 0.2f;
+    TensorInfo info[MODEL_N_TENSORS];
+    model_tensor_infos(c, info);
+    float *norms[] = {m->w.attn_norm, m->w.ffn_norm, m->w.final_norm};
+    size_t counts[] = {info[1].count, info[6].count, info[10].count};
+    for (int t = 0; t < 3; t++)
+        for (size_t i = 0; i < counts[t]; i++) norms[t][i] += 1.0f;
+}
+
+#endif

@@ -1,0 +1,194 @@
+// The paged pool: a sequence spread over blocks of 16 tokens decodes, scores and counts its bytes
+// exactly as one contiguous stream of the same codec (every family, KIVI's window included); mixing
+// agrees to rounding (each block's sum is added in turn); the budget is never exceeded, a refused
+// reservation changes nothing, sequences never share a block, and every byte comes back.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kvpool.h"
+
+enum { LAYERS = 2, HEADS = 3, HD = 32, BLOCK = 16, CONTEXT = 256, T = 150 };
+
+static const char *specs[] = {
+    "fp32", "fp16", "bf16", "fp8:e4m3", "fp8:e5m2,scale=token", "int:bits=8", "int:bits=4", "int:bits=3",
+    "int:bits=2", "int:bits=4,levels=full", "kivi:bits=2,group=16,residual=32", "kivi:bits=4,group=16,residual=16",
+    "kivi:bits=3,group=16,residual=64", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl",
+};
+#define N_SPECS (int)(sizeof specs / sizeof specs[0])
+
+static void fill(float *x, int n, uint64_t *rng) {
+    for (int i = 0; i < n; i++) x[i] = (float)(check_uniform(rng) * 4.0 - 2.0);
+}
+
+// One sequence of T tokens against contiguous streams fed the same vectors and end_steps.
+static void check_against_contiguous(const char *spec) {
+    char err[256];
+    KVPool pool;
+    if (kvpool_init(&pool, LAYERS, HEADS, HD, BLOCK, CONTEXT, 1 << 30, spec, spec, err, sizeof err)) {
+        CHECK(0, "%s: %s", spec, err);
+        return;
+    }
+    KVStream ref[LAYERS][2];
+    for (int l = 0; l < LAYERS; l++)
+        for (int r = 0; r < 2; r++)
+            if (kvstream_init(&ref[l][r], spec, (KVRole)r, HEADS, HD, CONTEXT, err, sizeof err)) {
+                CHECK(0, "%s: %s", spec, err);
+                return;
+            }
+    KVSeq seq;
+    kvseq_init(&seq, &pool);
+    uint64_t rng = 12345;
+    float k[HEADS * HD], v[HEADS * HD], q[HD], p[T], a[T], b[T], ma[HD], mb[HD], tmp[HD];
+    int mismatched_read = 0, mismatched_scores = 0, mixed_far = 0, bytes_differ = 0;
+    for (int t = 0; t < T; t++) {
+        CHECK(!kvseq_reserve(&seq, t + 1, err, sizeof err), "%s: reserve %d: %s", spec, t + 1, err);
+        for (int l = 0; l < LAYERS; l++) {
+            fill(k, HEADS * HD, &rng), fill(v, HEADS * HD, &rng);
+            kvseq_append(&seq, l, k, v);
+            kvstream_append(&ref[l][0], k);
+            kvstream_append(&ref[l][1], v);
+            // Attention reads here, before the step ends (KIVI's newest token still in fp16).
+            fill(q, HD, &rng);
+            const int n = t + 1;
+            for (int j = 0; j < n; j++) p[j] = (float)check_uniform(&rng) / (float)n;
+            for (int h = 0; h < HEADS; h++) {
+                paged_scores(&seq.k[l], h, q, a, n);
+                ref[l][0].ops->scores(ref[l][0].state, h, q, b, n);
+                mismatched_scores += !check_same_bits(a, b, n);
+                paged_mix(&seq.v[l], h, p, ma, tmp, n);
+                ref[l][1].ops->mix(ref[l][1].state, h, p, mb, n);
+                for (int d = 0; d < HD; d++) mixed_far += !(fabsf(ma[d] - mb[d]) <= 1e-5f * (1.0f + fabsf(mb[d])));
+            }
+            kvseq_end_step(&seq, l);
+            kvstream_end_step(&ref[l][0]);
+            kvstream_end_step(&ref[l][1]);
+        }
+        // Every token read back, every step: the pool's blocks hold what one stream would.
+        for (int l = 0; l < LAYERS; l++)
+            for (int r = 0; r < 2; r++) {
+                const PagedStream *ps = r ? &seq.v[l] : &seq.k[l];
+                bytes_differ += paged_stream_bytes(ps) != ref[l][r].ops->bytes(ref[l][r].state);
+                for (int h = 0; h < HEADS; h++)
+                    for (int j = 0; j <= t; j += 7) {
+                        float x[HD], y[HD];
+                        paged_read(ps, h, j, x);
+                        ref[l][r].ops->read(ref[l][r].state, h, j, y);
+                        mismatched_read += !check_same_bits(x, y, HD);
+                    }
+            }
+        CHECK(pool.used <= pool.budget, "%s: over budget", spec);
+        // Charged but not holding tokens: under one open block per stream.
+        CHECK(pool.used - kvseq_bytes(&seq) < (size_t)LAYERS * (pool.cost[0].open_bytes + pool.cost[1].open_bytes),
+              "%s at %d tokens: %zu charged, %zu held", spec, t + 1, pool.used, kvseq_bytes(&seq));
+    }
+    CHECK(!mismatched_read, "%s: %d read-backs differ from a contiguous stream", spec, mismatched_read);
+    CHECK(!mismatched_scores, "%s: %d score rows differ from a contiguous stream", spec, mismatched_scores);
+    CHECK(!mixed_far, "%s: %d mixed numbers differ beyond rounding", spec, mixed_far);
+    CHECK(!bytes_differ, "%s: bytes differ from a contiguous stream %d times", spec, bytes_differ);
+    kvseq_release(&seq);
+    CHECK(pool.used == 0 && pool.blocks == 0, "%s: %zu bytes, %ld blocks left after release", spec, pool.used,
+          pool.blocks);
+    for (int l = 0; l < LAYERS; l++) kvstream_free(&ref[l][0]), kvstream_free(&ref[l][1]);
+    kvpool_free(&pool);
+}
+
+// Several sequences in one pool of a few blocks: the budget holds, refusals change nothing, no
+// block belongs to two sequences, and each reads back its own vectors.
+static void check_sharing(const char *spec) {
+    char err[256];
+    KVPool probe;
+    if (kvpool_init(&probe, LAYERS, HEADS, HD, BLOCK, CONTEXT, 1 << 30, spec, spec, err, sizeof err)) {
+        CHECK(0, "%s: %s", spec, err);
+        return;
+    }
+    const size_t budget = 7 * kvpool_block_set_bytes(&probe) + 5;
+    kvpool_free(&probe);
+    KVPool pool;
+    if (kvpool_init(&pool, LAYERS, HEADS, HD, BLOCK, CONTEXT, budget, spec, spec, err, sizeof err)) {
+        CHECK(0, "%s: %s", spec, err);
+        return;
+    }
+    enum { S = 3 };
+    KVSeq seqs[S];
+    float vecs[S][HEADS * HD];
+    uint64_t rng = 99;
+    for (int i = 0; i < S; i++) kvseq_init(&seqs[i], &pool), fill(vecs[i], HEADS * HD, &rng);
+    int refused = 0;
+    for (int t = 0; t < 4 * BLOCK; t++)
+        for (int i = 0; i < S; i++) {
+            const size_t before = pool.used;
+            const long blocks = pool.blocks;
+            if (kvseq_reserve(&seqs[i], kvseq_length(&seqs[i]) + 1, err, sizeof err)) {
+                refused++;
+                CHECK(pool.used == before && pool.blocks == blocks, "%s: a refused reservation took blocks", spec);
+                continue;
+            }
+            CHECK(pool.used <= pool.budget, "%s: %zu bytes charged, budget %zu", spec, pool.used, pool.budget);
+            for (int l = 0; l < LAYERS; l++) {
+                kvseq_append(&seqs[i], l, vecs[i], vecs[i]);
+                kvseq_end_step(&seqs[i], l);
+            }
+        }
+    CHECK(refused > 0, "%s: a pool of 7 block sets never refused 3 sequences of 64 tokens", spec);
+    // No block state is in two tables.
+    int shared = 0;
+    for (int i = 0; i < S; i++)
+        for (int j = i + 1; j < S; j++)
+            for (int l = 0; l < LAYERS; l++)
+                for (int a = 0; a < seqs[i].k[l].n_blocks; a++)
+                    for (int b = 0; b < seqs[j].k[l].n_blocks; b++)
+                        shared += seqs[i].k[l].blocks[a].state == seqs[j].k[l].blocks[b].state;
+    CHECK(!shared, "%s: %d blocks shared between sequences", spec, shared);
+    // Each sequence reads its own vector back, as one stream fed the same tokens decodes it.
+    for (int i = 0; i < S; i++) {
+        KVStream lone;
+        if (kvstream_init(&lone, spec, KV_ROLE_VALUE, HEADS, HD, CONTEXT, err, sizeof err)) {
+            CHECK(0, "%s: %s", spec, err);
+            break;
+        }
+        for (int t = 0; t < kvseq_length(&seqs[i]); t++) {
+            kvstream_append(&lone, vecs[i]);
+            kvstream_end_step(&lone);
+        }
+        for (int t = 0; t < kvseq_length(&seqs[i]); t += 5) {
+            float x[HD], y[HD];
+            paged_read(&seqs[i].v[1], 2, t, x);
+            lone.ops->read(lone.state, 2, t, y);
+            CHECK(check_same_bits(x, y, HD), "%s: sequence %d token %d is not its own", spec, i, t);
+        }
+        kvstream_free(&lone);
+    }
+    for (int i = 0; i < S; i++) kvseq_release(&seqs[i]);
+    CHECK(pool.used == 0 && pool.blocks == 0, "%s: %zu bytes, %ld blocks not returned", spec, pool.used, pool.blocks);
+    kvpool_free(&pool);
+}
+
+int main(void) {
+    for (int i = 0; i < N_SPECS; i++) {
+        check_against_contiguous(specs[i]);
+        check_sharing(specs[i]);
+    }
+    char err[256];
+    KVPool pool;
+    // Bad pools: one line each.
+    CHECK(kvpool_init(&pool, LAYERS, HEADS, HD, 0, CONTEXT, 1 << 30, "fp16", "fp16", err, sizeof err) && strstr(err, "block"),
+          "block 0 accepted: %s", err);
+    CHECK(kvpool_init(&pool, LAYERS, HEADS, HD, BLOCK, CONTEXT, 100, "fp16", "fp16", err, sizeof err) &&
+              strstr(err, "cannot hold one block"),
+          "a 100-byte pool accepted: %s", err);
+    CHECK(kvpool_init(&pool, LAYERS, HEADS, HD, BLOCK, CONTEXT, 1 << 30, "kivi:bits=2", "kivi:bits=2", err, sizeof err) &&
+              strstr(err, "group"),
+          "kivi groups of 32 in blocks of 16 accepted: %s", err);
+    if (!kvpool_init(&pool, LAYERS, HEADS, HD, BLOCK, CONTEXT, 1 << 30, "fp16", "fp16", err, sizeof err)) {
+        KVSeq s;
+        kvseq_init(&s, &pool);
+        CHECK(kvseq_reserve(&s, CONTEXT + 1, err, sizeof err) && strstr(err, "context"), "beyond the context: %s", err);
+        kvseq_release(&s);
+        kvpool_free(&pool);
+    }
+    printf("%d failures\n", failures);
+    return failures != 0;
+}
