@@ -61,6 +61,7 @@ int capacity_parse(int argc, char **argv, CapacityOptions *o, char *err, size_t 
 typedef struct {
     const char *model_path, *en, *zh, *out_dir; // en / zh NULL: the default plates
     int threads, csv, json, files;
+    int serve_fp16, serve_length; // panel (d): the pool in fp16 conversations, their tokens (0: context)
 } PlateOptions;
 int plate_parse(int argc, char **argv, PlateOptions *o, char *err, size_t errlen);
 

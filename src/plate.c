@@ -73,7 +73,6 @@ static const ServeScheme serve_schemes[] = {
     {"kivi 2", "kivi:bits=2", 2},   {"q4_0", "q4_0", 4},
 };
 #define N_SERVE (int)(sizeof serve_schemes / sizeof serve_schemes[0])
-#define SERVE_FP16 16
 #define SERVE_BLOCK 32
 #define SERVE_STEPS 4
 
@@ -96,7 +95,8 @@ typedef struct {
     EvalResult results[N_SCHEMES][N_TEXTS];
     ServeRow serve[N_SERVE];
     double serve_budget; // bytes
-    int serve_context;
+    int serve_context; // tokens per conversation
+    int serve_fp16;    // the pool holds this many fp16 conversations
     int threads;
     atomic_int failed;
     char err[4700];
@@ -144,7 +144,7 @@ static void scheme_task(void *arg, int j, int thread) {
 static int run_serve_panel(PlateRun *r, const Model *m, const uint8_t *text, size_t text_len, int threads, char *err,
                            size_t errlen) {
     const ModelConfig *c = &m->config;
-    const int n = c->max_seq_len;
+    const int n = r->serve_context;
     int *tokens = malloc(sizeof(int) * (size_t)n);
     if (!tokens) {
         snprintf(err, errlen, "out of memory");
@@ -165,8 +165,7 @@ static int run_serve_panel(PlateRun *r, const Model *m, const uint8_t *text, siz
         kv_recording_free(&rec);
         return -1;
     }
-    r->serve_budget = (double)kvpool_budget_for(&fp16, SERVE_FP16, n);
-    r->serve_context = n;
+    r->serve_budget = (double)kvpool_budget_for(&fp16, r->serve_fp16, n);
     kvpool_free(&fp16);
     const double numbers = (double)n * c->n_layers * 2.0 * c->n_kv_heads * c->head_dim;
     for (int i = 0; i < N_SERVE && !rc; i++) {
@@ -176,10 +175,10 @@ static int run_serve_panel(PlateRun *r, const Model *m, const uint8_t *text, siz
                               serve_schemes[i].spec, serve_schemes[i].spec, err, errlen)))
             break;
         row->bits = 8.0 * (double)kvpool_sequence_bytes(&pool, n) / numbers;
-        row->plain = SERVE_FP16 * 16.0 / serve_schemes[i].nominal_bits;
-        row->meta = SERVE_FP16 * 16.0 / row->bits;
+        row->plain = r->serve_fp16 * 16.0 / serve_schemes[i].nominal_bits;
+        row->meta = r->serve_fp16 * 16.0 / row->bits;
         HeldDecode hd;
-        rc = serve_held_decode(m, &pool, &rec, SERVE_FP16 * 16, n, n, SERVE_STEPS, threads, &hd, err, errlen);
+        rc = serve_held_decode(m, &pool, &rec, r->serve_fp16 * 16, n, n, SERVE_STEPS, threads, &hd, err, errlen);
         kvpool_free(&pool);
         if (rc) break;
         row->held = hd.held;
@@ -224,7 +223,7 @@ static void print_serve_panel(const PlateRun *r) {
     printf("\n(d) what it buys, measured on micro: one paged pool of %.1f MB (%d fp16 conversations of %d tokens),\n"
            "blocks of %d tokens; conversations held at once, against the arithmetic without and with metadata;\n"
            "aggregate decode with every held conversation at the end of its context (%d steps, %d thread%s)\n",
-           r->serve_budget / 1e6, SERVE_FP16, r->serve_context, SERVE_BLOCK, SERVE_STEPS, r->threads,
+           r->serve_budget / 1e6, r->serve_fp16, r->serve_context, SERVE_BLOCK, SERVE_STEPS, r->threads,
            r->threads == 1 ? "" : "s");
     printf("%-16s %6s %6s %9s %8s | %10s %10s | %12s %10s\n", "cache", "bits", "held", "16/b", "16/bits", "tokens/s",
            "x fp16", "KB/token/step", "x fewer");
@@ -363,7 +362,7 @@ static void print_json(FILE *out, const PlateRun *r, const CapacityModel *cap, c
     }
     fprintf(out, "  ]},\n  \"serve\": {\"pool_bytes\": %.0f, \"fp16_conversations\": %d, \"context\": %d, \"block\": %d, "
             "\"steps\": %d, \"threads\": %d, \"rows\": [\n",
-            r->serve_budget, SERVE_FP16, r->serve_context, SERVE_BLOCK, SERVE_STEPS, r->threads);
+            r->serve_budget, r->serve_fp16, r->serve_context, SERVE_BLOCK, SERVE_STEPS, r->threads);
     for (int i = 0; i < N_SERVE; i++) {
         const ServeRow *row = &r->serve[i];
         fprintf(out, "    {\"cache\": ");
@@ -400,6 +399,8 @@ static const char *plate_usage =
     "  --out DIR         also write DIR/plate.csv and DIR/plate.json, and draw DIR/plate.svg and\n"
     "                    DIR/plate.png with scripts/plot when gnuplot is present (default out)\n"
     "  --no-files        write nothing\n"
+    "  --serve-fp16 N    panel (d)'s pool holds N fp16 conversations (default 16)\n"
+    "  --serve-length N  panel (d)'s conversations, tokens: 2..context (default the model's context)\n"
     "  -h, --help        this help\n";
 
 // What the printers need, for safe_write's callbacks.
@@ -508,7 +509,7 @@ static void draw_figure(const char *csv_path, const char *out_dir) {
 
 int plate_parse(int argc, char **argv, PlateOptions *o, char *err, size_t errlen) {
     memset(o, 0, sizeof *o);
-    o->out_dir = "out", o->threads = 2, o->files = 1;
+    o->out_dir = "out", o->threads = 2, o->files = 1, o->serve_fp16 = 16;
     Opts p;
     opts_init(&p, argc, argv, err, errlen);
     while (opts_next(&p)) {
@@ -522,6 +523,8 @@ int plate_parse(int argc, char **argv, PlateOptions *o, char *err, size_t errlen
         else if (opts_is(&p, "--zh")) bad = opts_string(&p, &o->zh) || cmd_check_text_arg("--zh", o->zh, err, errlen);
         else if (opts_is(&p, "--out")) bad = opts_string(&p, &o->out_dir);
         else if (opts_is(&p, "--threads")) bad = opts_int(&p, 1, 8, &o->threads);
+        else if (opts_is(&p, "--serve-fp16")) bad = opts_int(&p, 1, 1024, &o->serve_fp16);
+        else if (opts_is(&p, "--serve-length")) bad = opts_int(&p, 2, 1 << 20, &o->serve_length);
         else return opts_unknown(&p);
         if (bad) return OPTS_ERROR;
     }
@@ -582,13 +585,21 @@ int cmd_plate(int argc, char **argv) {
     if (!status) { // the prompts' text: both plates' bytes, one after the other
         const size_t en_len = (size_t)r->texts[0].n_tokens - 1, zh_len = (size_t)r->texts[1].n_tokens - 1;
         uint8_t *text = malloc(en_len + zh_len);
-        r->threads = threads;
-        if (!text) {
+        r->threads = 1;
+        r->serve_fp16 = o.serve_fp16;
+        r->serve_context = o.serve_length ? o.serve_length : m.config.max_seq_len;
+        if (r->serve_context > m.config.max_seq_len || r->serve_context <= SERVE_STEPS + 1) {
+            free(text);
+            text = NULL;
+            status = cli_error("--serve-length %d is outside %d..%d (the model's context)", r->serve_context,
+                               SERVE_STEPS + 2, m.config.max_seq_len);
+        } else if (!text) {
             status = cli_error("out of memory");
         } else {
             memcpy(text, r->texts[0].tokens + 1, en_len);
             memcpy(text + en_len, r->texts[1].tokens + 1, zh_len);
-            if (run_serve_panel(r, &m, text, en_len + zh_len, threads, err, sizeof err)) status = cli_error("%s", err);
+            // One thread: a timing, which a second thread spinning on a shared core would only blur.
+            if (run_serve_panel(r, &m, text, en_len + zh_len, 1, err, sizeof err)) status = cli_error("%s", err);
             free(text);
         }
     }

@@ -7,7 +7,7 @@ expect 2 "usage" "no command" -- "$micro"
 expect 2 "unknown command 'bogus'" "unknown command" -- "$micro" bogus
 expect 0 "" "--help" -- "$micro" --help
 expect 0 "" "--version" -- "$micro" --version
-for cmd in plate eval generate bench train export capacity inspect; do
+for cmd in plate eval generate bench serve-bench train export capacity inspect; do
     expect 0 "" "$cmd --help" -- "$micro" "$cmd" --help
     expect 2 "unknown option '--bogus'" "$cmd unknown option" -- "$micro" "$cmd" --bogus
 done
@@ -38,6 +38,10 @@ expect 2 "utilisation" "capacity util above 1" -- "$micro" capacity --util 1.2
 expect 2 "leave no room" "capacity weights above memory" -- "$micro" capacity --weights-gb 90
 expect 2 "context 0 must be positive" "capacity context 0" -- "$micro" capacity --context 0
 expect 2 "unknown preset" "capacity unknown preset" -- "$micro" capacity --preset gpt5
+expect 2 "out of range" "serve-bench block 0" -- "$micro" serve-bench --block 0
+expect 2 "each --k needs its --v" "serve-bench --k without --v" -- "$micro" serve-bench --k fp16
+expect 2 "not fixed or chat" "serve-bench unknown workload" -- "$micro" serve-bench --workload bursty
+expect 2 "--csv and --json" "serve-bench csv and json" -- "$micro" serve-bench --csv --json
 "$micro" capacity --csv >"$tmp/cap.csv"
 head -1 "$tmp/cap.csv" | grep -q '^model,cache,bits,bytes_per_token,conversations' && ok "capacity csv header" || bad "capacity csv header"
 awk -F, '$3 == 16 && $5 == 52 {a=1} $3 == 8 && $5 == 104 {b=1} $3 == 4 && $5 == 208 {c=1} END {exit !(a && b && c)}' "$tmp/cap.csv" &&
@@ -58,11 +62,14 @@ if [ -f models/micro.bin ]; then
 
     # The plate, on short cuts of the plates and run only twice, so that the sanitizer build stays
     # quick: once as a user runs it (panels on the terminal, CSV and JSON files), once on one thread.
-    plate=(plate --en data/plates/en.txt:60 --zh data/plates/zh.txt:20)
+    plate=(plate --en data/plates/en.txt:60 --zh data/plates/zh.txt:20 --serve-length 96 --serve-fp16 2)
     "$micro" "${plate[@]}" --out "$tmp/plate-out" >"$tmp/panels" 2>"$tmp/plate.err" || bad "plate failed: $(cat "$tmp/plate.err")"
     cp "$tmp/plate-out/plate.csv" "$tmp/plate.csv" 2>/dev/null || bad "plate wrote no plate.csv"
     "$micro" "${plate[@]}" --no-files --csv --threads 1 >"$tmp/plate1.csv"
-    cmp -s "$tmp/plate.csv" "$tmp/plate1.csv" && ok "plate identical on 1 and 2 threads" || bad "plate differs across threads"
+    # Identical but for the measured panel's tokens/s (column 19), a timing.
+    untimed() { sed -E 's/"[^"]*"/spec/g' "$1" | awk -F, -v OFS=, '$1 == "serve" { $19 = "t" } { print }'; }
+    [ "$(untimed "$tmp/plate.csv")" = "$(untimed "$tmp/plate1.csv")" ] && ok "plate identical on 1 and 2 threads" ||
+        bad "plate differs across threads"
     # Every scheme row on both texts, every number finite; the fp32 reference has top1 1 and kl 0.
     sed -E 's/"[^"]*"/spec/g' "$tmp/plate.csv" | awk -F, '
         NR == 1 { if ($0 !~ /^panel,label,text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes,top1_agree,kl/) bad = "header"; next }
@@ -72,11 +79,34 @@ if [ -f models/micro.bin ]; then
         }
         $1 == "reference" && ($11 != 1 || $12 != 0) { bad = "reference " $0 }
         $1 == "capacity" { cap++ }
-        END { if (rows["loss"] != 10 || rows["beyond"] < 26 || cap < 5) bad = bad " counts"; if (bad) { print bad; exit 1 } }' &&
+        $1 == "serve" { serve++; if ($15 < 1 || $19 <= 0) bad = "serve " $0 }
+        $1 == "serve" && $2 == "int 4" { held4 = $15 } $1 == "serve" && $2 == "fp16" { held16 = $15 }
+        END { if (rows["loss"] != 10 || rows["beyond"] < 26 || cap < 5 || serve < 8) bad = bad " counts"
+              if (held4 < 3 * held16) bad = bad " int4 holds " held4 " against fp16 " held16
+              if (bad) { print bad; exit 1 } }' &&
         ok "plate csv: every row, finite values, fp32 top1 1 and kl 0" || bad "plate csv: $(head -3 "$tmp/plate.csv")"
     python3 -c 'import json,sys; d=json.load(sys.stdin); assert len(d["schemes"]) >= 18' <"$tmp/plate-out/plate.json" 2>/dev/null &&
         ok "plate json parses" || bad "plate json"
-    grep -q "(c) what it buys" "$tmp/panels" && ok "plate panels" || bad "plate panels"
+    grep -q "(c) what it buys" "$tmp/panels" && grep -q "(d) what it buys, measured on micro" "$tmp/panels" &&
+        ok "plate panels" || bad "plate panels"
+
+    # serve-bench: the pool's bad sizes, KIVI's groups against the block, and a small run's CSV
+    # interface; two runs agree in everything but their timings.
+    expect 2 "cannot hold one block" "serve-bench pool below one block per stream" -- "$micro" serve-bench --pool-mb 0.001
+    expect 2 "longer than the model's context" "serve-bench conversation beyond the context" -- "$micro" serve-bench --length 4096
+    expect 2 "cannot hold one conversation" "serve-bench pool below one conversation" -- "$micro" serve-bench --pool-mb 1
+    expect 2 "--block 32" "serve-bench kivi groups across blocks" -- "$micro" serve-bench --cache kivi:bits=2
+    sb=(serve-bench --conversations 5 --length 80 --pool-fp16 2 --cache fp16 --cache int:bits=4 --k q8_0 --v q4_0 --csv)
+    "$micro" "${sb[@]}" >"$tmp/sb1.csv" 2>"$tmp/sb.err" && "$micro" "${sb[@]}" --threads 2 >"$tmp/sb2.csv" 2>>"$tmp/sb.err" ||
+        bad "serve-bench failed: $(cat "$tmp/sb.err")"
+    head -1 "$tmp/sb1.csv" | grep -q '^k_cache,v_cache,conversations_max,conversations_mean,preemptions,tokens_per_s,step_ms_p50,step_ms_p99,pool_utilisation,cache_bytes_per_step,roofline' &&
+        [ "$(wc -l <"$tmp/sb1.csv")" -eq 4 ] && ok "serve-bench csv: stable columns, a row per scheme" ||
+        bad "serve-bench csv: $(head -2 "$tmp/sb1.csv")"
+    counts() { sed -E 's/"[^"]*"/spec/g' "$1" | cut -d, -f3-5,9,10,15-17; }
+    [ "$(counts "$tmp/sb1.csv")" = "$(counts "$tmp/sb2.csv")" ] && ok "serve-bench: same held, preemptions, bytes on 1 and 2 threads" ||
+        bad "serve-bench differs across runs: $(counts "$tmp/sb1.csv") / $(counts "$tmp/sb2.csv")"
+    sed -E 's/"[^"]*"/spec/g' "$tmp/sb1.csv" | awk -F, 'NR > 1 && $3 >= 1 && $6 > 0 && $9 > 0 && $9 <= 1 { n++ } END { exit n != 3 }' &&
+        ok "serve-bench csv: values in range" || bad "serve-bench values: $(cat "$tmp/sb1.csv")"
 
     "$micro" export --llama2c "$tmp/micro.l2c" && [ "$(stat -c %s "$tmp/micro.l2c")" -eq 7543580 ] &&
         ok "llama2.c export is 7,543,580 bytes" || bad "llama2.c export size"
