@@ -33,11 +33,11 @@ static void run_stream(const char *spec, KVRole role, int heads, int hd, int tok
             // A key stream is scored against queries, a value stream mixed by weights (the two
             // may lay their bytes out differently), and both read back.
             if (role == KV_ROLE_KEY) {
-                s.ops->scores(s.state, h, q, scores, n);
+                kvstream_scores(&s, h, q, scores, n);
                 for (int j = 0; j < n; j++) FUZZ_REQUIRE(isfinite(scores[j]));
             } else {
                 for (int j = 0; j < n; j++) scores[j] = 1.0f / (float)n;
-                s.ops->mix(s.state, h, scores, out, n);
+                kvstream_mix(&s, h, scores, out, n);
                 for (int d = 0; d < hd; d++) FUZZ_REQUIRE(isfinite(out[d]));
             }
             s.ops->read(s.state, h, t, out);

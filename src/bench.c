@@ -78,7 +78,7 @@ static int time_attention(const Model *m, const char *k_spec, const char *v_spec
     }
     const ModelConfig *p = &m->config;
     int hd = p->head_dim, group = p->n_heads / p->n_kv_heads;
-    float *q = d.q, *out = d.xb2, *tmp = d.fwd.mix_tmp; // the last step's queries, a fair sample
+    float *q = d.q, *out = d.xb2; // the last step's queries, a fair sample
     const size_t ctx = (size_t)d.fwd.context;
     double best = INFINITY;
     int steps = 50;
@@ -88,7 +88,7 @@ static int time_attention(const Model *m, const char *k_spec, const char *v_spec
             for (int l = 0; l < p->n_layers; l++)
                 for (int h = 0; h < p->n_heads; h++)
                     attention_head(&d.seq.k[l], &d.seq.v[l], h / group, q + h * hd, d.att + (size_t)h * ctx,
-                                   out + h * hd, tmp, n);
+                                   out + h * hd, n);
         double t = (seconds_now() - t0) / steps;
         if (t < best) best = t;
     }

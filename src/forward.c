@@ -68,10 +68,10 @@ static void rope(float *vec, int n_heads, int head_dim, const float *cos_t, cons
 }
 
 void attention_head(const PagedStream *ks, const PagedStream *vs, int kv_head, const float *q, float *att,
-                    float *out, float *tmp, int n) {
+                    float *out, int n) {
     paged_scores(ks, kv_head, q, att, n);
     forward_kernels()->scaled_softmax(att, n, 1.0f / sqrtf((float)ks->blocks[0].head_dim));
-    paged_mix(vs, kv_head, att, out, tmp, n);
+    paged_mix(vs, kv_head, att, out, n);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -145,7 +145,7 @@ static void task_attention(void *arg, int i, int thread) {
     float *att = b->att + ((size_t)r * H + h) * b->context;
     const size_t qd = (size_t)H * hd, xs = qd > (size_t)p->dim ? qd : (size_t)p->dim;
     attention_head(&seq->k[c->layer], &seq->v[c->layer], h / group, b->q + r * qd + h * hd, att,
-                   b->xb2 + r * xs + h * hd, b->mix_tmp + r * qd + h * hd, n);
+                   b->xb2 + r * xs + h * hd, n);
     // Which position this head attends to most: the evaluator's measure of whether quantised keys
     // still pick out the right tokens. The first of equal weights wins, so it is well defined.
     int top = 0;
@@ -278,13 +278,12 @@ int batch_init(BatchForward *b, const Model *m, int max_rows, int n_threads, cha
     b->hb = calloc(R * hid, sizeof(float));
     b->hb2 = calloc(R * (size_t)p->hidden_dim, sizeof(float));
     b->att = calloc(R * (size_t)p->n_heads * ctx, sizeof(float));
-    b->mix_tmp = calloc(R * qd, sizeof(float));
     b->logits = calloc(R * (size_t)p->vocab_size, sizeof(float));
     b->top_position = calloc(R * (size_t)p->n_layers * p->n_heads, sizeof(int));
     b->rope_cos = calloc(ctx * half, sizeof(float));
     b->rope_sin = calloc(ctx * half, sizeof(float));
     b->pool = pool_create(n_threads);
-    if (!b->x || !b->xb || !b->xb2 || !b->q || !b->k || !b->v || !b->hb || !b->hb2 || !b->att || !b->mix_tmp ||
+    if (!b->x || !b->xb || !b->xb2 || !b->q || !b->k || !b->v || !b->hb || !b->hb2 || !b->att ||
         !b->logits || !b->top_position || !b->rope_cos || !b->rope_sin || !b->pool) {
         batch_free(b);
         snprintf(err, errlen, "out of memory allocating the forward pass's buffers");
@@ -313,7 +312,6 @@ void batch_free(BatchForward *b) {
     free(b->hb);
     free(b->hb2);
     free(b->att);
-    free(b->mix_tmp);
     free(b->logits);
     free(b->top_position);
     free(b->rope_cos);

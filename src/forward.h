@@ -33,7 +33,6 @@ typedef struct {
     float *hb;     // [row][max(hidden, dim)] W1 h, then silu(W1 h) * W3 h; Wo's output before that
     float *hb2;    // [row][hidden] W3 h
     float *att;    // [row][n_heads][context] attention scores then weights
-    float *mix_tmp; // [row][n_heads][head_dim] one block's share of the attention output
     float *logits; // [row][vocab]
     int *top_position; // [row][n_layers][n_heads]: the most-attended cached position of this step
     float *rope_cos, *rope_sin; // [context][head_dim/2]
@@ -75,8 +74,8 @@ double decoder_bits_per_element(const Decoder *d);
 const char *decoder_spec(const Decoder *d, KVRole role);
 
 // One head's attention over n cached tokens, read back from the encoded streams: scores, softmax
-// (att holds n weights after), then the weighted sum of values into out[head_dim]; tmp[head_dim].
+// (att holds n weights after), then the weighted sum of values into out[head_dim].
 void attention_head(const PagedStream *ks, const PagedStream *vs, int kv_head, const float *q, float *att,
-                    float *out, float *tmp, int n);
+                    float *out, int n);
 
 #endif

@@ -283,6 +283,18 @@ void kvstream_append(KVStream *s, const float *vec) {
     s->length++;
 }
 
+void kvstream_scores(const KVStream *s, int head, const float *q, float *out, int n) {
+    const void *states[1] = {s->state};
+    const CodecBlocks b = {states, s->capacity, s->head_dim};
+    s->ops->scores(&b, head, q, out, n);
+}
+
+void kvstream_mix(const KVStream *s, int head, const float *p, float *out, int n) {
+    const void *states[1] = {s->state};
+    const CodecBlocks b = {states, s->capacity, s->head_dim};
+    s->ops->mix(&b, head, p, out, n);
+}
+
 void kvstream_end_step(KVStream *s) {
     if (s->ops->settle) s->ops->settle(s->state, s->ops->settled(s->state, s->length));
 }

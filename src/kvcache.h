@@ -23,6 +23,16 @@ typedef struct {
     SpecOption options[SPEC_MAX_OPTIONS + 3]; // the last three slots are for what the stream adds: role, context, block
 } CodecSpec;
 
+// A stream's tokens as attention reads them: spread over blocks of `block` tokens (a pool's
+// sequence, kvpool.h), states[i] holding tokens [i·block, (i+1)·block); a stream that is not paged
+// is one block. Kernels walk the blocks themselves, so that what they do once per query (tables,
+// checks) is done once, and their sums run on across blocks as over one stream.
+typedef struct {
+    const void *const *states;
+    int block;
+    int head_dim;
+} CodecBlocks;
+
 // Operations on one stream's encoded state. Every call is for one stream (keys or values of one
 // layer); scores/mix/read for different heads may run concurrently and must not write state.
 typedef struct {
@@ -36,9 +46,9 @@ typedef struct {
     // Gives tokens [0, n) of this stream (its own numbering) their final form; n never decreases.
     void (*settle)(void *state, int n);
     // out[j] = q · k̂_j for cached tokens j in [0, n) of one head (not yet scaled by 1/√head_dim).
-    void (*scores)(const void *state, int head, const float *q, float *out, int n);
+    void (*scores)(const CodecBlocks *b, int head, const float *q, float *out, int n);
     // out[d] = Σ_j p[j] · v̂_j[d] over j in [0, n) of one head; out is overwritten.
-    void (*mix)(const void *state, int head, const float *p, float *out, int n);
+    void (*mix)(const CodecBlocks *b, int head, const float *p, float *out, int n);
     // The decoded vector of one head at one token (tests and inspection).
     void (*read)(const void *state, int head, int token, float *out);
     // Exact bytes held for the tokens appended so far: codes, scales, minimums and residuals.
@@ -108,6 +118,9 @@ int kvstream_check_spec_shape(const char *spec_text, KVRole role, const KVShape 
 int kvstream_check_spec_syntax(const char *spec_text, char *err, size_t errlen);
 int kvstream_check_spec(const char *spec_text, KVRole role, char *err, size_t errlen);
 void kvstream_append(KVStream *s, const float *vec);
+// Attention's reads of a whole (unpaged) stream: the ops on it as one block.
+void kvstream_scores(const KVStream *s, int head, const float *q, float *out, int n);
+void kvstream_mix(const KVStream *s, int head, const float *p, float *out, int n);
 // After attention of the current step has read the stream: tokens take their final form as the
 // codec's rule says for a stream that is a whole sequence (KIVI flushes its residual here).
 void kvstream_end_step(KVStream *s);

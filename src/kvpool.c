@@ -48,10 +48,14 @@ int kvpool_init(KVPool *p, int n_layers, int n_heads, int head_dim, int block, i
                  n_heads, head_dim, context);
         return -1;
     }
-    if (block < 1 || block > context) {
-        snprintf(err, errlen, "block of %d tokens is outside 1..%d (the model's context)", block, context);
+    if (block < 1 || (block < context && block % 16)) {
+        snprintf(err, errlen,
+                 "a block of %d tokens: blocks hold a multiple of 16 tokens (the kernels' token tiles), or the whole "
+                 "context of %d",
+                 block, context);
         return -1;
     }
+    if (block > context) block = context;
     p->n_layers = n_layers, p->n_heads = n_heads, p->head_dim = head_dim;
     p->block = block, p->context = context, p->budget = budget;
     if (measure_cost(p, KV_ROLE_KEY, k_spec, err, errlen) || measure_cost(p, KV_ROLE_VALUE, v_spec, err, errlen)) {
@@ -122,7 +126,9 @@ static int alloc_tables(KVSeq *s) {
     for (int l = 0; s->k && s->v && l < p->n_layers; l++) {
         s->k[l].blocks = calloc((size_t)most, sizeof(KVStream));
         s->v[l].blocks = calloc((size_t)most, sizeof(KVStream));
-        if (!s->k[l].blocks || !s->v[l].blocks) break;
+        s->k[l].states = calloc((size_t)most, sizeof(void *));
+        s->v[l].states = calloc((size_t)most, sizeof(void *));
+        if (!s->k[l].blocks || !s->v[l].blocks || !s->k[l].states || !s->v[l].states) break;
         if (l == p->n_layers - 1) return 0;
     }
     kvseq_release(s);
@@ -150,7 +156,9 @@ int kvseq_reserve(KVSeq *s, int tokens, char *err, size_t errlen) {
         for (int r = 0; r < 2; r++) {
             PagedStream *ps = stream_of(s, (KVRole)r, l);
             for (int b = have; b < want; b++) {
-                if (block_init(p, &ps->blocks[b], p->cost[r].spec, (KVRole)r, err, errlen)) {
+                if (!block_init(p, &ps->blocks[b], p->cost[r].spec, (KVRole)r, err, errlen)) {
+                    ps->states[b] = ps->blocks[b].state;
+                } else {
                     // Undo this call's blocks: the sequence is as it was.
                     for (int l2 = 0; l2 <= l; l2++)
                         for (int r2 = 0; r2 < 2; r2++)
@@ -205,6 +213,7 @@ void kvseq_release(KVSeq *s) {
     for (int l = 0; s->k && l < p->n_layers; l++) {
         for (int r = 0; r < 2; r++) {
             PagedStream *ps = stream_of(s, (KVRole)r, l);
+            free(ps->states);
             if (!ps->blocks) continue;
             p->used -= stream_charge(p, (KVRole)r, ps);
             p->blocks -= ps->n_blocks;
@@ -234,24 +243,15 @@ size_t kvseq_bytes(const KVSeq *s) {
 // ---------------------------------------------------------------------------------------------
 
 void paged_scores(const PagedStream *ps, int head, const float *q, float *out, int n) {
-    const int block = ps->blocks[0].capacity;
-    for (int b = 0; b * block < n; b++) {
-        const KVStream *blk = &ps->blocks[b];
-        const int m = n - b * block < block ? n - b * block : block;
-        blk->ops->scores(blk->state, head, q, out + (size_t)b * block, m);
-    }
+    const KVStream *first = &ps->blocks[0];
+    const CodecBlocks b = {ps->states, first->capacity, first->head_dim};
+    first->ops->scores(&b, head, q, out, n);
 }
 
-void paged_mix(const PagedStream *ps, int head, const float *p, float *out, float *tmp, int n) {
-    const int block = ps->blocks[0].capacity, hd = ps->blocks[0].head_dim;
-    for (int b = 0; b * block < n; b++) {
-        const KVStream *blk = &ps->blocks[b];
-        const int m = n - b * block < block ? n - b * block : block;
-        float *dst = b == 0 ? out : tmp;
-        blk->ops->mix(blk->state, head, p + (size_t)b * block, dst, m);
-        if (b > 0)
-            for (int d = 0; d < hd; d++) out[d] += tmp[d];
-    }
+void paged_mix(const PagedStream *ps, int head, const float *p, float *out, int n) {
+    const KVStream *first = &ps->blocks[0];
+    const CodecBlocks b = {ps->states, first->capacity, first->head_dim};
+    first->ops->mix(&b, head, p, out, n);
 }
 
 void paged_read(const PagedStream *ps, int head, int token, float *out) {

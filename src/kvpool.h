@@ -38,6 +38,7 @@ typedef struct {
 // One stream (keys or values of one layer) of one sequence: its block table.
 typedef struct {
     KVStream *blocks; // blocks[i] holds tokens [i·block, (i+1)·block)
+    const void **states; // blocks[i].state: the block table as the codec's kernels walk it
     int n_blocks;     // allocated (the last may be partly filled or still empty)
     int length;       // tokens appended
     int settled;      // tokens [0, settled) are in their final form
@@ -51,9 +52,9 @@ typedef struct {
     int reserved;       // tokens every stream has blocks for
 } KVSeq;
 
-// The budget is rounded down to nothing: a pool that cannot hold one block of every stream of one
-// layer set is refused (-1, one line in err). block: tokens per block, >= 1. The specs are checked
-// here (and must fit blocks of `block` tokens: kivi's groups).
+// A pool that cannot hold one block of every layer and stream is refused (-1, one line in err).
+// block: tokens per block, a multiple of 16 (the kernels' token tiles lie whole in a block) or the
+// whole context. The specs are checked here (and must fit blocks of `block` tokens: kivi's groups).
 int kvpool_init(KVPool *p, int n_layers, int n_heads, int head_dim, int block, int context, size_t budget,
                 const char *k_spec, const char *v_spec, char *err, size_t errlen);
 void kvpool_free(KVPool *p);
@@ -82,11 +83,11 @@ int kvseq_length(const KVSeq *s);
 size_t kvseq_bytes(const KVSeq *s);
 size_t paged_stream_bytes(const PagedStream *ps);
 
-// Attention reads a stream through its blocks, in order of tokens.
+// Attention reads a stream through its block table (the codec's kernels walk it).
 // out[j] = q · k̂_j for tokens j in [0, n).
 void paged_scores(const PagedStream *ps, int head, const float *q, float *out, int n);
-// out[d] = Σ_j p[j] · v̂_j[d] over j in [0, n): each block's sum, added in order of blocks. tmp[head_dim].
-void paged_mix(const PagedStream *ps, int head, const float *p, float *out, float *tmp, int n);
+// out[d] = Σ_j p[j] · v̂_j[d] over j in [0, n).
+void paged_mix(const PagedStream *ps, int head, const float *p, float *out, int n);
 void paged_read(const PagedStream *ps, int head, int token, float *out);
 
 #endif

@@ -60,7 +60,7 @@ static void check_kernels(KVStream *s, KVRole role, int both, const char *label,
         for (int j = 0; j < n; j++) p[j] = (float)(p[j] / total);
         // scores over all n tokens and over a prefix
         for (int m = n; (both || role == KV_ROLE_KEY) && m >= n - 1 && m >= 1; m--) {
-            s->ops->scores(s->state, h, q, out, m);
+            kvstream_scores(s, h, q, out, m);
             for (int j = 0; j < m; j++) {
                 double dot = 0, mag = 0;
                 for (int d = 0; d < hd; d++) {
@@ -72,7 +72,7 @@ static void check_kernels(KVStream *s, KVRole role, int both, const char *label,
             }
         }
         if (!both && role == KV_ROLE_KEY) continue;
-        s->ops->mix(s->state, h, p, out, n);
+        kvstream_mix(s, h, p, out, n);
         for (int d = 0; d < hd; d++) {
             double sum = 0, mag = 0;
             for (int j = 0; j < n; j++) {

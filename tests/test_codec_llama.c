@@ -101,8 +101,8 @@ static void test_qround(int f, int head_dim) {
     }
     for (int d = 0; d < head_dim; d++) q[d] = (float)((2 * urand() - 1) * 3);
     q[3] = 0.5f * (float)(2 * urand() - 1); // small numbers round too
-    s.ops->scores(s.state, 0, q, score, T);
-    plain.ops->scores(plain.state, 0, q, plain_score, T);
+    kvstream_scores(&s, 0, q, score, T);
+    kvstream_scores(&plain, 0, q, plain_score, T);
     CHECK(s.ops->bytes(s.state) == plain.ops->bytes(plain.state), "%s stores more than %s", spec, names[f]);
     int differs = 0;
     for (int t = 0; t < T; t++) {

@@ -29,13 +29,13 @@ static void compare(KVStream *lib, KVStream *port, KVRole role, const char *labe
         for (int j = 0; j < n; j++) p[j] = (float)(p[j] / total);
         if (role == KV_ROLE_KEY) {
             for (int m = n; m >= 1 && m >= n - 2; m--) {
-                lib->ops->scores(lib->state, h, q, a, m);
-                port->ops->scores(port->state, h, q, b, m);
+                kvstream_scores(lib, h, q, a, m);
+                kvstream_scores(port, h, q, b, m);
                 CHECK(check_same_bits(a, b, m), "%s n=%d m=%d h=%d: scores differ from the portable build", label, n, m, h);
             }
         } else {
-            lib->ops->mix(lib->state, h, p, a, n);
-            port->ops->mix(port->state, h, p, b, n);
+            kvstream_mix(lib, h, p, a, n);
+            kvstream_mix(port, h, p, b, n);
             CHECK(check_same_bits(a, b, hd), "%s n=%d h=%d: mix differs from the portable build", label, n, h);
         }
         for (int j = 0; j < n; j += 7) {

@@ -41,7 +41,7 @@ static void check_against_contiguous(const char *spec) {
     KVSeq seq;
     kvseq_init(&seq, &pool);
     uint64_t rng = 12345;
-    float k[HEADS * HD], v[HEADS * HD], q[HD], p[T], a[T], b[T], ma[HD], mb[HD], tmp[HD];
+    float k[HEADS * HD], v[HEADS * HD], q[HD], p[T], a[T], b[T], ma[HD], mb[HD];
     int mismatched_read = 0, mismatched_scores = 0, mixed_far = 0, bytes_differ = 0;
     for (int t = 0; t < T; t++) {
         CHECK(!kvseq_reserve(&seq, t + 1, err, sizeof err), "%s: reserve %d: %s", spec, t + 1, err);
@@ -56,10 +56,10 @@ static void check_against_contiguous(const char *spec) {
             for (int j = 0; j < n; j++) p[j] = (float)check_uniform(&rng) / (float)n;
             for (int h = 0; h < HEADS; h++) {
                 paged_scores(&seq.k[l], h, q, a, n);
-                ref[l][0].ops->scores(ref[l][0].state, h, q, b, n);
+                kvstream_scores(&ref[l][0], h, q, b, n);
                 mismatched_scores += !check_same_bits(a, b, n);
-                paged_mix(&seq.v[l], h, p, ma, tmp, n);
-                ref[l][1].ops->mix(ref[l][1].state, h, p, mb, n);
+                paged_mix(&seq.v[l], h, p, ma, n);
+                kvstream_mix(&ref[l][1], h, p, mb, n);
                 for (int d = 0; d < HD; d++) mixed_far += !(fabsf(ma[d] - mb[d]) <= 1e-5f * (1.0f + fabsf(mb[d])));
             }
             kvseq_end_step(&seq, l);

@@ -35,3 +35,48 @@ void codec_mix_by_read(const void *state, CodecReadFn read, int head_dim, int he
         for (int d = 0; d < head_dim; d++) out[d] += p[j] * x[d];
     }
 }
+
+void codec_scores_per_block(const CodecBlocks *b, CodecStateScoresFn fn, int head, const float *q, float *out, int n) {
+    for (int i = 0; i * b->block < n; i++) {
+        const int m = n - i * b->block < b->block ? n - i * b->block : b->block;
+        fn(b->states[i], head, q, out + (size_t)i * b->block, m);
+    }
+}
+
+void codec_mix_per_block(const CodecBlocks *b, CodecStateScoresFn fn, int head_dim, int head, const float *p,
+                         float *out, int n) {
+    float part[1024];
+    for (int i = 0; i * b->block < n; i++) {
+        const int m = n - i * b->block < b->block ? n - i * b->block : b->block;
+        fn(b->states[i], head, p + (size_t)i * b->block, i == 0 ? out : part, m);
+        if (i > 0)
+            for (int d = 0; d < head_dim; d++) out[d] += part[d];
+    }
+}
+
+// One pass over the tokens as over one stream, each read from its block: the same sums, in the same
+// order, as codec_scores_by_read and codec_mix_by_read on a contiguous stream.
+void codec_scores_by_read_blocks(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *q,
+                                 float *out, int n) {
+    float x[1024];
+    for (int j = 0; j < n; j++) {
+        int local;
+        const void *state = codec_block(b, j, &local);
+        read(state, head, local, x);
+        float acc = 0.0f;
+        for (int d = 0; d < head_dim; d++) acc += q[d] * x[d];
+        out[j] = acc;
+    }
+}
+
+void codec_mix_by_read_blocks(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *p,
+                              float *out, int n) {
+    float x[1024];
+    memset(out, 0, sizeof(float) * (size_t)head_dim);
+    for (int j = 0; j < n; j++) {
+        int local;
+        const void *state = codec_block(b, j, &local);
+        read(state, head, local, x);
+        for (int d = 0; d < head_dim; d++) out[d] += p[j] * x[d];
+    }
+}

@@ -17,6 +17,22 @@
                                           .read = prefix##_read, .bytes = prefix##_bytes,          \
                                           .destroy = prefix##_destroy}
 
+// The same for a family whose prefix_scores and prefix_mix read one state: they run block by block
+// (codec_scores_per_block, codec_mix_per_block).
+#define CODEC_OPS_PER_BLOCK(prefix, settled_fn, settle_fn)                                         \
+    static void prefix##_scores_blocks(const CodecBlocks *b, int head, const float *q, float *out, int n) { \
+        codec_scores_per_block(b, prefix##_scores, head, q, out, n);                               \
+    }                                                                                              \
+    static void prefix##_mix_blocks(const CodecBlocks *b, int head, const float *p, float *out, int n) { \
+        codec_mix_per_block(b, prefix##_mix, b->head_dim, head, p, out, n);                        \
+    }                                                                                              \
+    static const CodecOps prefix##_ops = {.append = prefix##_append, .settled = settled_fn,        \
+                                          .settle = settle_fn,                                     \
+                                          .scores = prefix##_scores_blocks,                        \
+                                          .mix = prefix##_mix_blocks,                              \
+                                          .read = prefix##_read, .bytes = prefix##_bytes,          \
+                                          .destroy = prefix##_destroy}
+
 // A stream's read(): the decoded vector of one head at one token.
 typedef void (*CodecReadFn)(const void *state, int head, int token, float *out);
 
@@ -24,6 +40,24 @@ typedef void (*CodecReadFn)(const void *state, int head, int token, float *out);
 // line naming the family and the shape.
 int codec_check_shape(const char *family, int n_heads, int head_dim, int capacity, int multiple, char *err,
                       size_t errlen);
+
+// The block holding token j of a stream, and j's place in it.
+static inline const void *codec_block(const CodecBlocks *b, int j, int *local) {
+    *local = j % b->block;
+    return b->states[j / b->block];
+}
+
+// For a family whose kernels read one state at a time: each block in turn. Scores are per token;
+// mix sums each block on its own and adds the blocks' sums in order (head_dim <= 1024).
+typedef void (*CodecStateScoresFn)(const void *state, int head, const float *q, float *out, int n);
+void codec_scores_per_block(const CodecBlocks *b, CodecStateScoresFn fn, int head, const float *q, float *out, int n);
+void codec_mix_per_block(const CodecBlocks *b, CodecStateScoresFn fn, int head_dim, int head, const float *p,
+                         float *out, int n);
+// codec_scores_by_read and codec_mix_by_read over blocks.
+void codec_scores_by_read_blocks(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *q,
+                                 float *out, int n);
+void codec_mix_by_read_blocks(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *p,
+                              float *out, int n);
 
 // out[j] = Σ_d q[d] · x̂_j[d] in order of d, x̂_j read back token by token (head_dim <= 1024).
 void codec_scores_by_read(const void *state, CodecReadFn read, int head_dim, int head, const float *q, float *out,

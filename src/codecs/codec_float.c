@@ -203,14 +203,32 @@ static void float_read(const void *state, int head, int token, float *out) {
 }
 
 // Whether the AVX-512 kernels may take the stream with these query numbers or weights: no infinity
-// or NaN stored, and every |x| · unit finite. 0 in the portable build.
-static ALWAYS_INLINE int float_fast(const FloatState *s, const float *x, int n, const FloatFormat f) {
-    if (!QUANT_SIMD || s->special) return 0;
+// or NaN stored in any block the n tokens lie in, and every |x| · unit finite. 0 in the portable build.
+static ALWAYS_INLINE int float_fast(const CodecBlocks *b, int n_tokens, const float *x, int n, const FloatFormat f) {
+    if (!QUANT_SIMD) return 0;
+    for (int i = 0; i * b->block < n_tokens; i++)
+        if (((const FloatState *)b->states[i])->special) return 0;
     if (formats[f].limit == INFINITY) return 1; // bf16: no unit, nothing can overflow
     float m = 0.0f;
 #pragma omp simd reduction(max : m)
     for (int i = 0; i < n; i++) m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
     return m < formats[f].limit;
+}
+
+// The codes of token t of one head (its key tile, or its value row), and its state, in whichever
+// block it lies (a pool's blocks hold whole tiles: multiples of 16 tokens).
+static ALWAYS_INLINE const uint8_t *float_codes_at(const CodecBlocks *b, int head, int t, const FloatState **state) {
+    int local;
+    const FloatState *s = codec_block(b, t, &local);
+    *state = s;
+    return s->codes + float_at(s, head, local, 0) * s->bytes;
+}
+
+// The fp16 scales of the 16 tokens from t (a multiple of 16) as floats.
+static ALWAYS_INLINE void float_scales16(const CodecBlocks *b, int head, int t, float *sc) {
+    int local;
+    const FloatState *s = codec_block(b, t, &local);
+    quant_fp16_to_fp32_16(s->scales + float_slot(s, head, local), sc);
 }
 
 #ifdef QUANT_AVX512
@@ -271,29 +289,30 @@ static ALWAYS_INLINE __m512 float_tile_step(__m512 a, const uint8_t *k, const fl
 
 // Scores on key tiles: per lane (token) Σ_d q_d · x_d in order of d, four tiles at a time (their
 // independent chains hide the latency of the adds), then times the token's scale. qu: the query
-// times the unit when the AVX-512 kernel may run, else NULL.
-static ALWAYS_INLINE void float_score_tiles(const FloatState *s, int head, const float *q, const float *qu, int t0,
+// times the unit when the AVX-512 kernel may run, else NULL. Each tile is found in its own block.
+static ALWAYS_INLINE void float_score_tiles(const CodecBlocks *b, int head, const float *q, const float *qu, int t0,
                                             const int nt, const int hd, const FloatFormat f, float (*acc)[TILE]) {
-    const size_t tile_codes = (size_t)TILE * (size_t)hd, es = (size_t)formats[f].bytes;
-    const uint8_t *tile = s->codes + float_at(s, head, t0, 0) * es;
+    const size_t es = (size_t)formats[f].bytes;
+    const uint8_t *tiles[4];
+    const FloatState *state;
+    for (int t = 0; t < nt; t++) tiles[t] = float_codes_at(b, head, t0 + t * TILE, &state);
 #ifdef QUANT_AVX512
     if (qu) {
-        const size_t tb = tile_codes * es;
         if (nt == 4) { // four tiles at once: their independent chains hide the latency of the adds
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int d = 0; d < hd; d += (int)es) { // 16-bit: numbers d and d + 1 from one word
-                const uint8_t *k = tile + (size_t)d * TILE * es;
-                a0 = float_tile_step(a0, k, qu + d, f);
-                a1 = float_tile_step(a1, k + tb, qu + d, f);
-                a2 = float_tile_step(a2, k + 2 * tb, qu + d, f);
-                a3 = float_tile_step(a3, k + 3 * tb, qu + d, f);
+                const size_t at = (size_t)d * TILE * es;
+                a0 = float_tile_step(a0, tiles[0] + at, qu + d, f);
+                a1 = float_tile_step(a1, tiles[1] + at, qu + d, f);
+                a2 = float_tile_step(a2, tiles[2] + at, qu + d, f);
+                a3 = float_tile_step(a3, tiles[3] + at, qu + d, f);
             }
             quant_store4(acc[0], acc[2], a0, a1, a2, a3); // acc[k] follows acc[k - 1]
             return;
         }
         for (int t = 0; t < nt; t++) { // the last tiles of a stream, one at a time
             __m512 a = _mm512_setzero_ps();
-            for (int d = 0; d < hd; d += (int)es) a = float_tile_step(a, tile + t * tb + (size_t)d * TILE * es, qu + d, f);
+            for (int d = 0; d < hd; d += (int)es) a = float_tile_step(a, tiles[t] + (size_t)d * TILE * es, qu + d, f);
             _mm512_storeu_ps(acc[t], a);
         }
         return;
@@ -303,32 +322,33 @@ static ALWAYS_INLINE void float_score_tiles(const FloatState *s, int head, const
     for (int k = 0; k < nt; k++)
         for (int d = 0; d < hd; d++) {
             const float qd = q[d];
-            const size_t at = (size_t)k * tile_codes + (es == 2 ? (size_t)(d / 2) * 2 * TILE + (size_t)(d % 2) : (size_t)d * TILE);
+            const size_t at = es == 2 ? (size_t)(d / 2) * 2 * TILE + (size_t)(d % 2) : (size_t)d * TILE;
 #pragma omp simd
-            for (int l = 0; l < TILE; l++) acc[k][l] += qd * float_decode(tile, at + (size_t)l * es, f);
+            for (int l = 0; l < TILE; l++) acc[k][l] += qd * float_decode(tiles[k], at + (size_t)l * es, f);
         }
 }
 
-static ALWAYS_INLINE void float_scores_keys(const FloatState *s, int head, const float *q, float *out, int n,
+static ALWAYS_INLINE void float_scores_keys(const CodecBlocks *b, int head, const float *q, float *out, int n,
                                             const int hd, const FloatFormat f) {
+    const FloatState *s0 = b->states[0];
     float scaled[1024];
     const float *qu = NULL;
-    if (float_fast(s, q, s->head_dim, f)) {
-        for (int d = 0; d < s->head_dim; d++) scaled[d] = q[d] * formats[f].unit;
+    if (float_fast(b, n, q, hd, f)) {
+        for (int d = 0; d < hd; d++) scaled[d] = q[d] * formats[f].unit;
         qu = scaled;
     }
     for (int t0 = 0; t0 < n; t0 += 4 * TILE) {
         const int nt = n - t0 >= 4 * TILE ? 4 : (n - t0 + TILE - 1) / TILE;
         float acc[4][TILE] = {{0}};
         if (nt == 4)
-            float_score_tiles(s, head, q, qu, t0, 4, hd, f, acc);
+            float_score_tiles(b, head, q, qu, t0, 4, hd, f, acc);
         else
-            float_score_tiles(s, head, q, qu, t0, nt, hd, f, acc);
+            float_score_tiles(b, head, q, qu, t0, nt, hd, f, acc);
         for (int k = 0; k < nt; k++) {
             float sc[TILE];
-            if (s->scaled) quant_fp16_to_fp32_16(s->scales + float_slot(s, head, t0 + k * TILE), sc);
+            if (s0->scaled) float_scales16(b, head, t0 + k * TILE, sc);
             const int m = n - t0 - k * TILE < TILE ? n - t0 - k * TILE : TILE;
-            if (!s->scaled)
+            if (!s0->scaled)
                 memcpy(out + t0 + k * TILE, acc[k], sizeof(float) * (size_t)m);
             else if (m == TILE)
 #pragma omp simd
@@ -341,35 +361,37 @@ static ALWAYS_INLINE void float_scores_keys(const FloatState *s, int head, const
 
 // Mix on value rows: out = even + odd, the sums over even and odd tokens of w_j · x_j with
 // w_j = p_j · scale_j (· unit for the AVX-512 kernel). The weights of 64 tokens are made ahead of
-// their use: a broadcast that reads a vector store still in flight would wait for it.
-static ALWAYS_INLINE void float_weights(const FloatState *s, int head, const float *p, int n, int j0, float unit,
-                                        float *w) {
+// their use: a broadcast that reads a vector store still in flight would wait for it. The sums run
+// on across blocks (16 tokens at a time, each 16 from its block), as over one stream.
+static ALWAYS_INLINE void float_weights(const CodecBlocks *b, int head, const float *p, int n, int j0, float unit,
+                                        int scaled, float *w) {
     for (int i = 0; i < 4 * TILE && j0 + i < n; i += TILE) {
         float sc[TILE];
-        if (s->scaled) quant_fp16_to_fp32_16(s->scales + float_slot(s, head, j0 + i), sc);
+        if (scaled) float_scales16(b, head, j0 + i, sc);
         if (n - j0 - i >= TILE) {
 #pragma omp simd
-            for (int l = 0; l < TILE; l++) w[i + l] = (s->scaled ? p[j0 + i + l] * sc[l] : p[j0 + i + l]) * unit;
+            for (int l = 0; l < TILE; l++) w[i + l] = (scaled ? p[j0 + i + l] * sc[l] : p[j0 + i + l]) * unit;
         } else {
             for (int l = 0; l < TILE; l++)
-                w[i + l] = j0 + i + l < n ? (s->scaled ? p[j0 + i + l] * sc[l] : p[j0 + i + l]) * unit : 0.0f;
+                w[i + l] = j0 + i + l < n ? (scaled ? p[j0 + i + l] * sc[l] : p[j0 + i + l]) * unit : 0.0f;
         }
     }
 }
 
-static ALWAYS_INLINE void float_mix_rows(const FloatState *s, int head, const float *p, float *out, int n,
+static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const float *p, float *out, int n,
                                          const FloatFormat f) {
-    const int hd = s->head_dim;
+    const FloatState *s0 = b->states[0];
+    const int hd = b->head_dim, scaled = s0->scaled;
     const size_t es = (size_t)formats[f].bytes;
     float even[64] __attribute__((aligned(64))) = {0}, odd[64] __attribute__((aligned(64))) = {0};
     float wbuf[2][4 * TILE] __attribute__((aligned(64)));
     int fast = 0;
-    if (hd == 32 && !s->scaled) {
-        fast = float_fast(s, p, n, f);
-    } else if (hd == 32 && QUANT_SIMD && !s->special) { // the largest weight p · scale decides
+    if (hd == 32 && !scaled) {
+        fast = float_fast(b, n, p, n, f);
+    } else if (hd == 32 && float_fast(b, n, NULL, 0, FMT_BF16)) { // the largest weight p · scale decides
         float m = 0.0f;
         for (int j0 = 0; j0 < n; j0 += 4 * TILE) {
-            float_weights(s, head, p, n, j0, 1.0f, wbuf[0]);
+            float_weights(b, head, p, n, j0, 1.0f, scaled, wbuf[0]);
 #pragma omp simd reduction(max : m)
             for (int i = 0; i < 4 * TILE; i++) m = fabsf(wbuf[0][i]) > m ? fabsf(wbuf[0][i]) : m;
         }
@@ -380,33 +402,37 @@ static ALWAYS_INLINE void float_mix_rows(const FloatState *s, int head, const fl
     __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
 #endif
     // The weights: p itself where there is neither scale nor unit (bf16), else made in a buffer.
-    const int direct = !s->scaled && formats[f].unit == 1.0f;
-    if (!direct) float_weights(s, head, p, n, 0, unit, wbuf[0]);
+    const int direct = !scaled && formats[f].unit == 1.0f;
+    if (!direct) float_weights(b, head, p, n, 0, unit, scaled, wbuf[0]);
     for (int j0 = 0; j0 < n; j0 += 4 * TILE) {
         if (!direct && j0 + 4 * TILE < n)
-            float_weights(s, head, p, n, j0 + 4 * TILE, unit, wbuf[(j0 / (4 * TILE) + 1) % 2]);
+            float_weights(b, head, p, n, j0 + 4 * TILE, unit, scaled, wbuf[(j0 / (4 * TILE) + 1) % 2]);
         const float *w = direct ? p + j0 : wbuf[(j0 / (4 * TILE)) % 2];
         const int cnt = n - j0 < 4 * TILE ? n - j0 : 4 * TILE;
-        const uint8_t *row = s->codes + float_at(s, head, j0, 0) * es;
+        for (int k0 = 0; k0 < cnt; k0 += TILE) { // 16 rows of one block
+            const FloatState *state;
+            const uint8_t *row = float_codes_at(b, head, j0 + k0, &state);
+            const int k1 = cnt - k0 < TILE ? cnt : k0 + TILE;
 #ifdef QUANT_AVX512
-        if (fast) {
-            __asm__("" ::: "memory"); // the weights broadcast from memory
-            const size_t rb = 32 * es;
-            int k = 0;
-            for (; k + 2 <= cnt; k += 2, row += 2 * rb) {
-                const __m512 w0 = _mm512_set1_ps(w[k]), w1 = _mm512_set1_ps(w[k + 1]);
-                float_madd(row, w0, w0, f, &e0, &e1);
-                float_madd(row + rb, w1, w1, f, &o0, &o1);
+            if (fast) {
+                __asm__("" ::: "memory"); // the weights broadcast from memory
+                const size_t rb = 32 * es;
+                int k = k0;
+                for (; k + 2 <= k1; k += 2, row += 2 * rb) {
+                    const __m512 w0 = _mm512_set1_ps(w[k]), w1 = _mm512_set1_ps(w[k + 1]);
+                    float_madd(row, w0, w0, f, &e0, &e1);
+                    float_madd(row + rb, w1, w1, f, &o0, &o1);
+                }
+                if (k < k1) float_madd(row, _mm512_set1_ps(w[k]), _mm512_set1_ps(w[k]), f, &e0, &e1);
+                continue;
             }
-            if (k < cnt) float_madd(row, _mm512_set1_ps(w[k]), _mm512_set1_ps(w[k]), f, &e0, &e1);
-            continue;
-        }
 #endif
-        for (int k = 0; k < cnt; k++, row += (size_t)hd * es) {
-            float *acc = k % 2 ? odd : even;
-            const float wk = w[k];
+            for (int k = k0; k < k1; k++, row += (size_t)hd * es) {
+                float *acc = k % 2 ? odd : even;
+                const float wk = w[k];
 #pragma omp simd
-            for (int d = 0; d < hd; d++) acc[d] += wk * float_decode(row, (size_t)d, f);
+                for (int d = 0; d < hd; d++) acc[d] += wk * float_decode(row, (size_t)d, f);
+            }
         }
     }
 #ifdef QUANT_AVX512
@@ -426,40 +452,40 @@ static ALWAYS_INLINE void float_mix_rows(const FloatState *s, int head, const fl
 
 // One instance of each kernel per format (a constant format folds the decoder's switch away).
 #define FLOAT_INSTANCE(id, fmt)                                                                    \
-    static void scores_##id(const FloatState *s, int head, const float *q, float *out, int n) {    \
-        if (s->head_dim == 32) /* micro's: constant trip counts */                                 \
-            float_scores_keys(s, head, q, out, n, 32, fmt);                                        \
+    static void scores_##id(const CodecBlocks *b, int head, const float *q, float *out, int n) {   \
+        if (b->head_dim == 32) /* micro's: constant trip counts */                                 \
+            float_scores_keys(b, head, q, out, n, 32, fmt);                                        \
         else                                                                                       \
-            float_scores_keys(s, head, q, out, n, s->head_dim, fmt);                               \
+            float_scores_keys(b, head, q, out, n, b->head_dim, fmt);                               \
     }                                                                                              \
-    static void mix_##id(const FloatState *s, int head, const float *p, float *out, int n) {       \
-        float_mix_rows(s, head, p, out, n, fmt);                                                   \
+    static void mix_##id(const CodecBlocks *b, int head, const float *p, float *out, int n) {      \
+        float_mix_rows(b, head, p, out, n, fmt);                                                   \
     }
 FLOAT_INSTANCE(fp16, FMT_FP16)
 FLOAT_INSTANCE(bf16, FMT_BF16)
 FLOAT_INSTANCE(e4m3, FMT_E4M3)
 FLOAT_INSTANCE(e5m2, FMT_E5M2)
 #undef FLOAT_INSTANCE
-typedef void (*FloatKernel)(const FloatState *, int, const float *, float *, int);
+typedef void (*FloatKernel)(const CodecBlocks *, int, const float *, float *, int);
 static const FloatKernel float_scores_fn[] = {scores_fp16, scores_bf16, scores_e4m3, scores_e5m2};
 static const FloatKernel float_mix_fn[] = {mix_fp16, mix_bf16, mix_e4m3, mix_e5m2};
 
 // Scoring a value stream or mixing a key stream is not what attention does: read back. The mix
 // kernel's buffers hold head_dims up to 64.
-static void float_scores(const void *state, int head, const float *q, float *out, int n) {
-    const FloatState *s = state;
+static void float_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
+    const FloatState *s = b->states[0];
     if (s->is_key)
-        float_scores_fn[s->format](s, head, q, out, n);
+        float_scores_fn[s->format](b, head, q, out, n);
     else
-        codec_scores_by_read(state, float_read, s->head_dim, head, q, out, n);
+        codec_scores_by_read_blocks(b, float_read, s->head_dim, head, q, out, n);
 }
 
-static void float_mix(const void *state, int head, const float *p, float *out, int n) {
-    const FloatState *s = state;
+static void float_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
+    const FloatState *s = b->states[0];
     if (!s->is_key && s->head_dim <= 64)
-        float_mix_fn[s->format](s, head, p, out, n);
+        float_mix_fn[s->format](b, head, p, out, n);
     else
-        codec_mix_by_read(state, float_read, s->head_dim, head, p, out, n);
+        codec_mix_by_read_blocks(b, float_read, s->head_dim, head, p, out, n);
 }
 
 static size_t float_bytes(const void *state) {

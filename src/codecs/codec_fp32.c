@@ -61,23 +61,32 @@ static void fp32_append(void *state, const float *vec) {
     s->length++;
 }
 
+// The tile of 16 keys holding token t of one head, in whichever block it lies (blocks hold whole
+// tiles: a pool's block is a multiple of 16 tokens).
+static const float *fp32_tile(const CodecBlocks *b, int head, int t) {
+    int local;
+    const Fp32State *s = codec_block(b, t, &local);
+    return key_tile(s, head, local / TILE);
+}
+
 // Four tiles (64 tokens) at a time: four independent accumulators hide the FMA latency that a
 // single 16-lane accumulator over head_dim steps would wait on.
-static void fp32_scores(const void *state, int head, const float *q, float *out, int n) {
-    const Fp32State *s = state;
-    const int hd = s->head_dim, tile_floats = TILE * hd;
+static void fp32_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
+    const int hd = b->head_dim;
     int t0 = 0;
     for (; t0 + 4 * TILE <= n; t0 += 4 * TILE) {
-        const float *k = key_tile(s, head, t0 / TILE);
+        const float *k0 = fp32_tile(b, head, t0), *k1 = fp32_tile(b, head, t0 + TILE),
+                    *k2 = fp32_tile(b, head, t0 + 2 * TILE), *k3 = fp32_tile(b, head, t0 + 3 * TILE);
         float a0[TILE] = {0}, a1[TILE] = {0}, a2[TILE] = {0}, a3[TILE] = {0};
         for (int d = 0; d < hd; d++) {
-            const float qd = q[d], *r = k + d * TILE;
+            const float qd = q[d];
+            const size_t r = (size_t)d * TILE;
 #pragma omp simd
             for (int l = 0; l < TILE; l++) {
-                a0[l] += qd * r[l];
-                a1[l] += qd * r[tile_floats + l];
-                a2[l] += qd * r[2 * tile_floats + l];
-                a3[l] += qd * r[3 * tile_floats + l];
+                a0[l] += qd * k0[r + l];
+                a1[l] += qd * k1[r + l];
+                a2[l] += qd * k2[r + l];
+                a3[l] += qd * k3[r + l];
             }
         }
         memcpy(out + t0, a0, sizeof a0);
@@ -86,7 +95,7 @@ static void fp32_scores(const void *state, int head, const float *q, float *out,
         memcpy(out + t0 + 3 * TILE, a3, sizeof a3);
     }
     for (; t0 < n; t0 += TILE) {
-        const float *tile = key_tile(s, head, t0 / TILE);
+        const float *tile = fp32_tile(b, head, t0);
         float acc[TILE] = {0};
         for (int d = 0; d < hd; d++)
 #pragma omp simd
@@ -97,34 +106,42 @@ static void fp32_scores(const void *state, int head, const float *q, float *out,
 }
 
 // Sums even and odd tokens in separate accumulators (two FMA chains instead of one), 32 dimensions
-// per pass so each value row is read once.
-static void fp32_mix(const void *state, int head, const float *p, float *out, int n) {
-    const Fp32State *s = state;
-    const int hd = s->head_dim;
-    const float *v = s->data + (size_t)head * s->capacity * hd;
+// per pass so each value row is read once. The sums run on from block to block (blocks hold an even
+// number of tokens), so a paged stream gives the bits of a contiguous one.
+static void fp32_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
+    const int hd = b->head_dim;
     int d0 = 0;
     for (; d0 + 2 * TILE <= hd; d0 += 2 * TILE) {
         float even[2 * TILE] = {0}, odd[2 * TILE] = {0};
-        int j = 0;
-        for (; j + 2 <= n; j += 2) {
-            const float *r0 = v + (size_t)j * hd + d0, *r1 = r0 + hd;
-            const float w0 = p[j], w1 = p[j + 1];
+        for (int j0 = 0; j0 < n; j0 += b->block) {
+            const Fp32State *s = b->states[j0 / b->block];
+            const float *v = s->data + (size_t)head * s->capacity * hd; // token j0 of the stream
+            const int j1 = n - j0 < b->block ? n : j0 + b->block;
+            int j = j0;
+            for (; j + 2 <= j1; j += 2) {
+                const float *r0 = v + (size_t)(j - j0) * hd + d0, *r1 = r0 + hd;
+                const float w0 = p[j], w1 = p[j + 1];
 #pragma omp simd
-            for (int l = 0; l < 2 * TILE; l++) {
-                even[l] += w0 * r0[l];
-                odd[l] += w1 * r1[l];
+                for (int l = 0; l < 2 * TILE; l++) {
+                    even[l] += w0 * r0[l];
+                    odd[l] += w1 * r1[l];
+                }
             }
-        }
-        for (; j < n; j++) {
-            const float *r0 = v + (size_t)j * hd + d0;
+            for (; j < j1; j++) {
+                const float *r0 = v + (size_t)(j - j0) * hd + d0;
 #pragma omp simd
-            for (int l = 0; l < 2 * TILE; l++) even[l] += p[j] * r0[l];
+                for (int l = 0; l < 2 * TILE; l++) even[l] += p[j] * r0[l];
+            }
         }
         for (int l = 0; l < 2 * TILE; l++) out[d0 + l] = even[l] + odd[l];
     }
     for (; d0 < hd; d0++) {
         float acc = 0;
-        for (int j = 0; j < n; j++) acc += p[j] * v[(size_t)j * hd + d0];
+        for (int j = 0; j < n; j++) {
+            int local;
+            const Fp32State *s = codec_block(b, j, &local);
+            acc += p[j] * s->data[((size_t)head * s->capacity + (size_t)local) * hd + (size_t)d0];
+        }
         out[d0] = acc;
     }
 }

@@ -808,7 +808,7 @@ static size_t block_bytes(const void *state) {
 }
 
 
-CODEC_OPS(block, NULL, NULL);
+CODEC_OPS_PER_BLOCK(block, NULL, NULL);
 
 #define BLOCK_FAMILY(id, fmt, help_text)                                                             \
     static void *create_##id(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised, \

@@ -553,7 +553,7 @@ static size_t int_bytes(const void *state) {
 }
 
 
-CODEC_OPS(int, NULL, NULL);
+CODEC_OPS_PER_BLOCK(int, NULL, NULL);
 
 const CodecFamily CODEC_FAMILY(codec_int) = {.name = "int", .ops = &int_ops, .create = int_create,
     .help = "int:bits=B           round to nearest per head per token, B=1..8, one scale (scale=fp16|fp32), "

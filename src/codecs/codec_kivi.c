@@ -833,7 +833,7 @@ static size_t kivi_bytes(const void *state) {
 }
 
 
-CODEC_OPS(kivi, kivi_settled, kivi_settle);
+CODEC_OPS_PER_BLOCK(kivi, kivi_settled, kivi_settle);
 
 const CodecFamily CODEC_FAMILY(codec_kivi) = {.name = "kivi", .ops = &kivi_ops, .create = kivi_create,
     .help = "kivi                 KIVI: B-bit min/max groups of G, keys per channel, values per token, newest R "
