@@ -224,6 +224,17 @@ static ALWAYS_INLINE const uint8_t *float_codes_at(const CodecBlocks *b, int hea
     return s->codes + float_at(s, head, local, 0) * s->bytes;
 }
 
+// Asks for the codes of the 16 tokens from t (a key tile, or 16 value rows: contiguous in a block)
+// ahead of their use. A pool's blocks lie anywhere in memory, so the hardware prefetcher, which
+// follows one stream of addresses, loses the way at every block; this keeps DRAM busy.
+static ALWAYS_INLINE void float_prefetch16(const CodecBlocks *b, int head, int t, int n) {
+    if (t >= n) return;
+    const FloatState *state;
+    const uint8_t *p = float_codes_at(b, head, t, &state);
+    const size_t bytes = (size_t)TILE * (size_t)b->head_dim * state->bytes;
+    for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i);
+}
+
 // The fp16 scales of the 16 tokens from t (a multiple of 16) as floats.
 static ALWAYS_INLINE void float_scales16(const CodecBlocks *b, int head, int t, float *sc) {
     int local;
@@ -339,6 +350,7 @@ static ALWAYS_INLINE void float_scores_keys(const CodecBlocks *b, int head, cons
     }
     for (int t0 = 0; t0 < n; t0 += 4 * TILE) {
         const int nt = n - t0 >= 4 * TILE ? 4 : (n - t0 + TILE - 1) / TILE;
+        for (int k = 4; k < 8; k++) float_prefetch16(b, head, t0 + k * TILE, n); // the next four tiles
         float acc[4][TILE] = {{0}};
         if (nt == 4)
             float_score_tiles(b, head, q, qu, t0, 4, hd, f, acc);
@@ -410,6 +422,7 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
         const float *w = direct ? p + j0 : wbuf[(j0 / (4 * TILE)) % 2];
         const int cnt = n - j0 < 4 * TILE ? n - j0 : 4 * TILE;
         for (int k0 = 0; k0 < cnt; k0 += TILE) { // 16 rows of one block
+            float_prefetch16(b, head, j0 + k0 + 4 * TILE, n); // the rows 64 tokens ahead
             const FloatState *state;
             const uint8_t *row = float_codes_at(b, head, j0 + k0, &state);
             const int k1 = cnt - k0 < TILE ? cnt : k0 + TILE;
