@@ -19,4 +19,12 @@ static inline void random_model(Model *m, const ModelConfig *c, unsigned seed) {
         for (size_t i = 0; i < counts[t]; i++) norms[t][i] += 1.0f;
 }
 
+// micro's head shape (head_dim 32, what the kernels specialise for) in a model a tenth of its size:
+// two layers of two heads, for tests that run many steps, under the sanitizers too.
+static inline ModelConfig small_config(void) {
+    ModelConfig c = model_config_micro();
+    c.dim = 64, c.n_layers = 2, c.n_heads = 2, c.n_kv_heads = 2, c.hidden_dim = 128;
+    return c;
+}
+
 #endif

@@ -86,7 +86,7 @@ static int differing_steps(const Model *m, const char *spec, const int *tokens, 
 }
 
 int main(void) {
-    ModelConfig c = model_config_micro();
+    ModelConfig c = small_config();
     Model m;
     random_model(&m, &c, 11);
     int tokens[T];

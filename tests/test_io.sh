@@ -89,7 +89,7 @@ if [ -f models/micro.bin ]; then
     expect 1 "cannot write $tmp/exp/new.l2c" "export of a new file on a full disk" -- "${fsize[@]}" 100000 "$micro" export --llama2c "$tmp/exp/new.l2c"
     [ ! -e "$tmp/exp/new.l2c" ] && ok "export: no truncated file under the real name" || bad "export left a truncated file"
     expect 1 "cannot write $tmp/pl/plate.csv: File too large" "plate files on a full disk" -- \
-        "${fsize[@]}" 1000 "$micro" plate --en data/plates/en.txt:40 --zh data/plates/zh.txt:10 --out "$tmp/pl"
+        "${fsize[@]}" 1000 "$micro" plate --en data/plates/en.txt:40 --zh data/plates/zh.txt:10 --serve-length 64 --serve-fp16 2 --out "$tmp/pl"
     [ -z "$(files_in "$tmp/pl")" ] && ok "plate: nothing half-written" || bad "plate left: $(files_in "$tmp/pl")"
 fi
 mkdir "$tmp/tr"
@@ -132,7 +132,7 @@ wait "$pid" 2>/dev/null
 # --- Standard output that cannot be written is a failure ---
 if [ -w /dev/full ]; then
     for args in "eval --csv --text data/plates/en.txt:20" "capacity --csv" "--help" "capacity" \
-        "generate --prompt hi -n 4" "plate --en data/plates/en.txt:20 --zh data/plates/zh.txt:5 --no-files --csv" \
+        "generate --prompt hi -n 4" "plate --en data/plates/en.txt:20 --zh data/plates/zh.txt:5 --serve-length 64 --serve-fp16 2 --no-files --csv" \
         "inspect --text data/plates/en.txt:20 --csv"; do
         # shellcheck disable=SC2086
         expect 1 "cannot write standard output: No space left on device" "micro $args > /dev/full" -- \
@@ -147,7 +147,7 @@ if [ -f models/micro.bin ]; then
     for name in "it's x';touch PWNED;' a\$(touch PWNED)b a\`touch PWNED\`b"; do
         rm -f PWNED "$tmp/PWNED"
         out="$tmp/$name"
-        "$micro" plate --en data/plates/en.txt:40 --zh data/plates/zh.txt:10 --out "$out" >"$tmp/plate.out" 2>&1
+        "$micro" plate --en data/plates/en.txt:40 --zh data/plates/zh.txt:10 --serve-length 64 --serve-fp16 2 --out "$out" >"$tmp/plate.out" 2>&1
         st=$?
         if [ ! -e PWNED ] && [ ! -e "$tmp/PWNED" ]; then ok "plate --out '$name': nothing run"; else
             bad "plate --out '$name' ran a command"
@@ -165,7 +165,7 @@ fi
 # Where scripts/plot cannot be found, one clear line and the files all the same.
 if [ -f models/micro.bin ]; then
     (cd "$tmp" && "$micro" plate --model "$root/models/micro.bin" --en "$root/data/plates/en.txt:40" \
-        --zh "$root/data/plates/zh.txt:10" --out "$tmp/noplot") >"$tmp/plate.out" 2>&1
+        --zh "$root/data/plates/zh.txt:10" --serve-length 64 --serve-fp16 2 --out "$tmp/noplot") >"$tmp/plate.out" 2>&1
     st=$?
     [ $st -eq 0 ] && grep -q "^figure: scripts/plot is not here" "$tmp/plate.out" && [ -s "$tmp/noplot/plate.csv" ] &&
         ok "plate without scripts/plot: one clear line" || bad "plate without scripts/plot: $(tail -2 "$tmp/plate.out")"

@@ -70,14 +70,14 @@ static int run(const Model *m, const Workload *w, const char *spec, size_t budge
 static void check_preemption(const Model *m, const char *spec) {
     // Short prompts and long replies: admitted on their prompts, they outgrow a pool for two.
     Workload w;
-    workload_make(&w, WORKLOAD_CHAT, 6, 160, 3, text, sizeof text - 1);
-    for (int i = 0; i < w.n; i++) w.conversations[i].prompt = 10 + 3 * i, w.conversations[i].reply = 150 - 3 * i;
+    workload_make(&w, WORKLOAD_CHAT, 6, 100, 3, text, sizeof text - 1);
+    for (int i = 0; i < w.n; i++) w.conversations[i].prompt = 10 + 2 * i, w.conversations[i].reply = 90 - 2 * i;
     const ModelConfig *c = &m->config;
     char err[256];
     KVPool sizing;
     kvpool_init(&sizing, c->n_layers, c->n_kv_heads, c->head_dim, 16, c->max_seq_len, 1u << 30, spec, spec, err,
                 sizeof err);
-    const size_t roomy = 1u << 30, tight = kvpool_budget_for(&sizing, 2, 160);
+    const size_t roomy = 1u << 30, tight = kvpool_budget_for(&sizing, 2, 100);
     kvpool_free(&sizing);
     ServeStats a, b, d;
     ServeTrace ta = {0}, tb = {0}, td = {0};
@@ -105,7 +105,7 @@ static void check_preemption(const Model *m, const char *spec) {
 
 int main(void) {
     check_workloads();
-    ModelConfig c = model_config_micro();
+    ModelConfig c = small_config();
     Model m;
     random_model(&m, &c, 3);
     const char *specs[] = {"fp16", "int:bits=4", "kivi:bits=2,group=16,residual=32", "q4_0"};
