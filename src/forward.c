@@ -148,6 +148,7 @@ static void task_attention(void *arg, int i, int thread) {
                    b->xb2 + r * xs + h * hd, n);
     // Which position this head attends to most: the evaluator's measure of whether quantised keys
     // still pick out the right tokens. The first of equal weights wins, so it is well defined.
+    if (!b->track_top) return;
     int top = 0;
     for (int j = 1; j < n; j++) top = att[j] > att[top] ? j : top;
     b->top_position[((size_t)r * p->n_layers + c->layer) * H + h] = top;
@@ -262,6 +263,7 @@ int batch_init(BatchForward *b, const Model *m, int max_rows, int n_threads, cha
         return -1;
     }
     b->model = m;
+    b->track_top = 1;
     b->max_rows = max_rows;
     b->context = p->max_seq_len;
     b->n_threads = n_threads;

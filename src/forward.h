@@ -35,6 +35,7 @@ typedef struct {
     float *att;    // [row][n_heads][context] attention scores then weights
     float *logits; // [row][vocab]
     int *top_position; // [row][n_layers][n_heads]: the most-attended cached position of this step
+    int track_top;     // fill top_position (eval's top1 agreement); serving turns it off
     float *rope_cos, *rope_sin; // [context][head_dim/2]
 } BatchForward;
 

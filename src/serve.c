@@ -136,6 +136,7 @@ int serve_run(const Model *m, KVPool *pool, const Workload *w, const ServeConfig
     BatchForward fwd;
     const int max_batch = cfg->max_batch < n ? cfg->max_batch : n > 0 ? n : 1;
     if (batch_init(&fwd, m, max_batch, cfg->n_threads, err, errlen)) return -1;
+    fwd.track_top = 0;
     Scheduler s = {0};
     s.seqs = calloc((size_t)(n > 0 ? n : 1), sizeof *s.seqs);
     s.waiting = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
@@ -402,6 +403,7 @@ int serve_held_decode(const Model *m, KVPool *pool, const KVRecording *rec, int 
         goto done;
     }
     if (batch_init(&fwd, m, out->held, n_threads, err, errlen)) goto done;
+    fwd.track_top = 0;
     double bytes = 0;
     for (int s = 0; s < steps; s++) {
         for (int i = 0; i < out->held; i++) {
