@@ -462,22 +462,21 @@ static ALWAYS_INLINE void kivi_scores_residual(const KiviState *s, int head, con
     }
 }
 
-// ---- Values on groups -----------------------------------------------------------------------
-// Per group of g = 4/B tokens and chunk: table[e] = Σ_t p_t · x̂_t(code_t(e)), x̂_t(c) = c · scale_t
-// + minimum_t (p_t = 0 for tokens not quantised or past n), looked up by quant_group_lookup; even
-// and odd groups in separate sums. Then the window's tokens [nq, n), fp16 rows, p_j · v̂_j into the
-// sums of parity j % 2. out = even + odd.
+// ---- Values ---------------------------------------------------------------------------------
+// The quantised tokens [0, nq), p_t · x̂_t with x̂_t(c) = c · scale_t + minimum_t (affine_kernels.h):
+// in token groups of g = 4/B tokens a table Σ_t p_t · x̂_t(code_t(e)) per group; in rows (other
+// widths and shapes) decoded in registers. Even and odd tokens in separate sums; then the window's
+// tokens [nq, n), fp16 rows, p_j · v̂_j into the sums of parity j % 2. out = even + odd.
 
-// p and the (scale, minimum) pairs of tokens j0 .. j0+63 for chunk c (zero from nq on), made
-// ahead of the lookups: a broadcast reading a vector store still in flight would wait for it.
-static ALWAYS_INLINE void kivi_value_params(const KiviState *s, int head, const float *p, int nq, int j0, int c,
-                                            float *pw, float *sm) {
+// AffinePrep: p and the (scale, minimum) pairs of tokens j0 .. j0+63 for chunk c (zero from nq on).
+static const float *kivi_value_params(const void *state, int head, int c, const float *p, int nq, int j0, float *pw,
+                                      float *sm) {
+    const KiviState *s = state;
     const int ng = s->head_dim / s->group, g = 32 * c / s->group;
     const uint16_t *meta = s->meta + (size_t)head * s->meta_per_head;
     if (ng == 1 && j0 + 4 * TILE <= nq) { // (scale, minimum) pairs of 64 tokens side by side
         for (int i = 0; i < 8 * TILE; i += TILE) quant_fp16_to_fp32_16(meta + (size_t)j0 * 2 + i, sm + i);
-        memcpy(pw, p + j0, sizeof(float) * 4 * TILE);
-        return;
+        return p + j0;
     }
     for (int i = 0; i < 4 * TILE; i++) {
         const int j = j0 + i;
@@ -486,78 +485,10 @@ static ALWAYS_INLINE void kivi_value_params(const KiviState *s, int head, const 
         sm[2 * i] = j < nq ? quant_fp16_to_fp32(m[0]) : 0.0f;
         sm[2 * i + 1] = j < nq ? quant_fp16_to_fp32(m[1]) : 0.0f;
     }
+    return pw;
 }
 
-static ALWAYS_INLINE void kivi_mix_groups(const KiviState *s, int head, const float *p, float *out, int n, const int hd,
-                                          const int bits) {
-    const int g = 4 / bits, nc = 1 << bits, nq = n < s->n_quant ? n : s->n_quant;
-    float lv[4][16] __attribute__((aligned(64))); // lv[t][e] = code_t(e)
-    for (int t = 0; t < g; t++)
-        for (int e = 0; e < 16; e++) lv[t][e] = (float)((e >> (bits * t)) & (nc - 1));
-    for (int c = 0; c < hd / 32; c++) {
-        float acc[2][2][16] __attribute__((aligned(64))) = {{{0}}};
-        float pw[2][4 * TILE] __attribute__((aligned(64))), sm[2][8 * TILE] __attribute__((aligned(64)));
-        if (nq > 0) kivi_value_params(s, head, p, nq, 0, c, pw[0], sm[0]);
-#ifdef QUANT_AVX512
-        __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
-#endif
-        for (int j0 = 0; j0 < nq; j0 += 4 * TILE) {
-            const int b = (j0 / (4 * TILE)) % 2;
-            if (j0 + 4 * TILE < nq) kivi_value_params(s, head, p, nq, j0 + 4 * TILE, c, pw[1 - b], sm[1 - b]);
-            const int u0 = j0 / g, nb = ((nq - j0 < 4 * TILE ? nq - j0 : 4 * TILE) + g - 1) / g; // u0 is even
-            const uint8_t *chunk = code_store_unit(&s->cs, head, u0) + (size_t)c * 16;
-            const size_t ub = s->cs.unit_bytes;
-#ifdef QUANT_AVX512
-            __asm__("" ::: "memory"); // the parameters broadcast from memory
-            for (int k = 0; k < nb; k++) {
-                const int i = k * g;
-                __m512 t =
-                    _mm512_mul_ps(_mm512_set1_ps(pw[b][i]),
-                                  _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(lv[0]), _mm512_set1_ps(sm[b][2 * i])),
-                                                _mm512_set1_ps(sm[b][2 * i + 1])));
-                for (int tt = 1; tt < g; tt++)
-                    t = _mm512_add_ps(t, _mm512_mul_ps(_mm512_set1_ps(pw[b][i + tt]),
-                                                       _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(lv[tt]),
-                                                                                   _mm512_set1_ps(sm[b][2 * (i + tt)])),
-                                                                     _mm512_set1_ps(sm[b][2 * (i + tt) + 1]))));
-                if (k % 2 == 0)
-                    quant_group_lookup16(chunk + (size_t)k * ub, t, &e0, &e1);
-                else
-                    quant_group_lookup16(chunk + (size_t)k * ub, t, &o0, &o1);
-            }
-#else
-            float tables[4 * TILE][16];
-            for (int k = 0; k < nb; k++) {
-                const int i = k * g;
-                for (int e = 0; e < 16; e++) {
-                    float t = pw[b][i] * (lv[0][e] * sm[b][2 * i] + sm[b][2 * i + 1]);
-                    for (int tt = 1; tt < g; tt++)
-                        t += pw[b][i + tt] * (lv[tt][e] * sm[b][2 * (i + tt)] + sm[b][2 * (i + tt) + 1]);
-                    tables[k][e] = t;
-                }
-            }
-            quant_group_lookup(chunk, ub, nb, u0, (const float(*)[16])tables, acc);
-#endif
-        }
-#ifdef QUANT_AVX512
-        quant_store4(acc[0][0], acc[1][0], e0, e1, o0, o1);
-#endif
-        // the window: numbers 2i and 2i+1 go to acc[.][0][i] and acc[.][1][i]
-        for (int j = nq; j < n; j++) {
-            float(*a)[16] = acc[j % 2], v[32];
-            const uint16_t *row = kivi_full_at(s, head, j, 32 * c);
-            quant_fp16_to_fp32_16(row, v);
-            quant_fp16_to_fp32_16(row + 16, v + 16);
-            const float pj = p[j];
-#pragma omp simd
-            for (int i = 0; i < 16; i++) {
-                a[0][i] += pj * v[2 * i];
-                a[1][i] += pj * v[2 * i + 1];
-            }
-        }
-        quant_group_sum((const float(*)[2][16])acc, out + 32 * c);
-    }
-}
+static const AffineForm KIVI_FORM = {1, 1, 2, 1}; // p · (c · scale + minimum), (scale, minimum) pairs
 
 // ---- Rows (other shapes), and the general kernels ------------------------------------------
 
@@ -592,169 +523,98 @@ static ALWAYS_INLINE void kivi_scores_rows(const KiviState *s, int head, const f
     }
 }
 
-// Values on rows: per token x̂ = code · scale + minimum decoded in registers, weighted by p; even
-// and odd tokens in separate sums (out = even + odd).
-static ALWAYS_INLINE void kivi_value_row(const KiviState *s, int head, int j, int c, const int bits, float *v) {
+// A quantised value's numbers [c, c + 32) when the chunk meets several channel groups (G not a
+// multiple of 32): each number with its group's scale and minimum.
+static void kivi_value_row(const KiviState *s, int head, int j, int c, const int bits, float *v) {
     const uint16_t *meta = kivi_value_meta(s, head, j);
     quant_unpack_float(code_store_unit(&s->cs, head, j) + quant_packed_bytes((size_t)c, bits), 32, bits, 1.0f, 0.0f, v);
-    if (s->group % 32 == 0) { // the chunk lies in one group
-        const int g = c / s->group;
-        const float sd = quant_fp16_to_fp32(meta[2 * g]), md = quant_fp16_to_fp32(meta[2 * g + 1]);
-#pragma omp simd
-        for (int i = 0; i < 32; i++) v[i] = v[i] * sd + md;
-        return;
-    }
-    float sc[32], mn[32];
     for (int g = c / s->group; g <= (c + 31) / s->group; g++) { // the groups the chunk meets
         const float sd = quant_fp16_to_fp32(meta[2 * g]), md = quant_fp16_to_fp32(meta[2 * g + 1]);
         const int i0 = g * s->group - c > 0 ? g * s->group - c : 0;
         const int i1 = (g + 1) * s->group - c < 32 ? (g + 1) * s->group - c : 32;
-        for (int i = i0; i < i1; i++) sc[i] = sd, mn[i] = md;
+        for (int i = i0; i < i1; i++) v[i] = v[i] * sd + md;
     }
-#pragma omp simd
-    for (int i = 0; i < 32; i++) v[i] = v[i] * sc[i] + mn[i];
 }
 
-static ALWAYS_INLINE void kivi_mix_rows(const KiviState *s, int head, const float *p, float *out, int n, const int hd,
-                                        const int bits) {
+// sums[j % 2] += p_j · v̂_j for the window's tokens [nq, n) of chunk c: numbers 2i and 2i + 1 to
+// sums[.][i] and sums[.][16 + i] (the token groups' order, `pairs`), else number i to sums[.][i].
+static ALWAYS_INLINE void kivi_window(const KiviState *s, int head, int c, const float *p, int nq, int n,
+                                      const int pairs, float (*sums)[32]) {
+    for (int j = nq; j < n; j++) {
+        float *restrict a = sums[j % 2], v[32];
+        const uint16_t *row = kivi_full_at(s, head, j, 32 * c);
+        quant_fp16_to_fp32_16(row, v);
+        quant_fp16_to_fp32_16(row + 16, v + 16);
+        const float pj = p[j];
+        if (pairs) {
+#pragma omp simd
+            for (int i = 0; i < 16; i++) {
+                a[i] += pj * v[2 * i];
+                a[16 + i] += pj * v[2 * i + 1];
+            }
+        } else {
+#pragma omp simd
+            for (int i = 0; i < 32; i++) a[i] += pj * v[i];
+        }
+    }
+}
+
+static ALWAYS_INLINE void kivi_mix_values(const KiviState *s, int head, const float *p, float *out, int n, const int hd,
+                                          const int bits) {
     if (hd % 32) { // odd shapes
         codec_mix_by_read(s, kivi_read, s->head_dim, head, p, out, n);
         return;
     }
     const int nq = n < s->n_quant ? n : s->n_quant;
-#if defined(QUANT_AVX512) && defined(__AVX512VBMI__)
-    if (s->group % 32 == 0) { // the same sums, 16 numbers per vector: the bytes holding each code
-                              // gathered into its lane (vpermb), shifted down and masked
-        __m512i ctrl[2], off[2];
-        quant_row_gather(bits, ctrl, off);
-        const __m512i c0 = ctrl[0], c1 = ctrl[1], d0 = off[0], d1 = off[1], mask = _mm512_set1_epi32((1 << bits) - 1);
-#define KIVI_CODES(row, ctl, dn)                                                                                       \
-    _mm512_cvtepi32_ps(_mm512_and_si512(                                                                               \
-        _mm512_srlv_epi32(                                                                                             \
-            _mm512_permutexvar_epi8(ctl, _mm512_maskz_loadu_epi8((__mmask64)((1ull << (4 * bits)) - 1), row)), dn),    \
-        mask))
-        for (int c = 0; c < hd; c += 32) {
-            __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
-            float pw[2][4 * TILE] __attribute__((aligned(64))), sm[2][8 * TILE] __attribute__((aligned(64)));
-            if (nq > 0) kivi_value_params(s, head, p, nq, 0, c / 32, pw[0], sm[0]);
-            for (int j0 = 0; j0 < nq; j0 += 4 * TILE) {
-                const int b = (j0 / (4 * TILE)) % 2;
-                if (j0 + 4 * TILE < nq) kivi_value_params(s, head, p, nq, j0 + 4 * TILE, c / 32, pw[1 - b], sm[1 - b]);
-                __asm__("" ::: "memory"); // the parameters broadcast from memory
-                const int cnt = nq - j0 < 4 * TILE ? nq - j0 : 4 * TILE;
-                for (int k = 0; k < cnt; k++) {
-                    const uint8_t *row = code_store_unit(&s->cs, head, j0 + k) + (size_t)c / 8 * bits;
-                    const __m512 P = _mm512_set1_ps(pw[b][k]), S = _mm512_set1_ps(sm[b][2 * k]),
-                                 M = _mm512_set1_ps(sm[b][2 * k + 1]);
-                    const __m512 x0 = _mm512_mul_ps(P, _mm512_add_ps(_mm512_mul_ps(KIVI_CODES(row, c0, d0), S), M));
-                    const __m512 x1 = _mm512_mul_ps(P, _mm512_add_ps(_mm512_mul_ps(KIVI_CODES(row, c1, d1), S), M));
-                    if ((j0 + k) % 2 == 0) {
-                        e0 = _mm512_add_ps(e0, x0);
-                        e1 = _mm512_add_ps(e1, x1);
-                    } else {
-                        o0 = _mm512_add_ps(o0, x0);
-                        o1 = _mm512_add_ps(o1, x1);
-                    }
-                }
-            }
-            float even[32], odd[32], v0[32];
-            quant_store4(even, odd, e0, e1, o0, o1);
-            for (int j = nq; j < n; j++) { // the window
-                const uint16_t *row = kivi_full_at(s, head, j, c);
-                quant_fp16_to_fp32_16(row, v0);
-                quant_fp16_to_fp32_16(row + 16, v0 + 16);
-                float *restrict acc = j % 2 ? odd : even;
+    const int groups = (bits == 1 || bits == 2 || bits == 4) && s->cs.layout == QUANT_GROUPS, g = groups ? 4 / bits : 1;
+    float lv[4][16] __attribute__((aligned(64))); // lv[t][e] = code_t(e)
+    for (int t = 0; t < g; t++)
+        for (int e = 0; e < 16; e++) lv[t][e] = (float)((e >> (bits * t)) & ((1 << bits) - 1));
+    for (int c = 0; c < hd / 32; c++) {
+        float sums[2][32] __attribute__((aligned(64)));
+        const AffineChunk ch = {code_store_unit(&s->cs, head, 0) + (size_t)c * (groups ? 16 : 4 * bits),
+                                s->cs.unit_bytes, s->cs.units};
+        if (groups) {
+            affine_mix_groups(ch, g, (const float(*)[16])lv, KIVI_FORM, kivi_value_params, s, head, c, p, nq,
+                              (float(*)[2][16])sums);
+        } else if (s->group % 32 == 0) { // the chunk lies in one group
+            affine_mix_rows(ch, NULL, bits, AFFINE_UNSIGNED, 0, KIVI_FORM, kivi_value_params, s, head, c, p, nq, sums[0],
+                            sums[1]);
+        } else {
+            memset(sums, 0, sizeof sums);
+            for (int j = 0; j < nq; j++) {
+                float *restrict a = sums[j % 2], v[32];
+                kivi_value_row(s, head, j, 32 * c, bits, v);
                 const float pj = p[j];
 #pragma omp simd
-                for (int i = 0; i < 32; i++) acc[i] += pj * v0[i];
-            }
-            for (int i = 0; i < 32; i++) out[c + i] = even[i] + odd[i];
-        }
-#undef KIVI_CODES
-        return;
-    }
-#endif
-    for (int c = 0; c < hd; c += 32) {
-        float even[32] = {0}, odd[32] = {0}, v0[32], v1[32];
-        int j = 0;
-        for (; j + 2 <= nq; j += 2) {
-            kivi_value_row(s, head, j, c, bits, v0);
-            kivi_value_row(s, head, j + 1, c, bits, v1);
-            const float p0 = p[j], p1 = p[j + 1];
-#pragma omp simd
-            for (int i = 0; i < 32; i++) {
-                even[i] += p0 * v0[i];
-                odd[i] += p1 * v1[i];
+                for (int i = 0; i < 32; i++) a[i] += pj * v[i];
             }
         }
-        for (; j < n; j++) { // the last odd quantised token, then the window
-            if (j < nq) {
-                kivi_value_row(s, head, j, c, bits, v0);
-            } else {
-                const uint16_t *row = kivi_full_at(s, head, j, c);
-                quant_fp16_to_fp32_16(row, v0);
-                quant_fp16_to_fp32_16(row + 16, v0 + 16);
-            }
-            const float pj = p[j];
-            if (j % 2 == 0) {
-#pragma omp simd
-                for (int i = 0; i < 32; i++) even[i] += pj * v0[i];
-            } else {
-#pragma omp simd
-                for (int i = 0; i < 32; i++) odd[i] += pj * v0[i];
-            }
-        }
-        for (int i = 0; i < 32; i++) out[c + i] = even[i] + odd[i];
+        kivi_window(s, head, c, p, nq, n, groups, sums);
+        if (groups)
+            quant_group_sum((const float(*)[2][16])sums, out + 32 * c);
+        else
+            for (int i = 0; i < 32; i++) out[32 * c + i] = sums[0][i] + sums[1][i];
     }
 }
 
-// Rows at micro's head_dim 32, one instance per width (constant shifts), else run-time values.
-#define KIVI_ROWS(B)                                                                               \
+// Instances at micro's head_dim 32 per width (constant shifts); other head_dims with run-time values.
+#define KIVI_INSTANCE(B)                                                                           \
     static void kivi_scores_rows_##B(const KiviState *s, int head, const float *q, float *out, int n) { \
         kivi_scores_rows(s, head, q, out, n, 32, B);                                               \
     }                                                                                              \
-    static void kivi_mix_rows_##B(const KiviState *s, int head, const float *p, float *out, int n) { \
-        kivi_mix_rows(s, head, p, out, n, 32, B);                                                  \
-    }
-KIVI_ROWS(1)
-KIVI_ROWS(2)
-KIVI_ROWS(3)
-KIVI_ROWS(4)
-KIVI_ROWS(5)
-KIVI_ROWS(6)
-KIVI_ROWS(7)
-KIVI_ROWS(8)
-#undef KIVI_ROWS
-typedef void (*KiviKernel)(const KiviState *, int, const float *, float *, int);
-static const KiviKernel kivi_scores_rows_32[9] = {NULL, kivi_scores_rows_1, kivi_scores_rows_2, kivi_scores_rows_3,
-                                                  kivi_scores_rows_4, kivi_scores_rows_5, kivi_scores_rows_6,
-                                                  kivi_scores_rows_7, kivi_scores_rows_8};
-static const KiviKernel kivi_mix_rows_32[9] = {NULL, kivi_mix_rows_1, kivi_mix_rows_2, kivi_mix_rows_3, kivi_mix_rows_4,
-                                               kivi_mix_rows_5, kivi_mix_rows_6, kivi_mix_rows_7, kivi_mix_rows_8};
-
-// Instances at micro's head_dim 32 per width; other head_dims (multiples of 32) with run-time values.
-#define KIVI_INSTANCE(B)                                                                           \
     static void kivi_scores_32_##B(const KiviState *s, int head, const float *q, float *out, int n) { \
         kivi_scores_quantised(s, head, q, out, n < s->n_quant ? n : s->n_quant, 32, B);            \
         kivi_scores_residual(s, head, q, out, n, 32);                                              \
-    }
-KIVI_INSTANCE(1)
-KIVI_INSTANCE(2)
-KIVI_INSTANCE(3)
-KIVI_INSTANCE(4)
-KIVI_INSTANCE(5)
-KIVI_INSTANCE(6)
-KIVI_INSTANCE(7)
-KIVI_INSTANCE(8)
-#undef KIVI_INSTANCE
-#define KIVI_INSTANCE(B)                                                                           \
+    }                                                                                              \
     static void kivi_mix_32_##B(const KiviState *s, int head, const float *p, float *out, int n) {  \
-        kivi_mix_groups(s, head, p, out, n, 32, B);                                                \
+        kivi_mix_values(s, head, p, out, n, 32, B);                                                \
     }
-KIVI_INSTANCE(1)
-KIVI_INSTANCE(2)
-KIVI_INSTANCE(4)
+AFFINE_WIDTHS(KIVI_INSTANCE)
 #undef KIVI_INSTANCE
+typedef void (*KiviKernel)(const KiviState *, int, const float *, float *, int);
+static const KiviKernel kivi_scores_rows_32[9] = AFFINE_BY_WIDTH(kivi_scores_rows),
+                        kivi_scores_32[9] = AFFINE_BY_WIDTH(kivi_scores_32), kivi_mix_32[9] = AFFINE_BY_WIDTH(kivi_mix_32);
 
 static void kivi_scores(const void *state, int head, const float *q, float *out, int n) {
     const KiviState *s = state;
@@ -766,10 +626,7 @@ static void kivi_scores(const void *state, int head, const float *q, float *out,
         else
             kivi_scores_rows(s, head, q, out, n, s->head_dim, s->bits);
     } else if (s->head_dim == 32) {
-        static void (*const fn[9])(const KiviState *, int, const float *, float *, int) = {
-            NULL,           kivi_scores_32_1, kivi_scores_32_2, kivi_scores_32_3, kivi_scores_32_4,
-            kivi_scores_32_5, kivi_scores_32_6, kivi_scores_32_7, kivi_scores_32_8};
-        fn[s->bits](s, head, q, out, n);
+        kivi_scores_32[s->bits](s, head, q, out, n);
     } else {
         kivi_scores_quantised(s, head, q, out, n < s->n_quant ? n : s->n_quant, s->head_dim, s->bits);
         kivi_scores_residual(s, head, q, out, n, s->head_dim);
@@ -780,18 +637,10 @@ static void kivi_mix(const void *state, int head, const float *p, float *out, in
     const KiviState *s = state;
     if (!s->is_value)
         codec_mix_by_read(s, kivi_read, s->head_dim, head, p, out, n);
-    else if (s->cs.layout == QUANT_ROWS && s->head_dim == 32)
-        kivi_mix_rows_32[s->bits](s, head, p, out, n);
-    else if (s->cs.layout == QUANT_ROWS)
-        kivi_mix_rows(s, head, p, out, n, s->head_dim, s->bits);
-    else if (s->head_dim == 32 && s->bits == 1)
-        kivi_mix_32_1(s, head, p, out, n);
-    else if (s->head_dim == 32 && s->bits == 2)
-        kivi_mix_32_2(s, head, p, out, n);
     else if (s->head_dim == 32)
-        kivi_mix_32_4(s, head, p, out, n);
+        kivi_mix_32[s->bits](s, head, p, out, n);
     else
-        kivi_mix_groups(s, head, p, out, n, s->head_dim, s->bits);
+        kivi_mix_values(s, head, p, out, n, s->head_dim, s->bits);
 }
 
 static size_t kivi_bytes(const void *state) {
