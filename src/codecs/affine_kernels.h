@@ -244,4 +244,106 @@ static QUANT_ALWAYS_INLINE void affine_mix_rows(AffineChunk ch, const uint32_t *
 #endif
 }
 
+// ---- Keys: token tiles ----------------------------------------------------------------------
+// The level table of codes of `bits` bits packed `per` to a 4-bit value e (per = 4/B; at B = 3 one,
+// e's fourth bit ignored): lv[t][e] = level(code t of e), the code itself or its two's complement
+// value (at B = 1 with the sign: the sign of x, 0 -> +1, 1 -> -1, as `int` stores it).
+static inline void affine_levels(int bits, int is_signed, float (*lv)[16]) {
+    const int per = bits == 3 ? 1 : 4 / bits;
+    for (int t = 0; t < per; t++)
+        for (int e = 0; e < 16; e++) {
+            const uint32_t code = bits == 3 ? (uint32_t)e & 7u : ((uint32_t)e >> (bits * t)) & ((1u << bits) - 1u);
+            lv[t][e] = !is_signed ? (float)code : bits == 1 ? (code ? -1.0f : 1.0f)
+                                               : (float)((int32_t)(code << (32 - bits)) >> (32 - bits));
+        }
+}
+
+// The lookup tables of one chunk (quant_tile_lookup's steps): table[st] = affine_table of the
+// step's numbers st·per .. st·per + per − 1, weights w (the query's chunk) and their scales and
+// minimums sm (the form's, indexed by number; NULL for w · L).
+static QUANT_ALWAYS_INLINE void affine_step_tables(const float *w, const float *sm, const int bits, const float (*lv)[16],
+                                                   const AffineForm f, float (*table)[16]) {
+    const int per = bits == 3 ? 1 : 4 / bits;
+    for (int st = 0; st < quant_tile_steps(bits); st++) {
+        const float *x = f.scaled ? sm + st * per * f.ps : NULL;
+#ifdef QUANT_AVX512
+        _mm512_storeu_ps(table[st], affine_table16(w + st * per, x, per, lv, f));
+#else
+        affine_table(w + st * per, x, per, lv, f, table[st]);
+#endif
+    }
+}
+
+// What a family gives the score kernel for tiles t0/16 .. t0/16 + nt − 1 of chunk c: with tables,
+// each tile's (all the same when `shared`); decoding, each tile's scales and minimums (the form's,
+// indexed by number d of the chunk) and for q5 its fifth bits (a word per lane).
+typedef struct {
+    const float (*tables[4])[16];
+    int shared;
+    const float *sm[4];
+    const uint32_t *qh[4];
+} AffineTileJob;
+
+typedef void (*AffineTileJobFn)(void *ctx, int c, int t0, int nt, AffineTileJob *job);
+// Writes out[t0 .. t0 + 16·nt) (not past the stream's n) from the sums of chunk c.
+typedef void (*AffineTileFinishFn)(void *ctx, int c, int t0, int nt, float (*acc)[QUANT_TILE], float *out);
+
+// Level of number d of lane l of a tile chunk (decoding kernels).
+static QUANT_ALWAYS_INLINE float affine_tile_level(const uint32_t *w, const uint32_t *qh, int l, int d, const int bits,
+                                                   const int kind, const int bias) {
+    if (kind == AFFINE_SIGNED) return (float)quant_tile_code_signed(w, l, d, bits);
+    if (kind == AFFINE_UNSIGNED) return (float)quant_tile_code(w, l, d, bits);
+    // q5: number d's low bits are nibble 2·(d % 16) + d / 16 of the lane's 16 bytes
+    return (float)((int)(quant_tile_code(w, l, 2 * (d % 16) + d / 16, 4) | ((qh[l] >> d) & 1) << 4) - bias);
+}
+
+// Scores on token tiles (quant.h) of one head's n tokens, chunk by chunk of 32 numbers and four
+// tiles at a time (their independent chains hide the latency of the adds): per lane (token) the sum
+// over the chunk of table lookups (`tabled`) or of term(q_d, level_d, d) in order of d. The sums go
+// to `finish`; with `carry` a chunk's start from what finish wrote for the previous one (so a
+// token's sum runs over all its numbers in order), else from zero. `tiles`: the head's first tile,
+// a tile of every chunk `tile_bytes` long; `units`: the store's tiles (bounds the prefetches).
+static QUANT_ALWAYS_INLINE void affine_score_tiles(const uint8_t *tiles, size_t tile_bytes, int units, int n, const int hd,
+                                                   const int bits, const int kind, const int bias, const int tabled,
+                                                   const int carry, const AffineForm f, const float *q,
+                                                   AffineTileJobFn job_fn, AffineTileFinishFn finish, void *ctx,
+                                                   float *out) {
+    const size_t tw = tile_bytes / 4;
+    for (int c = 0; c < hd / 32; c++) {
+        for (int t0 = 0; t0 < n; t0 += 4 * QUANT_TILE) {
+            const int nt = n - t0 >= 4 * QUANT_TILE ? 4 : (n - t0 + QUANT_TILE - 1) / QUANT_TILE;
+            const uint32_t *tile = (const uint32_t *)(const void *)(tiles + (size_t)(t0 / QUANT_TILE) * tile_bytes) +
+                                   (size_t)c * bits * QUANT_TILE;
+            if (t0 / QUANT_TILE + 12 <= units) // the tiles after next, towards L1
+                for (size_t b = 0; b < 4 * tile_bytes; b += 64)
+                    __builtin_prefetch((const char *)tile + 8 * tile_bytes + b);
+            float acc[4][QUANT_TILE] = {{0}};
+            for (int k = 0; k < nt && carry && c > 0; k++)
+                memcpy(acc[k], out + t0 + k * QUANT_TILE,
+                       sizeof(float) * (size_t)(n - t0 - k * QUANT_TILE < QUANT_TILE ? n - t0 - k * QUANT_TILE : QUANT_TILE));
+            AffineTileJob job;
+            job_fn(ctx, c, t0, nt, &job);
+            if (tabled && nt == 4 && job.shared)
+                quant_tile_lookup(tile, tw, 4, job.tables, 1, bits, acc);
+            else if (tabled && nt == 4)
+                quant_tile_lookup(tile, tw, 4, job.tables, 0, bits, acc);
+            else if (tabled)
+                quant_tile_lookup(tile, tw, nt, job.tables, job.shared, bits, acc);
+            else
+                for (int k = 0; k < nt; k++) {
+                    const uint32_t *w = tile + (size_t)k * tw, *qh = job.qh[k];
+                    const float *sm = job.sm[k];
+QUANT_UNROLL(32)
+                    for (int d = 0; d < 32; d++) {
+                        const float qd = q[32 * c + d];
+#pragma omp simd
+                        for (int l = 0; l < QUANT_TILE; l++)
+                            acc[k][l] += affine_term(qd, affine_tile_level(w, qh, l, d, bits, kind, bias), sm, d, f);
+                    }
+                }
+            finish(ctx, c, t0, nt, acc, out);
+        }
+    }
+}
+
 #endif

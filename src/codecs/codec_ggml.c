@@ -473,81 +473,56 @@ static ALWAYS_INLINE void block_scales16(const uint16_t *h, int n_left, float *o
     for (int l = n_left; l < TILE; l++) out[l] = 0.0f;
 }
 
-// Scores on key tiles, four tiles at a time. Per block: q4_0, q4_1 and iq4_nl sum table lookups
+// Scores on key tiles (affine_kernels.h). Per block: q4_0, q4_1 and iq4_nl sum table lookups
 // table[s][nibble s], nibble s being number s/2 + 16·(s%2) (qs byte s/2, low or high); q8_0 and q5
 // sum q_j · level in order of j. Then per token: Σ over blocks of sum · d (q4_1, q5_1: + m · Σq).
+typedef struct {
+    const BlockState *s;
+    int head, n;
+    const float *q;
+    float qsum; // the block's Σq
+    float tables[32][16] __attribute__((aligned(64)));
+} BlockKeys;
+
+static inline void block_key_job(void *ctx, int i, int t0, int nt, AffineTileJob *job) {
+    BlockKeys *k = ctx;
+    const BlockFormat f = k->s->format;
+    if (t0 == 0) { // block i's tables and Σq
+        float lv[1][16] __attribute__((aligned(64))), qs[QK];
+        k->qsum = 0.0f;
+        for (int j = 0; j < QK; j++) k->qsum += k->q[i * QK + j];
+        for (int c = 0; c < 16; c++) lv[0][c] = block_level(f, c);
+        for (int st = 0; st < QK; st++) qs[st] = k->q[i * QK + st / 2 + 16 * (st % 2)];
+        if (block_tabled(f)) affine_step_tables(qs, NULL, 4, (const float(*)[16])lv, (AffineForm){0, 0, 0, 0}, k->tables);
+    }
+    for (int t = 0; t < 4; t++) {
+        job->tables[t] = (const float(*)[16])k->tables, job->sm[t] = NULL;
+        job->qh[t] = k->s->qh && t < nt ? k->s->qh + block_meta(k->s, k->head, i, t0 + t * TILE) : NULL;
+    }
+    job->shared = 1;
+}
+
+static inline void block_key_finish(void *ctx, int i, int t0, int nt, float (*acc)[TILE], float *out) {
+    const BlockKeys *k = ctx;
+    for (int t = 0; t < nt; t++) {
+        float d[TILE], m[TILE], *o = out + t0 + t * TILE;
+        const size_t at = block_meta(k->s, k->head, i, t0 + t * TILE);
+        const int cnt = k->n - t0 - t * TILE < TILE ? k->n - t0 - t * TILE : TILE;
+        block_scales16(k->s->d + at, TILE, d);
+        if (k->s->m) block_scales16(k->s->m + at, TILE, m);
+        for (int l = 0; l < cnt; l++) {
+            const float sum = i == 0 ? 0.0f : o[l]; // the blocks before
+            o[l] = k->s->m ? sum + (acc[t][l] * d[l] + m[l] * k->qsum) : sum + acc[t][l] * d[l];
+        }
+    }
+}
+
 static ALWAYS_INLINE void block_scores_impl(const BlockState *s, int head, const float *q, float *out, int n,
                                             const BlockFormat f, const int hd) {
-    const int nblk = hd / QK, words = f == FMT_Q8_0 ? 8 : 4;
-    const size_t tw = s->unit_bytes / 4;
-    float tables[8][32][16] __attribute__((aligned(64)));
-    float qsum[8];
-    for (int i = 0; i < nblk; i++) {
-        qsum[i] = 0.0f;
-        for (int j = 0; j < QK; j++) qsum[i] += q[i * QK + j];
-        if (block_tabled(f))
-            for (int st = 0; st < 32; st++) {
-                const float qj = q[i * QK + st / 2 + 16 * (st % 2)];
-                for (int c = 0; c < 16; c++) tables[i][st][c] = qj * block_level(f, c);
-            }
-    }
-    for (int t0 = 0; t0 < n; t0 += 4 * TILE) {
-        const int nt = n - t0 >= 4 * TILE ? 4 : (n - t0 + TILE - 1) / TILE;
-        const uint32_t *tile = (const uint32_t *)(const void *)block_unit(s, head, t0 / TILE);
-        if (t0 / TILE + 12 <= s->slots / TILE)
-            for (size_t b = 0; b < 4 * s->unit_bytes; b += 64)
-                __builtin_prefetch((const char *)tile + 8 * s->unit_bytes + b);
-        float res[4][TILE] = {{0}};
-        for (int i = 0; i < nblk; i++) {
-            const uint32_t *w = tile + (size_t)i * words * TILE;
-            float acc[4][TILE] = {{0}};
-            if (block_tabled(f)) {
-                const float(*const set[1])[16] = {(const float(*)[16])tables[i]};
-                if (nt == 4)
-                    quant_tile_lookup(w, tw, 4, set, 1, 4, acc);
-                else
-                    quant_tile_lookup(w, tw, nt, set, 1, 4, acc);
-            } else {
-                for (int k = 0; k < nt; k++) {
-                    const uint32_t *wk = w + (size_t)k * tw;
-                    const uint32_t *qh = s->qh ? s->qh + block_meta(s, head, i, t0 + k * TILE) : NULL;
-QUANT_UNROLL(32)
-                    for (int j = 0; j < QK; j++) {
-                        const float qj = q[i * QK + j];
-#pragma omp simd
-                        for (int l = 0; l < TILE; l++) {
-                            float lv;
-                            if (f == FMT_Q8_0) {
-                                lv = (float)quant_tile_code_signed(wk, l, j, 8);
-                            } else {
-                                const int c =
-                                    (int)(quant_tile_code(wk, l, 2 * (j % 16) + j / 16, 4) | ((qh[l] >> j) & 1) << 4);
-                                lv = (float)(f == FMT_Q5_0 ? c - 16 : c);
-                            }
-                            acc[k][l] += qj * lv;
-                        }
-                    }
-                }
-            }
-            for (int k = 0; k < nt; k++) {
-                float d[TILE], m[TILE];
-                const size_t at = block_meta(s, head, i, t0 + k * TILE);
-                block_scales16(s->d + at, TILE, d);
-                if (block_has_m(f)) {
-                    block_scales16(s->m + at, TILE, m);
-#pragma omp simd
-                    for (int l = 0; l < TILE; l++) res[k][l] += acc[k][l] * d[l] + m[l] * qsum[i];
-                } else {
-#pragma omp simd
-                    for (int l = 0; l < TILE; l++) res[k][l] += acc[k][l] * d[l];
-                }
-            }
-        }
-        for (int k = 0; k < nt; k++) {
-            const int m = n - t0 - k * TILE < TILE ? n - t0 - k * TILE : TILE;
-            memcpy(out + t0 + k * TILE, res[k], sizeof(float) * (size_t)m);
-        }
-    }
+    BlockKeys k = {.s = s, .head = head, .n = n, .q = q};
+    affine_score_tiles(block_unit(s, head, 0), s->unit_bytes, s->slots / TILE, n, hd, f == FMT_Q8_0 ? 8 : 4,
+                       f == FMT_Q8_0 ? AFFINE_SIGNED : AFFINE_Q5, f == FMT_Q5_0 ? 16 : 0, block_tabled(f), 0,
+                       (AffineForm){0, 0, 0, 0}, q, block_key_job, block_key_finish, &k, out);
 }
 
 // The mix kernels' parameters (AffinePrep) of tokens j0 .. j0+63 for block i: d in sm[0..64) and m

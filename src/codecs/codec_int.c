@@ -215,35 +215,10 @@ static void int_levels(const IntState *s, int head, int token, int c, int n, flo
     for (int i = 0; i < n; i++) out[i] = (float)int_level(q[i], s->bits);
 }
 
-// ---- Tables ---------------------------------------------------------------------------------
-// The products a kernel adds, for a 4-bit value e holding `per` codes of `bits` bits (per = 4/B, or
-// 1 at B = 3 where e's fourth bit is ignored): Σ_t x_t · level(code_t(e)) over t = 0..per-1 in that
-// order, x being the query numbers (keys) or the weights p·scale of a group's tokens (values).
-// lv[t][e] = level(code_t(e)), made once per call by int_table_levels.
-static void int_table_levels(int bits, float (*lv)[16]) {
-    const int per = bits == 3 ? 1 : 4 / bits;
-    for (int t = 0; t < per; t++)
-        for (int e = 0; e < 16; e++)
-            lv[t][e] = (float)int_level(
-                bits == 3 ? (unsigned)e & 7u : ((unsigned)e >> (bits * t)) & ((1u << bits) - 1u), bits);
-}
-
-// The tables of the score kernel for one chunk of the query (32 numbers).
-static ALWAYS_INLINE void int_key_tables(const float *q, const int bits, float (*tables)[16]) {
-    float lv[4][16];
-    int_table_levels(bits, lv);
-    const int per = bits == 3 ? 1 : 4 / bits;
-    for (int st = 0; st < quant_tile_steps(bits); st++)
-        affine_table(q + st * per, NULL, per, (const float(*)[16])lv, INT_FORM, tables[st]);
-}
-
-// ---- Keys: token tiles ----------------------------------------------------------------------
-// Written once with head_dim and bits as parameters and instantiated for micro's head_dim 32 at
-// each width (constant shifts and trip counts). A token's score: its lane's sum over the chunk's
-// lookups (B <= 4) or products q_d · level (B >= 5) in order of d, times the token's scale. Four
-// tiles at a time: their independent chains hide the latency of the adds.
-#define NT 4
-
+// ---- Keys: token tiles (affine_kernels.h) ---------------------------------------------------
+// A token's score: its lane's sum over the chunk's lookups (B <= 4: tables of q_d · level, two
+// and four numbers per lookup at B = 2 and 1) or products q_d · level (B >= 5) in order of d, all
+// chunks in order, times the token's scale.
 static ALWAYS_INLINE void int_scales(const IntState *s, size_t slot, float *sc) {
     if (s->scale_fp32) {
         for (int l = 0; l < TILE; l++) sc[l] = s->scale32[slot + l];
@@ -252,63 +227,49 @@ static ALWAYS_INLINE void int_scales(const IntState *s, size_t slot, float *sc) 
     }
 }
 
-// acc[k][l] for nt tiles from tile t0/16 on, chunk by chunk (tables: the chunk's, for B <= 4).
-static ALWAYS_INLINE void int_key_tiles(const IntState *s, int head, const float *q, int t0, const int nt, const int hd,
-                                        const int bits, const float (*tables)[16], float (*acc)[TILE]) {
-    const uint32_t *tile = (const uint32_t *)(const void *)code_store_unit(&s->cs, head, t0 / TILE);
-    const size_t tw = s->cs.unit_bytes / 4;
-    for (int c = 0; c < hd / 32; c++) {
-        const uint32_t *w = tile + (size_t)c * bits * TILE;
-        if (bits <= 4) {
-            float own[32][16];
-            if (hd > 32) { // one chunk's tables at a time
-                int_key_tables(q + 32 * c, bits, own);
-                tables = (const float(*)[16])own;
-            }
-            const float(*const set[1])[16] = {tables};
-            quant_tile_lookup(w, tw, nt, set, 1, bits, acc);
+typedef struct {
+    const IntState *s;
+    int head, n, chunks;
+    const float *q;
+    float tables[32][16] __attribute__((aligned(64))); // the chunk's
+} IntKeys;
+
+static inline void int_key_job(void *ctx, int c, int t0, int nt, AffineTileJob *job) {
+    IntKeys *k = ctx;
+    (void)nt;
+    if (t0 == 0 && k->s->bits <= 4) { // a chunk's tables serve every token
+        float lv[4][16] __attribute__((aligned(64)));
+        affine_levels(k->s->bits, 1, lv);
+        affine_step_tables(k->q + 32 * c, NULL, k->s->bits, (const float(*)[16])lv, INT_FORM, k->tables);
+    }
+    for (int i = 0; i < 4; i++) job->tables[i] = (const float(*)[16])k->tables, job->sm[i] = NULL, job->qh[i] = NULL;
+    job->shared = 1;
+}
+
+static inline void int_key_finish(void *ctx, int c, int t0, int nt, float (*acc)[TILE], float *out) {
+    const IntKeys *k = ctx;
+    for (int i = 0; i < nt; i++) {
+        float *o = out + t0 + i * TILE, sc[TILE];
+        const int m = k->n - t0 - i * TILE < TILE ? k->n - t0 - i * TILE : TILE;
+        if (c + 1 < k->chunks) { // the sums so far
+            memcpy(o, acc[i], sizeof(float) * (size_t)m);
             continue;
         }
-QUANT_UNROLL(32)
-        for (int d = 0; d < 32; d++) {
-            const float qd = q[32 * c + d];
-QUANT_UNROLL(4)
-            for (int k = 0; k < nt; k++) {
+        int_scales(k->s, int_slot(k->s, k->head, t0 + i * TILE), sc);
+        if (m == TILE) {
 #pragma omp simd
-                for (int l = 0; l < TILE; l++)
-                    acc[k][l] += qd * (float)quant_tile_code_signed(w + k * tw, l, d, bits);
-            }
+            for (int l = 0; l < TILE; l++) o[l] = acc[i][l] * sc[l];
+        } else {
+            for (int l = 0; l < m; l++) o[l] = acc[i][l] * sc[l];
         }
     }
 }
 
 static ALWAYS_INLINE void int_scores_tiled(const IntState *s, int head, const float *q, float *out, int n, const int hd,
                                            const int bits) {
-    float tables[32][16] __attribute__((aligned(64)));
-    if (bits <= 4 && hd == 32) int_key_tables(q, bits, tables);
-    for (int t0 = 0; t0 < n; t0 += NT * TILE) {
-        const int nt = n - t0 >= NT * TILE ? NT : (n - t0 + TILE - 1) / TILE;
-        if (t0 / TILE + 3 * NT <= s->cs.units) { // the tiles after next, towards L1
-            const char *next = (const char *)(const uint32_t *)(const void *)code_store_unit(&s->cs, head, t0 / TILE + 2 * NT);
-            for (size_t b = 0; b < NT * s->cs.unit_bytes; b += 64) __builtin_prefetch(next + b);
-        }
-        float acc[NT][TILE] = {{0}};
-        if (nt == NT)
-            int_key_tiles(s, head, q, t0, NT, hd, bits, (const float(*)[16])tables, acc);
-        else
-            int_key_tiles(s, head, q, t0, nt, hd, bits, (const float(*)[16])tables, acc);
-        for (int k = 0; k < nt; k++) {
-            float sc[TILE];
-            int_scales(s, int_slot(s, head, t0 + k * TILE), sc);
-            const int m = n - t0 - k * TILE < TILE ? n - t0 - k * TILE : TILE;
-            if (m == TILE) {
-#pragma omp simd
-                for (int l = 0; l < TILE; l++) out[t0 + k * TILE + l] = acc[k][l] * sc[l];
-            } else {
-                for (int l = 0; l < m; l++) out[t0 + k * TILE + l] = acc[k][l] * sc[l];
-            }
-        }
-    }
+    IntKeys k = {.s = s, .head = head, .n = n, .chunks = hd / 32, .q = q};
+    affine_score_tiles(code_store_unit(&s->cs, head, 0), s->cs.unit_bytes, s->cs.units, n, hd, bits, AFFINE_SIGNED, 0,
+                       bits <= 4, 1, INT_FORM, q, int_key_job, int_key_finish, &k, out);
 }
 
 // The mix kernels' parameters (AffinePrep): w[i] = p · scale of tokens j0 + i, i < 64 (0 from n on).
@@ -334,7 +295,7 @@ static const float *int_weights(const void *state, int head, int c, const float 
 static ALWAYS_INLINE void int_mix_hd(const IntState *s, int head, const float *p, float *out, int n, const int hd,
                                      const int bits) {
     float lv[4][16] __attribute__((aligned(64)));
-    int_table_levels(bits, lv);
+    affine_levels(bits, 1, lv);
     for (int c = 0; c < hd / 32; c++) {
         const int groups = bits == 1 || bits == 2 || bits == 4; // else rows
         const AffineChunk ch = {code_store_unit(&s->cs, head, 0) + (size_t)c * (groups ? 16 : 4 * bits),

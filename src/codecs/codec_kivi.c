@@ -293,138 +293,88 @@ static void kivi_read(const void *state, int head, int token, float *out) {
         kivi_decode_chunk(s, head, token, c, s->head_dim - c < 32 ? s->head_dim - c : 32, out + c);
 }
 
-// ---- Keys on tiles --------------------------------------------------------------------------
-// A group's scales and minimums of chunk c as floats.
-static ALWAYS_INLINE void kivi_key_params(const KiviState *s, int head, int g, int c, float *sc, float *mn) {
-    const uint16_t *meta = kivi_key_meta(s, head, g);
-    quant_fp16_to_fp32_16(meta + 32 * c, sc);
-    quant_fp16_to_fp32_16(meta + 32 * c + 16, sc + 16);
-    quant_fp16_to_fp32_16(meta + s->head_dim + 32 * c, mn);
-    quant_fp16_to_fp32_16(meta + s->head_dim + 32 * c + 16, mn + 16);
-}
-
-// The tables of one token group and one chunk of 32 channels (qc: the query's chunk): xq[d][c] =
-// q_d · x̂_d(c) for every code c, then per step st (quant.h) table[st][e] = Σ_t xq[d_t][code_t(e)]
-// in order of t, d_t being the step's numbers (4/B of them; at B = 3 one, the table repeating with
-// period 8).
-static ALWAYS_INLINE void kivi_key_tables(const float *sc, const float *mn, const float *qc, const int bits,
-                                          float (*table)[16]) {
-    const int nc = 1 << bits, per = bits == 3 ? 1 : 4 / bits;
-#ifdef QUANT_AVX512
-    // the same products and sums, a step's 16 entries at once: code_t(e) as floats in lv[t]
-    float lv[4][16] __attribute__((aligned(64)));
-    for (int t = 0; t < per; t++)
-        for (int e = 0; e < 16; e++) lv[t][e] = (float)(bits == 3 ? e % 8 : (e >> (bits * t)) & (nc - 1));
-    for (int st = 0; st < quant_tile_steps(bits); st++) {
-        const int d0 = st * per;
-        __m512 t = _mm512_mul_ps(
-            _mm512_set1_ps(qc[d0]),
-            _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(lv[0]), _mm512_set1_ps(sc[d0])), _mm512_set1_ps(mn[d0])));
-        for (int k = 1; k < per; k++)
-            t = _mm512_add_ps(
-                t, _mm512_mul_ps(_mm512_set1_ps(qc[d0 + k]),
-                                 _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(lv[k]), _mm512_set1_ps(sc[d0 + k])),
-                                               _mm512_set1_ps(mn[d0 + k]))));
-        _mm512_storeu_ps(table[st], t);
-    }
-#else
-    float xq[32][16];
-    for (int d = 0; d < 32; d++)
-        for (int k = 0; k < nc; k++) xq[d][k] = qc[d] * ((float)k * sc[d] + mn[d]);
-    for (int st = 0; st < quant_tile_steps(bits); st++) {
-        const int d0 = st * per;
-        for (int e = 0; e < 16; e++) table[st][e] = xq[d0][e % nc];
-        for (int t = 1; t < per; t++)
-            for (int e = 0; e < 16; e++) table[st][e] += xq[d0 + t][(e >> (bits * t)) & (nc - 1)];
-    }
-#endif
-}
-
-// A few token groups' tables at once, kept while the tiles walk through them (groups arrive in
-// order, so replacing the slot after the newest is enough). The parameters of the group after the
-// newest are converted ahead: the tables broadcast them from memory, and a broadcast reading a
-// vector store still in flight would wait for it.
+// ---- Keys on tiles (affine_kernels.h) -------------------------------------------------------
+// Per token group and chunk of 32 channels, tables of q_d · x̂_d(c), x̂_d(c) = c · scale_d + minimum_d
+// (at B = 2 and 1, two and four channels per lookup); at B > 4, q_d · x̂_d decoded in order of d.
+// A few token groups' tables are kept while the tiles walk through them (groups arrive in order, so
+// replacing the slot after the newest is enough). The parameters of the group after the newest are
+// converted ahead: the tables broadcast them from memory, and a broadcast reading a vector store
+// still in flight would wait for it.
 #define KIVI_SLOTS 5
 typedef struct {
+    const KiviState *s;
+    int head, nq;
+    const float *q;
     int group[KIVI_SLOTS];
     int next;
+    int ahead; // the group whose parameters sm[ahead % 2] hold, or -1
     float table[KIVI_SLOTS][32][16];
-    int ahead; // the group whose parameters sc/mn[ahead % 2] hold, or -1
-    float sc[2][32], mn[2][32];
-} KiviTables;
+    float lv[4][16] __attribute__((aligned(64))); // lv[t][e] = code_t(e)
+    float sm[2][64];  // a group's scales of the chunk, then its minimums
+    float dec[4][64]; // B > 4: each tile's
+} KiviKeys;
 
-static ALWAYS_INLINE const float (*kivi_tables_for(KiviTables *kt, const KiviState *s, int head, int g, int c,
-                                                    const float *q, const int bits))[16] {
+static const AffineForm KIVI_KEY_FORM = {1, 1, 1, 32}; // q_d · (c · scale_d + minimum_d)
+
+static void kivi_key_params(const KiviState *s, int head, int g, int c, float *sm) {
+    const uint16_t *meta = kivi_key_meta(s, head, g);
+    for (int i = 0; i < 32; i += 16) {
+        quant_fp16_to_fp32_16(meta + 32 * c + i, sm + i);
+        quant_fp16_to_fp32_16(meta + s->head_dim + 32 * c + i, sm + 32 + i);
+    }
+}
+
+static inline const float (*kivi_tables_for(KiviKeys *kt, int g, int c, const int bits))[16] {
     for (int i = 0; i < KIVI_SLOTS; i++)
         if (kt->group[i] == g) return (const float(*)[16])kt->table[i];
     const int i = kt->next;
     kt->next = (kt->next + 1) % KIVI_SLOTS;
     kt->group[i] = g;
-    if (kt->ahead != g) kivi_key_params(s, head, g, c, kt->sc[g % 2], kt->mn[g % 2]);
-    if ((g + 1) * s->group < s->n_quant) kivi_key_params(s, head, g + 1, c, kt->sc[(g + 1) % 2], kt->mn[(g + 1) % 2]);
+    if (kt->ahead != g) kivi_key_params(kt->s, kt->head, g, c, kt->sm[g % 2]);
+    if ((g + 1) * kt->s->group < kt->s->n_quant) kivi_key_params(kt->s, kt->head, g + 1, c, kt->sm[(g + 1) % 2]);
     kt->ahead = g + 1;
 #ifdef QUANT_AVX512
     __asm__("" ::: "memory"); // the parameters broadcast from memory
 #endif
-    kivi_key_tables(kt->sc[g % 2], kt->mn[g % 2], q + 32 * c, bits, kt->table[i]);
+    affine_step_tables(kt->q + 32 * c, kt->sm[g % 2], bits, (const float(*)[16])kt->lv, KIVI_KEY_FORM, kt->table[i]);
     return (const float(*)[16])kt->table[i];
 }
 
-// Quantised keys [0, nq): four tiles at a time, each tile with its group's tables, chunk by chunk.
+static inline void kivi_key_job(void *ctx, int c, int t0, int nt, AffineTileJob *job) {
+    KiviKeys *kt = ctx;
+    const int tpg = kt->s->group / TILE, bits = kt->s->bits; // tiles per group
+    if (t0 == 0) { // a new chunk
+        for (int i = 0; i < KIVI_SLOTS; i++) kt->group[i] = -1;
+        kt->next = 0;
+        kt->ahead = -1;
+    }
+    for (int k = 0; k < nt; k++) {
+        const int g = (t0 / TILE + k) / tpg;
+        job->qh[k] = NULL;
+        job->sm[k] = kt->dec[k];
+        if (bits > 4)
+            kivi_key_params(kt->s, kt->head, g, c, kt->dec[k]);
+        else
+            job->tables[k] = kivi_tables_for(kt, g, c, bits);
+    }
+    job->shared = nt == 4 && t0 / TILE / tpg == (t0 / TILE + 3) / tpg; // one group
+}
+
+static void kivi_key_finish(void *ctx, int c, int t0, int nt, float (*acc)[TILE], float *out) {
+    const KiviKeys *kt = ctx;
+    (void)c;
+    for (int k = 0; k < nt; k++)
+        memcpy(out + t0 + k * TILE, acc[k],
+               sizeof(float) * (size_t)(kt->nq - t0 - k * TILE < TILE ? kt->nq - t0 - k * TILE : TILE));
+}
+
+// Quantised keys [0, nq).
 static ALWAYS_INLINE void kivi_scores_quantised(const KiviState *s, int head, const float *q, float *out, int nq,
                                                 const int hd, const int bits) {
-    const size_t tw = s->cs.unit_bytes / 4;
-    const int tiles_per_group = s->group / TILE;
-    for (int c = 0; c < hd / 32; c++) {
-        KiviTables kt;
-        for (int i = 0; i < KIVI_SLOTS; i++) kt.group[i] = -1;
-        kt.next = 0;
-        kt.ahead = -1;
-        for (int t0 = 0; t0 < nq; t0 += 4 * TILE) {
-            const int nt = nq - t0 >= 4 * TILE ? 4 : (nq - t0 + TILE - 1) / TILE;
-            const uint32_t *tile =
-                (const uint32_t *)(const void *)code_store_unit(&s->cs, head, t0 / TILE) + (size_t)c * bits * TILE;
-            if (t0 / TILE + 12 <= s->cs.units)
-                for (size_t b = 0; b < 4 * s->cs.unit_bytes; b += 64)
-                    __builtin_prefetch((const char *)tile + 8 * s->cs.unit_bytes + b);
-            float acc[4][TILE] = {{0}}; // after the first chunk, the sums so far
-            for (int k = 0; k < nt && c > 0; k++)
-                memcpy(acc[k], out + t0 + k * TILE,
-                       sizeof(float) * (size_t)(nq - t0 - k * TILE < TILE ? nq - t0 - k * TILE : TILE));
-            if (bits > 4) { // no tables: q_d · (code · scale_d + minimum_d) in order of d
-                for (int k = 0; k < nt; k++) {
-                    const uint16_t *meta = kivi_key_meta(s, head, (t0 / TILE + k) / tiles_per_group);
-                    float sc[32], mn[32];
-                    quant_fp16_to_fp32_16(meta + 32 * c, sc);
-                    quant_fp16_to_fp32_16(meta + 32 * c + 16, sc + 16);
-                    quant_fp16_to_fp32_16(meta + hd + 32 * c, mn);
-                    quant_fp16_to_fp32_16(meta + hd + 32 * c + 16, mn + 16);
-                    const uint32_t *w = tile + (size_t)k * tw;
-QUANT_UNROLL(32)
-                    for (int d = 0; d < 32; d++) {
-                        const float qd = q[32 * c + d], sd = sc[d], md = mn[d];
-#pragma omp simd
-                        for (int l = 0; l < TILE; l++)
-                            acc[k][l] += qd * ((float)quant_tile_code(w, l, d, bits) * sd + md);
-                    }
-                }
-            } else {
-                const float(*tables[4])[16];
-                for (int k = 0; k < nt; k++)
-                    tables[k] = kivi_tables_for(&kt, s, head, (t0 / TILE + k) / tiles_per_group, c, q, bits);
-                if (nt == 4 && t0 / TILE / tiles_per_group == (t0 / TILE + 3) / tiles_per_group) // one group
-                    quant_tile_lookup(tile, tw, 4, tables, 1, bits, acc);
-                else if (nt == 4)
-                    quant_tile_lookup(tile, tw, 4, tables, 0, bits, acc);
-                else
-                    quant_tile_lookup(tile, tw, nt, tables, 0, bits, acc);
-            }
-            for (int k = 0; k < nt; k++) {
-                const int m = nq - t0 - k * TILE < TILE ? nq - t0 - k * TILE : TILE;
-                memcpy(out + t0 + k * TILE, acc[k], sizeof(float) * (size_t)m);
-            }
-        }
-    }
+    KiviKeys kt = {.s = s, .head = head, .nq = nq, .q = q};
+    affine_levels(bits, 0, kt.lv);
+    affine_score_tiles(code_store_unit(&s->cs, head, 0), s->cs.unit_bytes, s->cs.units, nq, hd, bits, AFFINE_UNSIGNED,
+                       0, bits <= 4, 1, KIVI_KEY_FORM, q, kivi_key_job, kivi_key_finish, &kt, out);
 }
 
 // The residual keys [n_quant, n): fp16 tiles, per lane Σ_d q_d · k̂_d, the even and the odd d in
