@@ -284,7 +284,7 @@ typedef struct {
     const uint32_t *qh[4];
 } AffineTileJob;
 
-typedef void (*AffineTileJobFn)(void *ctx, int c, int t0, int nt, AffineTileJob *job);
+typedef void (*AffineTileJobFn)(void *ctx, int c, int t0, int nt, int bits, AffineTileJob *job);
 // Writes out[t0 .. t0 + 16·nt) (not past the stream's n) from the sums of chunk c.
 typedef void (*AffineTileFinishFn)(void *ctx, int c, int t0, int nt, float (*acc)[QUANT_TILE], float *out);
 
@@ -322,7 +322,7 @@ static QUANT_ALWAYS_INLINE void affine_score_tiles(const uint8_t *tiles, size_t 
                 memcpy(acc[k], out + t0 + k * QUANT_TILE,
                        sizeof(float) * (size_t)(n - t0 - k * QUANT_TILE < QUANT_TILE ? n - t0 - k * QUANT_TILE : QUANT_TILE));
             AffineTileJob job;
-            job_fn(ctx, c, t0, nt, &job);
+            job_fn(ctx, c, t0, nt, bits, &job); // bits: a constant where the job is inlined
             if (tabled && nt == 4 && job.shared)
                 quant_tile_lookup(tile, tw, 4, job.tables, 1, bits, acc);
             else if (tabled && nt == 4)

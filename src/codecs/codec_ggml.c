@@ -484,7 +484,7 @@ typedef struct {
     float tables[32][16] __attribute__((aligned(64)));
 } BlockKeys;
 
-static inline void block_key_job(void *ctx, int i, int t0, int nt, AffineTileJob *job) {
+static inline void block_key_job(void *ctx, int i, int t0, int nt, int bits, AffineTileJob *job) {
     BlockKeys *k = ctx;
     const BlockFormat f = k->s->format;
     if (t0 == 0) { // block i's tables and Σq
@@ -493,7 +493,7 @@ static inline void block_key_job(void *ctx, int i, int t0, int nt, AffineTileJob
         for (int j = 0; j < QK; j++) k->qsum += k->q[i * QK + j];
         for (int c = 0; c < 16; c++) lv[0][c] = block_level(f, c);
         for (int st = 0; st < QK; st++) qs[st] = k->q[i * QK + st / 2 + 16 * (st % 2)];
-        if (block_tabled(f)) affine_step_tables(qs, NULL, 4, (const float(*)[16])lv, (AffineForm){0, 0, 0, 0}, k->tables);
+        if (block_tabled(f)) affine_step_tables(qs, NULL, bits, (const float(*)[16])lv, (AffineForm){0, 0, 0, 0}, k->tables);
     }
     for (int t = 0; t < 4; t++) {
         job->tables[t] = (const float(*)[16])k->tables, job->sm[t] = NULL;

@@ -234,13 +234,13 @@ typedef struct {
     float tables[32][16] __attribute__((aligned(64))); // the chunk's
 } IntKeys;
 
-static inline void int_key_job(void *ctx, int c, int t0, int nt, AffineTileJob *job) {
+static inline void int_key_job(void *ctx, int c, int t0, int nt, int bits, AffineTileJob *job) {
     IntKeys *k = ctx;
     (void)nt;
-    if (t0 == 0 && k->s->bits <= 4) { // a chunk's tables serve every token
+    if (t0 == 0 && bits <= 4) { // a chunk's tables serve every token
         float lv[4][16] __attribute__((aligned(64)));
-        affine_levels(k->s->bits, 1, lv);
-        affine_step_tables(k->q + 32 * c, NULL, k->s->bits, (const float(*)[16])lv, INT_FORM, k->tables);
+        affine_levels(bits, 1, lv);
+        affine_step_tables(k->q + 32 * c, NULL, bits, (const float(*)[16])lv, INT_FORM, k->tables);
     }
     for (int i = 0; i < 4; i++) job->tables[i] = (const float(*)[16])k->tables, job->sm[i] = NULL, job->qh[i] = NULL;
     job->shared = 1;

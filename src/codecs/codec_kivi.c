@@ -308,10 +308,10 @@ typedef struct {
     int group[KIVI_SLOTS];
     int next;
     int ahead; // the group whose parameters sm[ahead % 2] hold, or -1
-    float table[KIVI_SLOTS][32][16];
-    float lv[4][16] __attribute__((aligned(64))); // lv[t][e] = code_t(e)
-    float sm[2][64];  // a group's scales of the chunk, then its minimums
-    float dec[4][64]; // B > 4: each tile's
+    float table[KIVI_SLOTS][32][16] __attribute__((aligned(64))); // a table row in one cache line
+    float lv[4][16] __attribute__((aligned(64)));                 // lv[t][e] = code_t(e)
+    float sm[2][64] __attribute__((aligned(64))); // a group's scales of the chunk, then its minimums
+    float dec[4][64];                             // B > 4: each tile's
 } KiviKeys;
 
 static const AffineForm KIVI_KEY_FORM = {1, 1, 1, 32}; // q_d · (c · scale_d + minimum_d)
@@ -340,9 +340,9 @@ static inline const float (*kivi_tables_for(KiviKeys *kt, int g, int c, const in
     return (const float(*)[16])kt->table[i];
 }
 
-static inline void kivi_key_job(void *ctx, int c, int t0, int nt, AffineTileJob *job) {
+static inline void kivi_key_job(void *ctx, int c, int t0, int nt, int bits, AffineTileJob *job) {
     KiviKeys *kt = ctx;
-    const int tpg = kt->s->group / TILE, bits = kt->s->bits; // tiles per group
+    const int tpg = kt->s->group / TILE; // tiles per group
     if (t0 == 0) { // a new chunk
         for (int i = 0; i < KIVI_SLOTS; i++) kt->group[i] = -1;
         kt->next = 0;
@@ -518,8 +518,7 @@ static ALWAYS_INLINE void kivi_mix_values(const KiviState *s, int head, const fl
     const int nq = n < s->n_quant ? n : s->n_quant;
     const int groups = (bits == 1 || bits == 2 || bits == 4) && s->cs.layout == QUANT_GROUPS, g = groups ? 4 / bits : 1;
     float lv[4][16] __attribute__((aligned(64))); // lv[t][e] = code_t(e)
-    for (int t = 0; t < g; t++)
-        for (int e = 0; e < 16; e++) lv[t][e] = (float)((e >> (bits * t)) & ((1 << bits) - 1));
+    affine_levels(bits, 0, lv);
     for (int c = 0; c < hd / 32; c++) {
         float sums[2][32] __attribute__((aligned(64)));
         const AffineChunk ch = {code_store_unit(&s->cs, head, 0) + (size_t)c * (groups ? 16 : 4 * bits),
