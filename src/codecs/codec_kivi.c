@@ -473,19 +473,6 @@ static ALWAYS_INLINE void kivi_scores_rows(const KiviState *s, int head, const f
     }
 }
 
-// A quantised value's numbers [c, c + 32) when the chunk meets several channel groups (G not a
-// multiple of 32): each number with its group's scale and minimum.
-static void kivi_value_row(const KiviState *s, int head, int j, int c, const int bits, float *v) {
-    const uint16_t *meta = kivi_value_meta(s, head, j);
-    quant_unpack_float(code_store_unit(&s->cs, head, j) + quant_packed_bytes((size_t)c, bits), 32, bits, 1.0f, 0.0f, v);
-    for (int g = c / s->group; g <= (c + 31) / s->group; g++) { // the groups the chunk meets
-        const float sd = quant_fp16_to_fp32(meta[2 * g]), md = quant_fp16_to_fp32(meta[2 * g + 1]);
-        const int i0 = g * s->group - c > 0 ? g * s->group - c : 0;
-        const int i1 = (g + 1) * s->group - c < 32 ? (g + 1) * s->group - c : 32;
-        for (int i = i0; i < i1; i++) v[i] = v[i] * sd + md;
-    }
-}
-
 // sums[j % 2] += p_j · v̂_j for the window's tokens [nq, n) of chunk c: numbers 2i and 2i + 1 to
 // sums[.][i] and sums[.][16 + i] (the token groups' order, `pairs`), else number i to sums[.][i].
 static ALWAYS_INLINE void kivi_window(const KiviState *s, int head, int c, const float *p, int nq, int n,
@@ -529,11 +516,11 @@ static ALWAYS_INLINE void kivi_mix_values(const KiviState *s, int head, const fl
         } else if (s->group % 32 == 0) { // the chunk lies in one group
             affine_mix_rows(ch, NULL, bits, AFFINE_UNSIGNED, 0, KIVI_FORM, kivi_value_params, s, head, c, p, nq, sums[0],
                             sums[1]);
-        } else {
+        } else { // a chunk over several channel groups: decoded as read() does, x̂ = c · scale + minimum
             memset(sums, 0, sizeof sums);
             for (int j = 0; j < nq; j++) {
                 float *restrict a = sums[j % 2], v[32];
-                kivi_value_row(s, head, j, 32 * c, bits, v);
+                kivi_decode_chunk(s, head, j, 32 * c, 32, v);
                 const float pj = p[j];
 #pragma omp simd
                 for (int i = 0; i < 32; i++) a[i] += pj * v[i];
