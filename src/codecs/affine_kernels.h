@@ -1,9 +1,13 @@
 // The attention kernels shared by the affine code families: `int`, KIVI's quantised part and
 // llama.cpp's blocks all store codes whose number is x̂ = level(code) · scale (+ minimum), with the
 // scale and minimum per token (int, KIVI's values, a block) or per group of tokens and channel
-// (KIVI's keys). A family is a parameter set of these kernels: its level table, the form of its
-// products (AffineForm) and a function that gathers the weights, scales and minimums of 64 tokens
-// (AffinePrep). What stays in a family's file is its encoder, its layout and those parameters.
+// (KIVI's keys). A family is a parameter set of these kernels: its level table, the kind of its
+// codes (AFFINE_SIGNED, ...), the form of its products (AffineForm), a function that gathers the
+// weights, scales and minimums of 64 tokens for the mix kernels (AffinePrep), and for the score
+// kernel one that hands out each group of tiles' tables and one that writes their sums out
+// (AffineTileJobFn, AffineTileFinishFn). Three kernels serve all of them: affine_mix_groups (token
+// groups), affine_mix_rows (rows of 32 codes) and affine_score_tiles (token tiles). What stays in
+// a family's file is its encoder, its layout and those parameters.
 //
 // Included by the family sources, which are compiled twice (portable and AVX-512, codecs.h): every
 // kernel here has one portable and at most one AVX-512 path, computing the same products and sums
