@@ -488,7 +488,7 @@ static inline void block_key_job(void *ctx, int i, int t0, int nt, int bits, Aff
     BlockKeys *k = ctx;
     const BlockFormat f = k->s->format;
     if (t0 == 0) { // block i's tables and Σq
-        float lv[1][16] __attribute__((aligned(64))), qs[QK];
+        float lv[4][16] __attribute__((aligned(64))), qs[QK]; // lv[0] used (one code per lookup)
         k->qsum = 0.0f;
         for (int j = 0; j < QK; j++) k->qsum += k->q[i * QK + j];
         for (int c = 0; c < 16; c++) lv[0][c] = block_level(f, c);
