@@ -298,41 +298,19 @@ static QUANT_ALWAYS_INLINE void quant_tile_lookup(const uint32_t *tile, size_t t
         const float(*tb0)[16] = tables[0], (*tb1)[16] = tables[shared ? 0 : 1], (*tb2)[16] = tables[shared ? 0 : 2],
                    (*tb3)[16] = tables[shared ? 0 : 3];
         __asm__("" : "+r"(tb0), "+r"(tb1), "+r"(tb2), "+r"(tb3));
-        if (bits != 3) { // a word at a time, 8 steps of 4 bits
-            for (int g = 0; g < bits; g++) {
-                const __m512i w0 = _mm512_loadu_si512(t0 + g * QUANT_TILE),
-                              w1 = _mm512_loadu_si512(t1 + g * QUANT_TILE),
-                              w2 = _mm512_loadu_si512(t2 + g * QUANT_TILE),
-                              w3 = _mm512_loadu_si512(t3 + g * QUANT_TILE);
-#define QUANT_WSTEP(k)                                                                             \
-    QUANT_STEP(_mm512_srli_epi32(w0, 4 * k), _mm512_srli_epi32(w1, 4 * k), _mm512_srli_epi32(w2, 4 * k), \
-               _mm512_srli_epi32(w3, 4 * k), 8 * g + k)
-                QUANT_STEP(w0, w1, w2, w3, 8 * g)
-                QUANT_WSTEP(1) QUANT_WSTEP(2) QUANT_WSTEP(3) QUANT_WSTEP(4) QUANT_WSTEP(5) QUANT_WSTEP(6) QUANT_WSTEP(7)
-#undef QUANT_WSTEP
-            }
-        } else {
+        // Step s looks up the 4 bits (B = 3: 3) from bit 4s (3s) of each lane's stream, shifted down
+        // (a lookup reads only an index's low four bits); at B = 3 a number may continue in the
+        // next word. With constant steps the loads of a word are one load and the shifts constants.
+        const int sb = bits == 3 ? 3 : 4;
 QUANT_UNROLL(32)
-            for (int s = 0; s < 32; s++) {
-                const int bit = 3 * s, g = bit >> 5, sh = bit & 31;
-                __m512i i0, i1, i2, i3;
-                if (sh + 3 <= 32) {
-                    i0 = _mm512_srli_epi32(_mm512_loadu_si512(t0 + g * QUANT_TILE), (unsigned)sh);
-                    i1 = _mm512_srli_epi32(_mm512_loadu_si512(t1 + g * QUANT_TILE), (unsigned)sh);
-                    i2 = _mm512_srli_epi32(_mm512_loadu_si512(t2 + g * QUANT_TILE), (unsigned)sh);
-                    i3 = _mm512_srli_epi32(_mm512_loadu_si512(t3 + g * QUANT_TILE), (unsigned)sh);
-                } else { // a number across two words
-#define QUANT_JOIN(tp)                                                                             \
-    _mm512_or_si512(_mm512_srli_epi32(_mm512_loadu_si512(tp + g * QUANT_TILE), (unsigned)sh),      \
-                    _mm512_slli_epi32(_mm512_loadu_si512(tp + (g + 1) * QUANT_TILE), (unsigned)(32 - sh)))
-                    i0 = QUANT_JOIN(t0);
-                    i1 = QUANT_JOIN(t1);
-                    i2 = QUANT_JOIN(t2);
-                    i3 = QUANT_JOIN(t3);
-#undef QUANT_JOIN
-                }
-                QUANT_STEP(i0, i1, i2, i3, s)
-            }
+        for (int s = 0; s < steps; s++) {
+            const int bit = sb * s, g = bit >> 5, sh = bit & 31;
+#define QUANT_INDEX(tp)                                                                            \
+    (sh + sb <= 32 ? _mm512_srli_epi32(_mm512_loadu_si512(tp + g * QUANT_TILE), (unsigned)sh)      \
+                   : _mm512_or_si512(_mm512_srli_epi32(_mm512_loadu_si512(tp + g * QUANT_TILE), (unsigned)sh), \
+                                     _mm512_slli_epi32(_mm512_loadu_si512(tp + (g + 1) * QUANT_TILE), (unsigned)(32 - sh))))
+            QUANT_STEP(QUANT_INDEX(t0), QUANT_INDEX(t1), QUANT_INDEX(t2), QUANT_INDEX(t3), s)
+#undef QUANT_INDEX
         }
 #undef QUANT_STEP
         quant_store4(acc[0], acc[2], a0, a1, a2, a3); // acc[k] follows acc[k - 1]

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "../quant.h"
+#include "affine_kernels.h" // the kernels that read a store's codes (and llama.cpp's blocks)
 
 typedef struct {
     QuantLayout layout;

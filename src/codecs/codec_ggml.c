@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "../quant.h"
+#include "affine_kernels.h"
 #include "codec_core.h"
 #include "codecs.h"
 
@@ -472,221 +473,91 @@ static ALWAYS_INLINE void block_scales16(const uint16_t *h, int n_left, float *o
     for (int l = n_left; l < TILE; l++) out[l] = 0.0f;
 }
 
-// Scores on key tiles, four tiles at a time. Per block: q4_0, q4_1 and iq4_nl sum table lookups
+// Scores on key tiles (affine_kernels.h). Per block: q4_0, q4_1 and iq4_nl sum table lookups
 // table[s][nibble s], nibble s being number s/2 + 16·(s%2) (qs byte s/2, low or high); q8_0 and q5
 // sum q_j · level in order of j. Then per token: Σ over blocks of sum · d (q4_1, q5_1: + m · Σq).
+typedef struct {
+    const BlockState *s;
+    int head, n;
+    const float *q;
+    float qsum; // the block's Σq
+    float tables[32][16] __attribute__((aligned(64)));
+} BlockKeys;
+
+static inline void block_key_job(void *ctx, int i, int t0, int nt, int bits, AffineTileJob *job) {
+    BlockKeys *k = ctx;
+    const BlockFormat f = k->s->format;
+    if (t0 == 0) { // block i's tables and Σq
+        float lv[4][16] __attribute__((aligned(64))), qs[QK]; // lv[0] used (one code per lookup)
+        k->qsum = 0.0f;
+        for (int j = 0; j < QK; j++) k->qsum += k->q[i * QK + j];
+        for (int c = 0; c < 16; c++) lv[0][c] = block_level(f, c);
+        for (int st = 0; st < QK; st++) qs[st] = k->q[i * QK + st / 2 + 16 * (st % 2)];
+        if (block_tabled(f)) affine_step_tables(qs, NULL, bits, (const float(*)[16])lv, (AffineForm){0, 0, 0, 0}, k->tables);
+    }
+    for (int t = 0; t < 4; t++) {
+        job->tables[t] = (const float(*)[16])k->tables, job->sm[t] = NULL;
+        job->qh[t] = k->s->qh && t < nt ? k->s->qh + block_meta(k->s, k->head, i, t0 + t * TILE) : NULL;
+    }
+    job->shared = 1;
+}
+
+static inline void block_key_finish(void *ctx, int i, int t0, int nt, float (*acc)[TILE], float *out) {
+    const BlockKeys *k = ctx;
+    for (int t = 0; t < nt; t++) {
+        float d[TILE], m[TILE], *o = out + t0 + t * TILE;
+        const size_t at = block_meta(k->s, k->head, i, t0 + t * TILE);
+        const int cnt = k->n - t0 - t * TILE < TILE ? k->n - t0 - t * TILE : TILE;
+        block_scales16(k->s->d + at, TILE, d);
+        if (k->s->m) block_scales16(k->s->m + at, TILE, m);
+        for (int l = 0; l < cnt; l++) {
+            const float sum = i == 0 ? 0.0f : o[l]; // the blocks before
+            o[l] = k->s->m ? sum + (acc[t][l] * d[l] + m[l] * k->qsum) : sum + acc[t][l] * d[l];
+        }
+    }
+}
+
 static ALWAYS_INLINE void block_scores_impl(const BlockState *s, int head, const float *q, float *out, int n,
                                             const BlockFormat f, const int hd) {
-    const int nblk = hd / QK, words = f == FMT_Q8_0 ? 8 : 4;
-    const size_t tw = s->unit_bytes / 4;
-    float tables[8][32][16] __attribute__((aligned(64)));
-    float qsum[8];
-    for (int i = 0; i < nblk; i++) {
-        qsum[i] = 0.0f;
-        for (int j = 0; j < QK; j++) qsum[i] += q[i * QK + j];
-        if (block_tabled(f))
-            for (int st = 0; st < 32; st++) {
-                const float qj = q[i * QK + st / 2 + 16 * (st % 2)];
-                for (int c = 0; c < 16; c++) tables[i][st][c] = qj * block_level(f, c);
-            }
-    }
-    for (int t0 = 0; t0 < n; t0 += 4 * TILE) {
-        const int nt = n - t0 >= 4 * TILE ? 4 : (n - t0 + TILE - 1) / TILE;
-        const uint32_t *tile = (const uint32_t *)(const void *)block_unit(s, head, t0 / TILE);
-        if (t0 / TILE + 12 <= s->slots / TILE)
-            for (size_t b = 0; b < 4 * s->unit_bytes; b += 64)
-                __builtin_prefetch((const char *)tile + 8 * s->unit_bytes + b);
-        float res[4][TILE] = {{0}};
-        for (int i = 0; i < nblk; i++) {
-            const uint32_t *w = tile + (size_t)i * words * TILE;
-            float acc[4][TILE] = {{0}};
-            if (block_tabled(f)) {
-                const float(*const set[1])[16] = {(const float(*)[16])tables[i]};
-                if (nt == 4)
-                    quant_tile_lookup(w, tw, 4, set, 1, 4, acc);
-                else
-                    quant_tile_lookup(w, tw, nt, set, 1, 4, acc);
-            } else {
-                for (int k = 0; k < nt; k++) {
-                    const uint32_t *wk = w + (size_t)k * tw;
-                    const uint32_t *qh = s->qh ? s->qh + block_meta(s, head, i, t0 + k * TILE) : NULL;
-QUANT_UNROLL(32)
-                    for (int j = 0; j < QK; j++) {
-                        const float qj = q[i * QK + j];
-#pragma omp simd
-                        for (int l = 0; l < TILE; l++) {
-                            float lv;
-                            if (f == FMT_Q8_0) {
-                                lv = (float)quant_tile_code_signed(wk, l, j, 8);
-                            } else {
-                                const int c =
-                                    (int)(quant_tile_code(wk, l, 2 * (j % 16) + j / 16, 4) | ((qh[l] >> j) & 1) << 4);
-                                lv = (float)(f == FMT_Q5_0 ? c - 16 : c);
-                            }
-                            acc[k][l] += qj * lv;
-                        }
-                    }
-                }
-            }
-            for (int k = 0; k < nt; k++) {
-                float d[TILE], m[TILE];
-                const size_t at = block_meta(s, head, i, t0 + k * TILE);
-                block_scales16(s->d + at, TILE, d);
-                if (block_has_m(f)) {
-                    block_scales16(s->m + at, TILE, m);
-#pragma omp simd
-                    for (int l = 0; l < TILE; l++) res[k][l] += acc[k][l] * d[l] + m[l] * qsum[i];
-                } else {
-#pragma omp simd
-                    for (int l = 0; l < TILE; l++) res[k][l] += acc[k][l] * d[l];
-                }
-            }
-        }
-        for (int k = 0; k < nt; k++) {
-            const int m = n - t0 - k * TILE < TILE ? n - t0 - k * TILE : TILE;
-            memcpy(out + t0 + k * TILE, res[k], sizeof(float) * (size_t)m);
-        }
-    }
+    BlockKeys k = {.s = s, .head = head, .n = n, .q = q};
+    affine_score_tiles(block_unit(s, head, 0), s->unit_bytes, s->slots / TILE, n, hd, f == FMT_Q8_0 ? 8 : 4,
+                       f == FMT_Q8_0 ? AFFINE_SIGNED : AFFINE_Q5, f == FMT_Q5_0 ? 16 : 0, block_tabled(f), 0,
+                       (AffineForm){0, 0, 0, 0}, q, block_key_job, block_key_finish, &k, out);
 }
 
-// acc += p · x̂ for one block of one token decoded in registers (q8_0: (p · d) · code).
-static ALWAYS_INLINE __attribute__((unused)) void block_mix_decoded(const BlockState *s, int head, int i, int token,
-                                                                    const uint8_t *qs, float pk, float d, float m,
-                                                                    const BlockFormat f, float *restrict acc) {
-    if (f == FMT_Q8_0) {
-        const float w = pk * d;
-#pragma omp simd
-        for (int j = 0; j < QK; j++) acc[j] += w * (float)(int8_t)qs[j];
-        return;
+// The mix kernels' parameters (AffinePrep) of tokens j0 .. j0+63 for block i: d in sm[0..64) and m
+// in sm[64..128), 0 from n on; the weights p itself (q8_0: p · d).
+static const float *block_prep(const void *state, int head, int i, const float *p, int n, int j0, float *w,
+                               float *sm) {
+    const BlockState *s = state;
+    for (int l = 0; l < 4 * TILE && j0 + l < n; l += TILE) {
+        block_scales16(s->d + block_meta(s, head, i, j0 + l), n - j0 - l, sm + l);
+        if (s->m) block_scales16(s->m + block_meta(s, head, i, j0 + l), n - j0 - l, sm + 4 * TILE + l);
     }
-    const uint32_t qh = s->qh[block_meta(s, head, i, token)];
-#pragma omp simd
-    for (int j = 0; j < QK / 2; j++) {
-        const int lo = (qs[j] & 15) | (int)((qh >> j) & 1) << 4, hi = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
-        acc[j] += pk * (f == FMT_Q5_0 ? (float)(lo - 16) * d : (float)lo * d + m);
-        acc[j + 16] += pk * (f == FMT_Q5_0 ? (float)(hi - 16) * d : (float)hi * d + m);
-    }
+    if (s->format != FMT_Q8_0) return p + j0;
+    for (int k = 0; k < 4 * TILE && j0 + k < n; k++) w[k] = p[j0 + k] * sm[k];
+    return w;
 }
 
-#ifdef QUANT_AVX512
-// block_mix_decoded in registers: lo gets numbers 0..15, hi 16..31 (the same products and sums).
-static ALWAYS_INLINE void block_mix_decoded16(const uint8_t *qs, uint32_t qh, float pk, float d, float m,
-                                              const BlockFormat f, __m512 *lo, __m512 *hi) {
-    if (f == FMT_Q8_0) {
-        const __m512 w = _mm512_set1_ps(pk * d);
-        const __m512 a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)qs)));
-        const __m512 b =
-            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(qs + 16))));
-        *lo = _mm512_add_ps(*lo, _mm512_mul_ps(w, a));
-        *hi = _mm512_add_ps(*hi, _mm512_mul_ps(w, b));
-        return;
-    }
-    const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)qs));
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i h = _mm512_set1_epi32((int)qh), one = _mm512_set1_epi32(1), fifteen = _mm512_set1_epi32(15);
-    __m512i cl = _mm512_or_si512(_mm512_and_si512(bytes, fifteen),
-                                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(h, lane), one), 4));
-    __m512i ch =
-        _mm512_or_si512(_mm512_srli_epi32(bytes, 4),
-                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(_mm512_srlv_epi32(h, lane), 16), one), 4));
-    const __m512 D = _mm512_set1_ps(d), P = _mm512_set1_ps(pk);
-    __m512 xl, xh;
-    if (f == FMT_Q5_0) {
-        const __m512i sixteen = _mm512_set1_epi32(16);
-        xl = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(cl, sixteen)), D);
-        xh = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ch, sixteen)), D);
-    } else {
-        const __m512 M = _mm512_set1_ps(m);
-        xl = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(cl), D), M);
-        xh = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(ch), D), M);
-    }
-    *lo = _mm512_add_ps(*lo, _mm512_mul_ps(P, xl));
-    *hi = _mm512_add_ps(*hi, _mm512_mul_ps(P, xh));
-}
-#endif
-
-// Mix on value rows, even and odd tokens apart (out = even + odd). q4_0, q4_1, iq4_nl: a table per
-// token, p · x̂(c) with x̂(c) = level(c) · d (+ m) as read() decodes, looked up by both nibbles of
-// each qs byte (low: numbers 0..15, high: 16..31). q8_0 and q5: p · x̂ decoded in registers.
+// Mix on value rows (affine_kernels.h), even and odd tokens apart (out = even + odd). q4_0, q4_1,
+// iq4_nl: a token group of one, a table p · x̂(c) per token with x̂(c) = level(c) · d (+ m) as read()
+// decodes, looked up by both nibbles of each qs byte (low: numbers 0..15, high: 16..31). q8_0 and
+// q5: decoded in registers, (p · d) · code for q8_0, p · x̂ for q5.
 static ALWAYS_INLINE void block_mix_impl(const BlockState *s, int head, const float *p, float *out, int n,
                                          const BlockFormat f, const int hd) {
-    float lv[16] __attribute__((aligned(64)));
-    for (int c = 0; c < 16; c++) lv[c] = block_level(f, c);
+    float lv[1][16] __attribute__((aligned(64)));
+    for (int c = 0; c < 16; c++) lv[0][c] = block_level(f, c);
+    const AffineForm form = {f != FMT_Q8_0, block_has_m(f), 1, 4 * TILE};
     for (int i = 0; i < hd / QK; i++) {
-        float even[QK] __attribute__((aligned(64))) = {0}, odd[QK] __attribute__((aligned(64))) = {0};
-        // d and m of a block of 64 tokens converted ahead of the lookups (a broadcast that reads a
-        // vector store still in flight would wait for it).
-        float dbuf[2][4 * TILE] __attribute__((aligned(64))), mbuf[2][4 * TILE] __attribute__((aligned(64)));
-        for (int j0 = 0; j0 < n; j0 += 4 * TILE) {
-            for (int b = j0 == 0 ? 0 : 1; b < 2; b++) {
-                const int jb = j0 + b * 4 * TILE, slot = (jb / (4 * TILE)) % 2;
-                for (int l = 0; l < 4 * TILE && jb + l < n; l += TILE) {
-                    block_scales16(s->d + block_meta(s, head, i, jb + l), n - jb - l, dbuf[slot] + l);
-                    if (block_has_m(f))
-                        block_scales16(s->m + block_meta(s, head, i, jb + l), n - jb - l, mbuf[slot] + l);
-                }
-            }
-            const float *d = dbuf[(j0 / (4 * TILE)) % 2], *m = mbuf[(j0 / (4 * TILE)) % 2];
-            const int cnt = n - j0 < 4 * TILE ? n - j0 : 4 * TILE;
-            const uint8_t *row = block_unit(s, head, j0) + (size_t)i * s->code_bytes;
-            const size_t rb = s->unit_bytes;
-            if (j0 + 12 * TILE <= s->capacity)
-                for (size_t b = 0; b < 4 * TILE * rb; b += 64) __builtin_prefetch(row + 8 * TILE * rb + b);
-            if (block_tabled(f)) {
-#ifdef QUANT_AVX512
-                __asm__("" ::: "memory"); // d and m broadcast from memory
-                const __m512 L = _mm512_load_ps(lv);
-                __m512 e0 = _mm512_load_ps(even), e1 = _mm512_load_ps(even + 16), o0 = _mm512_load_ps(odd),
-                       o1 = _mm512_load_ps(odd + 16);
-#define BLOCK_TABLE(k)                                                                             \
-    _mm512_mul_ps(_mm512_set1_ps(p[j0 + (k)]),                                                     \
-                  block_has_m(f) ? _mm512_add_ps(_mm512_mul_ps(L, _mm512_set1_ps(d[k])), _mm512_set1_ps(m[k])) \
-                                 : _mm512_mul_ps(L, _mm512_set1_ps(d[k])))
-                int k = 0;
-                for (; k + 2 <= cnt; k += 2) {
-                    quant_group_lookup16(row + (size_t)k * rb, BLOCK_TABLE(k), &e0, &e1);
-                    quant_group_lookup16(row + (size_t)(k + 1) * rb, BLOCK_TABLE(k + 1), &o0, &o1);
-                }
-                if (k < cnt) quant_group_lookup16(row + (size_t)k * rb, BLOCK_TABLE(k), &e0, &e1);
-#undef BLOCK_TABLE
-                quant_store4(even, odd, e0, e1, o0, o1);
-#else
-                for (int k = 0; k < cnt; k++) {
-                    float t[16], *acc = k % 2 ? odd : even;
-                    const uint8_t *qs = row + (size_t)k * rb;
-                    for (int c = 0; c < 16; c++)
-                        t[c] = p[j0 + k] * (block_has_m(f) ? lv[c] * d[k] + m[k] : lv[c] * d[k]);
-                    for (int j = 0; j < 16; j++) {
-                        acc[j] += t[qs[j] & 15];
-                        acc[j + 16] += t[qs[j] >> 4];
-                    }
-                }
-#endif
-                continue;
-            }
-#ifdef QUANT_AVX512
-            __asm__("" ::: "memory"); // d and m broadcast from memory
-            __m512 e0 = _mm512_load_ps(even), e1 = _mm512_load_ps(even + 16), o0 = _mm512_load_ps(odd),
-                   o1 = _mm512_load_ps(odd + 16);
-            const uint32_t *qh = s->qh ? s->qh + block_meta(s, head, i, j0) : NULL;
-            int k = 0;
-            for (; k + 2 <= cnt; k += 2) {
-                block_mix_decoded16(row + (size_t)k * rb, qh ? qh[k] : 0, p[j0 + k], d[k], m[k], f, &e0, &e1);
-                block_mix_decoded16(row + (size_t)(k + 1) * rb, qh ? qh[k + 1] : 0, p[j0 + k + 1], d[k + 1], m[k + 1],
-                                    f, &o0, &o1);
-            }
-            if (k < cnt) block_mix_decoded16(row + (size_t)k * rb, qh ? qh[k] : 0, p[j0 + k], d[k], m[k], f, &e0, &e1);
-            quant_store4(even, odd, e0, e1, o0, o1);
-#else
-            for (int k = 0; k < cnt; k++) {
-                if (k % 2 == 0)
-                    block_mix_decoded(s, head, i, j0 + k, row + (size_t)k * rb, p[j0 + k], d[k], m[k], f, even);
-                else
-                    block_mix_decoded(s, head, i, j0 + k, row + (size_t)k * rb, p[j0 + k], d[k], m[k], f, odd);
-            }
-#endif
-        }
-        for (int j = 0; j < QK; j++) out[i * QK + j] = even[j] + odd[j];
+        const AffineChunk ch = {block_unit(s, head, 0) + (size_t)i * s->code_bytes, s->unit_bytes, s->capacity};
+        float sums[2][32] __attribute__((aligned(64)));
+        if (block_tabled(f))
+            affine_mix_groups(ch, 1, (const float(*)[16])lv, form, block_prep, s, head, i, p, n, (float(*)[2][16])sums);
+        else
+            affine_mix_rows(ch, s->qh ? s->qh + block_meta(s, head, i, 0) : NULL, 8,
+                            f == FMT_Q8_0 ? AFFINE_SIGNED : AFFINE_Q5, f == FMT_Q5_0 ? 16 : 0, form, block_prep, s,
+                            head, i, p, n, sums[0], sums[1]);
+        for (int j = 0; j < QK; j++) out[i * QK + j] = sums[0][j] + sums[1][j];
     }
 }
 

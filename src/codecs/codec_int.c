@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "../quant.h"
+#include "affine_kernels.h"
 #include "code_store.h"
 #include "codec_core.h"
 #include "codecs.h"
@@ -33,6 +34,9 @@
 #define ALWAYS_INLINE QUANT_ALWAYS_INLINE
 
 enum { LEVELS_SYM, LEVELS_FULL, LEVELS_SIGN };
+
+// Every product is w · level: the query number (then the token's scale), or p · scale.
+static const AffineForm INT_FORM = {0, 0, 0, 0};
 
 typedef struct {
     int n_heads, head_dim, capacity, length;
@@ -211,55 +215,10 @@ static void int_levels(const IntState *s, int head, int token, int c, int n, flo
     for (int i = 0; i < n; i++) out[i] = (float)int_level(q[i], s->bits);
 }
 
-// ---- Tables ---------------------------------------------------------------------------------
-// The products a kernel adds, for a 4-bit value e holding `per` codes of `bits` bits (per = 4/B, or
-// 1 at B = 3 where e's fourth bit is ignored): Σ_t x_t · level(code_t(e)) over t = 0..per-1 in that
-// order, x being the query numbers (keys) or the weights p·scale of a group's tokens (values).
-// lv[t][e] = level(code_t(e)), made once per call by int_table_levels.
-static void int_table_levels(int bits, float (*lv)[16]) {
-    const int per = bits == 3 ? 1 : 4 / bits;
-    for (int t = 0; t < per; t++)
-        for (int e = 0; e < 16; e++)
-            lv[t][e] = (float)int_level(
-                bits == 3 ? (unsigned)e & 7u : ((unsigned)e >> (bits * t)) & ((1u << bits) - 1u), bits);
-}
-
-static ALWAYS_INLINE void int_table(const float *x, const int per, const float (*lv)[16], float *table) {
-#pragma omp simd
-    for (int e = 0; e < 16; e++) table[e] = x[0] * lv[0][e];
-    for (int t = 1; t < per; t++) {
-#pragma omp simd
-        for (int e = 0; e < 16; e++) table[e] += x[t] * lv[t][e];
-    }
-}
-
-#ifdef QUANT_AVX512
-// int_table in a register (the same products and sums).
-static ALWAYS_INLINE __m512 int_table16(const float *x, const int per, __m512 L0, __m512 L1, __m512 L2, __m512 L3) {
-    __m512 t = _mm512_mul_ps(_mm512_set1_ps(x[0]), L0);
-    if (per > 1) t = _mm512_add_ps(t, _mm512_mul_ps(_mm512_set1_ps(x[1]), L1));
-    if (per > 2) t = _mm512_add_ps(t, _mm512_mul_ps(_mm512_set1_ps(x[2]), L2));
-    if (per > 3) t = _mm512_add_ps(t, _mm512_mul_ps(_mm512_set1_ps(x[3]), L3));
-    return t;
-}
-#endif
-
-// The tables of the score kernel for one chunk of the query (32 numbers).
-static ALWAYS_INLINE void int_key_tables(const float *q, const int bits, float (*tables)[16]) {
-    float lv[4][16];
-    int_table_levels(bits, lv);
-    const int per = bits == 3 ? 1 : 4 / bits;
-    for (int st = 0; st < quant_tile_steps(bits); st++)
-        int_table(q + st * per, per, (const float(*)[16])lv, tables[st]);
-}
-
-// ---- Keys: token tiles ----------------------------------------------------------------------
-// Written once with head_dim and bits as parameters and instantiated for micro's head_dim 32 at
-// each width (constant shifts and trip counts). A token's score: its lane's sum over the chunk's
-// lookups (B <= 4) or products q_d · level (B >= 5) in order of d, times the token's scale. Four
-// tiles at a time: their independent chains hide the latency of the adds.
-#define NT 4
-
+// ---- Keys: token tiles (affine_kernels.h) ---------------------------------------------------
+// A token's score: its lane's sum over the chunk's lookups (B <= 4: tables of q_d · level, two
+// and four numbers per lookup at B = 2 and 1) or products q_d · level (B >= 5) in order of d, all
+// chunks in order, times the token's scale.
 static ALWAYS_INLINE void int_scales(const IntState *s, size_t slot, float *sc) {
     if (s->scale_fp32) {
         for (int l = 0; l < TILE; l++) sc[l] = s->scale32[slot + l];
@@ -268,67 +227,56 @@ static ALWAYS_INLINE void int_scales(const IntState *s, size_t slot, float *sc) 
     }
 }
 
-// acc[k][l] for nt tiles from tile t0/16 on, chunk by chunk (tables: the chunk's, for B <= 4).
-static ALWAYS_INLINE void int_key_tiles(const IntState *s, int head, const float *q, int t0, const int nt, const int hd,
-                                        const int bits, const float (*tables)[16], float (*acc)[TILE]) {
-    const uint32_t *tile = (const uint32_t *)(const void *)code_store_unit(&s->cs, head, t0 / TILE);
-    const size_t tw = s->cs.unit_bytes / 4;
-    for (int c = 0; c < hd / 32; c++) {
-        const uint32_t *w = tile + (size_t)c * bits * TILE;
-        if (bits <= 4) {
-            float own[32][16];
-            if (hd > 32) { // one chunk's tables at a time
-                int_key_tables(q + 32 * c, bits, own);
-                tables = (const float(*)[16])own;
-            }
-            const float(*const set[1])[16] = {tables};
-            quant_tile_lookup(w, tw, nt, set, 1, bits, acc);
+typedef struct {
+    const IntState *s;
+    int head, n, chunks;
+    const float *q;
+    float tables[32][16] __attribute__((aligned(64))); // the chunk's
+} IntKeys;
+
+static inline void int_key_job(void *ctx, int c, int t0, int nt, int bits, AffineTileJob *job) {
+    IntKeys *k = ctx;
+    (void)nt;
+    if (t0 == 0 && bits <= 4) { // a chunk's tables serve every token
+        float lv[4][16] __attribute__((aligned(64)));
+        affine_levels(bits, 1, lv);
+        affine_step_tables(k->q + 32 * c, NULL, bits, (const float(*)[16])lv, INT_FORM, k->tables);
+    }
+    for (int i = 0; i < 4; i++) job->tables[i] = (const float(*)[16])k->tables, job->sm[i] = NULL, job->qh[i] = NULL;
+    job->shared = 1;
+}
+
+static inline void int_key_finish(void *ctx, int c, int t0, int nt, float (*acc)[TILE], float *out) {
+    const IntKeys *k = ctx;
+    for (int i = 0; i < nt; i++) {
+        float *o = out + t0 + i * TILE, sc[TILE];
+        const int m = k->n - t0 - i * TILE < TILE ? k->n - t0 - i * TILE : TILE;
+        if (c + 1 < k->chunks) { // the sums so far
+            memcpy(o, acc[i], sizeof(float) * (size_t)m);
             continue;
         }
-QUANT_UNROLL(32)
-        for (int d = 0; d < 32; d++) {
-            const float qd = q[32 * c + d];
-QUANT_UNROLL(4)
-            for (int k = 0; k < nt; k++) {
+        int_scales(k->s, int_slot(k->s, k->head, t0 + i * TILE), sc);
+        if (m == TILE) {
 #pragma omp simd
-                for (int l = 0; l < TILE; l++)
-                    acc[k][l] += qd * (float)quant_tile_code_signed(w + k * tw, l, d, bits);
-            }
+            for (int l = 0; l < TILE; l++) o[l] = acc[i][l] * sc[l];
+        } else {
+            for (int l = 0; l < m; l++) o[l] = acc[i][l] * sc[l];
         }
     }
 }
 
 static ALWAYS_INLINE void int_scores_tiled(const IntState *s, int head, const float *q, float *out, int n, const int hd,
                                            const int bits) {
-    float tables[32][16] __attribute__((aligned(64)));
-    if (bits <= 4 && hd == 32) int_key_tables(q, bits, tables);
-    for (int t0 = 0; t0 < n; t0 += NT * TILE) {
-        const int nt = n - t0 >= NT * TILE ? NT : (n - t0 + TILE - 1) / TILE;
-        if (t0 / TILE + 3 * NT <= s->cs.units) { // the tiles after next, towards L1
-            const char *next = (const char *)(const uint32_t *)(const void *)code_store_unit(&s->cs, head, t0 / TILE + 2 * NT);
-            for (size_t b = 0; b < NT * s->cs.unit_bytes; b += 64) __builtin_prefetch(next + b);
-        }
-        float acc[NT][TILE] = {{0}};
-        if (nt == NT)
-            int_key_tiles(s, head, q, t0, NT, hd, bits, (const float(*)[16])tables, acc);
-        else
-            int_key_tiles(s, head, q, t0, nt, hd, bits, (const float(*)[16])tables, acc);
-        for (int k = 0; k < nt; k++) {
-            float sc[TILE];
-            int_scales(s, int_slot(s, head, t0 + k * TILE), sc);
-            const int m = n - t0 - k * TILE < TILE ? n - t0 - k * TILE : TILE;
-            if (m == TILE) {
-#pragma omp simd
-                for (int l = 0; l < TILE; l++) out[t0 + k * TILE + l] = acc[k][l] * sc[l];
-            } else {
-                for (int l = 0; l < m; l++) out[t0 + k * TILE + l] = acc[k][l] * sc[l];
-            }
-        }
-    }
+    IntKeys k = {.s = s, .head = head, .n = n, .chunks = hd / 32, .q = q};
+    affine_score_tiles(code_store_unit(&s->cs, head, 0), s->cs.unit_bytes, s->cs.units, n, hd, bits, AFFINE_SIGNED, 0,
+                       bits <= 4, 1, INT_FORM, q, int_key_job, int_key_finish, &k, out);
 }
 
-// w[i] = p · scale of tokens j0 + i, i < 64 (0 from n on).
-static ALWAYS_INLINE void int_weights(const IntState *s, int head, const float *p, int n, int j0, float *w) {
+// The mix kernels' parameters (AffinePrep): w[i] = p · scale of tokens j0 + i, i < 64 (0 from n on).
+static const float *int_weights(const void *state, int head, int c, const float *p, int n, int j0, float *w,
+                                float *sm) {
+    const IntState *s = state;
+    (void)c, (void)sm;
     for (int i = 0; i < 4 * TILE && j0 + i < n; i += TILE) {
         int_scales(s, int_slot(s, head, j0 + i), w + i);
         if (n - j0 - i >= TILE) {
@@ -338,152 +286,29 @@ static ALWAYS_INLINE void int_weights(const IntState *s, int head, const float *
             for (int l = 0; l < TILE; l++) w[i + l] = j0 + i + l < n ? w[i + l] * p[j0 + i + l] : 0.0f;
         }
     }
+    return w;
 }
 
-// ---- Values: token groups (B = 4, 2, 1) -----------------------------------------------------
-// Per group of g = 4/B tokens a table Σ_t w_t · level(code_t), w_t = p_t · scale_t (0 past n),
-// then the lookups of its chunk (quant_group_lookup); 16 tokens at a time.
-static ALWAYS_INLINE void int_mix_groups(const IntState *s, int head, const float *p, float *out, int n, const int hd,
-                                         const int bits) {
-    const int g = 4 / bits;
-    const size_t ub = (size_t)hd / 2; // bytes of a group: g · hd · B / 8
+// ---- Values ---------------------------------------------------------------------------------
+// Token groups (B = 4, 2, 1): per group of g = 4/B tokens a table Σ_t w_t · level(code_t), w_t =
+// p_t · scale_t; other widths: rows, w_j · level decoded in registers (affine_kernels.h).
+static ALWAYS_INLINE void int_mix_hd(const IntState *s, int head, const float *p, float *out, int n, const int hd,
+                                     const int bits) {
     float lv[4][16] __attribute__((aligned(64)));
-    int_table_levels(bits, lv);
+    affine_levels(bits, 1, lv);
     for (int c = 0; c < hd / 32; c++) {
-        float acc[2][2][16] __attribute__((aligned(64))) = {{{0}}};
-#ifdef QUANT_AVX512
-        __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
-        const __m512 L0 = _mm512_load_ps(lv[0]), L1 = _mm512_load_ps(lv[1]), L2 = _mm512_load_ps(lv[2]),
-                     L3 = _mm512_load_ps(lv[3]);
-#endif
-        // Weights w = p · scale, a block of 64 tokens ahead of the lookups (a broadcast that reads
-        // a vector store still in flight would wait for it).
-        float wbuf[2][4 * TILE] __attribute__((aligned(64)));
-        int_weights(s, head, p, n, 0, wbuf[0]);
-        for (int j0 = 0; j0 < n; j0 += TILE) {
-            if (j0 % (4 * TILE) == 0 && j0 + 4 * TILE < n)
-                int_weights(s, head, p, n, j0 + 4 * TILE, wbuf[(j0 / (4 * TILE) + 1) % 2]);
-            const float *w = wbuf[(j0 / (4 * TILE)) % 2] + j0 % (4 * TILE);
-            const int u0 = j0 / g, nb = (n - j0 >= TILE ? TILE : n - j0 + g - 1) / g; // u0 is even
-            const uint8_t *chunk = code_store_unit(&s->cs, head, u0) + (size_t)c * 16;
-            if (u0 + 3 * TILE / g <= s->cs.units) // 16 tokens after next, towards L1
-                for (size_t b = 0; b < TILE / g * ub; b += 64) __builtin_prefetch(chunk + 2 * TILE / g * ub + b);
-#ifdef QUANT_AVX512
-            __asm__("" ::: "memory"); // each table broadcasts its weights from memory
-            int k = 0;
-            for (; k + 2 <= nb; k += 2) {
-                quant_group_lookup16(chunk + (size_t)k * ub, int_table16(w + k * g, g, L0, L1, L2, L3), &e0, &e1);
-                quant_group_lookup16(chunk + (size_t)(k + 1) * ub, int_table16(w + (k + 1) * g, g, L0, L1, L2, L3), &o0,
-                                     &o1);
-            }
-            if (k < nb)
-                quant_group_lookup16(chunk + (size_t)k * ub, int_table16(w + k * g, g, L0, L1, L2, L3), &e0, &e1);
-#else
-            float tables[TILE][16];
-            for (int k = 0; k < nb; k++) int_table(w + k * g, g, (const float(*)[16])lv, tables[k]);
-            quant_group_lookup(chunk, ub, nb, u0, (const float(*)[16])tables, acc);
-#endif
+        const int groups = bits == 1 || bits == 2 || bits == 4; // else rows
+        const AffineChunk ch = {code_store_unit(&s->cs, head, 0) + (size_t)c * (groups ? 16 : 4 * bits),
+                                s->cs.unit_bytes, s->cs.units};
+        if (groups) {
+            float acc[2][2][16] __attribute__((aligned(64)));
+            affine_mix_groups(ch, 4 / bits, (const float(*)[16])lv, INT_FORM, int_weights, s, head, c, p, n, acc);
+            quant_group_sum((const float(*)[2][16])acc, out + 32 * c);
+        } else {
+            float even[32] __attribute__((aligned(64))), odd[32] __attribute__((aligned(64)));
+            affine_mix_rows(ch, NULL, bits, AFFINE_SIGNED, 0, INT_FORM, int_weights, s, head, c, p, n, even, odd);
+            for (int i = 0; i < 32; i++) out[32 * c + i] = even[i] + odd[i];
         }
-#ifdef QUANT_AVX512
-        quant_store4(acc[0][0], acc[1][0], e0, e1, o0, o1);
-#endif
-        quant_group_sum((const float(*)[2][16])acc, out + 32 * c);
-    }
-}
-
-// ---- Values: rows (other widths), and the general kernels -----------------------------------
-// Mix on rows: per token the weights w = p · scale times the levels, decoded in registers 32 at a
-// time, even and odd tokens in separate sums (out = even + odd).
-static ALWAYS_INLINE void int_row_levels(const uint8_t *row, const int bits, float *lv) {
-    if (bits == 8) {
-#pragma omp simd
-        for (int i = 0; i < 32; i++) lv[i] = (float)(int8_t)row[i];
-        return;
-    }
-    for (int i = 0; i < 32; i += 8) { // eight codes fill `bits` bytes
-        const uint8_t *b = row + (i / 8) * bits;
-        uint64_t v = 0;
-        for (int k = 0; k < bits; k++) v |= (uint64_t)b[k] << (8 * k);
-        for (int k = 0; k < 8; k++)
-            lv[i + k] = (float)int_level((uint32_t)(v >> (bits * k)) & ((1u << bits) - 1u), bits);
-    }
-}
-
-#ifdef QUANT_AVX512
-// The levels of numbers 16h .. 16h+15 of a row of one chunk (B != 1): the two bytes that hold each
-// code gathered into its lane (vpermb), shifted up to bit 31 and back down with the sign.
-static ALWAYS_INLINE __m512 int_row_levels16(const uint8_t *row, __m512i ctrl, __m512i up, const int h,
-                                             const int bits) {
-    if (bits == 8)
-        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(row + 16 * h))));
-    const __m512i bytes = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (4 * bits)) - 1), row);
-    const __m512i v = _mm512_sllv_epi32(_mm512_permutexvar_epi8(ctrl, bytes), up);
-    return _mm512_cvtepi32_ps(_mm512_srai_epi32(v, (unsigned)(32 - bits)));
-}
-#endif
-
-static ALWAYS_INLINE void int_mix_rows_hd(const IntState *s, int head, const float *p, float *out, int n, const int hd,
-                                          const int bits) {
-#if defined(QUANT_AVX512) && defined(__AVX512VBMI__)
-    if (bits > 1) {
-        __m512i ctrl[2], off[2]; // each code shifted up to bit 31: by 32 − bits − its offset
-        quant_row_gather(bits, ctrl, off);
-        const __m512i c0 = ctrl[0], c1 = ctrl[1], u0 = _mm512_sub_epi32(_mm512_set1_epi32(32 - bits), off[0]),
-                      u1 = _mm512_sub_epi32(_mm512_set1_epi32(32 - bits), off[1]);
-        for (int c = 0; c < hd / 32; c++) {
-            __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
-            const size_t at = (size_t)c * 4 * bits;
-            float wbuf[2][4 * TILE] __attribute__((aligned(64)));
-            int_weights(s, head, p, n, 0, wbuf[0]);
-            for (int j0 = 0; j0 < n; j0 += 4 * TILE) {
-                if (j0 + 4 * TILE < n) int_weights(s, head, p, n, j0 + 4 * TILE, wbuf[(j0 / (4 * TILE) + 1) % 2]);
-                const float *w = wbuf[(j0 / (4 * TILE)) % 2];
-                __asm__("" ::: "memory"); // the weights broadcast from memory
-                const int m = n - j0 < 4 * TILE ? n - j0 : 4 * TILE;
-                const uint8_t *row = code_store_unit(&s->cs, head, j0) + at;
-                if (j0 / TILE + 12 <= s->cs.units)
-                    for (size_t b = 0; b < 4 * TILE * s->cs.row_bytes; b += 64)
-                        __builtin_prefetch(row + 8 * TILE * s->cs.row_bytes + b);
-                int k = 0;
-                for (; k + 2 <= m; k += 2, row += 2 * s->cs.row_bytes) {
-                    const __m512 w0 = _mm512_set1_ps(w[k]), w1 = _mm512_set1_ps(w[k + 1]);
-                    e0 = _mm512_add_ps(e0, _mm512_mul_ps(w0, int_row_levels16(row, c0, u0, 0, bits)));
-                    e1 = _mm512_add_ps(e1, _mm512_mul_ps(w0, int_row_levels16(row, c1, u1, 1, bits)));
-                    o0 = _mm512_add_ps(o0, _mm512_mul_ps(w1, int_row_levels16(row + s->cs.row_bytes, c0, u0, 0, bits)));
-                    o1 = _mm512_add_ps(o1, _mm512_mul_ps(w1, int_row_levels16(row + s->cs.row_bytes, c1, u1, 1, bits)));
-                }
-                if (k < m) {
-                    const __m512 w0 = _mm512_set1_ps(w[k]);
-                    e0 = _mm512_add_ps(e0, _mm512_mul_ps(w0, int_row_levels16(row, c0, u0, 0, bits)));
-                    e1 = _mm512_add_ps(e1, _mm512_mul_ps(w0, int_row_levels16(row, c1, u1, 1, bits)));
-                }
-            }
-            _mm512_storeu_ps(out + 32 * c, _mm512_add_ps(e0, o0));
-            _mm512_storeu_ps(out + 32 * c + 16, _mm512_add_ps(e1, o1));
-        }
-        return;
-    }
-#endif
-    for (int c = 0; c < hd / 32; c++) {
-        float even[32] = {0}, odd[32] = {0}, lv[32];
-        const size_t at = (size_t)c * 4 * bits;
-        int j = 0;
-        for (; j + 2 <= n; j += 2) {
-            const float w0 = p[j] * int_scale(s, int_slot(s, head, j)),
-                        w1 = p[j + 1] * int_scale(s, int_slot(s, head, j + 1));
-            int_row_levels(code_store_unit(&s->cs, head, j) + at, bits, lv);
-#pragma omp simd
-            for (int i = 0; i < 32; i++) even[i] += w0 * lv[i];
-            int_row_levels(code_store_unit(&s->cs, head, j + 1) + at, bits, lv);
-#pragma omp simd
-            for (int i = 0; i < 32; i++) odd[i] += w1 * lv[i];
-        }
-        if (j < n) {
-            const float w0 = p[j] * int_scale(s, int_slot(s, head, j));
-            int_row_levels(code_store_unit(&s->cs, head, j) + at, bits, lv);
-            for (int i = 0; i < 32; i++) even[i] += w0 * lv[i];
-        }
-        for (int i = 0; i < 32; i++) out[32 * c + i] = even[i] + odd[i];
     }
 }
 
@@ -495,24 +320,11 @@ typedef void (*IntKernel)(const IntState *, int, const float *, float *, int);
         int_scores_tiled(s, head, q, out, n, 32, B);                                               \
     }                                                                                              \
     static void int_mix_32_##B(const IntState *s, int head, const float *p, float *out, int n) {   \
-        if (B == 1 || B == 2 || B == 4)                                                            \
-            int_mix_groups(s, head, p, out, n, 32, B == 1 || B == 2 || B == 4 ? B : 4);            \
-        else                                                                                       \
-            int_mix_rows_hd(s, head, p, out, n, 32, B);                                            \
+        int_mix_hd(s, head, p, out, n, 32, B);                                                     \
     }
-INT_INSTANCE(1)
-INT_INSTANCE(2)
-INT_INSTANCE(3)
-INT_INSTANCE(4)
-INT_INSTANCE(5)
-INT_INSTANCE(6)
-INT_INSTANCE(7)
-INT_INSTANCE(8)
+AFFINE_WIDTHS(INT_INSTANCE)
 #undef INT_INSTANCE
-static const IntKernel int_scores_32[9] = {NULL, int_scores_32_1, int_scores_32_2, int_scores_32_3, int_scores_32_4,
-                                           int_scores_32_5, int_scores_32_6, int_scores_32_7, int_scores_32_8};
-static const IntKernel int_mix_32[9] = {NULL, int_mix_32_1, int_mix_32_2, int_mix_32_3, int_mix_32_4,
-                                        int_mix_32_5, int_mix_32_6, int_mix_32_7, int_mix_32_8};
+static const IntKernel int_scores_32[9] = AFFINE_BY_WIDTH(int_scores_32), int_mix_32[9] = AFFINE_BY_WIDTH(int_mix_32);
 
 static void int_scores(const void *state, int head, const float *q, float *out, int n) {
     const IntState *s = state;
@@ -530,10 +342,8 @@ static void int_mix(const void *state, int head, const float *p, float *out, int
         codec_mix_by_read(s, int_read, s->head_dim, head, p, out, n);
     else if (s->head_dim == 32)
         int_mix_32[s->bits](s, head, p, out, n);
-    else if (s->cs.layout == QUANT_GROUPS)
-        int_mix_groups(s, head, p, out, n, s->head_dim, s->bits);
     else
-        int_mix_rows_hd(s, head, p, out, n, s->head_dim, s->bits);
+        int_mix_hd(s, head, p, out, n, s->head_dim, s->bits);
 }
 
 static void int_read(const void *state, int head, int token, float *out) {

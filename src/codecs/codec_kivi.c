@@ -319,138 +319,88 @@ static void kivi_read(const void *state, int head, int token, float *out) {
         kivi_decode_chunk(s, head, token, c, s->head_dim - c < 32 ? s->head_dim - c : 32, out + c);
 }
 
-// ---- Keys on tiles --------------------------------------------------------------------------
-// A group's scales and minimums of chunk c as floats.
-static ALWAYS_INLINE void kivi_key_params(const KiviState *s, int head, int g, int c, float *sc, float *mn) {
-    const uint16_t *meta = kivi_key_meta(s, head, g);
-    quant_fp16_to_fp32_16(meta + 32 * c, sc);
-    quant_fp16_to_fp32_16(meta + 32 * c + 16, sc + 16);
-    quant_fp16_to_fp32_16(meta + s->head_dim + 32 * c, mn);
-    quant_fp16_to_fp32_16(meta + s->head_dim + 32 * c + 16, mn + 16);
-}
-
-// The tables of one token group and one chunk of 32 channels (qc: the query's chunk): xq[d][c] =
-// q_d · x̂_d(c) for every code c, then per step st (quant.h) table[st][e] = Σ_t xq[d_t][code_t(e)]
-// in order of t, d_t being the step's numbers (4/B of them; at B = 3 one, the table repeating with
-// period 8).
-static ALWAYS_INLINE void kivi_key_tables(const float *sc, const float *mn, const float *qc, const int bits,
-                                          float (*table)[16]) {
-    const int nc = 1 << bits, per = bits == 3 ? 1 : 4 / bits;
-#ifdef QUANT_AVX512
-    // the same products and sums, a step's 16 entries at once: code_t(e) as floats in lv[t]
-    float lv[4][16] __attribute__((aligned(64)));
-    for (int t = 0; t < per; t++)
-        for (int e = 0; e < 16; e++) lv[t][e] = (float)(bits == 3 ? e % 8 : (e >> (bits * t)) & (nc - 1));
-    for (int st = 0; st < quant_tile_steps(bits); st++) {
-        const int d0 = st * per;
-        __m512 t = _mm512_mul_ps(
-            _mm512_set1_ps(qc[d0]),
-            _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(lv[0]), _mm512_set1_ps(sc[d0])), _mm512_set1_ps(mn[d0])));
-        for (int k = 1; k < per; k++)
-            t = _mm512_add_ps(
-                t, _mm512_mul_ps(_mm512_set1_ps(qc[d0 + k]),
-                                 _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(lv[k]), _mm512_set1_ps(sc[d0 + k])),
-                                               _mm512_set1_ps(mn[d0 + k]))));
-        _mm512_storeu_ps(table[st], t);
-    }
-#else
-    float xq[32][16];
-    for (int d = 0; d < 32; d++)
-        for (int k = 0; k < nc; k++) xq[d][k] = qc[d] * ((float)k * sc[d] + mn[d]);
-    for (int st = 0; st < quant_tile_steps(bits); st++) {
-        const int d0 = st * per;
-        for (int e = 0; e < 16; e++) table[st][e] = xq[d0][e % nc];
-        for (int t = 1; t < per; t++)
-            for (int e = 0; e < 16; e++) table[st][e] += xq[d0 + t][(e >> (bits * t)) & (nc - 1)];
-    }
-#endif
-}
-
-// A few token groups' tables at once, kept while the tiles walk through them (groups arrive in
-// order, so replacing the slot after the newest is enough). The parameters of the group after the
-// newest are converted ahead: the tables broadcast them from memory, and a broadcast reading a
-// vector store still in flight would wait for it.
+// ---- Keys on tiles (affine_kernels.h) -------------------------------------------------------
+// Per token group and chunk of 32 channels, tables of q_d · x̂_d(c), x̂_d(c) = c · scale_d + minimum_d
+// (at B = 2 and 1, two and four channels per lookup); at B > 4, q_d · x̂_d decoded in order of d.
+// A few token groups' tables are kept while the tiles walk through them (groups arrive in order, so
+// replacing the slot after the newest is enough). The parameters of the group after the newest are
+// converted ahead: the tables broadcast them from memory, and a broadcast reading a vector store
+// still in flight would wait for it.
 #define KIVI_SLOTS 5
 typedef struct {
+    const KiviState *s;
+    int head, nq;
+    const float *q;
     int group[KIVI_SLOTS];
     int next;
-    float table[KIVI_SLOTS][32][16];
-    int ahead; // the group whose parameters sc/mn[ahead % 2] hold, or -1
-    float sc[2][32], mn[2][32];
-} KiviTables;
+    int ahead; // the group whose parameters sm[ahead % 2] hold, or -1
+    float table[KIVI_SLOTS][32][16] __attribute__((aligned(64))); // a table row in one cache line
+    float lv[4][16] __attribute__((aligned(64)));                 // lv[t][e] = code_t(e)
+    float sm[2][64] __attribute__((aligned(64))); // a group's scales of the chunk, then its minimums
+    float dec[4][64];                             // B > 4: each tile's
+} KiviKeys;
 
-static ALWAYS_INLINE const float (*kivi_tables_for(KiviTables *kt, const KiviState *s, int head, int g, int c,
-                                                    const float *q, const int bits))[16] {
+static const AffineForm KIVI_KEY_FORM = {1, 1, 1, 32}; // q_d · (c · scale_d + minimum_d)
+
+static void kivi_key_params(const KiviState *s, int head, int g, int c, float *sm) {
+    const uint16_t *meta = kivi_key_meta(s, head, g);
+    for (int i = 0; i < 32; i += 16) {
+        quant_fp16_to_fp32_16(meta + 32 * c + i, sm + i);
+        quant_fp16_to_fp32_16(meta + s->head_dim + 32 * c + i, sm + 32 + i);
+    }
+}
+
+static inline const float (*kivi_tables_for(KiviKeys *kt, int g, int c, const int bits))[16] {
     for (int i = 0; i < KIVI_SLOTS; i++)
         if (kt->group[i] == g) return (const float(*)[16])kt->table[i];
     const int i = kt->next;
     kt->next = (kt->next + 1) % KIVI_SLOTS;
     kt->group[i] = g;
-    if (kt->ahead != g) kivi_key_params(s, head, g, c, kt->sc[g % 2], kt->mn[g % 2]);
-    if ((g + 1) * s->group < s->n_quant) kivi_key_params(s, head, g + 1, c, kt->sc[(g + 1) % 2], kt->mn[(g + 1) % 2]);
+    if (kt->ahead != g) kivi_key_params(kt->s, kt->head, g, c, kt->sm[g % 2]);
+    if ((g + 1) * kt->s->group < kt->s->n_quant) kivi_key_params(kt->s, kt->head, g + 1, c, kt->sm[(g + 1) % 2]);
     kt->ahead = g + 1;
 #ifdef QUANT_AVX512
     __asm__("" ::: "memory"); // the parameters broadcast from memory
 #endif
-    kivi_key_tables(kt->sc[g % 2], kt->mn[g % 2], q + 32 * c, bits, kt->table[i]);
+    affine_step_tables(kt->q + 32 * c, kt->sm[g % 2], bits, (const float(*)[16])kt->lv, KIVI_KEY_FORM, kt->table[i]);
     return (const float(*)[16])kt->table[i];
 }
 
-// Quantised keys [0, nq): four tiles at a time, each tile with its group's tables, chunk by chunk.
+static inline void kivi_key_job(void *ctx, int c, int t0, int nt, int bits, AffineTileJob *job) {
+    KiviKeys *kt = ctx;
+    const int tpg = kt->s->group / TILE; // tiles per group
+    if (t0 == 0) { // a new chunk
+        for (int i = 0; i < KIVI_SLOTS; i++) kt->group[i] = -1;
+        kt->next = 0;
+        kt->ahead = -1;
+    }
+    for (int k = 0; k < nt; k++) {
+        const int g = (t0 / TILE + k) / tpg;
+        job->qh[k] = NULL;
+        job->sm[k] = kt->dec[k];
+        if (bits > 4)
+            kivi_key_params(kt->s, kt->head, g, c, kt->dec[k]);
+        else
+            job->tables[k] = kivi_tables_for(kt, g, c, bits);
+    }
+    job->shared = nt == 4 && t0 / TILE / tpg == (t0 / TILE + 3) / tpg; // one group
+}
+
+static void kivi_key_finish(void *ctx, int c, int t0, int nt, float (*acc)[TILE], float *out) {
+    const KiviKeys *kt = ctx;
+    (void)c;
+    for (int k = 0; k < nt; k++)
+        memcpy(out + t0 + k * TILE, acc[k],
+               sizeof(float) * (size_t)(kt->nq - t0 - k * TILE < TILE ? kt->nq - t0 - k * TILE : TILE));
+}
+
+// Quantised keys [0, nq).
 static ALWAYS_INLINE void kivi_scores_quantised(const KiviState *s, int head, const float *q, float *out, int nq,
                                                 const int hd, const int bits) {
-    const size_t tw = s->cs.unit_bytes / 4;
-    const int tiles_per_group = s->group / TILE;
-    for (int c = 0; c < hd / 32; c++) {
-        KiviTables kt;
-        for (int i = 0; i < KIVI_SLOTS; i++) kt.group[i] = -1;
-        kt.next = 0;
-        kt.ahead = -1;
-        for (int t0 = 0; t0 < nq; t0 += 4 * TILE) {
-            const int nt = nq - t0 >= 4 * TILE ? 4 : (nq - t0 + TILE - 1) / TILE;
-            const uint32_t *tile =
-                (const uint32_t *)(const void *)code_store_unit(&s->cs, head, t0 / TILE) + (size_t)c * bits * TILE;
-            if (t0 / TILE + 12 <= s->cs.units)
-                for (size_t b = 0; b < 4 * s->cs.unit_bytes; b += 64)
-                    __builtin_prefetch((const char *)tile + 8 * s->cs.unit_bytes + b);
-            float acc[4][TILE] = {{0}}; // after the first chunk, the sums so far
-            for (int k = 0; k < nt && c > 0; k++)
-                memcpy(acc[k], out + t0 + k * TILE,
-                       sizeof(float) * (size_t)(nq - t0 - k * TILE < TILE ? nq - t0 - k * TILE : TILE));
-            if (bits > 4) { // no tables: q_d · (code · scale_d + minimum_d) in order of d
-                for (int k = 0; k < nt; k++) {
-                    const uint16_t *meta = kivi_key_meta(s, head, (t0 / TILE + k) / tiles_per_group);
-                    float sc[32], mn[32];
-                    quant_fp16_to_fp32_16(meta + 32 * c, sc);
-                    quant_fp16_to_fp32_16(meta + 32 * c + 16, sc + 16);
-                    quant_fp16_to_fp32_16(meta + hd + 32 * c, mn);
-                    quant_fp16_to_fp32_16(meta + hd + 32 * c + 16, mn + 16);
-                    const uint32_t *w = tile + (size_t)k * tw;
-QUANT_UNROLL(32)
-                    for (int d = 0; d < 32; d++) {
-                        const float qd = q[32 * c + d], sd = sc[d], md = mn[d];
-#pragma omp simd
-                        for (int l = 0; l < TILE; l++)
-                            acc[k][l] += qd * ((float)quant_tile_code(w, l, d, bits) * sd + md);
-                    }
-                }
-            } else {
-                const float(*tables[4])[16];
-                for (int k = 0; k < nt; k++)
-                    tables[k] = kivi_tables_for(&kt, s, head, (t0 / TILE + k) / tiles_per_group, c, q, bits);
-                if (nt == 4 && t0 / TILE / tiles_per_group == (t0 / TILE + 3) / tiles_per_group) // one group
-                    quant_tile_lookup(tile, tw, 4, tables, 1, bits, acc);
-                else if (nt == 4)
-                    quant_tile_lookup(tile, tw, 4, tables, 0, bits, acc);
-                else
-                    quant_tile_lookup(tile, tw, nt, tables, 0, bits, acc);
-            }
-            for (int k = 0; k < nt; k++) {
-                const int m = nq - t0 - k * TILE < TILE ? nq - t0 - k * TILE : TILE;
-                memcpy(out + t0 + k * TILE, acc[k], sizeof(float) * (size_t)m);
-            }
-        }
-    }
+    KiviKeys kt = {.s = s, .head = head, .nq = nq, .q = q};
+    affine_levels(bits, 0, kt.lv);
+    affine_score_tiles(code_store_unit(&s->cs, head, 0), s->cs.unit_bytes, s->cs.units, nq, hd, bits, AFFINE_UNSIGNED,
+                       0, bits <= 4, 1, KIVI_KEY_FORM, q, kivi_key_job, kivi_key_finish, &kt, out);
 }
 
 // The residual keys [n_quant, n): fp16 tiles, per lane Σ_d q_d · k̂_d, the even and the odd d in
@@ -488,22 +438,21 @@ static ALWAYS_INLINE void kivi_scores_residual(const KiviState *s, int head, con
     }
 }
 
-// ---- Values on groups -----------------------------------------------------------------------
-// Per group of g = 4/B tokens and chunk: table[e] = Σ_t p_t · x̂_t(code_t(e)), x̂_t(c) = c · scale_t
-// + minimum_t (p_t = 0 for tokens not quantised or past n), looked up by quant_group_lookup; even
-// and odd groups in separate sums. Then the window's tokens [nq, n), fp16 rows, p_j · v̂_j into the
-// sums of parity j % 2. out = even + odd.
+// ---- Values ---------------------------------------------------------------------------------
+// The quantised tokens [0, nq), p_t · x̂_t with x̂_t(c) = c · scale_t + minimum_t (affine_kernels.h):
+// in token groups of g = 4/B tokens a table Σ_t p_t · x̂_t(code_t(e)) per group; in rows (other
+// widths and shapes) decoded in registers. Even and odd tokens in separate sums; then the window's
+// tokens [nq, n), fp16 rows, p_j · v̂_j into the sums of parity j % 2. out = even + odd.
 
-// p and the (scale, minimum) pairs of tokens j0 .. j0+63 for chunk c (zero from nq on), made
-// ahead of the lookups: a broadcast reading a vector store still in flight would wait for it.
-static ALWAYS_INLINE void kivi_value_params(const KiviState *s, int head, const float *p, int nq, int j0, int c,
-                                            float *pw, float *sm) {
+// AffinePrep: p and the (scale, minimum) pairs of tokens j0 .. j0+63 for chunk c (zero from nq on).
+static const float *kivi_value_params(const void *state, int head, int c, const float *p, int nq, int j0, float *pw,
+                                      float *sm) {
+    const KiviState *s = state;
     const int ng = s->head_dim / s->group, g = 32 * c / s->group;
     const uint16_t *meta = s->meta + (size_t)head * s->meta_per_head;
     if (ng == 1 && j0 + 4 * TILE <= nq) { // (scale, minimum) pairs of 64 tokens side by side
         for (int i = 0; i < 8 * TILE; i += TILE) quant_fp16_to_fp32_16(meta + (size_t)j0 * 2 + i, sm + i);
-        memcpy(pw, p + j0, sizeof(float) * 4 * TILE);
-        return;
+        return p + j0;
     }
     for (int i = 0; i < 4 * TILE; i++) {
         const int j = j0 + i;
@@ -512,78 +461,10 @@ static ALWAYS_INLINE void kivi_value_params(const KiviState *s, int head, const 
         sm[2 * i] = j < nq ? quant_fp16_to_fp32(m[0]) : 0.0f;
         sm[2 * i + 1] = j < nq ? quant_fp16_to_fp32(m[1]) : 0.0f;
     }
+    return pw;
 }
 
-static ALWAYS_INLINE void kivi_mix_groups(const KiviState *s, int head, const float *p, float *out, int n, const int hd,
-                                          const int bits) {
-    const int g = 4 / bits, nc = 1 << bits, nq = n < s->n_quant ? n : s->n_quant;
-    float lv[4][16] __attribute__((aligned(64))); // lv[t][e] = code_t(e)
-    for (int t = 0; t < g; t++)
-        for (int e = 0; e < 16; e++) lv[t][e] = (float)((e >> (bits * t)) & (nc - 1));
-    for (int c = 0; c < hd / 32; c++) {
-        float acc[2][2][16] __attribute__((aligned(64))) = {{{0}}};
-        float pw[2][4 * TILE] __attribute__((aligned(64))), sm[2][8 * TILE] __attribute__((aligned(64)));
-        if (nq > 0) kivi_value_params(s, head, p, nq, 0, c, pw[0], sm[0]);
-#ifdef QUANT_AVX512
-        __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
-#endif
-        for (int j0 = 0; j0 < nq; j0 += 4 * TILE) {
-            const int b = (j0 / (4 * TILE)) % 2;
-            if (j0 + 4 * TILE < nq) kivi_value_params(s, head, p, nq, j0 + 4 * TILE, c, pw[1 - b], sm[1 - b]);
-            const int u0 = j0 / g, nb = ((nq - j0 < 4 * TILE ? nq - j0 : 4 * TILE) + g - 1) / g; // u0 is even
-            const uint8_t *chunk = code_store_unit(&s->cs, head, u0) + (size_t)c * 16;
-            const size_t ub = s->cs.unit_bytes;
-#ifdef QUANT_AVX512
-            __asm__("" ::: "memory"); // the parameters broadcast from memory
-            for (int k = 0; k < nb; k++) {
-                const int i = k * g;
-                __m512 t =
-                    _mm512_mul_ps(_mm512_set1_ps(pw[b][i]),
-                                  _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(lv[0]), _mm512_set1_ps(sm[b][2 * i])),
-                                                _mm512_set1_ps(sm[b][2 * i + 1])));
-                for (int tt = 1; tt < g; tt++)
-                    t = _mm512_add_ps(t, _mm512_mul_ps(_mm512_set1_ps(pw[b][i + tt]),
-                                                       _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(lv[tt]),
-                                                                                   _mm512_set1_ps(sm[b][2 * (i + tt)])),
-                                                                     _mm512_set1_ps(sm[b][2 * (i + tt) + 1]))));
-                if (k % 2 == 0)
-                    quant_group_lookup16(chunk + (size_t)k * ub, t, &e0, &e1);
-                else
-                    quant_group_lookup16(chunk + (size_t)k * ub, t, &o0, &o1);
-            }
-#else
-            float tables[4 * TILE][16];
-            for (int k = 0; k < nb; k++) {
-                const int i = k * g;
-                for (int e = 0; e < 16; e++) {
-                    float t = pw[b][i] * (lv[0][e] * sm[b][2 * i] + sm[b][2 * i + 1]);
-                    for (int tt = 1; tt < g; tt++)
-                        t += pw[b][i + tt] * (lv[tt][e] * sm[b][2 * (i + tt)] + sm[b][2 * (i + tt) + 1]);
-                    tables[k][e] = t;
-                }
-            }
-            quant_group_lookup(chunk, ub, nb, u0, (const float(*)[16])tables, acc);
-#endif
-        }
-#ifdef QUANT_AVX512
-        quant_store4(acc[0][0], acc[1][0], e0, e1, o0, o1);
-#endif
-        // the window: numbers 2i and 2i+1 go to acc[.][0][i] and acc[.][1][i]
-        for (int j = nq; j < n; j++) {
-            float(*a)[16] = acc[j % 2], v[32];
-            const uint16_t *row = kivi_full_at(s, head, j, 32 * c);
-            quant_fp16_to_fp32_16(row, v);
-            quant_fp16_to_fp32_16(row + 16, v + 16);
-            const float pj = p[j];
-#pragma omp simd
-            for (int i = 0; i < 16; i++) {
-                a[0][i] += pj * v[2 * i];
-                a[1][i] += pj * v[2 * i + 1];
-            }
-        }
-        quant_group_sum((const float(*)[2][16])acc, out + 32 * c);
-    }
-}
+static const AffineForm KIVI_FORM = {1, 1, 2, 1}; // p · (c · scale + minimum), (scale, minimum) pairs
 
 // ---- Rows (other shapes), and the general kernels ------------------------------------------
 
@@ -618,169 +499,84 @@ static ALWAYS_INLINE void kivi_scores_rows(const KiviState *s, int head, const f
     }
 }
 
-// Values on rows: per token x̂ = code · scale + minimum decoded in registers, weighted by p; even
-// and odd tokens in separate sums (out = even + odd).
-static ALWAYS_INLINE void kivi_value_row(const KiviState *s, int head, int j, int c, const int bits, float *v) {
-    const uint16_t *meta = kivi_value_meta(s, head, j);
-    quant_unpack_float(code_store_unit(&s->cs, head, j) + quant_packed_bytes((size_t)c, bits), 32, bits, 1.0f, 0.0f, v);
-    if (s->group % 32 == 0) { // the chunk lies in one group
-        const int g = c / s->group;
-        const float sd = quant_fp16_to_fp32(meta[2 * g]), md = quant_fp16_to_fp32(meta[2 * g + 1]);
+// sums[j % 2] += p_j · v̂_j for the window's tokens [nq, n) of chunk c: numbers 2i and 2i + 1 to
+// sums[.][i] and sums[.][16 + i] (the token groups' order, `pairs`), else number i to sums[.][i].
+static ALWAYS_INLINE void kivi_window(const KiviState *s, int head, int c, const float *p, int nq, int n,
+                                      const int pairs, float (*sums)[32]) {
+    for (int j = nq; j < n; j++) {
+        float *restrict a = sums[j % 2], v[32];
+        const uint16_t *row = kivi_full_at(s, head, j, 32 * c);
+        quant_fp16_to_fp32_16(row, v);
+        quant_fp16_to_fp32_16(row + 16, v + 16);
+        const float pj = p[j];
+        if (pairs) {
 #pragma omp simd
-        for (int i = 0; i < 32; i++) v[i] = v[i] * sd + md;
-        return;
-    }
-    float sc[32], mn[32];
-    for (int g = c / s->group; g <= (c + 31) / s->group; g++) { // the groups the chunk meets
-        const float sd = quant_fp16_to_fp32(meta[2 * g]), md = quant_fp16_to_fp32(meta[2 * g + 1]);
-        const int i0 = g * s->group - c > 0 ? g * s->group - c : 0;
-        const int i1 = (g + 1) * s->group - c < 32 ? (g + 1) * s->group - c : 32;
-        for (int i = i0; i < i1; i++) sc[i] = sd, mn[i] = md;
-    }
+            for (int i = 0; i < 16; i++) {
+                a[i] += pj * v[2 * i];
+                a[16 + i] += pj * v[2 * i + 1];
+            }
+        } else {
 #pragma omp simd
-    for (int i = 0; i < 32; i++) v[i] = v[i] * sc[i] + mn[i];
+            for (int i = 0; i < 32; i++) a[i] += pj * v[i];
+        }
+    }
 }
 
-static ALWAYS_INLINE void kivi_mix_rows(const KiviState *s, int head, const float *p, float *out, int n, const int hd,
-                                        const int bits) {
+static ALWAYS_INLINE void kivi_mix_values(const KiviState *s, int head, const float *p, float *out, int n, const int hd,
+                                          const int bits) {
     if (hd % 32) { // odd shapes
         codec_mix_by_read(s, kivi_read, s->head_dim, head, p, out, n);
         return;
     }
     const int nq = n < s->n_quant ? n : s->n_quant;
-#if defined(QUANT_AVX512) && defined(__AVX512VBMI__)
-    if (s->group % 32 == 0) { // the same sums, 16 numbers per vector: the bytes holding each code
-                              // gathered into its lane (vpermb), shifted down and masked
-        __m512i ctrl[2], off[2];
-        quant_row_gather(bits, ctrl, off);
-        const __m512i c0 = ctrl[0], c1 = ctrl[1], d0 = off[0], d1 = off[1], mask = _mm512_set1_epi32((1 << bits) - 1);
-#define KIVI_CODES(row, ctl, dn)                                                                                       \
-    _mm512_cvtepi32_ps(_mm512_and_si512(                                                                               \
-        _mm512_srlv_epi32(                                                                                             \
-            _mm512_permutexvar_epi8(ctl, _mm512_maskz_loadu_epi8((__mmask64)((1ull << (4 * bits)) - 1), row)), dn),    \
-        mask))
-        for (int c = 0; c < hd; c += 32) {
-            __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
-            float pw[2][4 * TILE] __attribute__((aligned(64))), sm[2][8 * TILE] __attribute__((aligned(64)));
-            if (nq > 0) kivi_value_params(s, head, p, nq, 0, c / 32, pw[0], sm[0]);
-            for (int j0 = 0; j0 < nq; j0 += 4 * TILE) {
-                const int b = (j0 / (4 * TILE)) % 2;
-                if (j0 + 4 * TILE < nq) kivi_value_params(s, head, p, nq, j0 + 4 * TILE, c / 32, pw[1 - b], sm[1 - b]);
-                __asm__("" ::: "memory"); // the parameters broadcast from memory
-                const int cnt = nq - j0 < 4 * TILE ? nq - j0 : 4 * TILE;
-                for (int k = 0; k < cnt; k++) {
-                    const uint8_t *row = code_store_unit(&s->cs, head, j0 + k) + (size_t)c / 8 * bits;
-                    const __m512 P = _mm512_set1_ps(pw[b][k]), S = _mm512_set1_ps(sm[b][2 * k]),
-                                 M = _mm512_set1_ps(sm[b][2 * k + 1]);
-                    const __m512 x0 = _mm512_mul_ps(P, _mm512_add_ps(_mm512_mul_ps(KIVI_CODES(row, c0, d0), S), M));
-                    const __m512 x1 = _mm512_mul_ps(P, _mm512_add_ps(_mm512_mul_ps(KIVI_CODES(row, c1, d1), S), M));
-                    if ((j0 + k) % 2 == 0) {
-                        e0 = _mm512_add_ps(e0, x0);
-                        e1 = _mm512_add_ps(e1, x1);
-                    } else {
-                        o0 = _mm512_add_ps(o0, x0);
-                        o1 = _mm512_add_ps(o1, x1);
-                    }
-                }
-            }
-            float even[32], odd[32], v0[32];
-            quant_store4(even, odd, e0, e1, o0, o1);
-            for (int j = nq; j < n; j++) { // the window
-                const uint16_t *row = kivi_full_at(s, head, j, c);
-                quant_fp16_to_fp32_16(row, v0);
-                quant_fp16_to_fp32_16(row + 16, v0 + 16);
-                float *restrict acc = j % 2 ? odd : even;
+    const int groups = (bits == 1 || bits == 2 || bits == 4) && s->cs.layout == QUANT_GROUPS, g = groups ? 4 / bits : 1;
+    float lv[4][16] __attribute__((aligned(64))); // lv[t][e] = code_t(e)
+    affine_levels(bits, 0, lv);
+    for (int c = 0; c < hd / 32; c++) {
+        float sums[2][32] __attribute__((aligned(64)));
+        const AffineChunk ch = {code_store_unit(&s->cs, head, 0) + (size_t)c * (groups ? 16 : 4 * bits),
+                                s->cs.unit_bytes, s->cs.units};
+        if (groups) {
+            affine_mix_groups(ch, g, (const float(*)[16])lv, KIVI_FORM, kivi_value_params, s, head, c, p, nq,
+                              (float(*)[2][16])sums);
+        } else if (s->group % 32 == 0) { // the chunk lies in one group
+            affine_mix_rows(ch, NULL, bits, AFFINE_UNSIGNED, 0, KIVI_FORM, kivi_value_params, s, head, c, p, nq, sums[0],
+                            sums[1]);
+        } else { // a chunk over several channel groups: decoded as read() does, x̂ = c · scale + minimum
+            memset(sums, 0, sizeof sums);
+            for (int j = 0; j < nq; j++) {
+                float *restrict a = sums[j % 2], v[32];
+                kivi_decode_chunk(s, head, j, 32 * c, 32, v);
                 const float pj = p[j];
 #pragma omp simd
-                for (int i = 0; i < 32; i++) acc[i] += pj * v0[i];
-            }
-            for (int i = 0; i < 32; i++) out[c + i] = even[i] + odd[i];
-        }
-#undef KIVI_CODES
-        return;
-    }
-#endif
-    for (int c = 0; c < hd; c += 32) {
-        float even[32] = {0}, odd[32] = {0}, v0[32], v1[32];
-        int j = 0;
-        for (; j + 2 <= nq; j += 2) {
-            kivi_value_row(s, head, j, c, bits, v0);
-            kivi_value_row(s, head, j + 1, c, bits, v1);
-            const float p0 = p[j], p1 = p[j + 1];
-#pragma omp simd
-            for (int i = 0; i < 32; i++) {
-                even[i] += p0 * v0[i];
-                odd[i] += p1 * v1[i];
+                for (int i = 0; i < 32; i++) a[i] += pj * v[i];
             }
         }
-        for (; j < n; j++) { // the last odd quantised token, then the window
-            if (j < nq) {
-                kivi_value_row(s, head, j, c, bits, v0);
-            } else {
-                const uint16_t *row = kivi_full_at(s, head, j, c);
-                quant_fp16_to_fp32_16(row, v0);
-                quant_fp16_to_fp32_16(row + 16, v0 + 16);
-            }
-            const float pj = p[j];
-            if (j % 2 == 0) {
-#pragma omp simd
-                for (int i = 0; i < 32; i++) even[i] += pj * v0[i];
-            } else {
-#pragma omp simd
-                for (int i = 0; i < 32; i++) odd[i] += pj * v0[i];
-            }
-        }
-        for (int i = 0; i < 32; i++) out[c + i] = even[i] + odd[i];
+        kivi_window(s, head, c, p, nq, n, groups, sums);
+        if (groups)
+            quant_group_sum((const float(*)[2][16])sums, out + 32 * c);
+        else
+            for (int i = 0; i < 32; i++) out[32 * c + i] = sums[0][i] + sums[1][i];
     }
 }
 
-// Rows at micro's head_dim 32, one instance per width (constant shifts), else run-time values.
-#define KIVI_ROWS(B)                                                                               \
+// Instances at micro's head_dim 32 per width (constant shifts); other head_dims with run-time values.
+#define KIVI_INSTANCE(B)                                                                           \
     static void kivi_scores_rows_##B(const KiviState *s, int head, const float *q, float *out, int n) { \
         kivi_scores_rows(s, head, q, out, n, 32, B);                                               \
     }                                                                                              \
-    static void kivi_mix_rows_##B(const KiviState *s, int head, const float *p, float *out, int n) { \
-        kivi_mix_rows(s, head, p, out, n, 32, B);                                                  \
-    }
-KIVI_ROWS(1)
-KIVI_ROWS(2)
-KIVI_ROWS(3)
-KIVI_ROWS(4)
-KIVI_ROWS(5)
-KIVI_ROWS(6)
-KIVI_ROWS(7)
-KIVI_ROWS(8)
-#undef KIVI_ROWS
-typedef void (*KiviKernel)(const KiviState *, int, const float *, float *, int);
-static const KiviKernel kivi_scores_rows_32[9] = {NULL, kivi_scores_rows_1, kivi_scores_rows_2, kivi_scores_rows_3,
-                                                  kivi_scores_rows_4, kivi_scores_rows_5, kivi_scores_rows_6,
-                                                  kivi_scores_rows_7, kivi_scores_rows_8};
-static const KiviKernel kivi_mix_rows_32[9] = {NULL, kivi_mix_rows_1, kivi_mix_rows_2, kivi_mix_rows_3, kivi_mix_rows_4,
-                                               kivi_mix_rows_5, kivi_mix_rows_6, kivi_mix_rows_7, kivi_mix_rows_8};
-
-// Instances at micro's head_dim 32 per width; other head_dims (multiples of 32) with run-time values.
-#define KIVI_INSTANCE(B)                                                                           \
     static void kivi_scores_32_##B(const KiviState *s, int head, const float *q, float *out, int n) { \
         kivi_scores_quantised(s, head, q, out, n < s->n_quant ? n : s->n_quant, 32, B);            \
         kivi_scores_residual(s, head, q, out, n, 32);                                              \
-    }
-KIVI_INSTANCE(1)
-KIVI_INSTANCE(2)
-KIVI_INSTANCE(3)
-KIVI_INSTANCE(4)
-KIVI_INSTANCE(5)
-KIVI_INSTANCE(6)
-KIVI_INSTANCE(7)
-KIVI_INSTANCE(8)
-#undef KIVI_INSTANCE
-#define KIVI_INSTANCE(B)                                                                           \
+    }                                                                                              \
     static void kivi_mix_32_##B(const KiviState *s, int head, const float *p, float *out, int n) {  \
-        kivi_mix_groups(s, head, p, out, n, 32, B);                                                \
+        kivi_mix_values(s, head, p, out, n, 32, B);                                                \
     }
-KIVI_INSTANCE(1)
-KIVI_INSTANCE(2)
-KIVI_INSTANCE(4)
+AFFINE_WIDTHS(KIVI_INSTANCE)
 #undef KIVI_INSTANCE
+typedef void (*KiviKernel)(const KiviState *, int, const float *, float *, int);
+static const KiviKernel kivi_scores_rows_32[9] = AFFINE_BY_WIDTH(kivi_scores_rows),
+                        kivi_scores_32[9] = AFFINE_BY_WIDTH(kivi_scores_32), kivi_mix_32[9] = AFFINE_BY_WIDTH(kivi_mix_32);
 
 static void kivi_scores(const void *state, int head, const float *q, float *out, int n) {
     const KiviState *s = state;
@@ -792,10 +588,7 @@ static void kivi_scores(const void *state, int head, const float *q, float *out,
         else
             kivi_scores_rows(s, head, q, out, n, s->head_dim, s->bits);
     } else if (s->head_dim == 32) {
-        static void (*const fn[9])(const KiviState *, int, const float *, float *, int) = {
-            NULL,           kivi_scores_32_1, kivi_scores_32_2, kivi_scores_32_3, kivi_scores_32_4,
-            kivi_scores_32_5, kivi_scores_32_6, kivi_scores_32_7, kivi_scores_32_8};
-        fn[s->bits](s, head, q, out, n);
+        kivi_scores_32[s->bits](s, head, q, out, n);
     } else {
         kivi_scores_quantised(s, head, q, out, n < s->n_quant ? n : s->n_quant, s->head_dim, s->bits);
         kivi_scores_residual(s, head, q, out, n, s->head_dim);
@@ -806,18 +599,10 @@ static void kivi_mix(const void *state, int head, const float *p, float *out, in
     const KiviState *s = state;
     if (!s->is_value)
         codec_mix_by_read(s, kivi_read, s->head_dim, head, p, out, n);
-    else if (s->cs.layout == QUANT_ROWS && s->head_dim == 32)
-        kivi_mix_rows_32[s->bits](s, head, p, out, n);
-    else if (s->cs.layout == QUANT_ROWS)
-        kivi_mix_rows(s, head, p, out, n, s->head_dim, s->bits);
-    else if (s->head_dim == 32 && s->bits == 1)
-        kivi_mix_32_1(s, head, p, out, n);
-    else if (s->head_dim == 32 && s->bits == 2)
-        kivi_mix_32_2(s, head, p, out, n);
     else if (s->head_dim == 32)
-        kivi_mix_32_4(s, head, p, out, n);
+        kivi_mix_32[s->bits](s, head, p, out, n);
     else
-        kivi_mix_groups(s, head, p, out, n, s->head_dim, s->bits);
+        kivi_mix_values(s, head, p, out, n, s->head_dim, s->bits);
 }
 
 static size_t kivi_bytes(const void *state) {
