@@ -272,10 +272,10 @@ static inline int32_t quant_tile_code_signed(const uint32_t *tile, int l, int d,
 static inline int quant_tile_steps(int bits) { return bits == 3 ? 32 : 8 * bits; }
 
 // acc[k][l] += Σ_s tables[k][s][index_s(lane l of tile k)], s in order, for nt tiles of one head
-// (tile k at tile + k·tile_words; `tile` points at the chunk's first word). With `shared` every
+// (tiles[k] points at tile k's chunk's first word: the tiles may lie in different blocks). With `shared` every
 // tile uses tables[0] (the caller's constant: one set of tables per call, or one per group of
 // tokens).
-static QUANT_ALWAYS_INLINE void quant_tile_lookup(const uint32_t *tile, size_t tile_words, int nt,
+static QUANT_ALWAYS_INLINE void quant_tile_lookup(const uint32_t *const *tiles, int nt,
                                                   const float (*const *tables)[16], const int shared, const int bits,
                                                   float (*acc)[16]) {
     const int steps = quant_tile_steps(bits);
@@ -283,7 +283,7 @@ static QUANT_ALWAYS_INLINE void quant_tile_lookup(const uint32_t *tile, size_t t
     if (nt == 4) {
         __m512 a0 = _mm512_loadu_ps(acc[0]), a1 = _mm512_loadu_ps(acc[1]), a2 = _mm512_loadu_ps(acc[2]),
                a3 = _mm512_loadu_ps(acc[3]);
-        const uint32_t *t0 = tile, *t1 = tile + tile_words, *t2 = t1 + tile_words, *t3 = t2 + tile_words;
+        const uint32_t *t0 = tiles[0], *t1 = tiles[1], *t2 = tiles[2], *t3 = tiles[3];
 #define QUANT_STEP(i0, i1, i2, i3, s)                                                              \
     {                                                                                              \
         const __m512 t = _mm512_loadu_ps(tb0[s]);                                                  \
@@ -318,7 +318,7 @@ QUANT_UNROLL(32)
     }
 #endif
     for (int k = 0; k < nt; k++) {
-        const uint32_t *t = tile + (size_t)k * tile_words;
+        const uint32_t *t = tiles[k];
         const float(*table)[16] = tables[shared ? 0 : k];
 QUANT_UNROLL(32)
         for (int s = 0; s < steps; s++) {

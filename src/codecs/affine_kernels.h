@@ -77,14 +77,36 @@ static QUANT_ALWAYS_INLINE __m512 affine_table16(const float *w, const float *sm
 typedef const float *(*AffinePrep)(const void *state, int head, int c, const float *p, int n, int j0, float *w,
                                    float *sm);
 
-// Where a head's codes of one chunk lie for the mix kernels: `codes` is the chunk's first byte in
-// unit 0 (a token group or a row), a unit `unit_bytes` further on is the next; `units` (the store's
-// capacity in units) bounds the prefetches.
+// Where a head's codes of one chunk lie for the kernels: `codes` is the chunk's first byte in unit 0
+// (a token tile, a token group or a row), a unit `unit_bytes` further on is the next; `units` (the
+// units the n tokens take) bounds the prefetches. A stream spread over blocks (a pool's sequence)
+// gives block i's such pointer in blocks[i], `block_units` units to a block; a contiguous stream
+// leaves blocks NULL.
 typedef struct {
     const uint8_t *codes;
     size_t unit_bytes;
     int units;
+    const uint8_t *const *blocks;
+    int block_units;
 } AffineChunk;
+
+static QUANT_ALWAYS_INLINE const uint8_t *affine_unit(const AffineChunk *ch, int u) {
+    if (!ch->blocks) return ch->codes + (size_t)u * ch->unit_bytes;
+    return ch->blocks[u / ch->block_units] + (size_t)(u % ch->block_units) * ch->unit_bytes;
+}
+
+// Asks for units [u, u + count) ahead of their use (within the stream): a pool's blocks lie anywhere,
+// and the hardware prefetcher loses the way at each.
+static QUANT_ALWAYS_INLINE void affine_prefetch(const AffineChunk *ch, int u, int count) {
+    if (u + count > ch->units) count = ch->units - u;
+    while (count > 0) { // a run of units within one block is contiguous
+        const int run = ch->blocks ? ch->block_units - u % ch->block_units : count;
+        const int m = run < count ? run : count;
+        const uint8_t *p = affine_unit(ch, u);
+        for (size_t b = 0; b < (size_t)m * ch->unit_bytes; b += 64) __builtin_prefetch(p + b);
+        u += m, count -= m;
+    }
+}
 
 // Mix on token groups of g = 4/B tokens (quant.h): per group a table Σ_t w_t · x̂_t(code_t), looked
 // up by each of its 16 bytes' two 4-bit values; even and odd groups in separate sums (two chains).
@@ -105,27 +127,31 @@ static QUANT_ALWAYS_INLINE void affine_mix_groups(AffineChunk ch, const int g, c
         if (j0 + 4 * QUANT_TILE < n) w[1 - b] = prep(state, head, c, p, n, j0 + 4 * QUANT_TILE, wbuf[1 - b], sm[1 - b]);
         const int u0 = j0 / g, nb = ((n - j0 < 4 * QUANT_TILE ? n - j0 : 4 * QUANT_TILE) + g - 1) / g; // u0 is even
         const size_t ub = ch.unit_bytes;
-        const uint8_t *chunk = ch.codes + (size_t)u0 * ub;
-        if (u0 + 12 * QUANT_TILE / g <= ch.units) // the 64 tokens after next, towards L1
-            for (size_t k = 0; k < 4 * QUANT_TILE / g * ub; k += 64)
-                __builtin_prefetch(chunk + 8 * QUANT_TILE / g * ub + k);
+        affine_prefetch(&ch, u0 + 8 * QUANT_TILE / g, 4 * QUANT_TILE / g); // the 64 tokens after next
+        // 16 tokens (an even number of groups) at a time: they lie in one block.
+        for (int k0 = 0; k0 < nb; k0 += QUANT_TILE / g) {
+            const uint8_t *chunk = affine_unit(&ch, u0 + k0); // group k at chunk + (k − k0)·ub
+            const int k1 = nb - k0 < QUANT_TILE / g ? nb : k0 + QUANT_TILE / g;
 #ifdef QUANT_AVX512
-        __asm__("" ::: "memory"); // each table broadcasts its parameters from memory
-        int k = 0;
-        for (; k + 2 <= nb; k += 2) {
-            quant_group_lookup16(chunk + (size_t)k * ub, affine_table16(w[b] + k * g, sm[b] + k * g * f.ps, g, lv, f),
-                                 &e0, &e1);
-            quant_group_lookup16(chunk + (size_t)(k + 1) * ub,
-                                 affine_table16(w[b] + (k + 1) * g, sm[b] + (k + 1) * g * f.ps, g, lv, f), &o0, &o1);
-        }
-        if (k < nb)
-            quant_group_lookup16(chunk + (size_t)k * ub, affine_table16(w[b] + k * g, sm[b] + k * g * f.ps, g, lv, f),
-                                 &e0, &e1);
+            __asm__("" ::: "memory"); // each table broadcasts its parameters from memory
+            int k = k0;
+            for (; k + 2 <= k1; k += 2) {
+                quant_group_lookup16(chunk + (size_t)(k - k0) * ub,
+                                     affine_table16(w[b] + k * g, sm[b] + k * g * f.ps, g, lv, f), &e0, &e1);
+                quant_group_lookup16(chunk + (size_t)(k + 1 - k0) * ub,
+                                     affine_table16(w[b] + (k + 1) * g, sm[b] + (k + 1) * g * f.ps, g, lv, f), &o0,
+                                     &o1);
+            }
+            if (k < k1)
+                quant_group_lookup16(chunk + (size_t)(k - k0) * ub,
+                                     affine_table16(w[b] + k * g, sm[b] + k * g * f.ps, g, lv, f), &e0, &e1);
 #else
-        float tables[4 * QUANT_TILE][16];
-        for (int k = 0; k < nb; k++) affine_table(w[b] + k * g, sm[b] + k * g * f.ps, g, lv, f, tables[k]);
-        quant_group_lookup(chunk, ub, nb, u0, (const float(*)[16])tables, acc);
+            float tables[QUANT_TILE][16];
+            for (int k = k0; k < k1; k++)
+                affine_table(w[b] + k * g, sm[b] + k * g * f.ps, g, lv, f, tables[k - k0]);
+            quant_group_lookup(chunk, ub, k1 - k0, u0 + k0, (const float(*)[16])tables, acc);
 #endif
+        }
     }
 #ifdef QUANT_AVX512
     quant_store4(acc[0][0], acc[1][0], e0, e1, o0, o1);
@@ -206,7 +232,7 @@ static QUANT_ALWAYS_INLINE void affine_mix_rows(AffineChunk ch, const uint32_t *
     __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
 #define AFFINE_ROW(acc0, acc1, k)                                                                  \
     {                                                                                              \
-        const uint8_t *r = row + (size_t)(k) * rb;                                                 \
+        const uint8_t *r = row + (size_t)((k) - k0) * rb;                                          \
         const uint32_t hk = qh ? qh[j0 + (k)] : 0;                                                 \
         acc0 = _mm512_add_ps(acc0, affine_term16(w[b][k], affine_row_levels16(r, hk, ctrl, up, 0, bits, kind, bias), \
                                                  sm[b], k, f));                                    \
@@ -222,25 +248,28 @@ static QUANT_ALWAYS_INLINE void affine_mix_rows(AffineChunk ch, const uint32_t *
         const int b = (j0 / (4 * QUANT_TILE)) % 2;
         if (j0 + 4 * QUANT_TILE < n) w[1 - b] = prep(state, head, c, p, n, j0 + 4 * QUANT_TILE, wbuf[1 - b], sm[1 - b]);
         const int cnt = n - j0 < 4 * QUANT_TILE ? n - j0 : 4 * QUANT_TILE;
-        const uint8_t *row = ch.codes + (size_t)j0 * rb;
-        if (j0 + 12 * QUANT_TILE <= ch.units) // the 64 tokens after next, towards L1
-            for (size_t k = 0; k < 4 * QUANT_TILE * rb; k += 64) __builtin_prefetch(row + 8 * QUANT_TILE * rb + k);
+        affine_prefetch(&ch, j0 + 8 * QUANT_TILE, 4 * QUANT_TILE); // the 64 tokens after next
+        // 16 rows at a time: they lie in one block (row k at row + k·rb).
+        for (int k0 = 0; k0 < cnt; k0 += QUANT_TILE) {
+            const uint8_t *row = affine_unit(&ch, j0 + k0); // row k at row + (k − k0)·rb
+            const int k1 = cnt - k0 < QUANT_TILE ? cnt : k0 + QUANT_TILE;
 #if defined(QUANT_AVX512) && defined(__AVX512VBMI__)
-        __asm__("" ::: "memory"); // the parameters broadcast from memory
-        int k = 0;
-        for (; k + 2 <= cnt; k += 2) {
-            AFFINE_ROW(e0, e1, k)
-            AFFINE_ROW(o0, o1, k + 1)
-        }
-        if (k < cnt) AFFINE_ROW(e0, e1, k)
+            __asm__("" ::: "memory"); // the parameters broadcast from memory
+            int k = k0;
+            for (; k + 2 <= k1; k += 2) {
+                AFFINE_ROW(e0, e1, k)
+                AFFINE_ROW(o0, o1, k + 1)
+            }
+            if (k < k1) AFFINE_ROW(e0, e1, k)
 #else
-        for (int k = 0; k < cnt; k++) {
-            float lv[32], *restrict acc = k % 2 ? odd : even;
-            affine_row_levels(row + (size_t)k * rb, qh ? qh[j0 + k] : 0, bits, kind, bias, lv);
+            for (int k = k0; k < k1; k++) {
+                float lv[32], *restrict acc = k % 2 ? odd : even;
+                affine_row_levels(row + (size_t)(k - k0) * rb, qh ? qh[j0 + k] : 0, bits, kind, bias, lv);
 #pragma omp simd
-            for (int i = 0; i < 32; i++) acc[i] += affine_term(w[b][k], lv[i], sm[b], k, f);
-        }
+                for (int i = 0; i < 32; i++) acc[i] += affine_term(w[b][k], lv[i], sm[b], k, f);
+            }
 #endif
+        }
     }
 #if defined(QUANT_AVX512) && defined(__AVX512VBMI__)
 #undef AFFINE_ROW
@@ -305,22 +334,20 @@ static QUANT_ALWAYS_INLINE float affine_tile_level(const uint32_t *w, const uint
 // tiles at a time (their independent chains hide the latency of the adds): per lane (token) the sum
 // over the chunk of table lookups (`tabled`) or of term(q_d, level_d, d) in order of d. The sums go
 // to `finish`; with `carry` a chunk's start from what finish wrote for the previous one (so a
-// token's sum runs over all its numbers in order), else from zero. `tiles`: the head's first tile,
-// a tile of every chunk `tile_bytes` long; `units`: the store's tiles (bounds the prefetches).
-static QUANT_ALWAYS_INLINE void affine_score_tiles(const uint8_t *tiles, size_t tile_bytes, int units, int n, const int hd,
-                                                   const int bits, const int kind, const int bias, const int tabled,
-                                                   const int carry, const AffineForm f, const float *q,
-                                                   AffineTileJobFn job_fn, AffineTileFinishFn finish, void *ctx,
-                                                   float *out) {
-    const size_t tw = tile_bytes / 4;
+// token's sum runs over all its numbers in order), else from zero. `tiles`: the head's tiles (a
+// unit is a tile of every chunk; its `codes` the head's first tile).
+static QUANT_ALWAYS_INLINE void affine_score_tiles(AffineChunk tiles, int n, const int hd, const int bits,
+                                                   const int kind, const int bias, const int tabled, const int carry,
+                                                   const AffineForm f, const float *q, AffineTileJobFn job_fn,
+                                                   AffineTileFinishFn finish, void *ctx, float *out) {
     for (int c = 0; c < hd / 32; c++) {
         for (int t0 = 0; t0 < n; t0 += 4 * QUANT_TILE) {
             const int nt = n - t0 >= 4 * QUANT_TILE ? 4 : (n - t0 + QUANT_TILE - 1) / QUANT_TILE;
-            const uint32_t *tile = (const uint32_t *)(const void *)(tiles + (size_t)(t0 / QUANT_TILE) * tile_bytes) +
-                                   (size_t)c * bits * QUANT_TILE;
-            if (t0 / QUANT_TILE + 12 <= units) // the tiles after next, towards L1
-                for (size_t b = 0; b < 4 * tile_bytes; b += 64)
-                    __builtin_prefetch((const char *)tile + 8 * tile_bytes + b);
+            const uint32_t *tile[4];
+            for (int k = 0; k < nt; k++)
+                tile[k] = (const uint32_t *)(const void *)affine_unit(&tiles, t0 / QUANT_TILE + k) +
+                          (size_t)c * bits * QUANT_TILE;
+            affine_prefetch(&tiles, t0 / QUANT_TILE + 8, 4); // the tiles after next
             float acc[4][QUANT_TILE] = {{0}};
             for (int k = 0; k < nt && carry && c > 0; k++)
                 memcpy(acc[k], out + t0 + k * QUANT_TILE,
@@ -328,14 +355,14 @@ static QUANT_ALWAYS_INLINE void affine_score_tiles(const uint8_t *tiles, size_t 
             AffineTileJob job;
             job_fn(ctx, c, t0, nt, bits, &job); // bits: a constant where the job is inlined
             if (tabled && nt == 4 && job.shared)
-                quant_tile_lookup(tile, tw, 4, job.tables, 1, bits, acc);
+                quant_tile_lookup(tile, 4, job.tables, 1, bits, acc);
             else if (tabled && nt == 4)
-                quant_tile_lookup(tile, tw, 4, job.tables, 0, bits, acc);
+                quant_tile_lookup(tile, 4, job.tables, 0, bits, acc);
             else if (tabled)
-                quant_tile_lookup(tile, tw, nt, job.tables, job.shared, bits, acc);
+                quant_tile_lookup(tile, nt, job.tables, job.shared, bits, acc);
             else
                 for (int k = 0; k < nt; k++) {
-                    const uint32_t *w = tile + (size_t)k * tw, *qh = job.qh[k];
+                    const uint32_t *w = tile[k], *qh = job.qh[k];
                     const float *sm = job.sm[k];
 QUANT_UNROLL(32)
                     for (int d = 0; d < 32; d++) {

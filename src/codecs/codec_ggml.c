@@ -520,7 +520,7 @@ static inline void block_key_finish(void *ctx, int i, int t0, int nt, float (*ac
 static ALWAYS_INLINE void block_scores_impl(const BlockState *s, int head, const float *q, float *out, int n,
                                             const BlockFormat f, const int hd) {
     BlockKeys k = {.s = s, .head = head, .n = n, .q = q};
-    affine_score_tiles(block_unit(s, head, 0), s->unit_bytes, s->slots / TILE, n, hd, f == FMT_Q8_0 ? 8 : 4,
+    affine_score_tiles((AffineChunk){block_unit(s, head, 0), s->unit_bytes, s->slots / TILE, NULL, 0}, n, hd, f == FMT_Q8_0 ? 8 : 4,
                        f == FMT_Q8_0 ? AFFINE_SIGNED : AFFINE_Q5, f == FMT_Q5_0 ? 16 : 0, block_tabled(f), 0,
                        (AffineForm){0, 0, 0, 0}, q, block_key_job, block_key_finish, &k, out);
 }
@@ -549,7 +549,7 @@ static ALWAYS_INLINE void block_mix_impl(const BlockState *s, int head, const fl
     for (int c = 0; c < 16; c++) lv[0][c] = block_level(f, c);
     const AffineForm form = {f != FMT_Q8_0, block_has_m(f), 1, 4 * TILE};
     for (int i = 0; i < hd / QK; i++) {
-        const AffineChunk ch = {block_unit(s, head, 0) + (size_t)i * s->code_bytes, s->unit_bytes, s->capacity};
+        const AffineChunk ch = {block_unit(s, head, 0) + (size_t)i * s->code_bytes, s->unit_bytes, s->capacity, NULL, 0};
         float sums[2][32] __attribute__((aligned(64)));
         if (block_tabled(f))
             affine_mix_groups(ch, 1, (const float(*)[16])lv, form, block_prep, s, head, i, p, n, (float(*)[2][16])sums);

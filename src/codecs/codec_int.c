@@ -218,8 +218,14 @@ static void int_levels(const IntState *s, int head, int token, int c, int n, flo
 // ---- Keys: token tiles (affine_kernels.h) ---------------------------------------------------
 // A token's score: its lane's sum over the chunk's lookups (B <= 4: tables of q_d · level, two
 // and four numbers per lookup at B = 2 and 1) or products q_d · level (B >= 5) in order of d, all
-// chunks in order, times the token's scale.
-static ALWAYS_INLINE void int_scales(const IntState *s, size_t slot, float *sc) {
+// chunks in order, times the token's scale. The kernels walk the stream's blocks: the tables are
+// made once per query, and each tile, scale and row is read from its own block.
+
+// The scales of the 16 tokens from t (a multiple of 16), from t's block.
+static ALWAYS_INLINE void int_scales(const CodecBlocks *b, int head, int t, float *sc) {
+    int local;
+    const IntState *s = codec_block(b, t, &local);
+    const size_t slot = int_slot(s, head, local);
     if (s->scale_fp32) {
         for (int l = 0; l < TILE; l++) sc[l] = s->scale32[slot + l];
     } else {
@@ -227,8 +233,30 @@ static ALWAYS_INLINE void int_scales(const IntState *s, size_t slot, float *sc) 
     }
 }
 
+// Asks for the scales of the 16 tokens from t ahead of their use (when t < n): in a pool they lie
+// in their block's own allocation, a cache miss the codes' prefetches do not cover.
+static ALWAYS_INLINE void int_prefetch_scales(const CodecBlocks *b, int head, int t, int n) {
+    if (t >= n) return;
+    int local;
+    const IntState *s = codec_block(b, t, &local);
+    const size_t slot = int_slot(s, head, local);
+    __builtin_prefetch(s->scale_fp32 ? (const void *)(s->scale32 + slot) : (const void *)(s->scale16 + slot));
+}
+
+// The head's codes of chunk c (at `offset` in a unit) in every block the n tokens lie in, for the
+// shared kernels: blocks[] holds a pointer per block.
+static AffineChunk int_chunk(const CodecBlocks *b, int head, int n, size_t offset, const uint8_t **blocks) {
+    const IntState *s0 = b->states[0];
+    const int nb = (n + b->block - 1) / b->block;
+    for (int i = 0; i < nb; i++) blocks[i] = code_store_unit(&((const IntState *)b->states[i])->cs, head, 0) + offset;
+    if (nb <= 1) // one block: contiguous, whatever its capacity (it need not be whole units)
+        return (AffineChunk){blocks[0], s0->cs.unit_bytes, s0->cs.units, NULL, 0};
+    return (AffineChunk){blocks[0], s0->cs.unit_bytes, (n + s0->cs.unit - 1) / s0->cs.unit, blocks,
+                         b->block / s0->cs.unit};
+}
+
 typedef struct {
-    const IntState *s;
+    const CodecBlocks *b;
     int head, n, chunks;
     const float *q;
     float tables[32][16] __attribute__((aligned(64))); // the chunk's
@@ -237,6 +265,7 @@ typedef struct {
 static inline void int_key_job(void *ctx, int c, int t0, int nt, int bits, AffineTileJob *job) {
     IntKeys *k = ctx;
     (void)nt;
+    for (int i = 12; i < 16; i++) int_prefetch_scales(k->b, k->head, t0 + i * TILE, k->n); // three groups ahead
     if (t0 == 0 && bits <= 4) { // a chunk's tables serve every token
         float lv[4][16] __attribute__((aligned(64)));
         affine_levels(bits, 1, lv);
@@ -255,7 +284,7 @@ static inline void int_key_finish(void *ctx, int c, int t0, int nt, float (*acc)
             memcpy(o, acc[i], sizeof(float) * (size_t)m);
             continue;
         }
-        int_scales(k->s, int_slot(k->s, k->head, t0 + i * TILE), sc);
+        int_scales(k->b, k->head, t0 + i * TILE, sc);
         if (m == TILE) {
 #pragma omp simd
             for (int l = 0; l < TILE; l++) o[l] = acc[i][l] * sc[l];
@@ -265,20 +294,27 @@ static inline void int_key_finish(void *ctx, int c, int t0, int nt, float (*acc)
     }
 }
 
-static ALWAYS_INLINE void int_scores_tiled(const IntState *s, int head, const float *q, float *out, int n, const int hd,
-                                           const int bits) {
-    IntKeys k = {.s = s, .head = head, .n = n, .chunks = hd / 32, .q = q};
-    affine_score_tiles(code_store_unit(&s->cs, head, 0), s->cs.unit_bytes, s->cs.units, n, hd, bits, AFFINE_SIGNED, 0,
-                       bits <= 4, 1, INT_FORM, q, int_key_job, int_key_finish, &k, out);
+// Block tables of up to this many blocks stay on the stack; a longer stream takes them from the heap.
+#define INT_STACK_BLOCKS 256
+
+static ALWAYS_INLINE void int_scores_tiled(const CodecBlocks *b, int head, const float *q, float *out, int n,
+                                           const int hd, const int bits) {
+    IntKeys k = {.b = b, .head = head, .n = n, .chunks = hd / 32, .q = q};
+    const uint8_t *stack[INT_STACK_BLOCKS], **blocks = stack;
+    const int nb = (n + b->block - 1) / b->block;
+    if (nb > INT_STACK_BLOCKS && !(blocks = malloc(sizeof(*blocks) * (size_t)nb))) abort();
+    affine_score_tiles(int_chunk(b, head, n, 0, blocks), n, hd, bits, AFFINE_SIGNED, 0, bits <= 4, 1, INT_FORM, q, int_key_job, int_key_finish, &k,
+                       out);
+    if (blocks != stack) free(blocks);
 }
 
 // The mix kernels' parameters (AffinePrep): w[i] = p · scale of tokens j0 + i, i < 64 (0 from n on).
-static const float *int_weights(const void *state, int head, int c, const float *p, int n, int j0, float *w,
-                                float *sm) {
-    const IntState *s = state;
+static const float *int_weights(const void *ctx, int head, int c, const float *p, int n, int j0, float *w, float *sm) {
+    const CodecBlocks *b = ctx;
     (void)c, (void)sm;
+    for (int i = 8 * TILE; i < 12 * TILE; i += TILE) int_prefetch_scales(b, head, j0 + i, n); // 128 tokens ahead
     for (int i = 0; i < 4 * TILE && j0 + i < n; i += TILE) {
-        int_scales(s, int_slot(s, head, j0 + i), w + i);
+        int_scales(b, head, j0 + i, w + i);
         if (n - j0 - i >= TILE) {
 #pragma omp simd
             for (int l = 0; l < TILE; l++) w[i + l] *= p[j0 + i + l];
@@ -292,58 +328,61 @@ static const float *int_weights(const void *state, int head, int c, const float 
 // ---- Values ---------------------------------------------------------------------------------
 // Token groups (B = 4, 2, 1): per group of g = 4/B tokens a table Σ_t w_t · level(code_t), w_t =
 // p_t · scale_t; other widths: rows, w_j · level decoded in registers (affine_kernels.h).
-static ALWAYS_INLINE void int_mix_hd(const IntState *s, int head, const float *p, float *out, int n, const int hd,
+static ALWAYS_INLINE void int_mix_hd(const CodecBlocks *b, int head, const float *p, float *out, int n, const int hd,
                                      const int bits) {
     float lv[4][16] __attribute__((aligned(64)));
     affine_levels(bits, 1, lv);
+    const uint8_t *stack[INT_STACK_BLOCKS], **blocks = stack;
+    const int nb = (n + b->block - 1) / b->block;
+    if (nb > INT_STACK_BLOCKS && !(blocks = malloc(sizeof(*blocks) * (size_t)nb))) abort();
     for (int c = 0; c < hd / 32; c++) {
         const int groups = bits == 1 || bits == 2 || bits == 4; // else rows
-        const AffineChunk ch = {code_store_unit(&s->cs, head, 0) + (size_t)c * (groups ? 16 : 4 * bits),
-                                s->cs.unit_bytes, s->cs.units};
+        const AffineChunk ch = int_chunk(b, head, n, (size_t)c * (groups ? 16 : 4 * bits), blocks);
         if (groups) {
             float acc[2][2][16] __attribute__((aligned(64)));
-            affine_mix_groups(ch, 4 / bits, (const float(*)[16])lv, INT_FORM, int_weights, s, head, c, p, n, acc);
+            affine_mix_groups(ch, 4 / bits, (const float(*)[16])lv, INT_FORM, int_weights, b, head, c, p, n, acc);
             quant_group_sum((const float(*)[2][16])acc, out + 32 * c);
         } else {
             float even[32] __attribute__((aligned(64))), odd[32] __attribute__((aligned(64)));
-            affine_mix_rows(ch, NULL, bits, AFFINE_SIGNED, 0, INT_FORM, int_weights, s, head, c, p, n, even, odd);
+            affine_mix_rows(ch, NULL, bits, AFFINE_SIGNED, 0, INT_FORM, int_weights, b, head, c, p, n, even, odd);
             for (int i = 0; i < 32; i++) out[32 * c + i] = even[i] + odd[i];
         }
     }
+    if (blocks != stack) free(blocks);
 }
 
 // One instance per width at micro's head_dim 32 (constant shifts and trip counts); other head_dims
 // that are multiples of 32 take the same code with run-time values.
-typedef void (*IntKernel)(const IntState *, int, const float *, float *, int);
+typedef void (*IntKernel)(const CodecBlocks *, int, const float *, float *, int);
 #define INT_INSTANCE(B)                                                                            \
-    static void int_scores_32_##B(const IntState *s, int head, const float *q, float *out, int n) { \
-        int_scores_tiled(s, head, q, out, n, 32, B);                                               \
+    static void int_scores_32_##B(const CodecBlocks *b, int head, const float *q, float *out, int n) { \
+        int_scores_tiled(b, head, q, out, n, 32, B);                                               \
     }                                                                                              \
-    static void int_mix_32_##B(const IntState *s, int head, const float *p, float *out, int n) {   \
-        int_mix_hd(s, head, p, out, n, 32, B);                                                     \
+    static void int_mix_32_##B(const CodecBlocks *b, int head, const float *p, float *out, int n) { \
+        int_mix_hd(b, head, p, out, n, 32, B);                                                     \
     }
 AFFINE_WIDTHS(INT_INSTANCE)
 #undef INT_INSTANCE
 static const IntKernel int_scores_32[9] = AFFINE_BY_WIDTH(int_scores_32), int_mix_32[9] = AFFINE_BY_WIDTH(int_mix_32);
 
-static void int_scores(const void *state, int head, const float *q, float *out, int n) {
-    const IntState *s = state;
+static void int_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
+    const IntState *s = b->states[0];
     if (s->cs.layout != QUANT_TILES)
-        codec_scores_by_read(s, int_read, s->head_dim, head, q, out, n);
+        codec_scores_by_read_blocks(b, int_read, s->head_dim, head, q, out, n);
     else if (s->head_dim == 32)
-        int_scores_32[s->bits](s, head, q, out, n);
+        int_scores_32[s->bits](b, head, q, out, n);
     else
-        int_scores_tiled(s, head, q, out, n, s->head_dim, s->bits);
+        int_scores_tiled(b, head, q, out, n, s->head_dim, s->bits);
 }
 
-static void int_mix(const void *state, int head, const float *p, float *out, int n) {
-    const IntState *s = state;
+static void int_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
+    const IntState *s = b->states[0];
     if (s->cs.layout == QUANT_TILES || s->head_dim % 32 != 0)
-        codec_mix_by_read(s, int_read, s->head_dim, head, p, out, n);
+        codec_mix_by_read_blocks(b, int_read, s->head_dim, head, p, out, n);
     else if (s->head_dim == 32)
-        int_mix_32[s->bits](s, head, p, out, n);
+        int_mix_32[s->bits](b, head, p, out, n);
     else
-        int_mix_hd(s, head, p, out, n, s->head_dim, s->bits);
+        int_mix_hd(b, head, p, out, n, s->head_dim, s->bits);
 }
 
 static void int_read(const void *state, int head, int token, float *out) {
@@ -363,7 +402,7 @@ static size_t int_bytes(const void *state) {
 }
 
 
-CODEC_OPS_PER_BLOCK(int, NULL, NULL);
+CODEC_OPS(int, NULL, NULL);
 
 const CodecFamily CODEC_FAMILY(codec_int) = {.name = "int", .ops = &int_ops, .create = int_create,
     .help = "int:bits=B           round to nearest per head per token, B=1..8, one scale (scale=fp16|fp32), "
