@@ -15,6 +15,9 @@
 #ifndef MICRO_AFFINE_KERNELS_H
 #define MICRO_AFFINE_KERNELS_H
 
+#include <stdlib.h>
+
+#include "../kvcache.h"
 #include "../quant.h"
 
 // The kernels are instanced per code width B = 1..8 at micro's head_dim 32 (constant shifts and
@@ -89,6 +92,29 @@ typedef struct {
     const uint8_t *const *blocks;
     int block_units;
 } AffineChunk;
+
+// The chunk of a stream over blocks: each block's unit 0 of the head (unit0(state, head)) plus
+// `offset`, in blocks[] (room for every block of the n tokens); one block is a contiguous chunk of
+// `units_one` units (its store's, whatever its capacity). unit: tokens per unit.
+typedef const uint8_t *(*AffineUnit0)(const void *state, int head);
+static inline AffineChunk affine_chunk_of(const CodecBlocks *b, int head, int n, size_t offset, AffineUnit0 unit0,
+                                          size_t unit_bytes, int unit, int units_one, const uint8_t **blocks) {
+    const int nb = (n + b->block - 1) / b->block;
+    for (int i = 0; i < nb; i++) blocks[i] = unit0(b->states[i], head) + offset;
+    if (nb <= 1) return (AffineChunk){blocks[0], unit_bytes, units_one, NULL, 0};
+    return (AffineChunk){blocks[0], unit_bytes, (n + unit - 1) / unit, blocks, b->block / unit};
+}
+
+// Room for the block pointers of affine_chunk_of: on the stack up to AFFINE_STACK_BLOCKS blocks,
+// else from the heap (a stream longer than 4,096 tokens in blocks of 16).
+#define AFFINE_STACK_BLOCKS 256
+static inline const uint8_t **affine_blocks(const CodecBlocks *b, int n, const uint8_t **stack) {
+    const int nb = (n + b->block - 1) / b->block;
+    if (nb <= AFFINE_STACK_BLOCKS) return stack;
+    const uint8_t **heap = malloc(sizeof(*heap) * (size_t)nb);
+    if (!heap) abort(); // no way to report from a kernel; a few bytes per block
+    return heap;
+}
 
 static QUANT_ALWAYS_INLINE const uint8_t *affine_unit(const AffineChunk *ch, int u) {
     if (!ch->blocks) return ch->codes + (size_t)u * ch->unit_bytes;

@@ -476,17 +476,28 @@ static ALWAYS_INLINE void block_scales16(const uint16_t *h, int n_left, float *o
 // Scores on key tiles (affine_kernels.h). Per block: q4_0, q4_1 and iq4_nl sum table lookups
 // table[s][nibble s], nibble s being number s/2 + 16·(s%2) (qs byte s/2, low or high); q8_0 and q5
 // sum q_j · level in order of j. Then per token: Σ over blocks of sum · d (q4_1, q5_1: + m · Σq).
+// The kernels walk the stream's blocks (a pool's): tables once per query, each tile's codes, scales
+// and fifth bits from its own block.
 typedef struct {
-    const BlockState *s;
+    const CodecBlocks *b;
+    BlockFormat f;
     int head, n;
     const float *q;
     float qsum; // the block's Σq
     float tables[32][16] __attribute__((aligned(64)));
 } BlockKeys;
 
+// Token t's place in its block's arrays (block_meta) for llama.cpp block i, and that block's state.
+static ALWAYS_INLINE const BlockState *block_at(const CodecBlocks *b, int head, int i, int t, size_t *at) {
+    int local;
+    const BlockState *s = codec_block(b, t, &local);
+    *at = block_meta(s, head, i, local);
+    return s;
+}
+
 static inline void block_key_job(void *ctx, int i, int t0, int nt, int bits, AffineTileJob *job) {
     BlockKeys *k = ctx;
-    const BlockFormat f = k->s->format;
+    const BlockFormat f = k->f;
     if (t0 == 0) { // block i's tables and Σq
         float lv[4][16] __attribute__((aligned(64))), qs[QK]; // lv[0] used (one code per lookup)
         k->qsum = 0.0f;
@@ -496,8 +507,12 @@ static inline void block_key_job(void *ctx, int i, int t0, int nt, int bits, Aff
         if (block_tabled(f)) affine_step_tables(qs, NULL, bits, (const float(*)[16])lv, (AffineForm){0, 0, 0, 0}, k->tables);
     }
     for (int t = 0; t < 4; t++) {
-        job->tables[t] = (const float(*)[16])k->tables, job->sm[t] = NULL;
-        job->qh[t] = k->s->qh && t < nt ? k->s->qh + block_meta(k->s, k->head, i, t0 + t * TILE) : NULL;
+        job->tables[t] = (const float(*)[16])k->tables, job->sm[t] = NULL, job->qh[t] = NULL;
+        if (block_has_qh(f) && t < nt) {
+            size_t at;
+            const BlockState *s = block_at(k->b, k->head, i, t0 + t * TILE, &at);
+            job->qh[t] = s->qh + at;
+        }
     }
     job->shared = 1;
 }
@@ -506,35 +521,50 @@ static inline void block_key_finish(void *ctx, int i, int t0, int nt, float (*ac
     const BlockKeys *k = ctx;
     for (int t = 0; t < nt; t++) {
         float d[TILE], m[TILE], *o = out + t0 + t * TILE;
-        const size_t at = block_meta(k->s, k->head, i, t0 + t * TILE);
+        size_t at;
+        const BlockState *s = block_at(k->b, k->head, i, t0 + t * TILE, &at);
         const int cnt = k->n - t0 - t * TILE < TILE ? k->n - t0 - t * TILE : TILE;
-        block_scales16(k->s->d + at, TILE, d);
-        if (k->s->m) block_scales16(k->s->m + at, TILE, m);
+        block_scales16(s->d + at, TILE, d);
+        if (s->m) block_scales16(s->m + at, TILE, m);
         for (int l = 0; l < cnt; l++) {
             const float sum = i == 0 ? 0.0f : o[l]; // the blocks before
-            o[l] = k->s->m ? sum + (acc[t][l] * d[l] + m[l] * k->qsum) : sum + acc[t][l] * d[l];
+            o[l] = s->m ? sum + (acc[t][l] * d[l] + m[l] * k->qsum) : sum + acc[t][l] * d[l];
         }
     }
 }
 
-static ALWAYS_INLINE void block_scores_impl(const BlockState *s, int head, const float *q, float *out, int n,
+static const uint8_t *block_unit0(const void *state, int head) { return block_unit(state, head, 0); }
+
+// The head's codes at `offset` in a unit, in every block the n tokens lie in.
+static AffineChunk block_chunk(const CodecBlocks *b, int head, int n, size_t offset, const uint8_t **blocks) {
+    const BlockState *s0 = b->states[0];
+    const int unit = s0->is_key ? TILE : 1;
+    return affine_chunk_of(b, head, n, offset, block_unit0, s0->unit_bytes, unit,
+                           s0->is_key ? s0->slots / TILE : s0->capacity, blocks);
+}
+
+static ALWAYS_INLINE void block_scores_impl(const CodecBlocks *b, int head, const float *q, float *out, int n,
                                             const BlockFormat f, const int hd) {
-    BlockKeys k = {.s = s, .head = head, .n = n, .q = q};
-    affine_score_tiles((AffineChunk){block_unit(s, head, 0), s->unit_bytes, s->slots / TILE, NULL, 0}, n, hd, f == FMT_Q8_0 ? 8 : 4,
+    BlockKeys k = {.b = b, .f = f, .head = head, .n = n, .q = q};
+    const uint8_t *stack[AFFINE_STACK_BLOCKS], **blocks = affine_blocks(b, n, stack);
+    affine_score_tiles(block_chunk(b, head, n, 0, blocks), n, hd, f == FMT_Q8_0 ? 8 : 4,
                        f == FMT_Q8_0 ? AFFINE_SIGNED : AFFINE_Q5, f == FMT_Q5_0 ? 16 : 0, block_tabled(f), 0,
                        (AffineForm){0, 0, 0, 0}, q, block_key_job, block_key_finish, &k, out);
+    if (blocks != stack) free(blocks);
 }
 
 // The mix kernels' parameters (AffinePrep) of tokens j0 .. j0+63 for block i: d in sm[0..64) and m
 // in sm[64..128), 0 from n on; the weights p itself (q8_0: p · d).
-static const float *block_prep(const void *state, int head, int i, const float *p, int n, int j0, float *w,
-                               float *sm) {
-    const BlockState *s = state;
+static const float *block_prep(const void *ctx, int head, int i, const float *p, int n, int j0, float *w, float *sm) {
+    const CodecBlocks *b = ctx;
+    const BlockState *s0 = b->states[0];
     for (int l = 0; l < 4 * TILE && j0 + l < n; l += TILE) {
-        block_scales16(s->d + block_meta(s, head, i, j0 + l), n - j0 - l, sm + l);
-        if (s->m) block_scales16(s->m + block_meta(s, head, i, j0 + l), n - j0 - l, sm + 4 * TILE + l);
+        size_t at;
+        const BlockState *s = block_at(b, head, i, j0 + l, &at);
+        block_scales16(s->d + at, n - j0 - l, sm + l);
+        if (s->m) block_scales16(s->m + at, n - j0 - l, sm + 4 * TILE + l);
     }
-    if (s->format != FMT_Q8_0) return p + j0;
+    if (s0->format != FMT_Q8_0) return p + j0;
     for (int k = 0; k < 4 * TILE && j0 + k < n; k++) w[k] = p[j0 + k] * sm[k];
     return w;
 }
@@ -542,38 +572,42 @@ static const float *block_prep(const void *state, int head, int i, const float *
 // Mix on value rows (affine_kernels.h), even and odd tokens apart (out = even + odd). q4_0, q4_1,
 // iq4_nl: a token group of one, a table p · x̂(c) per token with x̂(c) = level(c) · d (+ m) as read()
 // decodes, looked up by both nibbles of each qs byte (low: numbers 0..15, high: 16..31). q8_0 and
-// q5: decoded in registers, (p · d) · code for q8_0, p · x̂ for q5.
-static ALWAYS_INLINE void block_mix_impl(const BlockState *s, int head, const float *p, float *out, int n,
+// q5: decoded in registers, (p · d) · code for q8_0, p · x̂ for q5 (whose fifth bits, a word per
+// token, the kernel reads from one array: q5 runs block by block, block_mix).
+static ALWAYS_INLINE void block_mix_impl(const CodecBlocks *b, int head, const float *p, float *out, int n,
                                          const BlockFormat f, const int hd) {
+    const BlockState *s0 = b->states[0];
     float lv[1][16] __attribute__((aligned(64)));
     for (int c = 0; c < 16; c++) lv[0][c] = block_level(f, c);
     const AffineForm form = {f != FMT_Q8_0, block_has_m(f), 1, 4 * TILE};
+    const uint8_t *stack[AFFINE_STACK_BLOCKS], **blocks = affine_blocks(b, n, stack);
     for (int i = 0; i < hd / QK; i++) {
-        const AffineChunk ch = {block_unit(s, head, 0) + (size_t)i * s->code_bytes, s->unit_bytes, s->capacity, NULL, 0};
+        const AffineChunk ch = block_chunk(b, head, n, (size_t)i * s0->code_bytes, blocks);
         float sums[2][32] __attribute__((aligned(64)));
         if (block_tabled(f))
-            affine_mix_groups(ch, 1, (const float(*)[16])lv, form, block_prep, s, head, i, p, n, (float(*)[2][16])sums);
+            affine_mix_groups(ch, 1, (const float(*)[16])lv, form, block_prep, b, head, i, p, n, (float(*)[2][16])sums);
         else
-            affine_mix_rows(ch, s->qh ? s->qh + block_meta(s, head, i, 0) : NULL, 8,
-                            f == FMT_Q8_0 ? AFFINE_SIGNED : AFFINE_Q5, f == FMT_Q5_0 ? 16 : 0, form, block_prep, s,
+            affine_mix_rows(ch, s0->qh ? s0->qh + block_meta(s0, head, i, 0) : NULL, 8,
+                            f == FMT_Q8_0 ? AFFINE_SIGNED : AFFINE_Q5, f == FMT_Q5_0 ? 16 : 0, form, block_prep, b,
                             head, i, p, n, sums[0], sums[1]);
         for (int j = 0; j < QK; j++) out[i * QK + j] = sums[0][j] + sums[1][j];
     }
+    if (blocks != stack) free(blocks);
 }
 
 // One instance per format at micro's head_dim 32, one for other head_dims (up to 8 blocks).
 #define BLOCK_INSTANCE(id, fmt)                                                                    \
-    static void scores_##id(const BlockState *s, int head, const float *q, float *out, int n) {     \
-        if (s->head_dim == 32)                                                                     \
-            block_scores_impl(s, head, q, out, n, fmt, 32);                                        \
+    static void scores_##id(const CodecBlocks *b, int head, const float *q, float *out, int n) {   \
+        if (b->head_dim == 32)                                                                     \
+            block_scores_impl(b, head, q, out, n, fmt, 32);                                        \
         else                                                                                       \
-            block_scores_impl(s, head, q, out, n, fmt, s->head_dim);                               \
+            block_scores_impl(b, head, q, out, n, fmt, b->head_dim);                               \
     }                                                                                              \
-    static void mix_##id(const BlockState *s, int head, const float *p, float *out, int n) {       \
-        if (s->head_dim == 32)                                                                     \
-            block_mix_impl(s, head, p, out, n, fmt, 32);                                           \
+    static void mix_##id(const CodecBlocks *b, int head, const float *p, float *out, int n) {      \
+        if (b->head_dim == 32)                                                                     \
+            block_mix_impl(b, head, p, out, n, fmt, 32);                                           \
         else                                                                                       \
-            block_mix_impl(s, head, p, out, n, fmt, s->head_dim);                                  \
+            block_mix_impl(b, head, p, out, n, fmt, b->head_dim);                                  \
     }
 BLOCK_INSTANCE(q8_0, FMT_Q8_0)
 BLOCK_INSTANCE(q4_0, FMT_Q4_0)
@@ -583,7 +617,7 @@ BLOCK_INSTANCE(q5_1, FMT_Q5_1)
 BLOCK_INSTANCE(iq4_nl, FMT_IQ4_NL)
 #undef BLOCK_INSTANCE
 
-typedef void (*BlockKernel)(const BlockState *, int, const float *, float *, int);
+typedef void (*BlockKernel)(const CodecBlocks *, int, const float *, float *, int);
 static const BlockKernel block_scores_fn[] = {
     [FMT_Q8_0] = scores_q8_0, [FMT_Q4_0] = scores_q4_0, [FMT_Q4_1] = scores_q4_1,
     [FMT_Q5_0] = scores_q5_0, [FMT_Q5_1] = scores_q5_1, [FMT_IQ4_NL] = scores_iq4_nl,
@@ -655,22 +689,35 @@ static void block_scores_qround(const BlockState *s, int head, const float *q, f
     }
 }
 
-static void block_scores(const void *state, int head, const float *q, float *out, int n) {
-    const BlockState *s = state;
-    if (s->is_key && s->qround)
-        block_scores_qround(s, head, q, out, n);
-    else if (s->is_key && s->blocks <= 8)
-        block_scores_fn[s->format](s, head, q, out, n);
-    else
-        codec_scores_by_read(s, block_read, s->head_dim, head, q, out, n);
+static void block_scores_qround_state(const void *state, int head, const float *q, float *out, int n) {
+    block_scores_qround(state, head, q, out, n);
 }
 
-static void block_mix(const void *state, int head, const float *p, float *out, int n) {
+static void block_mix_q5_state(const void *state, int head, const float *p, float *out, int n) {
     const BlockState *s = state;
-    if (!s->is_key)
-        block_mix_fn[s->format](s, head, p, out, n);
+    const void *states[1] = {state};
+    const CodecBlocks one = {states, s->capacity, s->head_dim};
+    block_mix_fn[s->format](&one, head, p, out, n);
+}
+
+static void block_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
+    const BlockState *s = b->states[0];
+    if (s->is_key && s->qround) // integer dot products per token: block by block
+        codec_scores_per_block(b, block_scores_qround_state, head, q, out, n);
+    else if (s->is_key && s->blocks <= 8)
+        block_scores_fn[s->format](b, head, q, out, n);
     else
-        codec_mix_by_read(s, block_read, s->head_dim, head, p, out, n);
+        codec_scores_by_read_blocks(b, block_read, s->head_dim, head, q, out, n);
+}
+
+static void block_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
+    const BlockState *s = b->states[0];
+    if (s->is_key)
+        codec_mix_by_read_blocks(b, block_read, s->head_dim, head, p, out, n);
+    else if (s->qh && n > b->block) // q5's fifth bits are one array per block: block by block
+        codec_mix_per_block(b, block_mix_q5_state, s->head_dim, head, p, out, n);
+    else
+        block_mix_fn[s->format](b, head, p, out, n);
 }
 
 static size_t block_bytes(const void *state) {
@@ -679,7 +726,7 @@ static size_t block_bytes(const void *state) {
 }
 
 
-CODEC_OPS_PER_BLOCK(block, NULL, NULL);
+CODEC_OPS(block, NULL, NULL);
 
 #define BLOCK_FAMILY(id, fmt, help_text)                                                             \
     static void *create_##id(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised, \

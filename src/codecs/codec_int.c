@@ -243,16 +243,12 @@ static ALWAYS_INLINE void int_prefetch_scales(const CodecBlocks *b, int head, in
     __builtin_prefetch(s->scale_fp32 ? (const void *)(s->scale32 + slot) : (const void *)(s->scale16 + slot));
 }
 
-// The head's codes of chunk c (at `offset` in a unit) in every block the n tokens lie in, for the
-// shared kernels: blocks[] holds a pointer per block.
+static const uint8_t *int_unit0(const void *state, int head) { return code_store_unit(&((const IntState *)state)->cs, head, 0); }
+
+// The head's codes of chunk c (at `offset` in a unit) in every block the n tokens lie in.
 static AffineChunk int_chunk(const CodecBlocks *b, int head, int n, size_t offset, const uint8_t **blocks) {
     const IntState *s0 = b->states[0];
-    const int nb = (n + b->block - 1) / b->block;
-    for (int i = 0; i < nb; i++) blocks[i] = code_store_unit(&((const IntState *)b->states[i])->cs, head, 0) + offset;
-    if (nb <= 1) // one block: contiguous, whatever its capacity (it need not be whole units)
-        return (AffineChunk){blocks[0], s0->cs.unit_bytes, s0->cs.units, NULL, 0};
-    return (AffineChunk){blocks[0], s0->cs.unit_bytes, (n + s0->cs.unit - 1) / s0->cs.unit, blocks,
-                         b->block / s0->cs.unit};
+    return affine_chunk_of(b, head, n, offset, int_unit0, s0->cs.unit_bytes, s0->cs.unit, s0->cs.units, blocks);
 }
 
 typedef struct {
@@ -294,15 +290,10 @@ static inline void int_key_finish(void *ctx, int c, int t0, int nt, float (*acc)
     }
 }
 
-// Block tables of up to this many blocks stay on the stack; a longer stream takes them from the heap.
-#define INT_STACK_BLOCKS 256
-
 static ALWAYS_INLINE void int_scores_tiled(const CodecBlocks *b, int head, const float *q, float *out, int n,
                                            const int hd, const int bits) {
     IntKeys k = {.b = b, .head = head, .n = n, .chunks = hd / 32, .q = q};
-    const uint8_t *stack[INT_STACK_BLOCKS], **blocks = stack;
-    const int nb = (n + b->block - 1) / b->block;
-    if (nb > INT_STACK_BLOCKS && !(blocks = malloc(sizeof(*blocks) * (size_t)nb))) abort();
+    const uint8_t *stack[AFFINE_STACK_BLOCKS], **blocks = affine_blocks(b, n, stack);
     affine_score_tiles(int_chunk(b, head, n, 0, blocks), n, hd, bits, AFFINE_SIGNED, 0, bits <= 4, 1, INT_FORM, q, int_key_job, int_key_finish, &k,
                        out);
     if (blocks != stack) free(blocks);
@@ -332,9 +323,7 @@ static ALWAYS_INLINE void int_mix_hd(const CodecBlocks *b, int head, const float
                                      const int bits) {
     float lv[4][16] __attribute__((aligned(64)));
     affine_levels(bits, 1, lv);
-    const uint8_t *stack[INT_STACK_BLOCKS], **blocks = stack;
-    const int nb = (n + b->block - 1) / b->block;
-    if (nb > INT_STACK_BLOCKS && !(blocks = malloc(sizeof(*blocks) * (size_t)nb))) abort();
+    const uint8_t *stack[AFFINE_STACK_BLOCKS], **blocks = affine_blocks(b, n, stack);
     for (int c = 0; c < hd / 32; c++) {
         const int groups = bits == 1 || bits == 2 || bits == 4; // else rows
         const AffineChunk ch = int_chunk(b, head, n, (size_t)c * (groups ? 16 : 4 * bits), blocks);
