@@ -206,7 +206,7 @@ static void print_json(const SchemeResult *r, int n, const ServeBenchOptions *o,
 }
 
 static void print_table(const SchemeResult *r, int n, const ServeBenchOptions *o, double budget, double bw) {
-    printf("%-28s %5s %6s %6s %10s %8s %8s %6s %6s %9s %8s | %10s %8s\n", "cache (K / V)", "held", "mean", "preempt",
+    printf("%-34s %5s %6s %6s %10s %8s %8s %6s %6s %9s %8s | %10s %8s\n", "cache (K / V)", "held", "mean", "preempt",
            "tokens/s", "step p50", "p99 ms", "pool", "waste", "MB/step", "roofline", "long tok/s", "roofline");
     for (int i = 0; i < n; i++) {
         const ServeStats *s = &r[i].st;
@@ -218,7 +218,7 @@ static void print_table(const SchemeResult *r, int n, const ServeBenchOptions *o
             snprintf(long_tps, sizeof long_tps, "%.0f", r[i].long_tokens_per_s);
             snprintf(long_roof, sizeof long_roof, "%.1f%%", 100.0 * r[i].long_roofline);
         }
-        printf("%-28s %5d %6.1f %6ld %10.0f %8.2f %8.2f %5.1f%% %6.2f %9.2f %7.1f%% | %10s %8s\n", label,
+        printf("%-34s %5d %6.1f %6ld %10.0f %8.2f %8.2f %5.1f%% %6.2f %9.2f %7.1f%% | %10s %8s\n", label,
                s->conversations_max, s->conversations_mean, s->preemptions, r[i].tokens_per_s, s->step_ms_p50,
                s->step_ms_p99, 100.0 * s->pool_utilisation, s->pool_waste_blocks, s->cache_bytes_per_step / 1e6,
                100.0 * r[i].roofline, long_tps, long_roof);

@@ -154,10 +154,12 @@ static QUANT_ALWAYS_INLINE void affine_mix_groups(AffineChunk ch, const int g, c
         const int u0 = j0 / g, nb = ((n - j0 < 4 * QUANT_TILE ? n - j0 : 4 * QUANT_TILE) + g - 1) / g; // u0 is even
         const size_t ub = ch.unit_bytes;
         affine_prefetch(&ch, u0 + 8 * QUANT_TILE / g, 4 * QUANT_TILE / g); // the 64 tokens after next
-        // 16 tokens (an even number of groups) at a time: they lie in one block.
-        for (int k0 = 0; k0 < nb; k0 += QUANT_TILE / g) {
+        // 16 tokens (an even number of groups) at a time, which lie in one block; the whole 64 at
+        // once when they do (a contiguous stream always).
+        const int step = !ch.blocks || u0 % ch.block_units + nb <= ch.block_units ? nb : QUANT_TILE / g;
+        for (int k0 = 0; k0 < nb; k0 += step) {
             const uint8_t *chunk = affine_unit(&ch, u0 + k0); // group k at chunk + (k − k0)·ub
-            const int k1 = nb - k0 < QUANT_TILE / g ? nb : k0 + QUANT_TILE / g;
+            const int k1 = nb - k0 < step ? nb : k0 + step;
 #ifdef QUANT_AVX512
             __asm__("" ::: "memory"); // each table broadcasts its parameters from memory
             int k = k0;
@@ -172,7 +174,7 @@ static QUANT_ALWAYS_INLINE void affine_mix_groups(AffineChunk ch, const int g, c
                 quant_group_lookup16(chunk + (size_t)(k - k0) * ub,
                                      affine_table16(w[b] + k * g, sm[b] + k * g * f.ps, g, lv, f), &e0, &e1);
 #else
-            float tables[QUANT_TILE][16];
+            float tables[4 * QUANT_TILE][16];
             for (int k = k0; k < k1; k++)
                 affine_table(w[b] + k * g, sm[b] + k * g * f.ps, g, lv, f, tables[k - k0]);
             quant_group_lookup(chunk, ub, k1 - k0, u0 + k0, (const float(*)[16])tables, acc);
@@ -275,10 +277,11 @@ static QUANT_ALWAYS_INLINE void affine_mix_rows(AffineChunk ch, const uint32_t *
         if (j0 + 4 * QUANT_TILE < n) w[1 - b] = prep(state, head, c, p, n, j0 + 4 * QUANT_TILE, wbuf[1 - b], sm[1 - b]);
         const int cnt = n - j0 < 4 * QUANT_TILE ? n - j0 : 4 * QUANT_TILE;
         affine_prefetch(&ch, j0 + 8 * QUANT_TILE, 4 * QUANT_TILE); // the 64 tokens after next
-        // 16 rows at a time: they lie in one block (row k at row + k·rb).
-        for (int k0 = 0; k0 < cnt; k0 += QUANT_TILE) {
+        // 16 rows at a time, which lie in one block; the whole 64 at once when they do.
+        const int step = !ch.blocks || j0 % ch.block_units + cnt <= ch.block_units ? cnt : QUANT_TILE;
+        for (int k0 = 0; k0 < cnt; k0 += step) {
             const uint8_t *row = affine_unit(&ch, j0 + k0); // row k at row + (k − k0)·rb
-            const int k1 = cnt - k0 < QUANT_TILE ? cnt : k0 + QUANT_TILE;
+            const int k1 = cnt - k0 < step ? cnt : k0 + step;
 #if defined(QUANT_AVX512) && defined(__AVX512VBMI__)
             __asm__("" ::: "memory"); // the parameters broadcast from memory
             int k = k0;

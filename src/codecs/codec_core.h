@@ -43,6 +43,10 @@ int codec_check_shape(const char *family, int n_heads, int head_dim, int capacit
 
 // The block holding token j of a stream, and j's place in it.
 static inline const void *codec_block(const CodecBlocks *b, int j, int *local) {
+    if (j < b->block) { // the first block, and every token of a stream that is one block: no division
+        *local = j;
+        return b->states[0];
+    }
     *local = j % b->block;
     return b->states[j / b->block];
 }

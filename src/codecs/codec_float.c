@@ -228,7 +228,7 @@ static ALWAYS_INLINE const uint8_t *float_codes_at(const CodecBlocks *b, int hea
 // ahead of their use. A pool's blocks lie anywhere in memory, so the hardware prefetcher, which
 // follows one stream of addresses, loses the way at every block; this keeps DRAM busy.
 static ALWAYS_INLINE void float_prefetch16(const CodecBlocks *b, int head, int t, int n) {
-    if (t >= n) return;
+    if (t >= n || n <= b->block) return; // one block is one stream of addresses: the hardware follows it
     const FloatState *state;
     const uint8_t *p = float_codes_at(b, head, t, &state);
     const size_t bytes = (size_t)TILE * (size_t)b->head_dim * state->bytes;
@@ -306,7 +306,10 @@ static ALWAYS_INLINE void float_score_tiles(const CodecBlocks *b, int head, cons
     const size_t es = (size_t)formats[f].bytes;
     const uint8_t *tiles[4];
     const FloatState *state;
-    for (int t = 0; t < nt; t++) tiles[t] = float_codes_at(b, head, t0 + t * TILE, &state);
+    tiles[0] = float_codes_at(b, head, t0, &state);
+    const int same_block = t0 % b->block + nt * TILE <= b->block; // then the tiles follow one another
+    for (int t = 1; t < nt; t++)
+        tiles[t] = same_block ? tiles[0] + (size_t)t * TILE * (size_t)hd * es : float_codes_at(b, head, t0 + t * TILE, &state);
 #ifdef QUANT_AVX512
     if (qu) {
         if (nt == 4) { // four tiles at once: their independent chains hide the latency of the adds
@@ -421,11 +424,13 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
             float_weights(b, head, p, n, j0 + 4 * TILE, unit, scaled, wbuf[(j0 / (4 * TILE) + 1) % 2]);
         const float *w = direct ? p + j0 : wbuf[(j0 / (4 * TILE)) % 2];
         const int cnt = n - j0 < 4 * TILE ? n - j0 : 4 * TILE;
-        for (int k0 = 0; k0 < cnt; k0 += TILE) { // 16 rows of one block
+        // 16 rows at a time from their block; all the chunk's at once when it lies in one block.
+        const int whole = j0 % b->block + cnt <= b->block;
+        for (int k0 = 0; k0 < cnt; k0 += whole ? cnt : TILE) {
             float_prefetch16(b, head, j0 + k0 + 4 * TILE, n); // the rows 64 tokens ahead
             const FloatState *state;
             const uint8_t *row = float_codes_at(b, head, j0 + k0, &state);
-            const int k1 = cnt - k0 < TILE ? cnt : k0 + TILE;
+            const int k1 = whole || cnt - k0 < TILE ? cnt : k0 + TILE;
 #ifdef QUANT_AVX512
             if (fast) {
                 __asm__("" ::: "memory"); // the weights broadcast from memory

@@ -236,7 +236,7 @@ static ALWAYS_INLINE void int_scales(const CodecBlocks *b, int head, int t, floa
 // Asks for the scales of the 16 tokens from t ahead of their use (when t < n): in a pool they lie
 // in their block's own allocation, a cache miss the codes' prefetches do not cover.
 static ALWAYS_INLINE void int_prefetch_scales(const CodecBlocks *b, int head, int t, int n) {
-    if (t >= n) return;
+    if (t >= n || n <= b->block) return; // one block: the scales are one stream the hardware follows
     int local;
     const IntState *s = codec_block(b, t, &local);
     const size_t slot = int_slot(s, head, local);
