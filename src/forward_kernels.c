@@ -15,7 +15,15 @@
 // Adds up 16 partial sums by halving (8 + 8, 4 + 4, 2 + 2, 1 + 1): vector adds in a fixed order,
 // instead of 16 dependent scalar adds that would cost more than the row's multiplications.
 static inline float fold_lanes(float *part) {
-    // Written out per width (not a loop over widths) so that each step is one vector add.
+    for (int width = LANES / 2; width >= 1; width /= 2)
+#pragma omp simd
+        for (int l = 0; l < width; l++) part[l] += part[l + width];
+    return part[0];
+}
+
+// The same sums written out per width, for the batched kernel's sixteen outputs at a time: there,
+// the loop over widths costs more than the products of a short row.
+static inline float fold_lanes_unrolled(float *part) {
 #pragma omp simd
     for (int l = 0; l < 8; l++) part[l] += part[l + 8];
 #pragma omp simd
@@ -93,7 +101,7 @@ static void matmul_rows_impl(float *restrict out, size_t os, const float *restri
                 }
             }
             for (int i = 0; i < 4; i++)
-                for (int k = 0; k < 4; k++) out[(size_t)(r + i) * os + o + k] = fold_lanes(a[i][k]);
+                for (int k = 0; k < 4; k++) out[(size_t)(r + i) * os + o + k] = fold_lanes_unrolled(a[i][k]);
         }
         for (; r < n_rows; r++) matvec_rows_impl(out + (size_t)r * os, W, X + (size_t)r * xs, n, o, o + 4);
     }

@@ -27,14 +27,19 @@ static void fill(float *x, int n, uint64_t *rng) {
 // and q5's values sum block by block (each block's sum added in turn): the same to rounding.
 static int mixes_exactly(const char *spec) { return strncmp(spec, "kivi", 4) != 0 && strncmp(spec, "q5", 2) != 0; }
 
+// A pool of the test's shape for one spec: 0, or -1 counted as a failure.
+static int pool_open(KVPool *pool, const char *spec, size_t budget) {
+    char err[256];
+    if (!kvpool_init(pool, LAYERS, HEADS, HD, BLOCK, CONTEXT, budget, spec, spec, err, sizeof err)) return 0;
+    CHECK(0, "%s: %s", spec, err);
+    return -1;
+}
+
 // One sequence of T tokens against contiguous streams fed the same vectors and end_steps.
 static void check_against_contiguous(const char *spec) {
     char err[256];
     KVPool pool;
-    if (kvpool_init(&pool, LAYERS, HEADS, HD, BLOCK, CONTEXT, 1 << 30, spec, spec, err, sizeof err)) {
-        CHECK(0, "%s: %s", spec, err);
-        return;
-    }
+    if (pool_open(&pool, spec, 1 << 30)) return;
     KVStream ref[LAYERS][2];
     for (int l = 0; l < LAYERS; l++)
         for (int r = 0; r < 2; r++)
@@ -105,18 +110,11 @@ static void check_against_contiguous(const char *spec) {
 // block belongs to two sequences, and each reads back its own vectors.
 static void check_sharing(const char *spec) {
     char err[256];
-    KVPool probe;
-    if (kvpool_init(&probe, LAYERS, HEADS, HD, BLOCK, CONTEXT, 1 << 30, spec, spec, err, sizeof err)) {
-        CHECK(0, "%s: %s", spec, err);
-        return;
-    }
+    KVPool probe, pool;
+    if (pool_open(&probe, spec, 1 << 30)) return;
     const size_t budget = 7 * kvpool_block_set_bytes(&probe) + 5;
     kvpool_free(&probe);
-    KVPool pool;
-    if (kvpool_init(&pool, LAYERS, HEADS, HD, BLOCK, CONTEXT, budget, spec, spec, err, sizeof err)) {
-        CHECK(0, "%s: %s", spec, err);
-        return;
-    }
+    if (pool_open(&pool, spec, budget)) return;
     enum { S = 3 };
     KVSeq seqs[S];
     float vecs[S][HEADS * HD];

@@ -75,18 +75,33 @@ static void fp32_scores(const CodecBlocks *b, int head, const float *q, float *o
     const int hd = b->head_dim;
     int t0 = 0;
     for (; t0 + 4 * TILE <= n; t0 += 4 * TILE) {
-        const float *k0 = fp32_tile(b, head, t0), *k1 = fp32_tile(b, head, t0 + TILE),
-                    *k2 = fp32_tile(b, head, t0 + 2 * TILE), *k3 = fp32_tile(b, head, t0 + 3 * TILE);
+        const float *k0 = fp32_tile(b, head, t0);
         float a0[TILE] = {0}, a1[TILE] = {0}, a2[TILE] = {0}, a3[TILE] = {0};
-        for (int d = 0; d < hd; d++) {
-            const float qd = q[d];
-            const size_t r = (size_t)d * TILE;
+        if (t0 % b->block + 4 * TILE <= b->block) { // one block: the tiles follow one another
+            const int tile_floats = TILE * hd;
+            for (int d = 0; d < hd; d++) {
+                const float qd = q[d], *r = k0 + d * TILE;
 #pragma omp simd
-            for (int l = 0; l < TILE; l++) {
-                a0[l] += qd * k0[r + l];
-                a1[l] += qd * k1[r + l];
-                a2[l] += qd * k2[r + l];
-                a3[l] += qd * k3[r + l];
+                for (int l = 0; l < TILE; l++) {
+                    a0[l] += qd * r[l];
+                    a1[l] += qd * r[tile_floats + l];
+                    a2[l] += qd * r[2 * tile_floats + l];
+                    a3[l] += qd * r[3 * tile_floats + l];
+                }
+            }
+        } else {
+            const float *k1 = fp32_tile(b, head, t0 + TILE), *k2 = fp32_tile(b, head, t0 + 2 * TILE),
+                        *k3 = fp32_tile(b, head, t0 + 3 * TILE);
+            for (int d = 0; d < hd; d++) {
+                const float qd = q[d];
+                const size_t r = (size_t)d * TILE;
+#pragma omp simd
+                for (int l = 0; l < TILE; l++) {
+                    a0[l] += qd * k0[r + l];
+                    a1[l] += qd * k1[r + l];
+                    a2[l] += qd * k2[r + l];
+                    a3[l] += qd * k3[r + l];
+                }
             }
         }
         memcpy(out + t0, a0, sizeof a0);
