@@ -77,7 +77,7 @@ static void fp32_scores(const CodecBlocks *b, int head, const float *q, float *o
     for (; t0 + 4 * TILE <= n; t0 += 4 * TILE) {
         const float *k0 = fp32_tile(b, head, t0);
         float a0[TILE] = {0}, a1[TILE] = {0}, a2[TILE] = {0}, a3[TILE] = {0};
-        if (t0 % b->block + 4 * TILE <= b->block) { // one block: the tiles follow one another
+        if (n <= b->block || t0 % b->block + 4 * TILE <= b->block) { // one block: the tiles follow one another
             const int tile_floats = TILE * hd;
             for (int d = 0; d < hd; d++) {
                 const float qd = q[d], *r = k0 + d * TILE;
