@@ -304,52 +304,6 @@ double kvstream_bits_per_element(const KVStream *s) {
     return 8.0 * (double)s->ops->bytes(s->state) / ((double)s->length * s->n_heads * s->head_dim);
 }
 
-int kvcache_init(KVCache *c, int n_layers, int n_kv_heads, int head_dim, int capacity,
-                 const char *k_spec, const char *v_spec, char *err, size_t errlen) {
-    memset(c, 0, sizeof *c);
-    c->k = calloc((size_t)n_layers, sizeof *c->k);
-    c->v = calloc((size_t)n_layers, sizeof *c->v);
-    if (!c->k || !c->v) {
-        free(c->k);
-        free(c->v);
-        snprintf(err, errlen, "out of memory allocating the KV cache");
-        return -1;
-    }
-    c->n_layers = n_layers;
-    for (int l = 0; l < n_layers; l++) {
-        if (kvstream_init(&c->k[l], k_spec, KV_ROLE_KEY, n_kv_heads, head_dim, capacity, err, errlen) ||
-            kvstream_init(&c->v[l], v_spec, KV_ROLE_VALUE, n_kv_heads, head_dim, capacity, err, errlen)) {
-            kvcache_free(c);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-void kvcache_free(KVCache *c) {
-    for (int l = 0; l < c->n_layers; l++) {
-        kvstream_free(&c->k[l]);
-        kvstream_free(&c->v[l]);
-    }
-    free(c->k);
-    free(c->v);
-    memset(c, 0, sizeof *c);
-}
-
-size_t kvcache_bytes(const KVCache *c) {
-    size_t total = 0;
-    for (int l = 0; l < c->n_layers; l++)
-        total += c->k[l].ops->bytes(c->k[l].state) + c->v[l].ops->bytes(c->v[l].state);
-    return total;
-}
-
-double kvcache_bits_per_element(const KVCache *c) {
-    double elements = 0;
-    for (int l = 0; l < c->n_layers; l++)
-        elements += 2.0 * c->k[l].length * c->k[l].n_heads * c->k[l].head_dim;
-    return elements > 0 ? 8.0 * (double)kvcache_bytes(c) / elements : 0.0;
-}
-
 int kvstream_check_spec_syntax(const char *spec_text, char *err, size_t errlen) {
     CodecSpec spec;
     if (spec_parse(spec_text, &spec, err, errlen)) return -1;

@@ -1,5 +1,7 @@
-// The pluggable KV cache: per layer a key stream and a value stream, each with its own codec.
-// A codec keeps only its encoded form; attention reads it back through scores() and mix().
+// The pluggable KV cache's streams: a key stream and a value stream per layer, each with its own
+// codec, and the registry and spec strings that make them. A codec keeps only its encoded form;
+// attention reads it back through scores() and mix(). The paged pool (kvpool.h) builds a
+// sequence's streams from blocks, each block a stream of `block` tokens.
 #ifndef MICRO_KVCACHE_H
 #define MICRO_KVCACHE_H
 
@@ -75,12 +77,6 @@ typedef struct {
     char spec[SPEC_NORMALISED];
 } KVStream;
 
-typedef struct {
-    int n_layers;
-    KVStream *k; // [n_layers]
-    KVStream *v; // [n_layers]
-} KVCache;
-
 // The registry (kvcache.c): one line per codec family.
 const CodecFamily *const *codec_families(int *count);
 
@@ -127,10 +123,5 @@ void kvstream_end_step(KVStream *s);
 // Bits per cached number including metadata, at the current length (0 when empty).
 double kvstream_bits_per_element(const KVStream *s);
 
-int kvcache_init(KVCache *c, int n_layers, int n_kv_heads, int head_dim, int capacity,
-                 const char *k_spec, const char *v_spec, char *err, size_t errlen);
-void kvcache_free(KVCache *c);
-size_t kvcache_bytes(const KVCache *c);
-double kvcache_bits_per_element(const KVCache *c);
 
 #endif

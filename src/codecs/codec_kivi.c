@@ -1,7 +1,7 @@
 // kivi: KIVI (Liu et al. 2024), asymmetric B-bit quantisation with a full-precision residual,
 // streamed as KIVI's own decode loop does. Spec `kivi:bits=B,group=G,residual=R` (defaults 2, 32,
 // 128; R a multiple of G). The same family serves both streams of a layer: it reads the option
-// `role` (k or v, default k; kvcache_init injects it) and applies KIVI's key or value scheme.
+// `role` (k or v, default k; the stream injects it) and applies KIVI's key or value scheme.
 //
 // Both schemes: per group, s = (max − min) / (2^B − 1) and min stored as fp16 (saturating), and
 // q = round_to_even((x − min) / s) clamped to 0..2^B−1 with the *stored* s and min; x̂ = q·s + min.
