@@ -53,6 +53,15 @@ static void parse(const char *cmd, int argc, char **argv) {
     } else if (!strcmp(cmd, "inspect")) {
         InspectOptions o;
         check_status(status = inspect_parse(argc, argv, &o, err, sizeof err), err, sizeof err);
+    } else if (!strcmp(cmd, "serve-bench")) {
+        ServeBenchOptions o;
+        check_status(status = serve_bench_parse(argc, argv, &o, err, sizeof err), err, sizeof err);
+        if (status == OPTS_RUN) {
+            FUZZ_REQUIRE(o.n_schemes >= 1 && o.n_schemes <= SERVE_MAX_SCHEMES && !(o.csv && o.json));
+            for (int i = 0; i < o.n_schemes; i++) FUZZ_REQUIRE(o.k_specs[i] && o.v_specs[i]);
+            FUZZ_REQUIRE(o.block >= 1 && o.conversations >= 1 && o.max_batch >= 1 && o.threads >= 1 && o.length >= 2);
+            FUZZ_REQUIRE(o.pool_mb == 0 || (o.pool_mb > 0 && isfinite(o.pool_mb)));
+        }
     } else if (!strcmp(cmd, "train")) {
         TrainOptions o;
         check_status(status = train_parse(argc, argv, &o, err, sizeof err), err, sizeof err);
