@@ -12,6 +12,7 @@
 #include <pthread.h>
 
 #include "forward_kernels.h"
+#include "rope.h"
 #include "threadpool.h"
 
 // ---------------------------------------------------------------------------------------------
@@ -57,19 +58,15 @@ static void rmsnorm(float *out, const float *x, const float *gain, int n, float 
 
 // Rotates adjacent pairs (2i, 2i+1) of every head of vec by the angles of position pos.
 static void rope(float *vec, int n_heads, int head_dim, const float *cos_t, const float *sin_t) {
-    for (int h = 0; h < n_heads; h++) {
-        float *v = vec + h * head_dim;
-        for (int i = 0; i < head_dim / 2; i++) {
-            float a = v[2 * i], b = v[2 * i + 1];
-            v[2 * i] = a * cos_t[i] - b * sin_t[i];
-            v[2 * i + 1] = a * sin_t[i] + b * cos_t[i];
-        }
-    }
+    for (int h = 0; h < n_heads; h++) rope_head(vec + h * head_dim, head_dim, cos_t, sin_t);
 }
 
-void attention_head(const PagedStream *ks, const PagedStream *vs, int kv_head, const float *q, float *att,
-                    float *out, int n) {
-    paged_scores(ks, kv_head, q, att, n);
+void attention_head(const PagedStream *ks, const PagedStream *vs, int kv_head, const float *q, const float *rope_cos,
+                    const float *rope_sin, float *att, float *out, int n) {
+    if (ks->blocks[0].prerope) // keys kept before RoPE: rotated as they are read
+        paged_scores_rope(ks, kv_head, q, rope_cos, rope_sin, att, n);
+    else
+        paged_scores(ks, kv_head, q, att, n);
     forward_kernels()->scaled_softmax(att, n, 1.0f / sqrtf((float)ks->blocks[0].head_dim));
     paged_mix(vs, kv_head, att, out, n);
 }
@@ -144,8 +141,8 @@ static void task_attention(void *arg, int i, int thread) {
     const int n = c->rows[r].pos + 1;
     float *att = b->att + ((size_t)r * H + h) * b->context;
     const size_t qd = (size_t)H * hd, xs = qd > (size_t)p->dim ? qd : (size_t)p->dim;
-    attention_head(&seq->k[c->layer], &seq->v[c->layer], h / group, b->q + r * qd + h * hd, att,
-                   b->xb2 + r * xs + h * hd, n);
+    attention_head(&seq->k[c->layer], &seq->v[c->layer], h / group, b->q + r * qd + h * hd, b->rope_cos,
+                   b->rope_sin, att, b->xb2 + r * xs + h * hd, n);
     // Which position this head attends to most: the evaluator's measure of whether quantised keys
     // still pick out the right tokens. The first of equal weights wins, so it is well defined.
     if (!b->track_top) return;
@@ -231,7 +228,8 @@ float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
         for (int r = 0; r < n_rows; r++) {
             const size_t at = (size_t)rows[r].pos * half;
             rope(b->q + r * qd, p->n_heads, p->head_dim, b->rope_cos + at, b->rope_sin + at);
-            rope(b->k + r * kvd, p->n_kv_heads, p->head_dim, b->rope_cos + at, b->rope_sin + at);
+            if (!rows[r].seq->pool->rule[KV_ROLE_KEY].prerope) // else the cache keeps keys before RoPE
+                rope(b->k + r * kvd, p->n_kv_heads, p->head_dim, b->rope_cos + at, b->rope_sin + at);
         }
         pool_run_tasks(b->pool, n_rows, task_append, &c);
         pool_run_tasks(b->pool, n_rows * p->n_heads, task_attention, &c);

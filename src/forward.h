@@ -75,8 +75,9 @@ double decoder_bits_per_element(const Decoder *d);
 const char *decoder_spec(const Decoder *d, KVRole role);
 
 // One head's attention over n cached tokens, read back from the encoded streams: scores, softmax
-// (att holds n weights after), then the weighted sum of values into out[head_dim].
-void attention_head(const PagedStream *ks, const PagedStream *vs, int kv_head, const float *q, float *att,
-                    float *out, int n);
+// (att holds n weights after), then the weighted sum of values into out[head_dim]. rope_cos/sin:
+// the RoPE tables [position][head_dim/2], for keys a cache keeps before RoPE.
+void attention_head(const PagedStream *ks, const PagedStream *vs, int kv_head, const float *q, const float *rope_cos,
+                    const float *rope_sin, float *att, float *out, int n);
 
 #endif

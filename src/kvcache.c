@@ -9,6 +9,7 @@
 
 #include "codecs/codec_dispatch.h"
 #include "codecs/codecs.h"
+#include "kvtransform.h"
 #include "msgtext.h"
 #include "utf8.h"
 
@@ -71,7 +72,8 @@ static int copy_token(char *dst, const char *src, size_t n, const char *what, co
     }
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)src[i];
-        if (!(isalnum(ch) || ch == '_' || ch == '.' || ch == '-' || ch == '+')) {
+        const int colon_ok = ch == ':' && strcmp(what, "option value") == 0; // rot=random:SEED
+        if (!(isalnum(ch) || ch == '_' || ch == '.' || ch == '-' || ch == '+' || colon_ok)) {
             // The whole character (a multibyte one too), or its byte escaped when it is not UTF-8.
             char one[5] = {0}, piece[16];
             int len = utf8_char_len((const uint8_t *)src + i, strlen(src + i));
@@ -193,7 +195,7 @@ static const CodecFamily *find_family(const char *name, char *err, size_t errlen
 }
 
 static int stream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
-                       int context, int block, char *err, size_t errlen) {
+                       int context, int block, int first, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
     CodecSpec spec;
     if (spec_parse(spec_text, &spec, err, errlen)) return -1;
@@ -222,6 +224,9 @@ static int stream_init(KVStream *s, const char *spec_text, KVRole role, int n_he
     }
     const CodecFamily *family = find_family(spec.name, err, errlen);
     if (!family) return -1;
+    // The transforms' options are the stream's, not the codec's: read (and marked) first.
+    TransformOptions transforms;
+    if (transform_options(&spec, role, n_heads, head_dim, &transforms, err, errlen)) return -1;
     void *state = family->create(&spec, n_heads, head_dim, capacity, s->spec, sizeof s->spec, err, errlen);
     if (!state) return -1;
     role_option->used = 1; // codecs that treat keys and values alike ignore it
@@ -239,7 +244,9 @@ static int stream_init(KVStream *s, const char *spec_text, KVRole role, int n_he
     s->n_heads = n_heads;
     s->head_dim = head_dim;
     s->capacity = capacity;
-    return 0;
+    if (!transform_any(&transforms)) return 0;
+    transform_normalise(&transforms, s->spec, sizeof s->spec);
+    return transform_wrap(s, &transforms, first, err, errlen);
 }
 
 void kvstream_free(KVStream *s) {
@@ -249,12 +256,12 @@ void kvstream_free(KVStream *s) {
 
 int kvstream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
                   char *err, size_t errlen) {
-    return stream_init(s, spec_text, role, n_heads, head_dim, capacity, 0, 0, err, errlen);
+    return stream_init(s, spec_text, role, n_heads, head_dim, capacity, 0, 0, 0, err, errlen);
 }
 
 int kvstream_init_block(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int block,
-                        char *err, size_t errlen) {
-    return stream_init(s, spec_text, role, n_heads, head_dim, block, 0, block, err, errlen);
+                        int first, char *err, size_t errlen) {
+    return stream_init(s, spec_text, role, n_heads, head_dim, block, 0, block, first, err, errlen);
 }
 
 int kvstream_check_spec_shape(const char *spec_text, KVRole role, const KVShape *shape, char *err, size_t errlen) {
@@ -268,7 +275,7 @@ int kvstream_check_spec_shape(const char *spec_text, KVRole role, const KVShape 
     // One token of capacity: the codecs check their options and the shape without allocating a
     // whole context; the context itself comes as an option.
     KVStream s;
-    if (stream_init(&s, spec_text, role, shape->n_heads, shape->head_dim, 1, shape->context, 0, err, errlen))
+    if (stream_init(&s, spec_text, role, shape->n_heads, shape->head_dim, 1, shape->context, 0, 0, err, errlen))
         return -1;
     kvstream_free(&s);
     return 0;

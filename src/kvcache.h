@@ -9,7 +9,7 @@
 
 #define SPEC_MAX_OPTIONS 8
 #define SPEC_TEXT 32
-#define SPEC_NORMALISED 96
+#define SPEC_NORMALISED 128
 
 // A parsed spec string `name[:key=value,...]`; a key may come without a value (`fp8:e4m3`).
 typedef struct {
@@ -74,6 +74,7 @@ typedef struct {
     void *state;
     int n_heads, head_dim, capacity;
     int length; // tokens appended
+    int prerope; // keys are appended before RoPE (kvtransform.h); attention applies it as it reads
     char spec[SPEC_NORMALISED];
 } KVStream;
 
@@ -94,10 +95,11 @@ typedef enum { KV_ROLE_KEY, KV_ROLE_VALUE } KVRole;
 
 int kvstream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
                   char *err, size_t errlen);
-// A stream that is one block of `block` tokens of a longer sequence (kvpool.c): the codec is told
-// (option `block`) so that it can refuse parameters that do not align with blocks (kivi's groups).
+// A stream that is one block of `block` tokens of a longer sequence (kvpool.c), holding its tokens
+// [first, first + block): the codec is told (option `block`) so that it can refuse parameters that
+// do not align with blocks (kivi's groups); the transforms are told `first` (sink tokens).
 int kvstream_init_block(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int block,
-                        char *err, size_t errlen);
+                        int first, char *err, size_t errlen);
 void kvstream_free(KVStream *s);
 // The shape of the streams a spec is meant for: heads, head_dim, and the model's context (the
 // longest stream any run can have).

@@ -6,21 +6,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rope.h"
+
 static int div_up(int a, int b) { return (a + b - 1) / b; }
 
 // A block of the pool. When one block holds a whole sequence (block == context) the codec is not
 // told of blocks: its alignment rules (kivi's groups) are about a sequence spread over blocks.
-static int block_init(const KVPool *p, KVStream *b, const char *spec, KVRole role, char *err, size_t errlen) {
+// `first`: the block's first token in its sequence.
+static int block_init(const KVPool *p, KVStream *b, const char *spec, KVRole role, int first, char *err,
+                      size_t errlen) {
     if (p->block >= p->context) return kvstream_init(b, spec, role, p->n_heads, p->head_dim, p->block, err, errlen);
-    return kvstream_init_block(b, spec, role, p->n_heads, p->head_dim, p->block, err, errlen);
+    return kvstream_init_block(b, spec, role, p->n_heads, p->head_dim, p->block, first, err, errlen);
 }
 
-// What a full block of `role` costs open and settled, measured on a block: `block` tokens appended
-// (their values do not change any codec's byte count), then all of them given their final form.
-static int measure_cost(KVPool *p, KVRole role, const char *spec, char *err, size_t errlen) {
-    PoolStreamCost *c = &p->cost[role];
+// What a full block costs open and settled, measured on a block: `block` tokens appended (their
+// values do not change any codec's byte count), then all of them given their final form.
+static int measure_block(const KVPool *p, KVRole role, const char *spec, int first, size_t *open, size_t *settled,
+                         char *normalised, char *err, size_t errlen) {
     KVStream b;
-    if (block_init(p, &b, spec, role, err, errlen)) return -1;
+    if (block_init(p, &b, spec, role, first, err, errlen)) return -1;
     float *vec = malloc(sizeof(float) * (size_t)p->n_heads * (size_t)p->head_dim);
     if (!vec) {
         kvstream_free(&b);
@@ -30,14 +34,37 @@ static int measure_cost(KVPool *p, KVRole role, const char *spec, char *err, siz
     for (int i = 0; i < p->n_heads * p->head_dim; i++) vec[i] = (float)(i % 7) - 3.0f;
     for (int t = 0; t < p->block; t++) kvstream_append(&b, vec);
     free(vec);
-    c->open_bytes = b.ops->bytes(b.state);
-    c->settles = b.ops->settle != NULL;
-    if (c->settles) b.ops->settle(b.state, p->block);
-    c->settled_bytes = b.ops->bytes(b.state);
-    if (c->settled_bytes > c->open_bytes) c->open_bytes = c->settled_bytes;
-    snprintf(c->spec, sizeof c->spec, "%s", b.spec);
+    *open = b.ops->bytes(b.state);
+    if (b.ops->settle) b.ops->settle(b.state, p->block);
+    *settled = b.ops->bytes(b.state);
+    if (*settled > *open) *open = *settled;
+    if (normalised) snprintf(normalised, SPEC_NORMALISED, "%s", b.spec);
     kvstream_free(&b);
-    return block_init(p, &p->rule[role], spec, role, err, errlen);
+    return 0;
+}
+
+// A block of a sequence past its first ones (whose cost every block of growth has), and what the
+// first ones cost more: a stream with sink tokens keeps them exact in the blocks that hold them. A
+// pool of one block per sequence has only a first block.
+static int measure_cost(KVPool *p, KVRole role, const char *spec, char *err, size_t errlen) {
+    PoolStreamCost *c = &p->cost[role];
+    const int later = p->block < p->context ? p->context : 0; // past every sink token
+    if (measure_block(p, role, spec, later, &c->open_bytes, &c->settled_bytes, c->spec, err, errlen)) return -1;
+    c->first_extra = 0;
+    for (int first = 0; later && first < p->context; first += p->block) { // sink tokens may fill blocks
+        size_t open, settled;
+        if (measure_block(p, role, spec, first, &open, &settled, NULL, err, errlen)) return -1;
+        if (open <= c->open_bytes) break;
+        c->first_extra += open - c->open_bytes;
+    }
+    if (block_init(p, &p->rule[role], spec, role, 0, err, errlen)) return -1;
+    c->settles = p->rule[role].ops->settle != NULL;
+    return 0;
+}
+
+// What a sequence's first blocks cost beyond kvpool_block_set_bytes (sink tokens).
+static size_t first_extra_bytes(const KVPool *p) {
+    return (size_t)p->n_layers * (p->cost[0].first_extra + p->cost[1].first_extra);
 }
 
 int kvpool_init(KVPool *p, int n_layers, int n_heads, int head_dim, int block, int context, size_t budget,
@@ -62,11 +89,11 @@ int kvpool_init(KVPool *p, int n_layers, int n_heads, int head_dim, int block, i
         kvpool_free(p);
         return -1;
     }
-    if (budget < kvpool_block_set_bytes(p)) {
+    if (budget < kvpool_block_set_bytes(p) + first_extra_bytes(p)) {
         snprintf(err, errlen,
                  "a pool of %zu bytes cannot hold one block of every layer and stream (%zu bytes for %d tokens of "
                  "%s / %s)",
-                 budget, kvpool_block_set_bytes(p), block, p->cost[0].spec, p->cost[1].spec);
+                 budget, kvpool_block_set_bytes(p) + first_extra_bytes(p), block, p->cost[0].spec, p->cost[1].spec);
         kvpool_free(p);
         return -1;
     }
@@ -82,6 +109,7 @@ size_t kvpool_block_set_bytes(const KVPool *p) {
     return (size_t)p->n_layers * (p->cost[0].open_bytes + p->cost[1].open_bytes);
 }
 
+
 // Blocks of one stream that are wholly final once a sequence holds `tokens` tokens.
 static int settled_blocks_at(const KVPool *p, KVRole role, int tokens) {
     const KVStream *rule = &p->rule[role];
@@ -94,6 +122,7 @@ size_t kvpool_sequence_bytes(const KVPool *p, int tokens) {
     for (int r = 0; r < 2; r++) {
         const int blocks = div_up(tokens, p->block), settled = settled_blocks_at(p, (KVRole)r, tokens);
         total += (size_t)settled * p->cost[r].settled_bytes + (size_t)(blocks - settled) * p->cost[r].open_bytes;
+        if (tokens > 0) total += p->cost[r].first_extra;
     }
     return total * (size_t)p->n_layers;
 }
@@ -114,7 +143,8 @@ static PagedStream *stream_of(KVSeq *s, KVRole role, int layer) { return role ==
 // What a stream's blocks are charged now.
 static size_t stream_charge(const KVPool *p, KVRole role, const PagedStream *ps) {
     return (size_t)ps->settled_blocks * p->cost[role].settled_bytes +
-           (size_t)(ps->n_blocks - ps->settled_blocks) * p->cost[role].open_bytes;
+           (size_t)(ps->n_blocks - ps->settled_blocks) * p->cost[role].open_bytes +
+           (ps->n_blocks > 0 ? p->cost[role].first_extra : 0);
 }
 
 // The block tables, once per sequence, for the longest sequence the pool allows.
@@ -147,7 +177,7 @@ int kvseq_reserve(KVSeq *s, int tokens, char *err, size_t errlen) {
         return -1;
     }
     const int have = s->k[0].n_blocks, want = div_up(tokens, p->block);
-    const size_t cost = (size_t)(want - have) * kvpool_block_set_bytes(p);
+    const size_t cost = (size_t)(want - have) * kvpool_block_set_bytes(p) + (have == 0 ? first_extra_bytes(p) : 0);
     if (p->used + cost > p->budget) {
         snprintf(err, errlen, "the pool has %zu of %zu bytes free, %zu needed", p->budget - p->used, p->budget, cost);
         return -1;
@@ -156,7 +186,7 @@ int kvseq_reserve(KVSeq *s, int tokens, char *err, size_t errlen) {
         for (int r = 0; r < 2; r++) {
             PagedStream *ps = stream_of(s, (KVRole)r, l);
             for (int b = have; b < want; b++) {
-                if (!block_init(p, &ps->blocks[b], p->cost[r].spec, (KVRole)r, err, errlen)) {
+                if (!block_init(p, &ps->blocks[b], p->cost[r].spec, (KVRole)r, b * p->block, err, errlen)) {
                     ps->states[b] = ps->blocks[b].state;
                 } else {
                     // Undo this call's blocks: the sequence is as it was.
@@ -257,4 +287,17 @@ void paged_mix(const PagedStream *ps, int head, const float *p, float *out, int 
 void paged_read(const PagedStream *ps, int head, int token, float *out) {
     const KVStream *blk = &ps->blocks[token / ps->blocks[0].capacity];
     blk->ops->read(blk->state, head, token % blk->capacity, out);
+}
+
+void paged_scores_rope(const PagedStream *ps, int head, const float *q, const float *rope_cos, const float *rope_sin,
+                       float *out, int n) {
+    const int hd = ps->blocks[0].head_dim, half = hd / 2;
+    float x[1024];
+    for (int j = 0; j < n; j++) {
+        paged_read(ps, head, j, x);
+        rope_head(x, hd, rope_cos + (size_t)j * half, rope_sin + (size_t)j * half);
+        float acc = 0.0f;
+        for (int d = 0; d < hd; d++) acc += q[d] * x[d];
+        out[j] = acc;
+    }
 }

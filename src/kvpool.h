@@ -21,6 +21,7 @@ typedef struct {
     size_t open_bytes;          // a full block whose tokens are not yet final (the most it can hold)
     size_t settled_bytes;       // a full block whose tokens are all final
     int settles;                // 1 when the codec has a settle rule (open_bytes >= settled_bytes)
+    size_t first_extra;         // what a sequence's first block costs more (sink tokens kept exact)
 } PoolStreamCost;
 
 typedef struct {
@@ -89,5 +90,9 @@ void paged_scores(const PagedStream *ps, int head, const float *q, float *out, i
 // out[d] = Σ_j p[j] · v̂_j[d] over j in [0, n).
 void paged_mix(const PagedStream *ps, int head, const float *p, float *out, int n);
 void paged_read(const PagedStream *ps, int head, int token, float *out);
+// Scores of keys kept before RoPE (KVStream.prerope): each key read back, rotated by RoPE at its
+// position (rope_cos/sin [position][head_dim/2]), then dotted with q.
+void paged_scores_rope(const PagedStream *ps, int head, const float *q, const float *rope_cos, const float *rope_sin,
+                       float *out, int n);
 
 #endif

@@ -16,16 +16,26 @@ enum { T = 72, COMPANIONS = 3, BLOCK = 16, VOCAB = 256 };
 static const char *specs[] = {
     "fp32", "fp16", "bf16", "fp8:e4m3,scale=token", "int:bits=4", "int:bits=3", "int:bits=8,levels=full",
     "kivi:bits=2,group=16,residual=32", "q8_0", "q4_1", "q5_0", "iq4_nl",
+    // The stream transforms (keys | values): pre-RoPE keys, rotations, sink tokens, outliers.
+    "int:bits=4,prerope,sink=2|int:bits=4,rot=hadamard,outliers=2",
 };
 #define N_SPECS (int)(sizeof specs / sizeof specs[0])
+
+// A pool for one spec: "K|V" gives keys and values their own codecs.
+static int open_pool(KVPool *pool, const ModelConfig *c, const char *spec, char *err, size_t errlen) {
+    char k[128], v[128];
+    const char *bar = strchr(spec, '|');
+    snprintf(k, sizeof k, "%.*s", bar ? (int)(bar - spec) : (int)strlen(spec), spec);
+    snprintf(v, sizeof v, "%s", bar ? bar + 1 : spec);
+    return kvpool_init(pool, c->n_layers, c->n_kv_heads, c->head_dim, BLOCK, c->max_seq_len, 1u << 30, k, v, err, errlen);
+}
 
 // The sequence under test alone, one row per step: its logits at every step.
 static int alone(const Model *m, const char *spec, const int *tokens, float *logits) {
     char err[256];
     const ModelConfig *c = &m->config;
     KVPool pool;
-    if (kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, BLOCK, c->max_seq_len, 1u << 30, spec, spec, err,
-                    sizeof err)) {
+    if (open_pool(&pool, c, spec, err, sizeof err)) {
         CHECK(0, "%s: %s", spec, err);
         return -1;
     }
@@ -51,9 +61,7 @@ static int differing_steps(const Model *m, const char *spec, const int *tokens, 
     char err[256];
     const ModelConfig *c = &m->config;
     KVPool pool;
-    if (kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, BLOCK, c->max_seq_len, 1u << 30, spec, spec, err,
-                    sizeof err))
-        return -1;
+    if (open_pool(&pool, c, spec, err, sizeof err)) return -1;
     BatchForward fwd;
     if (batch_init(&fwd, m, 1 + COMPANIONS, threads, err, sizeof err)) return -1;
     KVSeq seqs[1 + COMPANIONS];

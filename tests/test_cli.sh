@@ -135,6 +135,12 @@ PY
     [ $st -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && [ -z "$(ls -A "$tmp/xfsz")" ] &&
         ok "GGUF export: failed write reported, nothing left" || bad "GGUF export failed write: exit $st, $(cat "$tmp/err"), $(ls "$tmp/xfsz")"
 
+    # Transforms that change nothing but rounding under the exact fp32 codec (kvtransform.h).
+    for spec in "--cache fp32:rot=hadamard" "--cache fp32:rot=random:9" "--k fp32:prerope"; do
+        "$micro" eval --text data/plates/en.txt:200 $spec --csv | awk -F, 'NR == 2 { d = $6 < 0 ? -$6 : $6; exit !(d <= 1e-5) }' &&
+            ok "eval $spec: within 1e-5 nats of plain fp32" || bad "eval $spec: not within 1e-5 of plain fp32"
+    done
+
     g1=$("$micro" generate --prompt "The KV cache" -n 40)
     g2=$("$micro" generate --prompt "The KV cache" -n 40 --threads 2)
     [ "$g1" = "$g2" ] && [ ${#g1} -gt 12 ] && ok "greedy generation deterministic" || bad "greedy generation: '$g1' vs '$g2'"
