@@ -69,6 +69,7 @@ int plate_parse(int argc, char **argv, PlateOptions *o, char *err, size_t errlen
 typedef struct {
     const char *model_path;
     const char *texts[INSPECT_MAX_TEXTS];
+    const char *rot; // NULL, or a rotation as the cache option rot= takes it
     int n_texts, csv;
 } InspectOptions;
 int inspect_parse(int argc, char **argv, InspectOptions *o, char *err, size_t errlen);

@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "finite.h"
 #include "forward.h"
+#include "kvtransform.h"
 #include "model_file.h"
 #include "text.h"
 
@@ -81,6 +82,8 @@ static const char *inspect_usage =
     "options:\n"
     "  --model FILE        model file (default models/micro.bin)\n"
     "  --text FILE[:CHARS] text to run; repeatable (default the two plates at 1500 / 500 characters)\n"
+    "  --rot R             keys (as cached) and values rotated per head as the cache option rot=R\n"
+    "                      would store them: hadamard or random:SEED (what a rotation does to outliers)\n"
     "  --csv               layer,head,stream,channel_ratio,top_channel,token_ratio,top_token,text\n"
     "  -h, --help          this help\n";
 
@@ -94,6 +97,7 @@ int inspect_parse(int argc, char **argv, InspectOptions *o, char *err, size_t er
         else if (opts_is(&p, "--csv")) bad = opts_flag(&p), o->csv = 1;
         else if (opts_is(&p, "--text")) bad = cmd_text_option(&p, o->texts, &o->n_texts, INSPECT_MAX_TEXTS);
         else if (opts_is(&p, "--model")) bad = opts_path(&p, &o->model_path);
+        else if (opts_is(&p, "--rot")) bad = opts_path(&p, &o->rot);
         else return opts_unknown(&p);
         if (bad) return OPTS_ERROR;
     }
@@ -118,6 +122,24 @@ int cmd_inspect(int argc, char **argv) {
         return cli_error("%s", err);
     const ModelConfig *p = &m.config;
     const int L = p->n_layers, H = p->n_kv_heads, hd = p->head_dim, half = hd / 2;
+    // The rotation a cache with rot=R applies: checked as that option is, then the shared matrix.
+    const float *rot = NULL;
+    if (o.rot) {
+        char spec[SPEC_TEXT + 16];
+        const KVShape shape = {H, hd, p->max_seq_len};
+        snprintf(spec, sizeof spec, "fp32:rot=%.*s", SPEC_TEXT - 1, o.rot);
+        if (strlen(o.rot) >= SPEC_TEXT || kvstream_check_spec_shape(spec, KV_ROLE_KEY, &shape, err, sizeof err)) {
+            if (strlen(o.rot) >= SPEC_TEXT) snprintf(err, sizeof err, "--rot: expected hadamard or random:SEED");
+            model_free(&m);
+            return cli_error("--rot: %s", err);
+        }
+        const int kind = strcmp(o.rot, "hadamard") == 0 ? 1 : 2;
+        rot = transform_rotation(kind, kind == 2 ? strtoul(o.rot + 7, NULL, 10) : 0, hd);
+        if (!rot) {
+            model_free(&m);
+            return cli_error("out of memory");
+        }
+    }
     int status = 0;
     if (csv) printf("layer,head,stream,channel_ratio,top_channel,token_ratio,top_token,text\n");
     for (int ti = 0; ti < n_texts && !status; ti++) {
@@ -162,6 +184,15 @@ int cmd_inspect(int argc, char **argv) {
                                 row[2 * i] = a * c + b * sn;
                                 row[2 * i + 1] = -a * sn + b * c;
                             }
+                        if (rot && s != K_PRE_ROPE) { // as the cache would hold it: y = M x
+                            float y[1024];
+                            for (int i = 0; i < hd; i++) {
+                                float acc = 0.0f;
+                                for (int j = 0; j < hd; j++) acc += rot[i * hd + j] * row[j];
+                                y[i] = acc;
+                            }
+                            memcpy(row, y, sizeof(float) * (size_t)hd);
+                        }
                     }
                     HeadStats *hs = &stats[(l * H + h) * N_STREAMS + s];
                     hs->channel_max = profiles + (size_t)((l * H + h) * N_STREAMS + s) * hd;
@@ -171,7 +202,8 @@ int cmd_inspect(int argc, char **argv) {
                                hs->top_channel, hs->token_ratio, hs->top_token, text.name);
                 }
         if (!csv) {
-            printf("%s (%d tokens): max |x| of the largest channel / token over the median one\n", text.name, n);
+            printf("%s (%d tokens): max |x| of the largest channel / token over the median one%s%s\n", text.name, n,
+                   rot ? "; keys cached and values rotated: rot=" : "", rot ? o.rot : "");
             printf("%-6s | %-17s %-17s %-17s | channel profile: keys before RoPE, values\n", "layer", "keys pre-RoPE",
                    "keys cached", "values");
             printf("%-6s | %8s %8s %8s %8s %8s %8s |\n", "head", "channel", "token", "channel", "token", "channel",
