@@ -51,6 +51,16 @@ static const PlateScheme schemes[] = {
     {"beyond", "K int 8 / V int 4", "int:bits=8", "int:bits=4", NAN},
     {"beyond", "K int 4 / V int 2", "int:bits=4", "int:bits=2", NAN},
     {"beyond", "K int 2 / V int 4", "int:bits=2", "int:bits=4", NAN},
+    // The careful ideas, each one option on the plate's scheme (kvtransform.h).
+    {"beyond", "int 4 + hadamard", "int:bits=4,rot=hadamard", "int:bits=4,rot=hadamard", NAN},
+    {"beyond", "int 3 + hadamard", "int:bits=3,rot=hadamard", "int:bits=3,rot=hadamard", NAN},
+    {"beyond", "int 2 + hadamard", "int:bits=2,rot=hadamard", "int:bits=2,rot=hadamard", NAN},
+    {"beyond", "int 4 + sink 1", "int:bits=4,sink=1", "int:bits=4,sink=1", NAN},
+    {"beyond", "int 3 + sink 1", "int:bits=3,sink=1", "int:bits=3,sink=1", NAN},
+    {"beyond", "int 2 + sink 1", "int:bits=2,sink=1", "int:bits=2,sink=1", NAN},
+    {"beyond", "int 4 + 1% outliers", "int:bits=4,outliers=1", "int:bits=4,outliers=1", NAN},
+    {"beyond", "int 3 + 1% outliers", "int:bits=3,outliers=1", "int:bits=3,outliers=1", NAN},
+    {"beyond", "int 2 + 1% outliers", "int:bits=2,outliers=1", "int:bits=2,outliers=1", NAN},
 };
 #define N_SCHEMES (int)(sizeof schemes / sizeof schemes[0])
 #define N_TEXTS 2
