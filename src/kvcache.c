@@ -195,20 +195,22 @@ static const CodecFamily *find_family(const char *name, char *err, size_t errlen
 }
 
 static int stream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
-                       int context, int block, int first, char *err, size_t errlen) {
+                       int context, const KVStreamPlace *place, char *err, size_t errlen) {
+    const int block = place ? place->block : 0, first = place ? place->first : 0, layer = place ? place->layer : -1;
     memset(s, 0, sizeof *s);
     CodecSpec spec;
     if (spec_parse(spec_text, &spec, err, errlen)) return -1;
-    static const char *const own[3] = {"role", "context", "block"};
-    static const char *const set_by[3] = {" (--k / --v)", " (the model's context)", " (the pool's --block)"};
-    for (int i = 0; i < 3; i++) {
+    static const char *const own[4] = {"role", "context", "block", "layer"};
+    static const char *const set_by[4] = {" (--k / --v)", " (the model's context)", " (the pool's --block)",
+                                          " (each layer's stream)"};
+    for (int i = 0; i < 4; i++) {
         if (find_option(&spec, own[i])) {
             snprintf(err, errlen, "%s: '%s' is set by the cache%s, not by the spec", spec.name, own[i], set_by[i]);
             return -1;
         }
     }
-    // options[] has three slots beyond SPEC_MAX_OPTIONS for what the stream adds (role, context,
-    // block), so a spec may use all of them.
+    // options[] has four slots beyond SPEC_MAX_OPTIONS for what the stream adds (role, context,
+    // block, layer), so a spec may use all of them.
     SpecOption *role_option = inject_option(&spec, "role", role == KV_ROLE_KEY ? "k" : "v");
     SpecOption *context_option = NULL;
     if (context > 0) {
@@ -222,6 +224,12 @@ static int stream_init(KVStream *s, const char *spec_text, KVRole role, int n_he
         snprintf(text, sizeof text, "%d", block);
         block_option = inject_option(&spec, "block", text);
     }
+    SpecOption *layer_option = NULL;
+    if (layer >= 0) {
+        char text[16];
+        snprintf(text, sizeof text, "%d", layer);
+        layer_option = inject_option(&spec, "layer", text);
+    }
     const CodecFamily *family = find_family(spec.name, err, errlen);
     if (!family) return -1;
     // The transforms' options are the stream's, not the codec's: read (and marked) first.
@@ -232,6 +240,7 @@ static int stream_init(KVStream *s, const char *spec_text, KVRole role, int n_he
     role_option->used = 1; // codecs that treat keys and values alike ignore it
     if (context_option) context_option->used = 1;
     if (block_option) block_option->used = 1;
+    if (layer_option) layer_option->used = 1;
     for (int i = 0; i < spec.n_options; i++) {
         if (!spec.options[i].used) {
             snprintf(err, errlen, "%s: unknown option '%s'", spec.name, spec.options[i].key);
@@ -256,12 +265,12 @@ void kvstream_free(KVStream *s) {
 
 int kvstream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
                   char *err, size_t errlen) {
-    return stream_init(s, spec_text, role, n_heads, head_dim, capacity, 0, 0, 0, err, errlen);
+    return stream_init(s, spec_text, role, n_heads, head_dim, capacity, 0, NULL, err, errlen);
 }
 
-int kvstream_init_block(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int block,
-                        int first, char *err, size_t errlen) {
-    return stream_init(s, spec_text, role, n_heads, head_dim, block, 0, block, first, err, errlen);
+int kvstream_init_at(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
+                     const KVStreamPlace *place, char *err, size_t errlen) {
+    return stream_init(s, spec_text, role, n_heads, head_dim, capacity, 0, place, err, errlen);
 }
 
 int kvstream_check_spec_shape(const char *spec_text, KVRole role, const KVShape *shape, char *err, size_t errlen) {
@@ -275,7 +284,7 @@ int kvstream_check_spec_shape(const char *spec_text, KVRole role, const KVShape 
     // One token of capacity: the codecs check their options and the shape without allocating a
     // whole context; the context itself comes as an option.
     KVStream s;
-    if (stream_init(&s, spec_text, role, shape->n_heads, shape->head_dim, 1, shape->context, 0, 0, err, errlen))
+    if (stream_init(&s, spec_text, role, shape->n_heads, shape->head_dim, 1, shape->context, NULL, err, errlen))
         return -1;
     kvstream_free(&s);
     return 0;

@@ -22,7 +22,7 @@ typedef struct {
 typedef struct {
     char name[SPEC_TEXT];
     int n_options;
-    SpecOption options[SPEC_MAX_OPTIONS + 3]; // the last three slots are for what the stream adds: role, context, block
+    SpecOption options[SPEC_MAX_OPTIONS + 4]; // the last four are for what the stream adds: role, context, block, layer
 } CodecSpec;
 
 // A stream's tokens as attention reads them: spread over blocks of `block` tokens (a pool's
@@ -95,11 +95,16 @@ typedef enum { KV_ROLE_KEY, KV_ROLE_VALUE } KVRole;
 
 int kvstream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
                   char *err, size_t errlen);
-// A stream that is one block of `block` tokens of a longer sequence (kvpool.c), holding its tokens
-// [first, first + block): the codec is told (option `block`) so that it can refuse parameters that
-// do not align with blocks (kivi's groups); the transforms are told `first` (sink tokens).
-int kvstream_init_block(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int block,
-                        int first, char *err, size_t errlen);
+// Where a stream sits, for codecs and transforms that depend on it. block > 0: the stream is one
+// block of `block` tokens of a longer sequence (kvpool.c), holding its tokens [first, first + block):
+// the codec is told (option `block`) so that it can refuse parameters that do not align with
+// blocks (kivi's groups); the transforms are told `first` (sink tokens). layer >= 0: the model layer
+// (option `layer`), for codecs calibrated per layer.
+typedef struct {
+    int block, first, layer;
+} KVStreamPlace;
+int kvstream_init_at(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
+                     const KVStreamPlace *place, char *err, size_t errlen);
 void kvstream_free(KVStream *s);
 // The shape of the streams a spec is meant for: heads, head_dim, and the model's context (the
 // longest stream any run can have).

@@ -12,11 +12,11 @@ static int div_up(int a, int b) { return (a + b - 1) / b; }
 
 // A block of the pool. When one block holds a whole sequence (block == context) the codec is not
 // told of blocks: its alignment rules (kivi's groups) are about a sequence spread over blocks.
-// `first`: the block's first token in its sequence.
-static int block_init(const KVPool *p, KVStream *b, const char *spec, KVRole role, int first, char *err,
+// `first`: the block's first token in its sequence; `layer`: its model layer.
+static int block_init(const KVPool *p, KVStream *b, const char *spec, KVRole role, int first, int layer, char *err,
                       size_t errlen) {
-    if (p->block >= p->context) return kvstream_init(b, spec, role, p->n_heads, p->head_dim, p->block, err, errlen);
-    return kvstream_init_block(b, spec, role, p->n_heads, p->head_dim, p->block, first, err, errlen);
+    const KVStreamPlace place = {p->block < p->context ? p->block : 0, first, layer};
+    return kvstream_init_at(b, spec, role, p->n_heads, p->head_dim, p->block, &place, err, errlen);
 }
 
 // What a full block costs open and settled, measured on a block: `block` tokens appended (their
@@ -24,7 +24,7 @@ static int block_init(const KVPool *p, KVStream *b, const char *spec, KVRole rol
 static int measure_block(const KVPool *p, KVRole role, const char *spec, int first, size_t *open, size_t *settled,
                          char *normalised, char *err, size_t errlen) {
     KVStream b;
-    if (block_init(p, &b, spec, role, first, err, errlen)) return -1;
+    if (block_init(p, &b, spec, role, first, 0, err, errlen)) return -1;
     float *vec = malloc(sizeof(float) * (size_t)p->n_heads * (size_t)p->head_dim);
     if (!vec) {
         kvstream_free(&b);
@@ -57,7 +57,7 @@ static int measure_cost(KVPool *p, KVRole role, const char *spec, char *err, siz
         if (open <= c->open_bytes) break;
         c->first_extra += open - c->open_bytes;
     }
-    if (block_init(p, &p->rule[role], spec, role, 0, err, errlen)) return -1;
+    if (block_init(p, &p->rule[role], spec, role, 0, 0, err, errlen)) return -1;
     c->settles = p->rule[role].ops->settle != NULL;
     return 0;
 }
@@ -186,7 +186,7 @@ int kvseq_reserve(KVSeq *s, int tokens, char *err, size_t errlen) {
         for (int r = 0; r < 2; r++) {
             PagedStream *ps = stream_of(s, (KVRole)r, l);
             for (int b = have; b < want; b++) {
-                if (!block_init(p, &ps->blocks[b], p->cost[r].spec, (KVRole)r, b * p->block, err, errlen)) {
+                if (!block_init(p, &ps->blocks[b], p->cost[r].spec, (KVRole)r, b * p->block, l, err, errlen)) {
                     ps->states[b] = ps->blocks[b].state;
                 } else {
                     // Undo this call's blocks: the sequence is as it was.
