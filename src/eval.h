@@ -12,6 +12,7 @@ typedef struct {
     int steps, n_layers, n_heads, vocab;
     int *top_position; // [steps, n_layers, n_heads] most-attended position
     float *log_probs;  // [steps, vocab] next-token log-probabilities
+    double *nll;       // [steps] the NLL of each next token (the paired bootstrap's reference)
 } EvalTrace;
 
 typedef struct {
@@ -21,6 +22,7 @@ typedef struct {
     size_t cache_bytes;      // exact bytes the cache holds at the end
     double top1_agree;       // share of (layer, head, step) whose most-attended position matches the reference
     double kl;               // mean KL(reference || this) of the next-token distributions, nats
+    double delta_lo, delta_hi; // 95% interval of the increase over the reference (bootstrap.h); 0 without one
     char k_spec[96], v_spec[96]; // the specs as normalised
 } EvalResult;
 

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bootstrap.h"
 #include "capacity.h"
 #include "cli.h"
 #include "cmd_options.h"
@@ -204,11 +205,19 @@ static double delta_of(const PlateRun *r, int s, int t) { return r->results[s][t
 // ---------------------------------------------------------------------------------------------
 // Terminal rendering
 
+// An increase with its noise: "+0.0252 ±0.0061", the half-width of its 95% interval, and "~" when the
+// interval holds 0 (no effect shown at this text's length).
+static void print_increase(const EvalResult *e, double delta) {
+    const int holds_zero = e->delta_lo <= 0.0 && e->delta_hi >= 0.0;
+    printf(" %+9.4f ±%-7.4f%s", delta, 0.5 * (e->delta_hi - e->delta_lo), holds_zero ? "~" : " ");
+}
+
 static void print_scheme_table(const PlateRun *r, const char *panel, int with_published) {
-    printf("%-24s %6s | %8s %9s %6s %8s | %8s %9s %6s %8s", "cache (K / V)", "bits", "loss", "increase", "top1",
-           "KL", "loss", "increase", "top1", "KL");
+    // (%19s: "±" is two bytes)
+    printf("%-24s %6s | %8s %19s %6s %8s | %8s %19s %6s %8s", "cache (K / V)", "bits", "loss", "increase  ±95%",
+           "top1", "KL", "loss", "increase  ±95%", "top1", "KL");
     printf(with_published ? " | %9s\n" : "\n", "plate");
-    printf("%-24s %6s | %8.4f %9s %6s %8s | %8.4f %9s %6s %8s%s\n", "fp32 (reference)", "32.00", r->reference[0].loss,
+    printf("%-24s %6s | %8.4f %18s %6s %8s | %8.4f %18s %6s %8s%s\n", "fp32 (reference)", "32.00", r->reference[0].loss,
            "", "", "", r->reference[1].loss, "", "", "", with_published ? " |" : "");
     for (int s = 0; s < N_SCHEMES; s++) {
         if (strcmp(schemes[s].panel, panel) != 0) continue;
@@ -216,7 +225,9 @@ static void print_scheme_table(const PlateRun *r, const char *panel, int with_pu
         printf("%-24s %6.2f", schemes[s].label, r->results[s][0].bits_per_element);
         for (int t = 0; t < N_TEXTS; t++) {
             const EvalResult *e = &r->results[s][t];
-            printf(" | %8.4f %+9.4f %6.3f %8.2e", e->loss, delta_of(r, s, t), e->top1_agree, e->kl);
+            printf(" | %8.4f", e->loss);
+            print_increase(e, delta_of(r, s, t));
+            printf("%6.3f %8.2e", e->top1_agree, e->kl);
         }
         if (with_published) {
             if (isnan(schemes[s].published))
@@ -274,7 +285,7 @@ static void print_bars(const PlateRun *r) {
 static const char *csv_header =
     "panel,label,text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes,top1_agree,kl,published_delta,"
     "model,conversations,bytes_per_token,predicted_plain,predicted_metadata,tokens_per_s,cache_bytes_per_token_step,"
-    "pool_bytes\n";
+    "pool_bytes,delta_lo,delta_hi\n";
 
 static void csv_number(FILE *out, double v, const char *fmt) {
     fputc(',', out);
@@ -285,7 +296,8 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
     fputs(csv_header, out);
     for (int t = 0; t < N_TEXTS; t++) {
         const EvalResult *e = &r->reference[t];
-        fprintf(out, "reference,fp32,%s,fp32,fp32,%d,%.6f,0.000000,%.4f,%zu,1.000000,0,,,,,,,,,\n", r->texts[t].name, e->tokens,
+        fprintf(out, "reference,fp32,%s,fp32,fp32,%d,%.6f,0.000000,%.4f,%zu,1.000000,0,,,,,,,,,,0.000000,0.000000\n",
+                r->texts[t].name, e->tokens,
                 e->loss, e->bits_per_element, e->cache_bytes);
     }
     for (int s = 0; s < N_SCHEMES; s++) {
@@ -300,7 +312,7 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
             fprintf(out, ",%d,%.6f,%.6f,%.4f,%zu,%.6f,%.6g", e->tokens, e->loss, delta_of(r, s, t), e->bits_per_element,
                     e->cache_bytes, e->top1_agree, e->kl);
             csv_number(out, schemes[s].published, "%.4f");
-            fprintf(out, ",,,,,,,,\n");
+            fprintf(out, ",,,,,,,,,%.6f,%.6f\n", e->delta_lo, e->delta_hi);
         }
     }
     for (int i = 0; i < N_CAP_BITS + N_CAP_SCHEMES; i++) {
@@ -311,7 +323,7 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
             fprintf(out, "%d-bit", capacity_bits[i]);
         else
             csv_field_to(out, capacity_schemes[i - N_CAP_BITS]);
-        fprintf(out, ",,,,,,,%.4f,,,,,%s,%ld,%.1f,,,,,\n", bits, cap->name, row.conversations, row.bytes_per_token);
+        fprintf(out, ",,,,,,,%.4f,,,,,%s,%ld,%.1f,,,,,,,\n", bits, cap->name, row.conversations, row.bytes_per_token);
     }
     // The measured panel: conversations = held, bytes_per_token = cache bytes one held conversation's
     // decode step reads (the same as cache_bytes_per_token_step, kept for the capacity rows' meaning).
@@ -321,7 +333,7 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
         csv_field_to(out, serve_schemes[i].spec);
         fputc(',', out);
         csv_field_to(out, serve_schemes[i].spec);
-        fprintf(out, ",%d,,,%.4f,,,,,micro,%d,%.1f,%.2f,%.2f,%.1f,%.1f,%.0f\n", r->serve_context, row->bits, row->held,
+        fprintf(out, ",%d,,,%.4f,,,,,micro,%d,%.1f,%.2f,%.2f,%.1f,%.1f,%.0f,,\n", r->serve_context, row->bits, row->held,
                 row->bytes_per_token, row->plain, row->meta, row->tokens_per_s, row->bytes_per_token, r->serve_budget);
     }
 }
@@ -346,10 +358,11 @@ static void print_json(FILE *out, const PlateRun *r, const CapacityModel *cap, c
         fprintf(out, ", \"texts\": {");
         for (int t = 0; t < N_TEXTS; t++) {
             const EvalResult *e = &r->results[s][t];
-            fprintf(out, "%s\"%s\": {\"tokens\": %d, \"loss\": %.6f, \"delta\": %.6f, \"bits_per_element\": %.4f, "
-                    "\"cache_bytes\": %zu, \"top1_agree\": %.6f, \"kl\": %.6g}",
-                    t ? ", " : "", r->texts[t].name, e->tokens, e->loss, delta_of(r, s, t), e->bits_per_element,
-                    e->cache_bytes, e->top1_agree, e->kl);
+            fprintf(out, "%s\"%s\": {\"tokens\": %d, \"loss\": %.6f, \"delta\": %.6f, \"delta_lo\": %.6f, "
+                    "\"delta_hi\": %.6f, \"bits_per_element\": %.4f, \"cache_bytes\": %zu, \"top1_agree\": %.6f, "
+                    "\"kl\": %.6g}",
+                    t ? ", " : "", r->texts[t].name, e->tokens, e->loss, delta_of(r, s, t), e->delta_lo, e->delta_hi,
+                    e->bits_per_element, e->cache_bytes, e->top1_agree, e->kl);
         }
         fprintf(out, "}}%s\n", s + 1 < N_SCHEMES ? "," : "");
     }
@@ -626,11 +639,14 @@ int cmd_plate(int argc, char **argv) {
                cli_default_path(model_path, "models/micro.bin", path, sizeof path), m.n_params, r->texts[0].chars,
                r->texts[0].n_tokens, r->texts[1].chars, r->texts[1].n_tokens);
         printf("(a) the plate's scheme: symmetric round-to-nearest, one fp16 scale per head per token\n");
-        printf("%31s | %-36s | %-36s |\n", "", "English", "Chinese");
+        printf("%31s | %-43s | %-43s |\n", "", "English", "Chinese");
         print_scheme_table(r, "loss", 1);
         printf("\n(b) beyond the plate, same texts (bits = storage per cached number, metadata included)\n");
-        printf("%31s | %-36s | %-36s\n", "", "English", "Chinese");
+        printf("%31s | %-43s | %-43s\n", "", "English", "Chinese");
         print_scheme_table(r, "beyond", 0);
+        printf("±: half the 95%% interval of the increase (paired bootstrap over the per-token differences from fp32,\n"
+               "blocks of %d tokens, %d resamples); ~: the interval holds 0, no effect shown at this length\n",
+               BOOTSTRAP_BLOCK, BOOTSTRAP_RESAMPLES);
         printf("\n(c) what it buys: %s, %.1f GB weights, %.0f GB GPU at %.0f%% use, %d-token conversations\n",
                cap->name, cap->weights_gb, cap->gpu_gb, 100 * cap->util, cap->context);
         printf("%-24s %8s %14s %14s\n", "cache", "bits", "bytes/token", "conversations");

@@ -135,6 +135,11 @@ PY
     [ $st -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && [ -z "$(ls -A "$tmp/xfsz")" ] &&
         ok "GGUF export: failed write reported, nothing left" || bad "GGUF export failed write: exit $st, $(cat "$tmp/err"), $(ls "$tmp/xfsz")"
 
+    # Every increase carries its 95% interval, around it.
+    "$micro" eval --text data/plates/en.txt:300 --cache int:bits=3 --csv |
+        awk -F, 'NR == 1 { ok = $11 == "delta_lo" && $12 == "delta_hi" } NR == 2 { ok = ok && $11 <= $6 && $6 <= $12 && $11 < $12 } END { exit !ok }' &&
+        ok "eval CSV: delta_lo <= delta <= delta_hi" || bad "eval CSV: the interval does not hold the increase"
+
     # Transforms that change nothing but rounding under the exact fp32 codec (kvtransform.h).
     for spec in "--cache fp32:rot=hadamard" "--cache fp32:rot=random:9" "--k fp32:prerope"; do
         "$micro" eval --text data/plates/en.txt:200 $spec --csv | awk -F, 'NR == 2 { d = $6 < 0 ? -$6 : $6; exit !(d <= 1e-5) }' &&
