@@ -184,6 +184,24 @@ static SpecOption *inject_option(CodecSpec *spec, const char *key, const char *v
     return o;
 }
 
+// Adds each "key[=value]" of a comma-separated list the spec does not have. -1 when there is no room.
+static int add_default_transforms(CodecSpec *spec, const char *defaults) {
+    for (const char *p = defaults; p && *p;) {
+        const char *end = strchr(p, ','), *stop = end ? end : p + strlen(p);
+        const char *eq = memchr(p, '=', (size_t)(stop - p));
+        char key[SPEC_TEXT], value[SPEC_TEXT] = "";
+        snprintf(key, sizeof key, "%.*s", (int)((eq ? eq : stop) - p), p);
+        if (eq) snprintf(value, sizeof value, "%.*s", (int)(stop - eq - 1), eq + 1);
+        if (!find_option(spec, key)) {
+            if (spec->n_options >= (int)(sizeof spec->options / sizeof spec->options[0])) return -1;
+            SpecOption *o = inject_option(spec, key, value);
+            o->has_value = eq != NULL;
+        }
+        p = end ? end + 1 : NULL;
+    }
+    return 0;
+}
+
 // The registered family of that name, or NULL with one line in err.
 static const CodecFamily *find_family(const char *name, char *err, size_t errlen) {
     int count;
@@ -232,9 +250,14 @@ static int stream_init(KVStream *s, const char *spec_text, KVRole role, int n_he
     }
     const CodecFamily *family = find_family(spec.name, err, errlen);
     if (!family) return -1;
+    // A family's default transforms, where the spec does not give the option (`sink=0` turns one off).
+    if (add_default_transforms(&spec, role == KV_ROLE_KEY ? family->key_transforms : family->value_transforms)) {
+        snprintf(err, errlen, "%s: too many options with the family's default transforms", spec.name);
+        return -1;
+    }
     // The transforms' options are the stream's, not the codec's: read (and marked) first.
     TransformOptions transforms;
-    if (transform_options(&spec, role, n_heads, head_dim, &transforms, err, errlen)) return -1;
+    if (transform_options(&spec, role, n_heads, head_dim, family->owned_options, &transforms, err, errlen)) return -1;
     void *state = family->create(&spec, n_heads, head_dim, capacity, s->spec, sizeof s->spec, err, errlen);
     if (!state) return -1;
     role_option->used = 1; // codecs that treat keys and values alike ignore it

@@ -22,7 +22,7 @@ typedef struct {
 typedef struct {
     char name[SPEC_TEXT];
     int n_options;
-    SpecOption options[SPEC_MAX_OPTIONS + 4]; // the last four are for what the stream adds: role, context, block, layer
+    SpecOption options[SPEC_MAX_OPTIONS + 8]; // then what the stream adds: role, context, block, layer, a family's default transforms
 } CodecSpec;
 
 // A stream's tokens as attention reads them: spread over blocks of `block` tokens (a pool's
@@ -67,6 +67,11 @@ typedef struct {
     const CodecOps *ops;
     void *(*create)(CodecSpec *spec, int n_heads, int head_dim, int capacity,
                     char *normalised, size_t normalised_len, char *err, size_t errlen);
+    // Options that would be the stream transforms' (kvtransform.h) but that this family reads itself,
+    // comma separated (kvquant's calibrated `outliers`); NULL for none.
+    const char *owned_options;
+    // Transform options a stream of this family has unless its spec says otherwise ("prerope,sink=1").
+    const char *key_transforms, *value_transforms;
 } CodecFamily;
 
 typedef struct {

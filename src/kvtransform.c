@@ -47,8 +47,20 @@ static int parse_rot(const char *value, const char *family, int head_dim, Transf
     return -1;
 }
 
-int transform_options(CodecSpec *spec, KVRole role, int n_heads, int head_dim, TransformOptions *t, char *err,
-                      size_t errlen) {
+// Whether `key` is in the comma-separated list.
+static int listed(const char *list, const char *key) {
+    const size_t n = strlen(key);
+    for (const char *p = list; p && *p;) {
+        const char *end = strchr(p, ',');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, key, n) == 0) return 1;
+        p = end ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+int transform_options(CodecSpec *spec, KVRole role, int n_heads, int head_dim, const char *owned, TransformOptions *t,
+                      char *err, size_t errlen) {
     memset(t, 0, sizeof *t);
     const char *rot = spec_string(spec, "rot");
     if (rot && parse_rot(rot, spec->name, head_dim, t, err, errlen)) return -1;
@@ -58,7 +70,7 @@ int transform_options(CodecSpec *spec, KVRole role, int n_heads, int head_dim, T
         return -1;
     }
     if (spec_int(spec, "sink", 0, 0, MAX_SINK, &t->sink, err, errlen)) return -1;
-    const char *pct = spec_string(spec, "outliers");
+    const char *pct = listed(owned, "outliers") ? NULL : spec_string(spec, "outliers");
     if (pct) {
         char *end = NULL;
         const double p = *pct ? strtod(pct, &end) : NAN;

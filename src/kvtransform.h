@@ -34,10 +34,11 @@ typedef struct {
     double outliers;    // percent; 0 none
 } TransformOptions;
 
-// Reads and marks the transform options of spec (rot, prerope, sink, outliers). 0 with *t filled
-// (all zero when none is given); -1 with one line in err on a bad value.
-int transform_options(CodecSpec *spec, KVRole role, int n_heads, int head_dim, TransformOptions *t, char *err,
-                      size_t errlen);
+// Reads and marks the transform options of spec (rot, prerope, sink, outliers), except those the
+// codec family owns (a comma-separated list, or NULL). 0 with *t filled (all zero when none is
+// given); -1 with one line in err on a bad value.
+int transform_options(CodecSpec *spec, KVRole role, int n_heads, int head_dim, const char *owned, TransformOptions *t,
+                      char *err, size_t errlen);
 // 1 when t asks for any transform.
 int transform_any(const TransformOptions *t);
 // Appends the options to a normalised spec ("int:bits=4" -> "int:bits=4,rot=hadamard,sink=1").

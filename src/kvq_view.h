@@ -1,0 +1,23 @@
+// What a calibrated codec (kvquant, src/codecs/codec_nuq.c) reads of the calibration artefact
+// (models/micro.kvq, written by `micro calibrate`): one layer and stream's level table and, for keys,
+// the per-channel ranges. The artefact is loaded once, on first use, from the path the command set
+// (beside the model by default, or --calib FILE).
+#ifndef MICRO_KVQ_VIEW_H
+#define MICRO_KVQ_VIEW_H
+
+#include <stddef.h>
+
+typedef struct {
+    const float *levels;          // [2^bits] sorted, in [-1, 1]
+    const float *key_lo, *key_hi; // keys: [n_heads * head_dim] per-channel range for the outlier setting
+} KvqView;
+
+// The calibration file to use (NULL: none). Set by a command before it builds caches; a later call
+// with another path drops the loaded one.
+void kvq_view_set_path(const char *path);
+// 0 with *v filled; -1 with one line in err: no calibration found (naming `micro calibrate` and
+// --calib), a bad file, or one that does not hold this shape, layer, width or outlier setting.
+int kvq_view(int layer, int is_key, int bits, double outliers, int qnorm, int n_heads, int head_dim, KvqView *v,
+             char *err, size_t errlen);
+
+#endif
