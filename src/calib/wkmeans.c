@@ -3,6 +3,7 @@
 // and mean in O(1) and an iteration costs O(k log n): calibration feeds tens of thousands of points.
 #include "calib/wkmeans.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 // First index in [lo, n) with x[i] >= v (x ascending).
@@ -40,30 +41,9 @@ static void sort_centres(double *c, int k) {
         }
 }
 
-int wkmeans(const double *x, const double *w, size_t n, int k, double *centres) {
-    double *sw = malloc(sizeof(double) * (n + 1)), *swx = malloc(sizeof(double) * (n + 1));
-    size_t *ends = malloc(sizeof(size_t) * (size_t)k);
-    if (!sw || !swx || !ends) {
-        free(sw), free(swx), free(ends);
-        return -1;
-    }
-    sw[0] = swx[0] = 0;
-    for (size_t i = 0; i < n; i++) {
-        sw[i + 1] = sw[i] + w[i];
-        swx[i + 1] = swx[i] + w[i] * x[i];
-    }
-    double total = sw[n];
-    if (!(total > 0)) {
-        for (int j = 0; j < k; j++) centres[j] = k == 1 ? 0.0 : -1.0 + 2.0 * j / (k - 1);
-        free(sw), free(swx), free(ends);
-        return 0;
-    }
-    // Weighted quantiles: dense regions (by weight) start with more centres, so few iterations follow.
-    for (int j = 0; j < k; j++) {
-        double target = total * (j + 0.5) / k;
-        size_t i = lower_bound(sw + 1, 0, n, target); // first point whose cumulative weight reaches it
-        centres[j] = x[i < n ? i : n - 1];
-    }
+// Lloyd's iterations from the given centres; returns how many ran.
+static int lloyd(const double *x, size_t n, const double *sw, const double *swx, int k, double *centres,
+                 size_t *ends) {
     for (int j = 0; j < k; j++) ends[j] = (size_t)-1;
     int it = 0;
     while (it < WKMEANS_MAX_ITERS && assign(x, n, centres, k, ends)) {
@@ -76,8 +56,72 @@ int wkmeans(const double *x, const double *w, size_t n, int k, double *centres) 
         }
         sort_centres(centres, k);
     }
-    free(sw), free(swx), free(ends);
     return it;
+}
+
+// Weighted quantiles: dense regions (by weight) start with more centres, so few iterations follow.
+static void init_quantiles(const double *x, size_t n, const double *sw, int k, double *c) {
+    for (int j = 0; j < k; j++) {
+        size_t i = lower_bound(sw + 1, 0, n, sw[n] * (j + 0.5) / k); // first point whose cumulative weight reaches it
+        c[j] = x[i < n ? i : n - 1];
+    }
+}
+
+// Greedy farthest points (with weight, each point's distance² to its nearest centre is scaled by
+// its weight): from the weighted median, each next centre is the point worst served so far (the
+// first on ties). Unlike quantiles, it never leaves a far, light group of points without a centre.
+static void init_farthest(const double *x, const double *w, size_t n, const double *sw, int k, int weighted,
+                          double *c) {
+    size_t i0 = lower_bound(sw + 1, 0, n, sw[n] * 0.5);
+    c[0] = x[i0 < n ? i0 : n - 1];
+    for (int j = 1; j < k; j++) {
+        double best = -1;
+        size_t at = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (!(w[i] > 0)) continue;
+            double d = INFINITY;
+            for (int m = 0; m < j; m++) d = fmin(d, (x[i] - c[m]) * (x[i] - c[m]));
+            if (weighted) d *= w[i];
+            if (d > best) best = d, at = i;
+        }
+        c[j] = x[at];
+    }
+    sort_centres(c, k);
+}
+
+int wkmeans(const double *x, const double *w, size_t n, int k, double *centres) {
+    double *sw = malloc(sizeof(double) * (n + 1)), *swx = malloc(sizeof(double) * (n + 1));
+    double *trial = malloc(sizeof(double) * (size_t)k);
+    size_t *ends = malloc(sizeof(size_t) * (size_t)k);
+    if (!sw || !swx || !ends || !trial) {
+        free(sw), free(swx), free(ends), free(trial);
+        return -1;
+    }
+    sw[0] = swx[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        sw[i + 1] = sw[i] + w[i];
+        swx[i + 1] = swx[i] + w[i] * x[i];
+    }
+    int iters = 0;
+    if (!(sw[n] > 0)) {
+        for (int j = 0; j < k; j++) centres[j] = k == 1 ? 0.0 : -1.0 + 2.0 * j / (k - 1);
+    } else {
+        // Lloyd's iterations only reach a local optimum: start from three deterministic seeds and keep
+        // the best (the first on ties), which is cheap next to what calibration costs.
+        double best = INFINITY;
+        for (int s = 0; s < 3; s++) {
+            if (s == 0) init_quantiles(x, n, sw, k, trial);
+            else init_farthest(x, w, n, sw, k, s == 2, trial);
+            iters += lloyd(x, n, sw, swx, k, trial, ends);
+            double e = wkmeans_sse(x, w, n, trial, k);
+            if (e < best) {
+                best = e;
+                for (int j = 0; j < k; j++) centres[j] = trial[j];
+            }
+        }
+    }
+    free(sw), free(swx), free(ends), free(trial);
+    return iters;
 }
 
 double wkmeans_sse(const double *x, const double *w, size_t n, const double *centres, int k) {

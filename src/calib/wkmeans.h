@@ -6,14 +6,15 @@
 
 #include <stddef.h>
 
-#define WKMEANS_MAX_ITERS 500
+#define WKMEANS_MAX_ITERS 500 // per start
 
 // k centres (ascending) for n points x (sorted ascending) with weights w >= 0, minimising
-// Σ w_i (x_i − nearest centre)². Initial centres are weighted quantiles (the points at cumulative
-// weight (j + ½)/k), then Lloyd's iterations until no point changes cluster or WKMEANS_MAX_ITERS.
-// A cluster left empty keeps its centre. Deterministic. With no weight at all (n == 0 or every
-// w == 0) the centres are spread evenly over [−1, 1]. Returns the iterations run, or -1 when out
-// of memory (k >= 1).
+// Σ w_i (x_i − nearest centre)². Lloyd's iterations (until no point changes cluster, or
+// WKMEANS_MAX_ITERS) from three starts — weighted quantiles (the points at cumulative weight
+// (j + ½)/k), greedy farthest points, and greedy farthest points by weight·distance² — keeping the
+// result with the least SSE. A cluster left empty keeps its centre. Deterministic. With no weight
+// at all (n == 0 or every w == 0) the centres are spread evenly over [−1, 1]. Returns the iterations
+// run in all, or -1 when out of memory (k >= 1).
 int wkmeans(const double *x, const double *w, size_t n, int k, double *centres);
 
 // Σ w_i (x_i − c(x_i))² with c the nearest of the k ascending centres.
