@@ -88,12 +88,13 @@ static int check_shape(uint64_t layers, uint64_t heads, uint64_t hd, char *why, 
 int kvq_init(Kvq *k, int n_layers, int n_kv_heads, int head_dim, const uint32_t *percents, int n_percents,
              const uint32_t *bits, int n_bits, char *err, size_t errlen) {
     memset(k, 0, sizeof *k);
-    if (n_layers < 1 || n_kv_heads < 1 || head_dim < 1 ||
-        check_shape((uint64_t)n_layers, (uint64_t)n_kv_heads, (uint64_t)head_dim, err, errlen) ||
-        check_lists(percents, n_percents, bits, n_bits, err, errlen)) {
-        if (n_layers < 1 || n_kv_heads < 1 || head_dim < 1) snprintf(err, errlen, "bad calibration shape");
+    if (n_layers < 1 || n_kv_heads < 1 || head_dim < 1) {
+        snprintf(err, errlen, "a calibration needs at least one layer, head and dimension");
         return -1;
     }
+    if (check_shape((uint64_t)n_layers, (uint64_t)n_kv_heads, (uint64_t)head_dim, err, errlen) ||
+        check_lists(percents, n_percents, bits, n_bits, err, errlen))
+        return -1;
     k->n_layers = n_layers, k->n_kv_heads = n_kv_heads, k->head_dim = head_dim;
     k->n_percents = n_percents, k->n_bits = n_bits;
     memcpy(k->percents, percents, sizeof(uint32_t) * (size_t)n_percents);

@@ -125,6 +125,14 @@ int calibrate_model(Model *m, const int *inputs, const int *targets, int n_seq, 
     Gather g = {.n_seq = n_seq, .T = len, .C = c->n_kv_heads * c->head_dim, .hd = c->head_dim, .np = np,
                 .percents = s->percents};
     size_t per = (size_t)L * n_seq * len * g.C;
+    // Keys and their weights stay in memory until every sequence has run (a channel's thresholds need
+    // all of its numbers): 8 bytes a number, 200 MB for micro's 16 x 2048 tokens.
+    if (per > CALIB_MAX_KEY_NUMBERS) {
+        kvq_free(out);
+        snprintf(err, errlen, "%d sequences of %d tokens would keep %.1f GB of keys in memory (at most %.1f GB)", n_seq,
+                 len, 8e-9 * (double)per, 8e-9 * (double)CALIB_MAX_KEY_NUMBERS);
+        return -1;
+    }
     TrainNet net = {0};
     int net_ok = 0, status = -1;
     double loss = 0, key_out[KVQ_MAX_PERCENTS] = {0};

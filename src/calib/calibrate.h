@@ -11,6 +11,9 @@
 #include "kvq_file.h"
 #include "model.h"
 
+// Key numbers (layers x tokens x channels) a calibration may hold: 4 GiB of keys and weights.
+#define CALIB_MAX_KEY_NUMBERS ((size_t)1 << 29)
+
 typedef struct {
     const uint32_t *percents; // outlier percents in hundredths (0: none), ascending
     int n_percents;
@@ -27,7 +30,8 @@ typedef struct {
 
 // n_seq sequences of len tokens: inputs[n_seq·len] and targets[n_seq·len] (bytes). Fills out (which
 // it initialises; the caller sets the corpus hash and seed and frees it); summary may be NULL.
-// -1 with one line in err on failure (out of memory, a sequence longer than the context).
+// -1 with one line in err on failure (out of memory, too many key numbers, a sequence longer than the
+// context).
 int calibrate_model(Model *m, const int *inputs, const int *targets, int n_seq, int len, const CalibSettings *s,
                     Kvq *out, CalibSummary *summary, char *err, size_t errlen);
 

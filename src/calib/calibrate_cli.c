@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "calib/calibrate.h"
@@ -147,6 +148,9 @@ int cmd_calibrate(int argc, char **argv) {
         return cli_error("--out: path too long");
     if (safe_check_output(out, err, sizeof err) || safe_check_output(json, err, sizeof err))
         return cli_error("%s", err);
+    struct stat ms, os;
+    if (stat(model_path, &ms) == 0 && stat(out, &os) == 0 && ms.st_dev == os.st_dev && ms.st_ino == os.st_ino)
+        return cli_error("--out %s is the model itself", msg_text(out, shown, sizeof shown));
     Model m;
     if (model_load(&m, model_path, err, sizeof err)) return cli_error("%s", err);
     int len = o.length ? o.length : (m.config.max_seq_len < DEFAULT_LENGTH ? m.config.max_seq_len : DEFAULT_LENGTH);
