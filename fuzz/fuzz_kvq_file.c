@@ -25,14 +25,6 @@ static void load(const uint8_t *data, size_t size) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    load(data, size);
-    if (size < KVQ_HEADER_BYTES) return 0;
-    uint8_t *copy = malloc(size);
-    if (!copy) return 0;
-    memcpy(copy, data, size);
-    unsigned long long sum = model_checksum(copy + KVQ_HEADER_BYTES, size - KVQ_HEADER_BYTES);
-    for (int i = 0; i < 8; i++) copy[88 + i] = (uint8_t)(sum >> (8 * i));
-    load(copy, size);
-    free(copy);
+    fuzz_as_is_and_resummed(data, size, KVQ_HEADER_BYTES, 88, load);
     return 0;
 }

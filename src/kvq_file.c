@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "model_file.h"
+#include "le_bytes.h"
 #include "msgtext.h"
 #include "safe_file.h"
 
@@ -22,18 +23,6 @@
 #define MAX_HEAD_DIM 4096
 #define MAX_CHANNELS (1 << 20)
 #define MAX_CALIB (1u << 20) // sequences, and tokens per sequence
-
-static uint32_t get_u32(const unsigned char *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get_u64(const unsigned char *p) { return get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
-static void put_u32(unsigned char *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put_u64(unsigned char *p, uint64_t v) {
-    put_u32(p, (uint32_t)v);
-    put_u32(p + 4, (uint32_t)(v >> 32));
-}
 
 // Floats in the tables for a shape and lists; 0 on overflow (cannot happen within the ranges the
 // loader accepts, but the sizes are computed as if it could).
@@ -171,23 +160,23 @@ static unsigned char *encode(const Kvq *k, size_t *size) {
     unsigned char *b = total ? calloc(1, total) : NULL;
     if (!b) return NULL;
     memcpy(b, KVQ_MAGIC, 8);
-    put_u32(b + 8, KVQ_VERSION);
-    put_u32(b + 12, (uint32_t)k->n_layers);
-    put_u32(b + 16, (uint32_t)k->n_kv_heads);
-    put_u32(b + 20, (uint32_t)k->head_dim);
-    put_u64(b + 24, k->model_checksum);
-    put_u32(b + 32, k->sequences);
-    put_u32(b + 36, k->length);
-    put_u64(b + 40, k->seed);
+    le_put_u32(b + 8, KVQ_VERSION);
+    le_put_u32(b + 12, (uint32_t)k->n_layers);
+    le_put_u32(b + 16, (uint32_t)k->n_kv_heads);
+    le_put_u32(b + 20, (uint32_t)k->head_dim);
+    le_put_u64(b + 24, k->model_checksum);
+    le_put_u32(b + 32, k->sequences);
+    le_put_u32(b + 36, k->length);
+    le_put_u64(b + 40, k->seed);
     memcpy(b + 48, k->corpus_sha256, 32);
-    put_u32(b + 80, (uint32_t)k->n_percents);
-    put_u32(b + 84, (uint32_t)k->n_bits);
+    le_put_u32(b + 80, (uint32_t)k->n_percents);
+    le_put_u32(b + 84, (uint32_t)k->n_bits);
     unsigned char *p = b + KVQ_HEADER_BYTES;
-    for (int i = 0; i < k->n_percents; i++, p += 4) put_u32(p, k->percents[i]);
-    for (int i = 0; i < k->n_bits; i++, p += 4) put_u32(p, k->bits[i]);
+    for (int i = 0; i < k->n_percents; i++, p += 4) le_put_u32(p, k->percents[i]);
+    for (int i = 0; i < k->n_bits; i++, p += 4) le_put_u32(p, k->bits[i]);
     memcpy(p, k->ranges, k->n_ranges * sizeof(float));
     memcpy(p + k->n_ranges * sizeof(float), k->codebooks, k->n_codebooks * sizeof(float));
-    put_u64(b + 88, model_checksum(b + KVQ_HEADER_BYTES, total - KVQ_HEADER_BYTES));
+    le_put_u64(b + 88, model_checksum(b + KVQ_HEADER_BYTES, total - KVQ_HEADER_BYTES));
     *size = total;
     return b;
 }
@@ -211,13 +200,7 @@ int kvq_save(const Kvq *k, const char *path, char *err, size_t errlen) {
 }
 
 // One line: the file's name, then the reason.
-#define FAIL(...)                                                 \
-    do {                                                          \
-        int n_ = snprintf(err, errlen, "%s: ", name);             \
-        if (n_ >= 0 && (size_t)n_ < errlen)                       \
-            snprintf(err + n_, errlen - (size_t)n_, __VA_ARGS__); \
-        goto fail;                                                \
-    } while (0)
+#define FAIL MSG_FAIL
 
 int kvq_load_bytes(Kvq *k, const void *bytes, size_t n, const Model *model, const char *label, char *err,
                    size_t errlen) {
@@ -228,22 +211,22 @@ int kvq_load_bytes(Kvq *k, const void *bytes, size_t n, const Model *model, cons
     if (n == 0) FAIL("empty file");
     if (n < KVQ_HEADER_BYTES) FAIL("truncated header: %zu bytes, a header needs %d", n, KVQ_HEADER_BYTES);
     if (memcmp(b, KVQ_MAGIC, 8) != 0) FAIL("not a micro calibration file (bad magic)");
-    uint32_t version = get_u32(b + 8);
+    uint32_t version = le_get_u32(b + 8);
     if (version != KVQ_VERSION)
         FAIL("format version %u is not supported (this build reads version %u)", version, KVQ_VERSION);
-    uint32_t layers = get_u32(b + 12), heads = get_u32(b + 16), hd = get_u32(b + 20);
+    uint32_t layers = le_get_u32(b + 12), heads = le_get_u32(b + 16), hd = le_get_u32(b + 20);
     if (check_shape(layers, heads, hd, why, sizeof why)) FAIL("%s", why);
-    uint32_t sequences = get_u32(b + 32), length = get_u32(b + 36);
+    uint32_t sequences = le_get_u32(b + 32), length = le_get_u32(b + 36);
     if (sequences < 1 || sequences > MAX_CALIB) FAIL("sequences = %u is out of range (1..%u)", sequences, MAX_CALIB);
     if (length < 1 || length > MAX_CALIB) FAIL("length = %u is out of range (1..%u)", length, MAX_CALIB);
-    uint32_t np = get_u32(b + 80), nb = get_u32(b + 84);
+    uint32_t np = le_get_u32(b + 80), nb = le_get_u32(b + 84);
     if (np < 1 || np > KVQ_MAX_PERCENTS) FAIL("%u outlier percents (1..%d)", np, KVQ_MAX_PERCENTS);
     if (nb < 1 || nb > KVQ_MAX_BITS) FAIL("%u bit widths (1..%d)", nb, KVQ_MAX_BITS);
     uint64_t tables = body_offset_tables((int)np, (int)nb);
     if (n < tables) FAIL("truncated: %zu bytes, the lists end at %llu", n, (unsigned long long)tables);
     uint32_t percents[KVQ_MAX_PERCENTS], bits[KVQ_MAX_BITS];
-    for (uint32_t i = 0; i < np; i++) percents[i] = get_u32(b + KVQ_HEADER_BYTES + 4 * i);
-    for (uint32_t i = 0; i < nb; i++) bits[i] = get_u32(b + KVQ_HEADER_BYTES + 4 * (np + i));
+    for (uint32_t i = 0; i < np; i++) percents[i] = le_get_u32(b + KVQ_HEADER_BYTES + 4 * i);
+    for (uint32_t i = 0; i < nb; i++) bits[i] = le_get_u32(b + KVQ_HEADER_BYTES + 4 * (np + i));
     if (check_lists(percents, (int)np, bits, (int)nb, why, sizeof why)) FAIL("%s", why);
     uint64_t nr, nc, expected;
     if (table_sizes(layers, heads, hd, np, bits, (int)nb, &nr, &nc) ||
@@ -252,21 +235,21 @@ int kvq_load_bytes(Kvq *k, const void *bytes, size_t n, const Model *model, cons
         FAIL("table sizes overflow");
     if (n < expected) FAIL("truncated: %zu bytes, the header promises %llu", n, (unsigned long long)expected);
     if (n > expected) FAIL("%llu trailing bytes after the last codebook", (unsigned long long)(n - expected));
-    if (model_checksum(b + KVQ_HEADER_BYTES, n - KVQ_HEADER_BYTES) != get_u64(b + 88))
+    if (model_checksum(b + KVQ_HEADER_BYTES, n - KVQ_HEADER_BYTES) != le_get_u64(b + 88))
         FAIL("checksum mismatch: the file is corrupt");
     if (model) {
         const ModelConfig *c = &model->config;
         if ((int)layers != c->n_layers || (int)heads != c->n_kv_heads || (int)hd != c->head_dim)
             FAIL("calibrated for %u layers of %u kv heads x %u, but the model has %d of %d x %d", layers, heads, hd,
                  c->n_layers, c->n_kv_heads, c->head_dim);
-        if (get_u64(b + 24) != kvq_model_checksum(model))
+        if (le_get_u64(b + 24) != kvq_model_checksum(model))
             FAIL("calibrated for another model (its weights' checksum differs): run micro calibrate");
     }
     if (kvq_init(k, (int)layers, (int)heads, (int)hd, percents, (int)np, bits, (int)nb, why, sizeof why))
         FAIL("%s", why);
-    k->model_checksum = get_u64(b + 24);
+    k->model_checksum = le_get_u64(b + 24);
     k->sequences = sequences, k->length = length;
-    k->seed = get_u64(b + 40);
+    k->seed = le_get_u64(b + 40);
     memcpy(k->corpus_sha256, b + 48, 32);
     memcpy(k->ranges, b + tables, k->n_ranges * sizeof(float));
     memcpy(k->codebooks, b + tables + k->n_ranges * sizeof(float), k->n_codebooks * sizeof(float));

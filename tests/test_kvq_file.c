@@ -10,20 +10,15 @@
 
 #include "check.h"
 #include "kvq_file.h"
+#include "le_bytes.h"
 #include "model_file.h"
 #include "random_model.h"
 
-static void put_u32(unsigned char *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put_f32(unsigned char *p, float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    put_u32(p, u);
-}
+#define put_u32 le_put_u32
+#define put_f32 le_put_f32
+// Recomputes the checksum so that a corruption reaches the check it is aimed at.
 static void fix_checksum(unsigned char *b, size_t n) {
-    unsigned long long s = model_checksum(b + KVQ_HEADER_BYTES, n - KVQ_HEADER_BYTES);
-    for (int i = 0; i < 8; i++) b[88 + i] = (unsigned char)(s >> (8 * i));
+    le_put_u64(b + 88, model_checksum(b + KVQ_HEADER_BYTES, n - KVQ_HEADER_BYTES));
 }
 
 static unsigned char *read_all(const char *path, size_t *n) {
