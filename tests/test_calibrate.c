@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include "calib/calibrate.h"
+#include "calib/codebook.h"
+#include "calib/wkmeans.h"
 #include "check.h"
 #include "kvq_file.h"
 #include "model_file.h"
@@ -83,8 +85,47 @@ static void check_rules(void) {
     CHECK(calib_value_outliers(v, 32, 700, out, scratch) == 3 && out[7] && out[20], "P = 7%%: ceil(2.24) = 3");
 }
 
+// A codebook from a histogram: the plain signposts are weighted k-means of the bins; Q-Norm's, with
+// each number kept at its plain signpost's index, have exactly the numbers' mean and deviation.
+static void check_codebook(void) {
+    NormHist h;
+    if (normhist_init(&h)) exit(1);
+    uint64_t rng = 99;
+    double sum = 0, sumsq = 0;
+    int n = 20000;
+    for (int i = 0; i < n; i++) {
+        // a skewed bulk in [−0.6, 0.3], weights growing with |x| as a Fisher weight might
+        double u = check_uniform(&rng), x = -0.6 + 0.9 * u * u;
+        sum += x, sumsq += x * x;
+        normhist_add(&h, x, 0.1 + fabs(x));
+    }
+    float plain[4], q[4];
+    CHECK(codebook_fit(&h, 2, plain, q) == 0, "codebook_fit");
+    static double bx[CODEBOOK_BINS], bw[CODEBOOK_BINS];
+    double c[4];
+    size_t m = 0;
+    for (int b = 0; b < CODEBOOK_BINS; b++)
+        if (h.w[b] > 0) bx[m] = h.wx[b] / h.w[b], bw[m++] = h.w[b];
+    wkmeans(bx, bw, m, 4, c);
+    for (int j = 0; j < 4; j++) CHECK(plain[j] == (float)c[j], "plain signpost %d: %g, k-means %g", j, (double)plain[j], c[j]);
+    double s1 = 0, s2 = 0, cnt = 0;
+    for (int b = 0; b < CODEBOOK_BINS; b++) {
+        if (!(h.n[b] > 0)) continue;
+        double x = h.sx[b] / h.n[b];
+        int best = 0;
+        for (int j = 1; j < 4; j++)
+            if (fabs(x - plain[j]) < fabs(x - plain[best])) best = j;
+        s1 += h.n[b] * q[best], s2 += h.n[b] * q[best] * q[best], cnt += h.n[b];
+    }
+    double mu = sum / n, sd = sqrt(sumsq / n - mu * mu), muq = s1 / cnt, sdq = sqrt(s2 / cnt - muq * muq);
+    CHECK(fabs(muq - mu) < 1e-6 && fabs(sdq - sd) < 1e-6, "Q-Norm: mean %g sd %g, data %g %g", muq, sdq, mu, sd);
+    for (int j = 1; j < 4; j++) CHECK(q[j] > q[j - 1] && plain[j] > plain[j - 1], "signposts ascending");
+    normhist_free(&h);
+}
+
 int main(void) {
     check_rules();
+    check_codebook();
     ModelConfig c = small_config();
     Model m;
     random_model(&m, &c, 7);
