@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_file.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 // A broken property is a crash: abort() so that libFuzzer keeps the input and the replay test fails.
@@ -25,6 +27,22 @@ static inline void fuzz_check_message(const char *err, size_t errlen) {
     size_t n = strnlen(err, errlen);
     FUZZ_REQUIRE(n > 0 && n + 1 < errlen);
     FUZZ_REQUIRE(strchr(err, '\n') == NULL);
+}
+
+// Runs load on the input as it is, then on a copy whose 64-bit checksum (at offset `at`, over every
+// byte from `from` on, as micro's file formats keep it) is recomputed, so that mutations behind the
+// checksum reach the checks after it instead of all stopping there.
+static inline void fuzz_as_is_and_resummed(const uint8_t *data, size_t size, size_t from, size_t at,
+                                           void (*load)(const uint8_t *, size_t)) {
+    load(data, size);
+    if (size < from || size < at + 8) return;
+    uint8_t *copy = malloc(size);
+    if (!copy) return;
+    memcpy(copy, data, size);
+    unsigned long long sum = model_checksum(copy + from, size - from);
+    for (int i = 0; i < 8; i++) copy[at + i] = (uint8_t)(sum >> (8 * i));
+    load(copy, size);
+    free(copy);
 }
 
 #endif

@@ -70,6 +70,12 @@ static void parse(const char *cmd, int argc, char **argv) {
             FUZZ_REQUIRE(o.seq <= o.config.max_seq_len && o.warmup <= o.steps);
             FUZZ_REQUIRE((long long)o.batch * o.seq <= TRAIN_MAX_STEP_TOKENS);
         }
+    } else if (!strcmp(cmd, "calibrate")) {
+        CalibrateOptions o;
+        check_status(status = calibrate_parse(argc, argv, &o, err, sizeof err), err, sizeof err);
+        if (status == OPTS_RUN)
+            FUZZ_REQUIRE(o.sequences >= 1 && o.sequences <= 4096 && o.length >= 0 && o.length <= 1 << 16 &&
+                         o.threads >= 1 && o.threads <= 256);
     }
 }
 

@@ -22,14 +22,6 @@ static void load(const uint8_t *data, size_t size) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    load(data, size);
-    if (size < MODEL_FILE_HEADER_BYTES) return 0;
-    uint8_t *copy = malloc(size);
-    if (!copy) return 0;
-    memcpy(copy, data, size);
-    unsigned long long sum = model_checksum(copy + MODEL_FILE_HEADER_BYTES, size - MODEL_FILE_HEADER_BYTES);
-    for (int i = 0; i < 8; i++) copy[60 + i] = (uint8_t)(sum >> (8 * i));
-    load(copy, size);
-    free(copy);
+    fuzz_as_is_and_resummed(data, size, MODEL_FILE_HEADER_BYTES, 60, load);
     return 0;
 }

@@ -90,6 +90,13 @@ int serve_bench_parse(int argc, char **argv, ServeBenchOptions *o, char *err, si
 
 int train_parse(int argc, char **argv, TrainOptions *o, char *err, size_t errlen);
 
+typedef struct {
+    const char *model_path, *out, *corpus; // NULL: models/micro.bin, beside the model, data/corpus
+    int sequences, length, threads;        // length 0: the model's context, at most 2048
+    unsigned long long seed;
+} CalibrateOptions;
+int calibrate_parse(int argc, char **argv, CalibrateOptions *o, char *err, size_t errlen);
+
 // Checks the form of a --k / --v / --cache pair while parsing, before the model is known (one line
 // in err); cmd_check_specs_for_model checks them against the loaded model's heads, head_dim and
 // context, before any work.

@@ -11,5 +11,6 @@ int cmd_capacity(int argc, char **argv);
 int cmd_plate(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_serve_bench(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
 
 #endif

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "le_bytes.h"
 #include "msgtext.h"
 #include "safe_file.h"
 
@@ -25,29 +26,6 @@ unsigned long long model_checksum(const void *bytes, size_t n) {
         h *= 1099511628211ull;
     }
     return h;
-}
-
-static uint32_t get_u32(const unsigned char *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get_u64(const unsigned char *p) { return get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
-static float get_f32(const unsigned char *p) {
-    uint32_t u = get_u32(p);
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static void put_u32(unsigned char *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put_u64(unsigned char *p, uint64_t v) {
-    put_u32(p, (uint32_t)v);
-    put_u32(p + 4, (uint32_t)(v >> 32));
-}
-static void put_f32(unsigned char *p, float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    put_u32(p, u);
 }
 
 // Config fields in header order, as offsets of ModelConfig's int members.
@@ -68,13 +46,13 @@ static const struct {
 
 static void encode_header(const Model *m, uint64_t checksum, unsigned char h[MODEL_FILE_HEADER_BYTES]) {
     memcpy(h, MODEL_FILE_MAGIC, 8);
-    put_u32(h + 8, MODEL_FILE_VERSION);
+    le_put_u32(h + 8, MODEL_FILE_VERSION);
     for (size_t i = 0; i < N_INT_FIELDS; i++)
-        put_u32(h + 12 + 4 * i, (uint32_t) * (const int *)((const char *)&m->config + int_fields[i].offset));
-    put_f32(h + 44, m->config.rope_theta);
-    put_f32(h + 48, m->config.norm_eps);
-    put_u64(h + 52, m->n_params);
-    put_u64(h + 60, checksum);
+        le_put_u32(h + 12 + 4 * i, (uint32_t) * (const int *)((const char *)&m->config + int_fields[i].offset));
+    le_put_f32(h + 44, m->config.rope_theta);
+    le_put_f32(h + 48, m->config.norm_eps);
+    le_put_u64(h + 52, m->n_params);
+    le_put_u64(h + 60, checksum);
 }
 
 int model_save(const Model *m, const char *path, char *err, size_t errlen) {
@@ -89,13 +67,7 @@ int model_save(const Model *m, const char *path, char *err, size_t errlen) {
 }
 
 // One line: the file's name (escaped and shortened, so the reason always fits), then the reason.
-#define FAIL(...)                                       \
-    do {                                                \
-        int n_ = snprintf(err, errlen, "%s: ", name);   \
-        if (n_ >= 0 && (size_t)n_ < errlen)             \
-            snprintf(err + n_, errlen - (size_t)n_, __VA_ARGS__); \
-        goto fail;                                      \
-    } while (0)
+#define FAIL MSG_FAIL
 
 // The header checks both loaders share, in the order the file's problems are named: the length it
 // must have, magic, version, every field, the parameter count; *expected is the exact file length.
@@ -106,20 +78,20 @@ static int check_header(const unsigned char *h, uint64_t file_bytes, const char 
         FAIL("truncated header: %llu bytes, a header needs %d", (unsigned long long)file_bytes,
              MODEL_FILE_HEADER_BYTES);
     if (memcmp(h, MODEL_FILE_MAGIC, 8) != 0) FAIL("not a micro model file (bad magic)");
-    uint32_t version = get_u32(h + 8);
+    uint32_t version = le_get_u32(h + 8);
     if (version != MODEL_FILE_VERSION)
         FAIL("format version %u is not supported (this build reads version %u)", version, MODEL_FILE_VERSION);
     for (size_t i = 0; i < N_INT_FIELDS; i++) {
-        uint32_t v = get_u32(h + 12 + 4 * i);
+        uint32_t v = le_get_u32(h + 12 + 4 * i);
         if (v > INT32_MAX) FAIL("%s = %u is out of range", int_fields[i].name, v);
         *(int *)((char *)c + int_fields[i].offset) = (int)v;
     }
-    c->rope_theta = get_f32(h + 44);
-    c->norm_eps = get_f32(h + 48);
+    c->rope_theta = le_get_f32(h + 44);
+    c->norm_eps = le_get_f32(h + 48);
     char why[256];
     if (model_config_validate(c, why, sizeof why)) FAIL("%s", why);
     size_t n_params = model_param_count(c);
-    uint64_t stored_params = get_u64(h + 52);
+    uint64_t stored_params = le_get_u64(h + 52);
     if (stored_params != n_params)
         FAIL("header says %llu parameters but its dimensions give %zu", (unsigned long long)stored_params, n_params);
     if (__builtin_mul_overflow((uint64_t)n_params, (uint64_t)sizeof(float), expected) ||
@@ -139,7 +111,7 @@ fail:
 
 // The payload checks both loaders share: checksum, then finite values.
 static int check_payload(const Model *m, const unsigned char *h, const char *name, char *err, size_t errlen) {
-    if (model_checksum(m->params, m->n_params * sizeof(float)) != get_u64(h + 60))
+    if (model_checksum(m->params, m->n_params * sizeof(float)) != le_get_u64(h + 60))
         FAIL("checksum mismatch: the payload is corrupt");
     TensorInfo info[MODEL_N_TENSORS];
     model_tensor_infos(&m->config, info);

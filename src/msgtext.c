@@ -1,5 +1,6 @@
 #include "msgtext.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -55,4 +56,13 @@ const char *msg_text(const char *text, char *buf, size_t n) {
     }
     buf[w] = '\0';
     return buf;
+}
+
+void msg_named(char *err, size_t errlen, const char *name, const char *fmt, ...) {
+    int n = snprintf(err, errlen, "%s: ", name);
+    if (n < 0 || (size_t)n >= errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+    va_end(ap);
 }

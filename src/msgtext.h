@@ -14,4 +14,14 @@
 // to its head and tail around "...". Returns buf.
 const char *msg_text(const char *s, char *buf, size_t n);
 
+// err = "NAME: " + the formatted reason, cut to errlen (a loader's one line about a file; name is
+// already shortened by msg_text).
+void msg_named(char *err, size_t errlen, const char *name, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+// A file loader's failure: the named line into the locals err / errlen, then `goto fail`.
+#define MSG_FAIL(...)                                  \
+    do {                                               \
+        msg_named(err, errlen, name, __VA_ARGS__);     \
+        goto fail;                                     \
+    } while (0)
+
 #endif

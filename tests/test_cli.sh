@@ -7,11 +7,32 @@ expect 2 "usage" "no command" -- "$micro"
 expect 2 "unknown command 'bogus'" "unknown command" -- "$micro" bogus
 expect 0 "" "--help" -- "$micro" --help
 expect 0 "" "--version" -- "$micro" --version
-for cmd in plate eval generate bench serve-bench train export capacity inspect; do
+for cmd in plate eval generate bench serve-bench train calibrate export capacity inspect; do
     expect 0 "" "$cmd --help" -- "$micro" "$cmd" --help
     expect 2 "unknown option '--bogus'" "$cmd unknown option" -- "$micro" "$cmd" --bogus
 done
 "$micro" --help | grep -q "fp32" && ok "help lists codecs" || bad "help lists codecs"
+"$micro" --help | grep -q "calibrate" && ok "help lists calibrate" || bad "help lists calibrate"
+
+# micro calibrate: the corpus may be absent (a fresh clone): the error names scripts/corpus.
+expect 2 "scripts/corpus" "calibrate without a corpus" -- "$micro" calibrate --corpus "$tmp/no-corpus" --out "$tmp/c.kvq"
+[ ! -e "$tmp/c.kvq" ] && ok "calibrate without a corpus writes nothing" || bad "calibrate without a corpus wrote a file"
+expect 2 "out of range" "calibrate --sequences 0" -- "$micro" calibrate --sequences 0
+expect 2 "exceeds the model's context" "calibrate --length beyond the context" -- "$micro" calibrate --length 4096 --out "$tmp/c.kvq"
+expect 2 "is a directory" "calibrate --out a folder" -- "$micro" calibrate --out "$tmp"
+cp models/micro.bin "$tmp/m.bin"
+expect 2 "is the model itself" "calibrate --out over the model" -- "$micro" calibrate --model "$tmp/m.bin" --out "$tmp/m.bin"
+cmp -s models/micro.bin "$tmp/m.bin" && ok "calibrate left the model alone" || bad "calibrate changed the model"
+if [ -f data/corpus/en.train.txt ]; then
+    # A small calibration, on 1 and 2 threads: the same bytes; the file holds the model's checksum.
+    for t in 1 2; do
+        expect 0 "" "calibrate on $t threads" -- "$micro" calibrate --sequences 2 --length 64 --threads $t --out "$tmp/c$t.kvq"
+    done
+    cmp -s "$tmp/c1.kvq" "$tmp/c2.kvq" && ok "calibrate: 1 and 2 threads give the same file" || bad "calibrate: threads change the file"
+    grep -q '"sequences": 2' "$tmp/c1.kvq.json" && ok "calibrate writes its provenance" || bad "calibrate provenance"
+else
+    echo "skip calibrate runs: no data/corpus (bash scripts/corpus)"
+fi
 
 printf 'abc\xff\xfedef' >"$tmp/bad.txt"
 : >"$tmp/empty.txt"

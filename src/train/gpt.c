@@ -668,6 +668,7 @@ void train_net_backward(TrainNet *n) {
         grad_job_run(&g1);
         pool_run_tasks(n->pool, n->B * c->n_kv_heads, bwd_attention, &j);
         pool_run_tasks(n->pool, row_tasks, bwd_attn_in, &j);
+        if (n->layer_grad_hook) n->layer_grad_hook(n->hook_ctx, n, l);
         GradJob g2 = {.n = n};
         grad_job_add(&g2, a->dq, a->attn_xn + (size_t)l * N * D, NULL, (float *)gw.wq, QD, D);
         grad_job_add(&g2, a->dk, a->attn_xn + (size_t)l * N * D, NULL, (float *)gw.wk, KD, D);
@@ -676,4 +677,12 @@ void train_net_backward(TrainNet *n) {
         grad_job_run(&g2);
     }
     encoder_backward(n->g.token_embedding, a->dx, n->inputs, N, D);
+}
+
+void train_net_keys_pre_rope(const TrainNet *n, int l, float *out) {
+    const ModelConfig *c = &n->c;
+    int N = n->B * n->T, KD = c->n_kv_heads * c->head_dim;
+    memcpy(out, n->a.k + (size_t)l * N * KD, sizeof(float) * (size_t)N * KD);
+    // RoPE's backward is its inverse: the rotation is orthogonal.
+    rope_backward(out, KD, c->n_kv_heads, c->head_dim, n->a.rope_cos, n->a.rope_sin, 0, N, n->T);
 }

@@ -53,7 +53,13 @@ typedef struct {
     float *rope_sin;   // [T, head_dim/2]
 } TrainActs;
 
-typedef struct {
+typedef struct TrainNet TrainNet;
+// Called by train_net_backward once layer l's a.dk and a.dv hold the gradients of the mean loss with
+// respect to that layer's pre-RoPE keys (RoPE's backward has rotated them back) and its values; the
+// scratch is overwritten by the next layer, so a reader (calibration's Fisher weights) copies it here.
+typedef void (*TrainLayerGradHook)(void *ctx, const TrainNet *n, int l);
+
+struct TrainNet {
     ModelConfig c;
     int B, T;
     Model *model;       // borrowed: parameters in payload order
@@ -68,7 +74,9 @@ typedef struct {
     ThreadPool *pool;
     int n_threads;
     int att_block;      // TRAIN_ATT_BLOCK; tests may lower it (1..TRAIN_ATT_BLOCK) to cover several blocks
-} TrainNet;
+    TrainLayerGradHook layer_grad_hook; // NULL (train_net_init's default): none
+    void *hook_ctx;
+};
 
 // Sizes everything for B windows of T tokens (T <= model max_seq_len). One line in err on failure.
 int train_net_init(TrainNet *n, Model *m, int B, int T, int n_threads, char *err, size_t errlen);
@@ -81,5 +89,8 @@ float train_net_forward(TrainNet *n, const int *inputs, const int *targets);
 void train_net_zero_grad(TrainNet *n);
 // Accumulates d(mean loss)/d(params) of the last forward (which must have had targets) into grads.
 void train_net_backward(TrainNet *n);
+// Layer l's keys of the last forward before RoPE ([B*T, n_kv_heads*head_dim]): the stored rotated keys
+// turned back by the inverse rotation (equal to Wk·h up to an ulp or so of rounding).
+void train_net_keys_pre_rope(const TrainNet *n, int l, float *out);
 
 #endif
