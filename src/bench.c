@@ -23,6 +23,7 @@ static const char *bench_usage =
     "  against fp32.\n"
     "options:\n"
     "  --model FILE        model file (default models/micro.bin)\n"
+    "  --calib FILE        kvquant's calibration (default beside the model: models/micro.kvq)\n"
     "  --cache SPEC        cache codec to compare with fp32 (default fp32); --k/--v for one stream\n"
     "  --repeat N          best of N runs per figure (default 3)\n"
     "  --threads LIST      thread counts, comma separated, 1..256 (default 1,2); a count above the\n"
@@ -112,6 +113,7 @@ int bench_parse(int argc, char **argv, BenchOptions *o, char *err, size_t errlen
         int bad;
         if (opts_is_help(&p)) return OPTS_HELP;
         else if (opts_is(&p, "--model")) bad = opts_path(&p, &o->model_path);
+        else if (opts_is(&p, "--calib")) bad = opts_path(&p, &o->calib_path);
         else if (opts_is(&p, "--cache")) bad = opts_string(&p, &cache);
         else if (opts_is(&p, "--k")) bad = opts_string(&p, &o->k_spec);
         else if (opts_is(&p, "--v")) bad = opts_string(&p, &o->v_spec);
@@ -230,13 +232,13 @@ static int bench_batch(const Model *m, const BenchOptions *o, char *err, size_t 
 
 int cmd_bench(int argc, char **argv) {
     BenchOptions o;
-    char err[512], path[4096];
+    char err[512];
     int done = cli_after_parse(bench_parse(argc, argv, &o, err, sizeof err), err, bench_usage);
     if (done >= 0) return done;
     const char *k_spec = o.k_spec, *v_spec = o.v_spec;
     const int repeat = o.repeat, nt = o.n_threads, *threads = o.threads;
     Model m;
-    if (model_load(&m, cli_default_path(o.model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
+    if (cli_load_model(&m, o.model_path, o.calib_path, err, sizeof err))
         return cli_error("%s", err);
     if (cmd_check_specs_for_model(&m, k_spec, v_spec, err, sizeof err) ||
         fit_positions(&o, m.config.max_seq_len, err, sizeof err)) {

@@ -10,6 +10,9 @@
 
 #include "cmd_options.h"
 #include "kvcache.h"
+#include "kvq_file.h"
+#include "kvq_view.h"
+#include "model_file.h"
 #include "msgtext.h"
 #include "opts.h"
 #include "text.h"
@@ -104,4 +107,20 @@ void json_string_to(FILE *out, const char *text) {
         else fputc(*c, out);
     }
     fputc('"', out);
+}
+
+int cli_load_model(Model *m, const char *given, const char *calib, char *err, size_t errlen) {
+    char path[4096], kvq[4200];
+    const char *model_path = cli_default_path(given, "models/micro.bin", path, sizeof path);
+    if (model_load(m, model_path, err, errlen)) return -1;
+    if (kvq_default_path(calib, model_path, kvq, sizeof kvq)) {
+        snprintf(err, errlen, "the calibration's path is too long");
+        model_free(m);
+        return -1;
+    }
+    if (kvq_view_set(kvq, m, calib != NULL, err, errlen)) {
+        model_free(m);
+        return -1;
+    }
+    return 0;
 }

@@ -6,10 +6,17 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "model.h"
+
 // Prints "micro: <message>" to stderr and returns 2 (for `return cli_error(...)`).
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // `given` when set; else `relative` when it exists from the current directory; else the installed copy.
 const char *cli_default_path(const char *given, const char *relative, char *buf, size_t n);
+
+// Loads the model (`given`, else models/micro.bin as cli_default_path finds it) and points the
+// calibrated codecs at their calibration: `calib` (--calib FILE, loaded and checked now) or the
+// file beside the model (loaded when a kvquant cache first needs it). -1 with one line in err.
+int cli_load_model(Model *m, const char *given, const char *calib, char *err, size_t errlen);
 
 // After a command's parse function (cmd_options.h): -1 to go on; else the exit status, after printing
 // the usage to stdout (--help, 0) or the error line and, for an unknown option, the usage (2).

@@ -15,6 +15,7 @@
 #define EVAL_MAX_TEXTS 64
 typedef struct {
     const char *model_path; // NULL: the default
+    const char *calib_path; // NULL: beside the model (kvquant's calibration)
     const char *k_spec, *v_spec;
     const char *texts[EVAL_MAX_TEXTS]; // FILE[:CHARS]; none given: the two plates
     int n_texts, threads, csv;
@@ -22,7 +23,7 @@ typedef struct {
 int eval_parse(int argc, char **argv, EvalOptions *o, char *err, size_t errlen);
 
 typedef struct {
-    const char *prompt, *model_path, *k_spec, *v_spec;
+    const char *prompt, *model_path, *calib_path, *k_spec, *v_spec;
     int n, threads;
     double temp;
     unsigned long long seed;
@@ -36,7 +37,7 @@ int export_parse(int argc, char **argv, ExportOptions *o, char *err, size_t errl
 
 #define BENCH_MAX_LIST 64
 typedef struct {
-    const char *model_path, *k_spec, *v_spec;
+    const char *model_path, *calib_path, *k_spec, *v_spec;
     int repeat;
     int threads[BENCH_MAX_LIST], n_threads;
     int positions[BENCH_MAX_LIST], n_positions;
@@ -59,7 +60,7 @@ typedef struct {
 int capacity_parse(int argc, char **argv, CapacityOptions *o, char *err, size_t errlen);
 
 typedef struct {
-    const char *model_path, *en, *zh, *out_dir; // en / zh NULL: the default plates
+    const char *model_path, *calib_path, *en, *zh, *out_dir; // en / zh NULL: the default plates
     int threads, csv, json, files;
     int serve_fp16, serve_length; // panel (d): the pool in fp16 conversations, their tokens (0: context)
 } PlateOptions;
@@ -76,7 +77,7 @@ int inspect_parse(int argc, char **argv, InspectOptions *o, char *err, size_t er
 
 #define SERVE_MAX_SCHEMES 16
 typedef struct {
-    const char *model_path;
+    const char *model_path, *calib_path;
     const char *k_specs[SERVE_MAX_SCHEMES], *v_specs[SERVE_MAX_SCHEMES];
     int n_schemes;
     double pool_mb;     // 0: sized to hold `pool_fp16` fp16 conversations of `length` tokens

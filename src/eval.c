@@ -125,6 +125,7 @@ static const char *eval_usage =
     "  from BOS through the chosen KV cache, and its increase (delta) over the fp32 cache.\n"
     "options:\n"
     "  --model FILE        model file (default models/micro.bin)\n"
+    "  --calib FILE        kvquant's calibration (default beside the model: models/micro.kvq)\n"
     "  --text FILE[:CHARS] a text to score, cut after CHARS UTF-8 characters; repeatable\n"
     "                      (default data/plates/en.txt:1500 and data/plates/zh.txt:500)\n"
     "  --cache SPEC        codec for keys and values (default fp32); see `micro --help` for specs\n"
@@ -150,6 +151,7 @@ int eval_parse(int argc, char **argv, EvalOptions *o, char *err, size_t errlen) 
         else if (opts_is(&p, "--csv")) bad = opts_flag(&p), o->csv = 1;
         else if (opts_is(&p, "--text")) bad = cmd_text_option(&p, o->texts, &o->n_texts, EVAL_MAX_TEXTS);
         else if (opts_is(&p, "--model")) bad = opts_path(&p, &o->model_path);
+        else if (opts_is(&p, "--calib")) bad = opts_path(&p, &o->calib_path);
         else if (opts_is(&p, "--cache")) bad = opts_string(&p, &cache);
         else if (opts_is(&p, "--k")) bad = opts_string(&p, &o->k_spec);
         else if (opts_is(&p, "--v")) bad = opts_string(&p, &o->v_spec);
@@ -182,7 +184,7 @@ int cmd_eval(int argc, char **argv) {
     for (int i = 0; i < n_texts && !status; i++)
         if (text_load(&loaded[i], texts[i], INT_MAX, err, sizeof err)) status = cli_error("%s", err);
     Model m = {0};
-    if (!status && model_load(&m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
+    if (!status && cli_load_model(&m, model_path, o.calib_path, err, sizeof err))
         status = cli_error("%s", err);
     if (!status && cmd_check_specs_for_model(&m, k_spec, v_spec, err, sizeof err)) status = cli_error("%s", err);
     for (int i = 0; i < n_texts && !status; i++) {

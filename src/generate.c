@@ -23,6 +23,7 @@ static const char *generate_usage =
     "  --temp T            sampling temperature; 0 = greedy (default 0)\n"
     "  --seed S            sampling seed (default 1)\n"
     "  --model FILE        model file (default models/micro.bin)\n"
+    "  --calib FILE        kvquant's calibration (default beside the model: models/micro.kvq)\n"
     "  --cache SPEC        KV-cache codec for keys and values (default fp32)\n"
     "  --k SPEC, --v SPEC  codec for keys / values alone\n"
     "  --threads N         decode threads, 1..256 (default 1; at most the online cores are used)\n"
@@ -67,6 +68,7 @@ int generate_parse(int argc, char **argv, GenerateOptions *o, char *err, size_t 
         if (opts_is_help(&p)) return OPTS_HELP;
         else if (opts_is(&p, "--prompt")) bad = opts_string(&p, &o->prompt);
         else if (opts_is(&p, "--model")) bad = opts_path(&p, &o->model_path);
+        else if (opts_is(&p, "--calib")) bad = opts_path(&p, &o->calib_path);
         else if (opts_is(&p, "--cache")) bad = opts_string(&p, &cache);
         else if (opts_is(&p, "--k")) bad = opts_string(&p, &o->k_spec);
         else if (opts_is(&p, "--v")) bad = opts_string(&p, &o->v_spec);
@@ -89,7 +91,7 @@ int generate_parse(int argc, char **argv, GenerateOptions *o, char *err, size_t 
 
 int cmd_generate(int argc, char **argv) {
     GenerateOptions o;
-    char err[512], path[4096];
+    char err[512];
     int done = cli_after_parse(generate_parse(argc, argv, &o, err, sizeof err), err, generate_usage);
     if (done >= 0) return done;
     const char *prompt = o.prompt, *model_path = o.model_path;
@@ -98,7 +100,7 @@ int cmd_generate(int argc, char **argv) {
     const unsigned long long seed = o.seed;
     size_t plen = strlen(prompt);
     Model m;
-    if (model_load(&m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
+    if (cli_load_model(&m, model_path, o.calib_path, err, sizeof err))
         return cli_error("%s", err);
     int ctx = m.config.max_seq_len;
     if ((long)plen + 1 >= ctx) {

@@ -1,25 +1,83 @@
-// The calibration a calibrated codec reads (kvq_view.h).
+// The calibration a calibrated codec reads (kvq_view.h): loaded once, on first use, under a lock
+// (the plate builds caches on several threads).
 #include "kvq_view.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvq_file.h"
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static char *calib_path;
+static const Model *calib_model;
+static Kvq loaded;
+static int state; // 0 not yet loaded, 1 loaded, -1 failed (load_error says why)
+static char load_error[600];
 
-void kvq_view_set_path(const char *path) {
+static void load_locked(void) {
+    if (state) return;
+    char err[512];
+    if (!calib_path) {
+        snprintf(load_error, sizeof load_error, "no calibration file");
+        state = -1;
+    } else if (kvq_load(&loaded, calib_path, calib_model, err, sizeof err)) {
+        snprintf(load_error, sizeof load_error, "%s", err);
+        state = -1;
+    } else {
+        state = 1;
+    }
+}
+
+int kvq_view_set(const char *path, const Model *model, int load_now, char *err, size_t errlen) {
     pthread_mutex_lock(&lock);
+    if (state == 1) kvq_free(&loaded);
+    state = 0;
     free(calib_path);
     calib_path = path ? strdup(path) : NULL;
+    calib_model = model;
+    int rc = 0;
+    if (load_now) {
+        load_locked();
+        if (state < 0) snprintf(err, errlen, "%s", load_error), rc = -1;
+    }
     pthread_mutex_unlock(&lock);
+    return rc;
 }
 
 int kvq_view(int layer, int is_key, int bits, double outliers, int qnorm, int n_heads, int head_dim, KvqView *v,
              char *err, size_t errlen) {
-    (void)layer, (void)is_key, (void)bits, (void)outliers, (void)qnorm, (void)n_heads, (void)head_dim;
     memset(v, 0, sizeof *v);
-    snprintf(err, errlen, "kvquant: no calibration loaded (micro calibrate writes models/micro.kvq; --calib FILE)");
-    return -1;
+    pthread_mutex_lock(&lock);
+    load_locked();
+    const int ok = state > 0;
+    if (!ok)
+        snprintf(err, errlen, "kvquant needs a calibration: %s (micro calibrate writes models/micro.kvq; --calib FILE)",
+                 load_error);
+    pthread_mutex_unlock(&lock);
+    if (!ok) return -1;
+    // Loaded once and never changed while caches use it: read without the lock.
+    if (loaded.n_kv_heads != n_heads || loaded.head_dim != head_dim || layer >= loaded.n_layers) {
+        snprintf(err, errlen, "kvquant: the calibration is for %d layers of %d heads x %d, not layer %d of %d heads x %d",
+                 loaded.n_layers, loaded.n_kv_heads, loaded.head_dim, layer, n_heads, head_dim);
+        return -1;
+    }
+    const int bi = kvq_bits_index(&loaded, bits);
+    const long hundredths = lround(outliers * 100.0);
+    const int pi = kvq_percent_index(&loaded, (uint32_t)hundredths);
+    if (bi < 0 || pi < 0 || fabs(outliers * 100.0 - (double)hundredths) > 1e-9) {
+        char have[160] = "";
+        size_t at = 0;
+        for (int i = 0; i < loaded.n_percents && at < sizeof have; i++)
+            at += (size_t)snprintf(have + at, sizeof have - at, "%s%g", i ? ", " : "", loaded.percents[i] / 100.0);
+        snprintf(err, errlen, "kvquant: the calibration has no %s (it holds bits 1..%u and outliers %s)",
+                 bi < 0 ? "codebook of that width" : "thresholds for that outlier percent",
+                 loaded.bits[loaded.n_bits - 1], have);
+        return -1;
+    }
+    v->levels = kvq_codebook(&loaded, layer, is_key ? KVQ_KEY : KVQ_VALUE, bi, pi, qnorm ? KVQ_QNORM : KVQ_PLAIN);
+    v->key_ranges = kvq_key_range(&loaded, layer, pi, 0);
+    return 0;
 }

@@ -7,14 +7,17 @@
 
 #include <stddef.h>
 
+#include "model.h"
+
 typedef struct {
-    const float *levels;          // [2^bits] sorted, in [-1, 1]
-    const float *key_lo, *key_hi; // keys: [n_heads * head_dim] per-channel range for the outlier setting
+    const float *levels;     // [2^bits] sorted, in [-1, 1]
+    const float *key_ranges; // keys: [n_heads * head_dim][2] per-channel {lo, hi} for the outlier setting
 } KvqView;
 
-// The calibration file to use (NULL: none). Set by a command before it builds caches; a later call
-// with another path drops the loaded one.
-void kvq_view_set_path(const char *path);
+// The calibration file to use (NULL: none) and the model it must belong to (borrowed until the
+// next call). Set by a command after it loads the model; drops a calibration loaded before. With
+// `load_now`, loads it at once: -1 with one line in err when it cannot be used (an explicit --calib).
+int kvq_view_set(const char *path, const Model *model, int load_now, char *err, size_t errlen);
 // 0 with *v filled; -1 with one line in err: no calibration found (naming `micro calibrate` and
 // --calib), a bad file, or one that does not hold this shape, layer, width or outlier setting.
 int kvq_view(int layer, int is_key, int bits, double outliers, int qnorm, int n_heads, int head_dim, KvqView *v,

@@ -415,6 +415,7 @@ static const char *plate_usage =
     "  mean KL(fp32 || scheme) of the next-token distributions.\n"
     "options:\n"
     "  --model FILE      model file (default models/micro.bin)\n"
+    "  --calib FILE      kvquant's calibration (default beside the model: models/micro.kvq)\n"
     "  --en FILE[:N]     English text (default data/plates/en.txt:1500)\n"
     "  --zh FILE[:N]     Chinese text (default data/plates/zh.txt:500)\n"
     "  --threads N       runs at once (default 2); results do not depend on it\n"
@@ -542,6 +543,7 @@ int plate_parse(int argc, char **argv, PlateOptions *o, char *err, size_t errlen
         else if (opts_is(&p, "--json")) bad = opts_flag(&p), o->json = 1;
         else if (opts_is(&p, "--no-files")) bad = opts_flag(&p), o->files = 0;
         else if (opts_is(&p, "--model")) bad = opts_path(&p, &o->model_path);
+        else if (opts_is(&p, "--calib")) bad = opts_path(&p, &o->calib_path);
         else if (opts_is(&p, "--en")) bad = opts_string(&p, &o->en) || cmd_check_text_arg("--en", o->en, err, errlen);
         else if (opts_is(&p, "--zh")) bad = opts_string(&p, &o->zh) || cmd_check_text_arg("--zh", o->zh, err, errlen);
         else if (opts_is(&p, "--out")) bad = opts_string(&p, &o->out_dir);
@@ -576,7 +578,7 @@ int cmd_plate(int argc, char **argv) {
     const char *text_args[N_TEXTS] = {en ? en : en_arg, zh ? zh : zh_arg};
     for (int t = 0; t < N_TEXTS && !status; t++)
         if (text_load(&r->texts[t], text_args[t], INT32_MAX, err, sizeof err)) status = cli_error("%s", err);
-    if (!status && model_load(&m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
+    if (!status && cli_load_model(&m, model_path, o.calib_path, err, sizeof err))
         status = cli_error("%s", err);
     for (int t = 0; t < N_TEXTS && !status; t++) {
         if (r->texts[t].n_tokens > m.config.max_seq_len) {

@@ -24,6 +24,7 @@ static const char *serve_bench_usage =
     "  and recomputed later). Replies are greedy. Once per cache scheme, side by side.\n"
     "options:\n"
     "  --model FILE          model file (default models/micro.bin)\n"
+    "  --calib FILE          kvquant's calibration (default beside the model: models/micro.kvq)\n"
     "  --cache SPEC          a scheme for both streams; repeat to compare (default: fp16 and int:bits=4)\n"
     "  --k SPEC, --v SPEC    a scheme with different streams; the i-th --k pairs with the i-th --v\n"
     "  --pool-mb X           the pool's budget in MB (10^6 bytes); default: what --pool-fp16 fp16\n"
@@ -55,6 +56,7 @@ int serve_bench_parse(int argc, char **argv, ServeBenchOptions *o, char *err, si
         const char *value;
         if (opts_is_help(&p)) return OPTS_HELP;
         else if (opts_is(&p, "--model")) bad = opts_path(&p, &o->model_path);
+        else if (opts_is(&p, "--calib")) bad = opts_path(&p, &o->calib_path);
         else if (opts_is(&p, "--cache") || opts_is(&p, "--k") || opts_is(&p, "--v")) {
             const int which = opts_is(&p, "--cache") ? 0 : opts_is(&p, "--k") ? 1 : 2;
             if ((bad = opts_value(&p, &value))) break;
@@ -238,7 +240,7 @@ int cmd_serve_bench(int argc, char **argv) {
     int done = cli_after_parse(serve_bench_parse(argc, argv, &o, err, sizeof err), err, serve_bench_usage);
     if (done >= 0) return done;
     Model m;
-    if (model_load(&m, cli_default_path(o.model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
+    if (cli_load_model(&m, o.model_path, o.calib_path, err, sizeof err))
         return cli_error("%s", err);
     const ModelConfig *c = &m.config;
     int status = 2;

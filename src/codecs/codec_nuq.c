@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../calib/calibrate.h"
 #include "../kvq_view.h"
 #include "../quant.h"
 #include "codec_core.h"
@@ -38,6 +39,7 @@ typedef struct {
     float *z, *r;          // per_channel: [n] from calibration (fp16-rounded)
     float *lo, *hi;        // per_channel: [n] outlier thresholds (NULL: no outliers)
     int slots;             // outlier slots a token: exact entries kept (unused ones hold index n)
+    uint32_t percent;      // outliers, hundredths of a percent (values: the calibration's rule)
     int index_bytes;
     size_t row_bytes;      // packed codes of one head at one token
     uint8_t *codes;        // [token][head][row_bytes]
@@ -45,6 +47,7 @@ typedef struct {
     uint16_t *out_val;     // [token][slots] fp16
     uint8_t *out_idx;      // [token][slots][index_bytes]
     uint8_t *picked;       // [n] scratch of append
+    float scratch[1024];   // scratch of append (one head)
 } NuqState;
 
 static void nuq_destroy(void *state) {
@@ -92,17 +95,19 @@ static void pick_key_outliers(NuqState *s, int t, const float *x) {
     }
 }
 
-// Values (kvquant): the token's slots/2 smallest and as many largest entries (the first on ties).
+// Values (kvquant): per head, the ceil(head_dim·P/100) numbers farthest from the head's median, the
+// rule the calibration's codebooks were made with (calib_value_outliers).
 static void pick_value_outliers(NuqState *s, int t, const float *x) {
-    memset(s->picked, 0, (size_t)s->n);
-    for (int k = 0; k < s->slots; k++) {
-        const int largest = k % 2;
-        int best = -1;
-        for (int c = 0; c < s->n; c++)
-            if (!s->picked[c] && (best < 0 || (largest ? x[c] > x[best] : x[c] < x[best]))) best = c;
-        s->picked[best] = 1;
-        put_index(s, t, k, best);
-        s->out_val[(size_t)t * s->slots + k] = quant_fp32_to_fp16(x[best]);
+    const int hd = s->head_dim, per_head = s->slots / s->n_heads;
+    for (int h = 0; h < s->n_heads; h++) {
+        uint8_t *pk = s->picked + h * hd;
+        calib_value_outliers(x + h * hd, hd, s->percent, pk, s->scratch);
+        int k = 0;
+        for (int d = 0; d < hd && k < per_head; d++)
+            if (pk[d]) {
+                put_index(s, t, h * per_head + k, h * hd + d);
+                s->out_val[(size_t)t * s->slots + h * per_head + k++] = quant_fp32_to_fp16(x[h * hd + d]);
+            }
     }
 }
 
@@ -214,6 +219,7 @@ static void *kvquant_create(CodecSpec *spec, int n_heads, int head_dim, int capa
         return NULL;
     }
     s->bits = bits, s->per_channel = is_key, s->clip = 1.0f, s->n_levels = 1 << bits;
+    s->percent = (uint32_t)lround(outliers * 100.0);
     const int n = n_heads * head_dim;
     // A stream not placed in a layer (a spec checked before a model is loaded) takes layer 0's
     // calibration: its shape and options are what can be checked then.
@@ -233,12 +239,12 @@ static void *kvquant_create(CodecSpec *spec, int n_heads, int head_dim, int capa
             return NULL;
         }
         for (int c = 0; c < n; c++) {
-            s->lo[c] = view.key_lo[c], s->hi[c] = view.key_hi[c];
-            s->z[c] = fp16_round(0.5f * (view.key_hi[c] + view.key_lo[c]));
-            s->r[c] = fp16_round(0.5f * (view.key_hi[c] - view.key_lo[c]));
+            s->lo[c] = view.key_ranges[2 * c], s->hi[c] = view.key_ranges[2 * c + 1];
+            s->z[c] = fp16_round(0.5f * (s->hi[c] + s->lo[c]));
+            s->r[c] = fp16_round(0.5f * (s->hi[c] - s->lo[c]));
         }
     } else {
-        s->slots = outliers > 0.0 ? 2 * (int)lround(n * outliers / 200.0) : 0;
+        s->slots = n_heads * (int)((head_dim * (long)s->percent + 9999) / 10000);
     }
     if (nuq_alloc(s, n_heads, head_dim, capacity, err, errlen)) {
         nuq_destroy(s);
