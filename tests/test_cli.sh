@@ -156,6 +156,15 @@ PY
     [ $st -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && [ -z "$(ls -A "$tmp/xfsz")" ] &&
         ok "GGUF export: failed write reported, nothing left" || bad "GGUF export failed write: exit $st, $(cat "$tmp/err"), $(ls "$tmp/xfsz")"
 
+    # kvquant's calibration: beside the model by default; an explicit --calib that cannot be used is
+    # refused at once, one line; a scheme that needs one and finds none says so.
+    expect 2 "cannot open" "--calib missing" -- "$micro" eval --calib "$tmp/none.kvq" --text data/plates/en.txt:20
+    expect 2 "bad magic" "--calib not a calibration" -- "$micro" eval --calib "$tmp/bad.bin" --text data/plates/en.txt:20
+    cp models/micro.bin "$tmp/alone.bin"
+    expect 2 "kvquant needs a calibration" "kvquant without a calibration" -- "$micro" eval --model "$tmp/alone.bin" --cache kvquant:bits=2 --text data/plates/en.txt:20
+    "$micro" eval --cache kvquant:bits=3 --text data/plates/en.txt:100 --csv | grep -q "prerope,sink=1" &&
+        ok "kvquant evaluates with the shipped calibration" || bad "kvquant with the shipped calibration"
+
     # Every increase carries its 95% interval, around it.
     "$micro" eval --text data/plates/en.txt:300 --cache int:bits=3 --csv | sed -E 's/"[^"]*"/spec/g' |
         awk -F, 'NR == 1 { ok = $11 == "delta_lo" && $12 == "delta_hi" } NR == 2 { ok = ok && $11 <= $6 && $6 <= $12 && $11 < $12 } END { exit !ok }' &&
