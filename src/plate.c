@@ -62,6 +62,16 @@ static const PlateScheme schemes[] = {
     {"beyond", "int 4 + 1% outliers", "int:bits=4,outliers=1", "int:bits=4,outliers=1", NAN},
     {"beyond", "int 3 + 1% outliers", "int:bits=3,outliers=1", "int:bits=3,outliers=1", NAN},
     {"beyond", "int 2 + 1% outliers", "int:bits=2,outliers=1", "int:bits=2,outliers=1", NAN},
+    // The schemes the plate cites for low widths (codec_nuq.c; kvquant reads models/micro.kvq).
+    {"beyond", "kvquant 4 1%", "kvquant:bits=4", "kvquant:bits=4", NAN},
+    {"beyond", "kvquant 3 1%", "kvquant:bits=3", "kvquant:bits=3", NAN},
+    {"beyond", "kvquant 2 1%", "kvquant:bits=2", "kvquant:bits=2", NAN},
+    {"beyond", "kvquant 4", "kvquant:bits=4,outliers=0", "kvquant:bits=4,outliers=0", NAN},
+    {"beyond", "kvquant 3", "kvquant:bits=3,outliers=0", "kvquant:bits=3,outliers=0", NAN},
+    {"beyond", "kvquant 2", "kvquant:bits=2,outliers=0", "kvquant:bits=2,outliers=0", NAN},
+    {"beyond", "quarot 4", "quarot:bits=4", "quarot:bits=4", NAN},
+    {"beyond", "quarot 3", "quarot:bits=3", "quarot:bits=3", NAN},
+    {"beyond", "quarot 2", "quarot:bits=2", "quarot:bits=2", NAN},
 };
 #define N_SCHEMES (int)(sizeof schemes / sizeof schemes[0])
 #define N_TEXTS 2
