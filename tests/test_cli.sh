@@ -83,7 +83,7 @@ if [ -f models/micro.bin ]; then
 
     # The plate, on short cuts of the plates and run only twice, so that the sanitizer build stays
     # quick: once as a user runs it (panels on the terminal, CSV and JSON files), once on one thread.
-    plate=(plate --en data/plates/en.txt:60 --zh data/plates/zh.txt:20 --serve-length 96 --serve-fp16 2)
+    plate=(plate --en data/plates/en.txt:30 --zh data/plates/zh.txt:10 --serve-length 96 --serve-fp16 2)
     "$micro" "${plate[@]}" --out "$tmp/plate-out" >"$tmp/panels" 2>"$tmp/plate.err" || bad "plate failed: $(cat "$tmp/plate.err")"
     cp "$tmp/plate-out/plate.csv" "$tmp/plate.csv" 2>/dev/null || bad "plate wrote no plate.csv"
     "$micro" "${plate[@]}" --no-files --csv --threads 1 >"$tmp/plate1.csv"
