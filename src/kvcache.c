@@ -276,8 +276,9 @@ static int stream_init(KVStream *s, const char *spec_text, KVRole role, int n_he
     s->n_heads = n_heads;
     s->head_dim = head_dim;
     s->capacity = capacity;
+    const char *defaults = role == KV_ROLE_KEY ? family->key_transforms : family->value_transforms;
+    transform_normalise(&transforms, defaults, s->spec, sizeof s->spec);
     if (!transform_any(&transforms)) return 0;
-    transform_normalise(&transforms, s->spec, sizeof s->spec);
     return transform_wrap(s, &transforms, first, err, errlen);
 }
 

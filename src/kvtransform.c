@@ -24,6 +24,7 @@ static int outliers_per_side(double percent, int n) { return (int)lround((double
 
 static int parse_rot(const char *value, const char *family, int head_dim, TransformOptions *t, char *err,
                      size_t errlen) {
+    if (strcmp(value, "none") == 0) return 0; // a family's default rotation turned off (quarot:rot=none)
     if (strcmp(value, "hadamard") == 0) {
         if (!power_of_two(head_dim)) {
             snprintf(err, errlen, "%s: rot=hadamard needs head_dim a power of two (got %d)", family, head_dim);
@@ -42,7 +43,7 @@ static int parse_rot(const char *value, const char *family, int head_dim, Transf
             return 0;
         }
     }
-    snprintf(err, errlen, "%s: rot=%s: expected rot=hadamard or rot=random:SEED (SEED 0..4294967295)", family,
+    snprintf(err, errlen, "%s: rot=%s: expected rot=hadamard, rot=random:SEED (SEED 0..4294967295) or rot=none", family,
              value);
     return -1;
 }
@@ -94,7 +95,7 @@ int transform_options(CodecSpec *spec, KVRole role, int n_heads, int head_dim, c
 
 int transform_any(const TransformOptions *t) { return t->rot || t->prerope || t->sink || t->outliers > 0.0; }
 
-void transform_normalise(const TransformOptions *t, char *spec, size_t len) {
+void transform_normalise(const TransformOptions *t, const char *defaults, char *spec, size_t len) {
     size_t at = strlen(spec);
     const char *sep = strchr(spec, ':') ? "," : ":";
 #define ADD(...)                                                                                                   \
@@ -107,6 +108,9 @@ void transform_normalise(const TransformOptions *t, char *spec, size_t len) {
     if (t->prerope) ADD("%sprerope", sep);
     if (t->sink) ADD("%ssink=%d", sep, t->sink);
     if (t->outliers > 0.0) ADD("%soutliers=%g", sep, t->outliers);
+    // A family default turned off stays off when the normalised spec is read again.
+    if (!t->rot && listed(defaults, "rot=hadamard")) ADD("%srot=none", sep);
+    if (!t->sink && listed(defaults, "sink=1")) ADD("%ssink=0", sep);
 #undef ADD
 }
 

@@ -3,6 +3,7 @@
 // codec of the rest of the spec; the layer keeps what it adds (exact sink tokens, outlier entries)
 // and counts those bytes with the codec's.
 //
+//   rot=none         no rotation (turns off a family's default, as quarot's)
 //   rot=hadamard     the normalised Sylvester Hadamard (head_dim a power of two) applied per head
 //                    before encoding; the query rotated alike (q·k unchanged), the attention output
 //                    rotated back. rot=random:SEED: a seeded random orthogonal matrix (QR of a
@@ -41,8 +42,10 @@ int transform_options(CodecSpec *spec, KVRole role, int n_heads, int head_dim, c
                       char *err, size_t errlen);
 // 1 when t asks for any transform.
 int transform_any(const TransformOptions *t);
-// Appends the options to a normalised spec ("int:bits=4" -> "int:bits=4,rot=hadamard,sink=1").
-void transform_normalise(const TransformOptions *t, char *spec, size_t len);
+// Appends the options to a normalised spec ("int:bits=4" -> "int:bits=4,rot=hadamard,sink=1"), and
+// the family's defaults (CodecFamily.key_transforms / value_transforms) that t turns off (rot=none,
+// sink=0), so that the normalised spec reads back as itself.
+void transform_normalise(const TransformOptions *t, const char *defaults, char *spec, size_t len);
 
 // Wraps a created codec state: the stream's ops become the layer's, its state the layer's. The
 // stream is one block of its sequence holding tokens [first, first + capacity). -1 when out of memory

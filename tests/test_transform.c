@@ -209,7 +209,7 @@ static void check_errors(void) {
     } bad[] = {
         {"int:bits=4,rot=hadamard", KV_ROLE_KEY, 24, "power of two"},
         {"int:bits=4,rot=random:x", KV_ROLE_KEY, 32, "rot=random:SEED"},
-        {"int:bits=4,rot=spin", KV_ROLE_KEY, 32, "rot=hadamard or"},
+        {"int:bits=4,rot=spin", KV_ROLE_KEY, 32, "rot=hadamard, rot=random:SEED"},
         {"int:bits=4,prerope", KV_ROLE_VALUE, 32, "keys"},
         {"int:bits=4,sink=65", KV_ROLE_KEY, 32, "out of range"},
         {"int:bits=4,outliers=0.5", KV_ROLE_KEY, 32, "keeps no entry"},
@@ -232,6 +232,16 @@ static void check_errors(void) {
         KVStream again;
         if (!open_stream(&again, s.spec, KV_ROLE_KEY, 4)) {
             CHECK(strcmp(again.spec, s.spec) == 0, "normalised twice: '%s'", again.spec);
+            kvstream_free(&again);
+        }
+        kvstream_free(&s);
+    }
+    // A family's default transform turned off stays off when its normalised spec is read again.
+    if (!open_stream(&s, "quarot:rot=none,bits=2", KV_ROLE_VALUE, 4)) {
+        CHECK(strcmp(s.spec, "quarot:bits=2,rot=none") == 0, "quarot without rotation: '%s'", s.spec);
+        KVStream again;
+        if (!open_stream(&again, s.spec, KV_ROLE_VALUE, 4)) {
+            CHECK(strcmp(again.spec, s.spec) == 0, "quarot without rotation, twice: '%s'", again.spec);
             kvstream_free(&again);
         }
         kvstream_free(&s);
