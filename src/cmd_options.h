@@ -19,6 +19,7 @@ typedef struct {
     const char *k_spec, *v_spec;
     const char *texts[EVAL_MAX_TEXTS]; // FILE[:CHARS]; none given: the two plates
     int n_texts, threads, csv;
+    int window; // tokens per window, BOS included (0: the model's context)
 } EvalOptions;
 int eval_parse(int argc, char **argv, EvalOptions *o, char *err, size_t errlen);
 

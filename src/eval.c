@@ -119,6 +119,65 @@ int eval_tokens(const Model *m, const uint8_t *tokens, int n, const char *k_spec
     return 0;
 }
 
+// A text of any length (tokens[0] is BOS): consecutive windows of `window` tokens, each BOS and the
+// next window − 1 bytes, decoded from BOS with the fp32 cache and with the scheme. Every byte is
+// predicted once; the loss, top-1 agreement and KL are means over all of them and the interval comes
+// from all their differences. The cache's bytes are those of the first (longest) window. A text
+// that fits one window gives exactly eval_tokens' results.
+static int eval_windows(const Model *m, const uint8_t *tokens, int n, int window, const char *k_spec, const char *v_spec,
+                        int threads, EvalResult *ref, EvalResult *out, char *err, size_t errlen) {
+    const int per = window - 1, bytes = n - 1, windows = (bytes + per - 1) / per;
+    uint8_t *buf = malloc((size_t)window);
+    double *diff = malloc(sizeof(double) * (size_t)(bytes > 0 ? bytes : 1));
+    if (!buf || !diff) {
+        free(buf);
+        free(diff);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    double ref_nll = 0, nll = 0, agree = 0, kl = 0;
+    int steps = 0, rc = 0;
+    for (int w = 0; w < windows && !rc; w++) {
+        const int start = 1 + w * per, len = n - start < per ? n - start : per, wn = len + 1;
+        buf[0] = tokens[0];
+        memcpy(buf + 1, tokens + start, (size_t)len);
+        EvalTrace tr = {0}, ts = {0};
+        EvalResult r_ref, r;
+        if (eval_trace_alloc(&tr, m, wn) || eval_trace_alloc(&ts, m, wn)) {
+            snprintf(err, errlen, "out of memory");
+            rc = -1;
+        }
+        if (!rc) rc = eval_tokens(m, buf, wn, "fp32", "fp32", threads, &tr, NULL, &r_ref, err, errlen);
+        if (!rc) rc = eval_tokens(m, buf, wn, k_spec, v_spec, threads, &ts, &tr, &r, err, errlen);
+        if (!rc) {
+            for (int t = 0; t < wn - 1; t++) diff[steps + t] = ts.nll[t] - tr.nll[t];
+            if (windows == 1) {
+                *ref = r_ref, *out = r;
+            } else {
+                if (w == 0) *ref = r_ref, *out = r; // the cache's bytes and specs: the longest window's
+                ref_nll += r_ref.loss * (wn - 1), nll += r.loss * (wn - 1);
+                agree += r.top1_agree * (wn - 1), kl += r.kl * (wn - 1);
+            }
+            steps += wn - 1;
+        }
+        eval_trace_free(&tr);
+        eval_trace_free(&ts);
+    }
+    if (!rc && windows > 1) {
+        ref->tokens = out->tokens = n + windows - 1; // each window starts from its own BOS
+        ref->loss = ref_nll / steps, out->loss = nll / steps;
+        out->top1_agree = agree / steps, out->kl = kl / steps;
+        if (bootstrap_mean_ci(diff, steps, BOOTSTRAP_BLOCK, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, &out->delta_lo,
+                              &out->delta_hi)) {
+            snprintf(err, errlen, "out of memory");
+            rc = -1;
+        }
+    }
+    free(buf);
+    free(diff);
+    return rc;
+}
+
 static const char *eval_usage =
     "usage: micro eval [options]\n"
     "  Mean negative log-likelihood (nats per predicted token) of each text, decoded token by token\n"
@@ -130,6 +189,9 @@ static const char *eval_usage =
     "                      (default data/plates/en.txt:1500 and data/plates/zh.txt:500)\n"
     "  --cache SPEC        codec for keys and values (default fp32); see `micro --help` for specs\n"
     "  --k SPEC, --v SPEC  codec for keys / values alone (override --cache)\n"
+    "  --window N          a text longer than N tokens (BOS included) is cut into consecutive windows\n"
+    "                      of N - 1 bytes, each decoded from BOS; every byte is predicted once and the\n"
+    "                      loss is the mean over all of them (default and at most the model's context)\n"
     "  --threads N         decode threads, 1..256 (default 1; at most the online cores are used);\n"
     "                      results do not depend on it\n"
     "  --csv               print CSV: text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes,\n"
@@ -156,6 +218,7 @@ int eval_parse(int argc, char **argv, EvalOptions *o, char *err, size_t errlen) 
         else if (opts_is(&p, "--k")) bad = opts_string(&p, &o->k_spec);
         else if (opts_is(&p, "--v")) bad = opts_string(&p, &o->v_spec);
         else if (opts_is(&p, "--threads")) bad = opts_int(&p, 1, 256, &o->threads);
+        else if (opts_is(&p, "--window")) bad = opts_int(&p, 2, 1 << 20, &o->window);
         else return opts_unknown(&p);
         if (bad) return OPTS_ERROR;
     }
@@ -187,30 +250,18 @@ int cmd_eval(int argc, char **argv) {
     if (!status && cli_load_model(&m, model_path, o.calib_path, err, sizeof err))
         status = cli_error("%s", err);
     if (!status && cmd_check_specs_for_model(&m, k_spec, v_spec, err, sizeof err)) status = cli_error("%s", err);
-    for (int i = 0; i < n_texts && !status; i++) {
-        if (loaded[i].n_tokens > m.config.max_seq_len) {
-            text_context_error(loaded[i].path, (size_t)loaded[i].n_tokens, m.config.max_seq_len, err, sizeof err);
-            status = cli_error("%s", err);
-        }
-    }
+    int window = o.window ? o.window : m.config.max_seq_len;
+    if (!status && window > m.config.max_seq_len)
+        status = cli_error("--window %d is longer than the model's context of %d tokens", window, m.config.max_seq_len);
     if (!status && csv)
         printf("text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes,top1_agree,kl,delta_lo,delta_hi\n");
     if (!status && !csv)
         printf("%-6s %-34s %-34s %6s %8s %9s %-19s %6s %9s %6s %9s\n", "text", "k_cache", "v_cache", "tokens", "loss",
                "delta", "95% interval", "bits", "bytes", "top1", "kl");
     for (int i = 0; i < n_texts && !status; i++) {
-        EvalResult ref, r;
-        EvalTrace trace;
-        if (eval_trace_alloc(&trace, &m, loaded[i].n_tokens)) {
-            status = cli_error("out of memory");
-            break;
-        }
-        int failed = eval_tokens(&m, loaded[i].tokens, loaded[i].n_tokens, "fp32", "fp32", threads, &trace, NULL, &ref,
-                                 err, sizeof err);
-        if (!failed)
-            failed = eval_tokens(&m, loaded[i].tokens, loaded[i].n_tokens, k_spec, v_spec, threads, NULL, &trace, &r,
-                                 err, sizeof err);
-        eval_trace_free(&trace);
+        EvalResult ref = {0}, r = {0};
+        int failed = eval_windows(&m, loaded[i].tokens, loaded[i].n_tokens, window, k_spec, v_spec, threads, &ref, &r,
+                                  err, sizeof err);
         if (failed) {
             cli_error("%s: %s", loaded[i].path, err);
             status = failed == EVAL_NOT_FINITE ? 1 : 2; // overflow is the run's failure, not the user's input

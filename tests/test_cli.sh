@@ -69,7 +69,15 @@ awk -F, '$3 == 16 && $5 == 52 {a=1} $3 == 8 && $5 == 104 {b=1} $3 == 4 && $5 == 
     ok "capacity: 52 / 104 / 208 at 16 / 8 / 4 bits" || bad "capacity figures: $(cat "$tmp/cap.csv")"
 
 if [ -f models/micro.bin ]; then
-    expect 2 "context of 2048" "text beyond the context" -- "$micro" eval --text "$tmp/long.txt"
+    # A text beyond the context is evaluated in windows, each from BOS: 3,000 bytes in windows of
+    # 1,001 tokens are three identical windows, so the loss is one window's.
+    expect 2 "longer than the model's context" "eval --window beyond the context" -- "$micro" eval --text "$tmp/long.txt" --window 4096
+    "$micro" eval --text "$tmp/long.txt" --csv >"$tmp/long.csv" && sed -n 2p "$tmp/long.csv" | cut -d, -f4 | grep -qx 3002 &&
+        ok "a text beyond the context: two windows, 3002 tokens" || bad "long text: $(cat "$tmp/long.csv")"
+    head -c 1000 "$tmp/long.txt" >"$tmp/one.txt"
+    w3=$("$micro" eval --text "$tmp/long.txt" --window 1001 --cache int:bits=3 --csv | sed -n 2p | sed -E 's/"[^"]*"/s/g' | cut -d, -f4,5,6)
+    w1=$("$micro" eval --text "$tmp/one.txt" --cache int:bits=3 --csv | sed -n 2p | sed -E 's/"[^"]*"/s/g' | cut -d, -f5,6)
+    [ "${w3#*,}" = "$w1" ] && [ "${w3%%,*}" = 3003 ] && ok "three equal windows: one window's loss ($w1)" || bad "windows: '$w3' vs '$w1'"
     # The CSV interface and determinism: same bytes on every run and thread count.
     "$micro" eval --csv --text data/plates/en.txt:300 --text data/plates/zh.txt:100 >"$tmp/a.csv" 2>&1
     "$micro" eval --csv --text data/plates/en.txt:300 --text data/plates/zh.txt:100 --threads 2 >"$tmp/b.csv" 2>&1
