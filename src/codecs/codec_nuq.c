@@ -16,7 +16,8 @@
 //   quarot:bits=B   (Ashkboos et al. 2024, KV setting) asymmetric per head per token with 2^B
 //                   evenly spaced levels, the range clipped to 0.95 of min and max; the family's
 //                   streams rotate by the Hadamard (`rot=hadamard`) by default.
-// Attention reads these back number by number (codec_core's fallback): they are here for what they
+// Keys per channel are read back number by number (codec_core's fallback; attention rotates them by
+// RoPE as it reads); per-token streams have plain C kernels. These families are here for what they
 // cost in loss, not for speed.
 #include <math.h>
 #include <stdint.h>
@@ -162,12 +163,57 @@ static void nuq_read(const void *state, int head, int t, float *out) {
     }
 }
 
+// Per head per token (values, quarot): x̂_d = level(c_d)·r + z, so q·x̂ = r·Σ_d q_d·level(c_d) + z·Σ_d q_d
+// with the products q_d·level(c) tabled once per query; Σ_j p_j·x̂_j[d] = Σ_j (p_j r_j)·level(c_jd) +
+// Σ_j p_j z_j. Keys per channel (kvquant) are read back whole: attention rotates them (prerope).
 static void nuq_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
-    codec_scores_by_read_blocks(b, nuq_read, b->head_dim, head, q, out, n);
+    const NuqState *s0 = b->states[0];
+    const int hd = b->head_dim;
+    if (s0->per_channel || s0->slots) {
+        codec_scores_by_read_blocks(b, nuq_read, hd, head, q, out, n);
+        return;
+    }
+    float table[1024 * 16], qsum = 0.0f;
+    uint8_t codes[1024];
+    for (int d = 0; d < hd; d++) {
+        qsum += q[d];
+        for (int c = 0; c < s0->n_levels; c++) table[d * s0->n_levels + c] = q[d] * s0->levels[c];
+    }
+    for (int j = 0; j < n; j++) {
+        int t;
+        const NuqState *s = codec_block(b, j, &t);
+        quant_unpack(s->codes + ((size_t)t * s->n_heads + head) * s->row_bytes, codes, (size_t)hd, s->bits);
+        float acc = 0.0f;
+        for (int d = 0; d < hd; d++) acc += table[d * s->n_levels + codes[d]];
+        const uint16_t *zr = s->zr + ((size_t)t * s->n_heads + head) * 2;
+        out[j] = quant_fp16_to_fp32(zr[1]) * acc + quant_fp16_to_fp32(zr[0]) * qsum;
+    }
 }
 
 static void nuq_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
-    codec_mix_by_read_blocks(b, nuq_read, b->head_dim, head, p, out, n);
+    const NuqState *s0 = b->states[0];
+    const int hd = b->head_dim;
+    if (s0->per_channel) {
+        codec_mix_by_read_blocks(b, nuq_read, hd, head, p, out, n);
+        return;
+    }
+    float acc[1024] = {0}, zsum = 0.0f;
+    uint8_t codes[1024];
+    for (int j = 0; j < n; j++) {
+        int t;
+        const NuqState *s = codec_block(b, j, &t);
+        quant_unpack(s->codes + ((size_t)t * s->n_heads + head) * s->row_bytes, codes, (size_t)hd, s->bits);
+        const uint16_t *zr = s->zr + ((size_t)t * s->n_heads + head) * 2;
+        const float z = quant_fp16_to_fp32(zr[0]), r = quant_fp16_to_fp32(zr[1]), w = p[j] * r;
+        for (int d = 0; d < hd; d++) acc[d] += w * s->levels[codes[d]];
+        zsum += p[j] * z;
+        for (int k = 0; k < s->slots; k++) { // exact entries: what the codes gave, taken back
+            const int i = get_index(s, t, k) - head * hd;
+            if (i >= 0 && i < hd)
+                acc[i] += p[j] * (quant_fp16_to_fp32(s->out_val[(size_t)t * s->slots + k]) - (s->levels[codes[i]] * r + z));
+        }
+    }
+    for (int d = 0; d < hd; d++) out[d] = acc[d] + zsum;
 }
 
 static size_t nuq_bytes(const void *state) {
