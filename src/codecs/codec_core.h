@@ -57,16 +57,15 @@ typedef void (*CodecStateScoresFn)(const void *state, int head, const float *q, 
 void codec_scores_per_block(const CodecBlocks *b, CodecStateScoresFn fn, int head, const float *q, float *out, int n);
 void codec_mix_per_block(const CodecBlocks *b, CodecStateScoresFn fn, int head_dim, int head, const float *p,
                          float *out, int n);
-// codec_scores_by_read and codec_mix_by_read over blocks.
-void codec_scores_by_read_blocks(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *q,
-                                 float *out, int n);
-void codec_mix_by_read_blocks(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *p,
-                              float *out, int n);
-
-// out[j] = Σ_d q[d] · x̂_j[d] in order of d, x̂_j read back token by token (head_dim <= 1024).
-void codec_scores_by_read(const void *state, CodecReadFn read, int head_dim, int head, const float *q, float *out,
+// A stream read back token by token, each token from its block (head_dim <= 1024):
+// out[j] = Σ_d q[d] · x̂_j[d] in order of d, or out[d] = Σ_j p[j] · x̂_j[d] in order of j.
+void codec_scores_by_read(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *q, float *out,
                           int n);
-// out[d] = Σ_j p[j] · x̂_j[d] in order of j.
-void codec_mix_by_read(const void *state, CodecReadFn read, int head_dim, int head, const float *p, float *out, int n);
+void codec_mix_by_read(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *p, float *out,
+                       int n);
+
+// One state (a contiguous stream, or one block of a pool's) as the blocks the kernels walk: one block
+// longer than any stream, yet small enough that n + block − 1 does not overflow.
+#define CODEC_ONE_BLOCK(state, head_dim) (&(const CodecBlocks){(const void *const[]){(state)}, 1 << 30, (head_dim)})
 
 #endif

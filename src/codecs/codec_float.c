@@ -497,7 +497,7 @@ static void float_scores(const CodecBlocks *b, int head, const float *q, float *
     if (s->is_key)
         float_scores_fn[s->format](b, head, q, out, n);
     else
-        codec_scores_by_read_blocks(b, float_read, s->head_dim, head, q, out, n);
+        codec_scores_by_read(b, float_read, s->head_dim, head, q, out, n);
 }
 
 static void float_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
@@ -505,7 +505,7 @@ static void float_mix(const CodecBlocks *b, int head, const float *p, float *out
     if (!s->is_key && s->head_dim <= 64)
         float_mix_fn[s->format](b, head, p, out, n);
     else
-        codec_mix_by_read_blocks(b, float_read, s->head_dim, head, p, out, n);
+        codec_mix_by_read(b, float_read, s->head_dim, head, p, out, n);
 }
 
 static size_t float_bytes(const void *state) {

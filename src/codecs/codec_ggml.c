@@ -275,54 +275,6 @@ static void quantise_block(BlockFormat f, const float *x, uint8_t *b, int search
     }
 }
 
-// ---- Decoding ------------------------------------------------------------------------------
-// Numbers j and j + 16 of a block (j < 16) share a byte of qs, so every kernel walks j over 16 and
-// decodes the pair in registers: lo = x̂_j, hi = x̂_{j+16}. The block's scale (and minimum, high
-// bits) are read once per block into BlockHead.
-typedef struct {
-    float d, m;
-    uint32_t qh;
-} BlockHead;
-
-#define ALWAYS_INLINE QUANT_ALWAYS_INLINE
-
-static ALWAYS_INLINE BlockHead block_head(BlockFormat f, const uint8_t *b) {
-    BlockHead h = {load_f16(b), 0.0f, 0};
-    if (f == FMT_Q4_1 || f == FMT_Q5_1) h.m = load_f16(b + 2);
-    if (f == FMT_Q5_0) h.qh = load_u32(b + 2);
-    if (f == FMT_Q5_1) h.qh = load_u32(b + 4);
-    return h;
-}
-
-static ALWAYS_INLINE void block_pair(BlockFormat f, const uint8_t *b, BlockHead h, int j, float *lo, float *hi) {
-    switch (f) {
-    case FMT_Q8_0:
-        *lo = (float)(int8_t)b[2 + j] * h.d;
-        *hi = (float)(int8_t)b[2 + QK / 2 + j] * h.d;
-        break;
-    case FMT_Q4_0:
-        *lo = (float)((b[2 + j] & 0x0f) - 8) * h.d;
-        *hi = (float)((b[2 + j] >> 4) - 8) * h.d;
-        break;
-    case FMT_Q4_1:
-        *lo = (float)(b[4 + j] & 0x0f) * h.d + h.m;
-        *hi = (float)(b[4 + j] >> 4) * h.d + h.m;
-        break;
-    case FMT_Q5_0:
-        *lo = (float)((int)((b[6 + j] & 0x0f) | (((h.qh >> j) & 1) << 4)) - 16) * h.d;
-        *hi = (float)((int)((b[6 + j] >> 4) | (((h.qh >> (j + QK / 2)) & 1) << 4)) - 16) * h.d;
-        break;
-    case FMT_Q5_1:
-        *lo = (float)((b[8 + j] & 0x0f) | (((h.qh >> j) & 1) << 4)) * h.d + h.m;
-        *hi = (float)((b[8 + j] >> 4) | (((h.qh >> (j + QK / 2)) & 1) << 4)) * h.d + h.m;
-        break;
-    case FMT_IQ4_NL:
-        *lo = (float)iq4nl_values[b[2 + j] & 0x0f] * h.d;
-        *hi = (float)iq4nl_values[b[2 + j] >> 4] * h.d;
-        break;
-    }
-}
-
 // ---- The codec ------------------------------------------------------------------------------
 // Where qs (or q8_0's codes) start in a block, and whether it has m / qh.
 static size_t block_qs_offset(BlockFormat f) {
@@ -448,17 +400,34 @@ static void block_append(void *state, const float *vec) {
     s->length++;
 }
 
+// The integer level of each number of a block (llama.cpp's byte layout), before d and m.
+static void block_levels(BlockFormat f, const uint8_t *b, int *lv) {
+    const uint8_t *qs = b + block_qs_offset(f);
+    const uint32_t qh = block_has_qh(f) ? load_u32(qs - 4) : 0;
+    for (int j = 0; j < QK; j++) {
+        const int c = f == FMT_Q8_0 ? (int8_t)qs[j] : j < QK / 2 ? qs[j] & 15 : qs[j - QK / 2] >> 4;
+        const int hi = (int)((qh >> j) & 1) << 4;
+        lv[j] = f == FMT_Q4_0 ? c - 8 : f == FMT_Q5_0 ? (c | hi) - 16 : f == FMT_Q5_1 ? c | hi
+              : f == FMT_IQ4_NL ? iq4nl_values[c] : c;
+    }
+}
+
+// x̂ = level · d (+ m), as every kernel decodes.
 static void block_read(const void *state, int head, int token, float *out) {
     const BlockState *s = state;
     uint8_t b[34];
+    int lv[QK];
     for (int i = 0; i < s->blocks; i++) {
         block_gather(s, head, token, i, b);
-        const BlockHead h = block_head(s->format, b);
-        for (int k = 0; k < QK / 2; k++) block_pair(s->format, b, h, k, &out[i * QK + k], &out[i * QK + k + QK / 2]);
+        block_levels(s->format, b, lv);
+        const float d = load_f16(b), m = block_has_m(s->format) ? load_f16(b + 2) : 0.0f;
+        for (int j = 0; j < QK; j++) out[i * QK + j] = block_has_m(s->format) ? (float)lv[j] * d + m : (float)lv[j] * d;
     }
 }
 
 // ---- Kernels ---------------------------------------------------------------------------------
+#define ALWAYS_INLINE QUANT_ALWAYS_INLINE
+
 // The level a code stands for before the scale: q4_0 c − 8, iq4_nl the codebook, q4_1 c (then
 // ·d + m).
 static ALWAYS_INLINE float block_level(BlockFormat f, int c) {
@@ -654,18 +623,6 @@ static void round_query(const float *x, QueryBlock *y) {
     y->s = quant_fp16_to_fp32(quant_fp32_to_fp16((float)sum * d));
 }
 
-// The integer level of each number of a block (llama.cpp's byte layout), before d and m.
-static void block_levels(BlockFormat f, const uint8_t *b, int *lv) {
-    const uint8_t *qs = b + block_qs_offset(f);
-    const uint32_t qh = block_has_qh(f) ? load_u32(qs - 4) : 0;
-    for (int j = 0; j < QK; j++) {
-        const int c = f == FMT_Q8_0 ? (int8_t)qs[j] : j < QK / 2 ? qs[j] & 15 : qs[j - QK / 2] >> 4;
-        const int hi = (int)((qh >> j) & 1) << 4;
-        lv[j] = f == FMT_Q4_0 ? c - 8 : f == FMT_Q5_0 ? (c | hi) - 16 : f == FMT_Q5_1 ? c | hi
-              : f == FMT_IQ4_NL ? iq4nl_values[c] : c;
-    }
-}
-
 static void block_scores_qround(const BlockState *s, int head, const float *q, float *out, int n) {
     QueryBlock qb[1024 / QK];
     for (int i = 0; i < s->blocks; i++) round_query(q + i * QK, &qb[i]);
@@ -695,9 +652,7 @@ static void block_scores_qround_state(const void *state, int head, const float *
 
 static void block_mix_q5_state(const void *state, int head, const float *p, float *out, int n) {
     const BlockState *s = state;
-    const void *states[1] = {state};
-    const CodecBlocks one = {states, s->capacity, s->head_dim};
-    block_mix_fn[s->format](&one, head, p, out, n);
+    block_mix_fn[s->format](CODEC_ONE_BLOCK(state, s->head_dim), head, p, out, n);
 }
 
 static void block_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
@@ -707,13 +662,13 @@ static void block_scores(const CodecBlocks *b, int head, const float *q, float *
     else if (s->is_key && s->blocks <= 8)
         block_scores_fn[s->format](b, head, q, out, n);
     else
-        codec_scores_by_read_blocks(b, block_read, s->head_dim, head, q, out, n);
+        codec_scores_by_read(b, block_read, s->head_dim, head, q, out, n);
 }
 
 static void block_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
     const BlockState *s = b->states[0];
     if (s->is_key)
-        codec_mix_by_read_blocks(b, block_read, s->head_dim, head, p, out, n);
+        codec_mix_by_read(b, block_read, s->head_dim, head, p, out, n);
     else if (s->qh && n > b->block) // q5's fifth bits are one array per block: block by block
         codec_mix_per_block(b, block_mix_q5_state, s->head_dim, head, p, out, n);
     else

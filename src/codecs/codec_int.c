@@ -357,7 +357,7 @@ static const IntKernel int_scores_32[9] = AFFINE_BY_WIDTH(int_scores_32), int_mi
 static void int_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
     const IntState *s = b->states[0];
     if (s->cs.layout != QUANT_TILES)
-        codec_scores_by_read_blocks(b, int_read, s->head_dim, head, q, out, n);
+        codec_scores_by_read(b, int_read, s->head_dim, head, q, out, n);
     else if (s->head_dim == 32)
         int_scores_32[s->bits](b, head, q, out, n);
     else
@@ -367,7 +367,7 @@ static void int_scores(const CodecBlocks *b, int head, const float *q, float *ou
 static void int_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
     const IntState *s = b->states[0];
     if (s->cs.layout == QUANT_TILES || s->head_dim % 32 != 0)
-        codec_mix_by_read_blocks(b, int_read, s->head_dim, head, p, out, n);
+        codec_mix_by_read(b, int_read, s->head_dim, head, p, out, n);
     else if (s->head_dim == 32)
         int_mix_32[s->bits](b, head, p, out, n);
     else

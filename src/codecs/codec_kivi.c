@@ -525,7 +525,7 @@ static ALWAYS_INLINE void kivi_window(const KiviState *s, int head, int c, const
 static ALWAYS_INLINE void kivi_mix_values(const KiviState *s, int head, const float *p, float *out, int n, const int hd,
                                           const int bits) {
     if (hd % 32) { // odd shapes
-        codec_mix_by_read(s, kivi_read, s->head_dim, head, p, out, n);
+        codec_mix_by_read(CODEC_ONE_BLOCK(s, s->head_dim), kivi_read, s->head_dim, head, p, out, n);
         return;
     }
     const int nq = n < s->n_quant ? n : s->n_quant;
@@ -581,7 +581,7 @@ static const KiviKernel kivi_scores_rows_32[9] = AFFINE_BY_WIDTH(kivi_scores_row
 static void kivi_scores(const void *state, int head, const float *q, float *out, int n) {
     const KiviState *s = state;
     if (s->is_value) {
-        codec_scores_by_read(s, kivi_read, s->head_dim, head, q, out, n);
+        codec_scores_by_read(CODEC_ONE_BLOCK(s, s->head_dim), kivi_read, s->head_dim, head, q, out, n);
     } else if (s->cs.layout == QUANT_ROWS) {
         if (s->head_dim == 32)
             kivi_scores_rows_32[s->bits](s, head, q, out, n);
@@ -598,7 +598,7 @@ static void kivi_scores(const void *state, int head, const float *q, float *out,
 static void kivi_mix(const void *state, int head, const float *p, float *out, int n) {
     const KiviState *s = state;
     if (!s->is_value)
-        codec_mix_by_read(s, kivi_read, s->head_dim, head, p, out, n);
+        codec_mix_by_read(CODEC_ONE_BLOCK(s, s->head_dim), kivi_read, s->head_dim, head, p, out, n);
     else if (s->head_dim == 32)
         kivi_mix_32[s->bits](s, head, p, out, n);
     else
