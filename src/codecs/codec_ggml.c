@@ -38,15 +38,21 @@
 
 typedef enum { FMT_Q8_0, FMT_Q4_0, FMT_Q4_1, FMT_Q5_0, FMT_Q5_1, FMT_IQ4_NL } BlockFormat;
 
+// A format's name, its block's bytes, and where qs (or q8_0's codes) start in the block: after d,
+// then m, then qh, as far as the format has them.
 typedef struct {
     const char *name;
-    size_t block_bytes;
+    size_t block_bytes, qs_offset;
 } BlockInfo;
 
 static const BlockInfo block_info[] = {
-    [FMT_Q8_0] = {"q8_0", 34}, [FMT_Q4_0] = {"q4_0", 18}, [FMT_Q4_1] = {"q4_1", 20},
-    [FMT_Q5_0] = {"q5_0", 22}, [FMT_Q5_1] = {"q5_1", 24}, [FMT_IQ4_NL] = {"iq4_nl", 18},
+    [FMT_Q8_0] = {"q8_0", 34, 2}, [FMT_Q4_0] = {"q4_0", 18, 2}, [FMT_Q4_1] = {"q4_1", 20, 4},
+    [FMT_Q5_0] = {"q5_0", 22, 6}, [FMT_Q5_1] = {"q5_1", 24, 8}, [FMT_IQ4_NL] = {"iq4_nl", 18, 2},
 };
+
+// Every format, and the id its family and kernels are named by.
+#define BLOCK_FORMATS(X) X(q8_0, FMT_Q8_0) X(q4_0, FMT_Q4_0) X(q4_1, FMT_Q4_1) X(q5_0, FMT_Q5_0) X(q5_1, FMT_Q5_1) \
+    X(iq4_nl, FMT_IQ4_NL)
 
 // iq4_nl's codebook (kvalues_iq4nl).
 static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
@@ -276,15 +282,7 @@ static void quantise_block(BlockFormat f, const float *x, uint8_t *b, int search
 }
 
 // ---- The codec ------------------------------------------------------------------------------
-// Where qs (or q8_0's codes) start in a block, and whether it has m / qh.
-static size_t block_qs_offset(BlockFormat f) {
-    switch (f) {
-    case FMT_Q4_1: return 4;
-    case FMT_Q5_0: return 6;
-    case FMT_Q5_1: return 8;
-    default: return 2;
-    }
-}
+// Whether a format's blocks have m / qh.
 static int block_has_m(BlockFormat f) { return f == FMT_Q4_1 || f == FMT_Q5_1; }
 static int block_has_qh(BlockFormat f) { return f == FMT_Q5_0 || f == FMT_Q5_1; }
 
@@ -364,8 +362,8 @@ static void block_gather(const BlockState *s, int head, int token, int i, uint8_
         b[3] = (uint8_t)(s->m[at] >> 8);
     }
     if (block_has_qh(s->format))
-        for (int k = 0; k < 4; k++) b[block_qs_offset(s->format) - 4 + k] = (uint8_t)(s->qh[at] >> (8 * k));
-    uint8_t *qs = b + block_qs_offset(s->format);
+        for (int k = 0; k < 4; k++) b[block_info[s->format].qs_offset - 4 + k] = (uint8_t)(s->qh[at] >> (8 * k));
+    uint8_t *qs = b + block_info[s->format].qs_offset;
     if (s->is_key) {
         const uint32_t *w =
             (const uint32_t *)(const void *)block_unit(s, head, token / TILE) + (size_t)i * s->code_bytes / 4 * TILE;
@@ -379,8 +377,8 @@ static void block_scatter(BlockState *s, int head, int token, int i, const uint8
     const size_t at = block_meta(s, head, i, token);
     s->d[at] = (uint16_t)(b[0] | b[1] << 8);
     if (block_has_m(s->format)) s->m[at] = (uint16_t)(b[2] | b[3] << 8);
-    if (block_has_qh(s->format)) s->qh[at] = load_u32(b + block_qs_offset(s->format) - 4);
-    const uint8_t *qs = b + block_qs_offset(s->format);
+    if (block_has_qh(s->format)) s->qh[at] = load_u32(b + block_info[s->format].qs_offset - 4);
+    const uint8_t *qs = b + block_info[s->format].qs_offset;
     if (s->is_key) {
         uint32_t *w = (uint32_t *)(void *)block_unit(s, head, token / TILE) + (size_t)i * s->code_bytes / 4 * TILE;
         quant_tile_put(w, token % TILE, qs, (int)s->code_bytes / 4);
@@ -402,7 +400,7 @@ static void block_append(void *state, const float *vec) {
 
 // The integer level of each number of a block (llama.cpp's byte layout), before d and m.
 static void block_levels(BlockFormat f, const uint8_t *b, int *lv) {
-    const uint8_t *qs = b + block_qs_offset(f);
+    const uint8_t *qs = b + block_info[f].qs_offset;
     const uint32_t qh = block_has_qh(f) ? load_u32(qs - 4) : 0;
     for (int j = 0; j < QK; j++) {
         const int c = f == FMT_Q8_0 ? (int8_t)qs[j] : j < QK / 2 ? qs[j] & 15 : qs[j - QK / 2] >> 4;
@@ -578,23 +576,15 @@ static ALWAYS_INLINE void block_mix_impl(const CodecBlocks *b, int head, const f
         else                                                                                       \
             block_mix_impl(b, head, p, out, n, fmt, b->head_dim);                                  \
     }
-BLOCK_INSTANCE(q8_0, FMT_Q8_0)
-BLOCK_INSTANCE(q4_0, FMT_Q4_0)
-BLOCK_INSTANCE(q4_1, FMT_Q4_1)
-BLOCK_INSTANCE(q5_0, FMT_Q5_0)
-BLOCK_INSTANCE(q5_1, FMT_Q5_1)
-BLOCK_INSTANCE(iq4_nl, FMT_IQ4_NL)
+BLOCK_FORMATS(BLOCK_INSTANCE)
 #undef BLOCK_INSTANCE
 
 typedef void (*BlockKernel)(const CodecBlocks *, int, const float *, float *, int);
-static const BlockKernel block_scores_fn[] = {
-    [FMT_Q8_0] = scores_q8_0, [FMT_Q4_0] = scores_q4_0, [FMT_Q4_1] = scores_q4_1,
-    [FMT_Q5_0] = scores_q5_0, [FMT_Q5_1] = scores_q5_1, [FMT_IQ4_NL] = scores_iq4_nl,
-};
-static const BlockKernel block_mix_fn[] = {
-    [FMT_Q8_0] = mix_q8_0, [FMT_Q4_0] = mix_q4_0, [FMT_Q4_1] = mix_q4_1,
-    [FMT_Q5_0] = mix_q5_0, [FMT_Q5_1] = mix_q5_1, [FMT_IQ4_NL] = mix_iq4_nl,
-};
+#define BLOCK_SCORES(id, fmt) [fmt] = scores_##id,
+#define BLOCK_MIX(id, fmt) [fmt] = mix_##id,
+static const BlockKernel block_scores_fn[] = {BLOCK_FORMATS(BLOCK_SCORES)}, block_mix_fn[] = {BLOCK_FORMATS(BLOCK_MIX)};
+#undef BLOCK_SCORES
+#undef BLOCK_MIX
 
 // ---- qround=q8: llama.cpp's arithmetic ---------------------------------------------------------
 // llama.cpp's CPU attention does not multiply a quantised key by the float query: it rounds the
@@ -623,7 +613,8 @@ static void round_query(const float *x, QueryBlock *y) {
     y->s = quant_fp16_to_fp32(quant_fp32_to_fp16((float)sum * d));
 }
 
-static void block_scores_qround(const BlockState *s, int head, const float *q, float *out, int n) {
+static void block_scores_qround(const void *state, int head, const float *q, float *out, int n) {
+    const BlockState *s = state;
     QueryBlock qb[1024 / QK];
     for (int i = 0; i < s->blocks; i++) round_query(q + i * QK, &qb[i]);
     for (int t = 0; t < n; t++) {
@@ -646,10 +637,6 @@ static void block_scores_qround(const BlockState *s, int head, const float *q, f
     }
 }
 
-static void block_scores_qround_state(const void *state, int head, const float *q, float *out, int n) {
-    block_scores_qround(state, head, q, out, n);
-}
-
 static void block_mix_q5_state(const void *state, int head, const float *p, float *out, int n) {
     const BlockState *s = state;
     block_mix_fn[s->format](CODEC_ONE_BLOCK(state, s->head_dim), head, p, out, n);
@@ -658,7 +645,7 @@ static void block_mix_q5_state(const void *state, int head, const float *p, floa
 static void block_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
     const BlockState *s = b->states[0];
     if (s->is_key && s->qround) // integer dot products per token: block by block
-        codec_scores_per_block(b, block_scores_qround_state, head, q, out, n);
+        codec_scores_per_block(b, block_scores_qround, head, q, out, n);
     else if (s->is_key && s->blocks <= 8)
         block_scores_fn[s->format](b, head, q, out, n);
     else
@@ -679,7 +666,6 @@ static size_t block_bytes(const void *state) {
     const BlockState *s = state;
     return s->block_bytes * (size_t)s->blocks * (size_t)s->length * s->n_heads;
 }
-
 
 CODEC_OPS(block, NULL, NULL);
 

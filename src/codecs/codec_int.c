@@ -125,8 +125,6 @@ static inline size_t int_slot(const IntState *s, int head, int token) {
     return (size_t)head * (size_t)s->slots + (size_t)token;
 }
 
-
-
 // Store a scale in the stream's format; returns the value decode will use.
 static float int_store_scale(IntState *s, size_t slot, float d) {
     if (s->scale_fp32) {
@@ -147,12 +145,6 @@ static inline int32_t int_level(uint32_t code, int bits) {
     return (int32_t)(code << (32 - bits)) >> (32 - bits);
 }
 
-// Stores the codes of numbers [32c, 32c + n) of the token being appended (n < 32 only for the
-// tail of a row when head_dim is not a multiple of 32).
-static void int_store_chunk(IntState *s, int head, int c, const uint8_t *q, int n) {
-    code_store_put(&s->cs, head, s->length, c, q, n);
-}
-
 static void int_encode(IntState *s, int head, const float *x) {
     const int hd = s->head_dim;
     const size_t slot = int_slot(s, head, s->length);
@@ -165,7 +157,7 @@ static void int_encode(IntState *s, int head, const float *x) {
         for (int c = 0; c < hd; c += 32) {
             const int n = hd - c < 32 ? hd - c : 32;
             for (int i = 0; i < n; i++) q[i] = x[c + i] >= 0.0f ? 0 : 1;
-            int_store_chunk(s, head, c / 32, q, n);
+            code_store_put(&s->cs, head, s->length, c / 32, q, n);
         }
         return;
     }
@@ -198,7 +190,7 @@ static void int_encode(IntState *s, int head, const float *x) {
             const int v = ds != 0.0f ? quant_round_clamp(x[c + i] / ds, lo, hi) : 0;
             q[i] = (uint8_t)((unsigned)v & mask);
         }
-        int_store_chunk(s, head, c / 32, q, n);
+        code_store_put(&s->cs, head, s->length, c / 32, q, n);
     }
 }
 
@@ -389,7 +381,6 @@ static size_t int_bytes(const void *state) {
     const size_t scale_bytes = s->scale_fp32 ? sizeof(float) : sizeof(uint16_t);
     return (s->cs.row_bytes + scale_bytes) * (size_t)s->length * s->n_heads;
 }
-
 
 CODEC_OPS(int, NULL, NULL);
 

@@ -40,7 +40,6 @@
 #define TILE QUANT_TILE
 #define ALWAYS_INLINE QUANT_ALWAYS_INLINE
 
-
 typedef struct {
     int n_heads, head_dim, capacity, length;
     int bits, group, residual, is_value;
@@ -147,7 +146,6 @@ static inline uint16_t *kivi_value_meta(const KiviState *s, int head, int token)
     return s->meta + (size_t)head * s->meta_per_head + (size_t)token * (s->head_dim / s->group) * 2;
 }
 
-
 // The full-precision number d of a token in the residual (keys) or window (values).
 static inline uint16_t *kivi_full_at(const KiviState *s, int head, int token, int d) {
     const int slot = s->is_value ? token % (s->residual + 1) : token - s->n_quant;
@@ -156,8 +154,6 @@ static inline uint16_t *kivi_full_at(const KiviState *s, int head, int token, in
                           (size_t)d) * TILE + (size_t)(slot % TILE);
     return s->full + ((size_t)head * (size_t)s->full_rows + (size_t)slot) * (size_t)s->head_dim + (size_t)d;
 }
-
-
 
 // One group's parameters from its min and max: stores them, returns the values quantising uses.
 static void kivi_params(const KiviState *s, float mn, float mx, uint16_t *scale, uint16_t *minimum,
@@ -616,7 +612,6 @@ static size_t kivi_bytes(const void *state) {
         quant = nq * s->cs.row_bytes + (nq / (size_t)s->group) * hd * 2 * sizeof(uint16_t);
     return (quant + full) * (size_t)s->n_heads;
 }
-
 
 CODEC_OPS_PER_BLOCK(kivi, kivi_settled, kivi_settle);
 
