@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "../quant.h"
-#include "affine_kernels.h"
+#include "code_store.h"
 #include "codec_core.h"
 #include "codecs.h"
 
@@ -59,15 +59,16 @@ static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10
                                         1,    13,   25,  38,  53,  69,  89,  113};
 
 typedef struct {
+    // qs (or q8_0's codes) as 4-bit (8-bit) codes of a code store, first (code_store_chunk): keys in
+    // token tiles, [head][tile][block][code_bytes / 4 words][16 lanes]; values in rows,
+    // [head][token][block][code_bytes]
+    CodeStore cs;
     BlockFormat format;
     int n_heads, head_dim, capacity, length, is_key;
     int blocks;           // per head per token: head_dim / 32
     int slots;            // per head: capacity rounded up to whole tiles
     size_t block_bytes;   // llama.cpp's block, all fields
     size_t code_bytes;    // of a block's qs (16) or q8_0's codes (32)
-    size_t unit_bytes;    // codes of a tile (keys) or of a token (values), one head
-    uint8_t
-        *codes; // keys: [head][tile][block][code_bytes / 4 words][16 lanes]; values: [head][token][block][code_bytes]
     uint16_t *d, *m;      // [head][block][slot]; m for q4_1 and q5_1
     uint32_t *qh;         // [head][block][slot] for q5_0 and q5_1
     int search;           // iq4_nl:search (else llama.cpp's reference quantiser)
@@ -76,7 +77,7 @@ typedef struct {
 
 static void block_destroy(void *state) {
     BlockState *s = state;
-    if (s) free(s->codes), free(s->d), free(s->m), free(s->qh);
+    if (s) code_store_free(&s->cs), free(s->d), free(s->m), free(s->qh);
     free(s);
 }
 
@@ -322,16 +323,15 @@ static void *block_create(BlockFormat f, CodecSpec *spec, int n_heads, int head_
         s->blocks = head_dim / QK;
         s->slots = (capacity + TILE - 1) / TILE * TILE;
         s->code_bytes = f == FMT_Q8_0 ? 32 : 16;
-        s->unit_bytes = (size_t)s->blocks * s->code_bytes * (s->is_key ? TILE : 1);
-        const size_t units = s->is_key ? (size_t)s->slots / TILE : (size_t)capacity;
         const size_t meta = (size_t)n_heads * (size_t)s->blocks * (size_t)s->slots;
         // Zeroed: the lanes of a partial tile, and scales past the last token, hold finite numbers.
-        s->codes = calloc((size_t)n_heads * units, s->unit_bytes);
+        code_store_init(&s->cs, s->is_key ? QUANT_TILES : QUANT_ROWS, f == FMT_Q8_0 ? 8 : 4, n_heads, head_dim,
+                        capacity); // cs.codes NULL when out of memory, checked below
         s->d = calloc(meta, sizeof(uint16_t));
         if (block_has_m(f)) s->m = calloc(meta, sizeof(uint16_t));
         if (block_has_qh(f)) s->qh = calloc(meta, sizeof(uint32_t));
     }
-    if (!s || !s->codes || !s->d || (block_has_m(f) && !s->m) || (block_has_qh(f) && !s->qh)) {
+    if (!s || !s->cs.codes || !s->d || (block_has_m(f) && !s->m) || (block_has_qh(f) && !s->qh)) {
         block_destroy(s);
         snprintf(err, errlen, "out of memory allocating a %s cache stream", name);
         return NULL;
@@ -344,12 +344,6 @@ static void *block_create(BlockFormat f, CodecSpec *spec, int n_heads, int head_
 
 static inline size_t block_meta(const BlockState *s, int head, int block, int token) {
     return ((size_t)head * (size_t)s->blocks + (size_t)block) * (size_t)s->slots + (size_t)token;
-}
-
-// Keys: tile `tile` of one head; values: the row of one token.
-static inline uint8_t *block_unit(const BlockState *s, int head, int unit) {
-    const size_t units = s->is_key ? (size_t)s->slots / TILE : (size_t)s->capacity;
-    return s->codes + ((size_t)head * units + (size_t)unit) * s->unit_bytes;
 }
 
 // One block in llama.cpp's byte layout, put together from the arrays (read) or taken apart (append).
@@ -366,10 +360,10 @@ static void block_gather(const BlockState *s, int head, int token, int i, uint8_
     uint8_t *qs = b + block_info[s->format].qs_offset;
     if (s->is_key) {
         const uint32_t *w =
-            (const uint32_t *)(const void *)block_unit(s, head, token / TILE) + (size_t)i * s->code_bytes / 4 * TILE;
+            (const uint32_t *)(const void *)code_store_unit(&s->cs, head, token / TILE) + (size_t)i * s->code_bytes / 4 * TILE;
         quant_tile_get(w, token % TILE, qs, (int)s->code_bytes / 4);
     } else {
-        memcpy(qs, block_unit(s, head, token) + (size_t)i * s->code_bytes, s->code_bytes);
+        memcpy(qs, code_store_unit(&s->cs, head, token) + (size_t)i * s->code_bytes, s->code_bytes);
     }
 }
 
@@ -380,10 +374,10 @@ static void block_scatter(BlockState *s, int head, int token, int i, const uint8
     if (block_has_qh(s->format)) s->qh[at] = load_u32(b + block_info[s->format].qs_offset - 4);
     const uint8_t *qs = b + block_info[s->format].qs_offset;
     if (s->is_key) {
-        uint32_t *w = (uint32_t *)(void *)block_unit(s, head, token / TILE) + (size_t)i * s->code_bytes / 4 * TILE;
+        uint32_t *w = (uint32_t *)(void *)code_store_unit(&s->cs, head, token / TILE) + (size_t)i * s->code_bytes / 4 * TILE;
         quant_tile_put(w, token % TILE, qs, (int)s->code_bytes / 4);
     } else {
-        memcpy(block_unit(s, head, token) + (size_t)i * s->code_bytes, qs, s->code_bytes);
+        memcpy(code_store_unit(&s->cs, head, token) + (size_t)i * s->code_bytes, qs, s->code_bytes);
     }
 }
 
@@ -500,21 +494,11 @@ static inline void block_key_finish(void *ctx, int i, int t0, int nt, float (*ac
     }
 }
 
-static const uint8_t *block_unit0(const void *state, int head) { return block_unit(state, head, 0); }
-
-// The head's codes at `offset` in a unit, in every block the n tokens lie in.
-static AffineChunk block_chunk(const CodecBlocks *b, int head, int n, size_t offset, const uint8_t **blocks) {
-    const BlockState *s0 = b->states[0];
-    const int unit = s0->is_key ? TILE : 1;
-    return affine_chunk_of(b, head, n, offset, block_unit0, s0->unit_bytes, unit,
-                           s0->is_key ? s0->slots / TILE : s0->capacity, blocks);
-}
-
 static ALWAYS_INLINE void block_scores_impl(const CodecBlocks *b, int head, const float *q, float *out, int n,
                                             const BlockFormat f, const int hd) {
     BlockKeys k = {.b = b, .f = f, .head = head, .n = n, .q = q};
     const uint8_t *stack[AFFINE_STACK_BLOCKS], **blocks = affine_blocks(b, n, stack);
-    affine_score_tiles(block_chunk(b, head, n, 0, blocks), n, hd, f == FMT_Q8_0 ? 8 : 4,
+    affine_score_tiles(code_store_chunk(b, head, n, 0, blocks), n, hd, f == FMT_Q8_0 ? 8 : 4,
                        f == FMT_Q8_0 ? AFFINE_SIGNED : AFFINE_Q5, f == FMT_Q5_0 ? 16 : 0, block_tabled(f), 0,
                        (AffineForm){0, 0, 0, 0}, q, block_key_job, block_key_finish, &k, out);
     if (blocks != stack) free(blocks);
@@ -549,7 +533,7 @@ static ALWAYS_INLINE void block_mix_impl(const CodecBlocks *b, int head, const f
     const AffineForm form = {f != FMT_Q8_0, block_has_m(f), 1, 4 * TILE};
     const uint8_t *stack[AFFINE_STACK_BLOCKS], **blocks = affine_blocks(b, n, stack);
     for (int i = 0; i < hd / QK; i++) {
-        const AffineChunk ch = block_chunk(b, head, n, (size_t)i * s0->code_bytes, blocks);
+        const AffineChunk ch = code_store_chunk(b, head, n, (size_t)i * s0->code_bytes, blocks);
         float sums[2][32] __attribute__((aligned(64)));
         if (block_tabled(f))
             affine_mix_groups(ch, 1, (const float(*)[16])lv, form, block_prep, b, head, i, p, n, (float(*)[2][16])sums);

@@ -39,9 +39,9 @@ enum { LEVELS_SYM, LEVELS_FULL, LEVELS_SIGN };
 static const AffineForm INT_FORM = {0, 0, 0, 0};
 
 typedef struct {
+    CodeStore cs;      // the codes (unit: 16 tokens for tiles, 4/B for groups, 1 for rows); first (code_store_chunk)
     int n_heads, head_dim, capacity, length;
     int bits, levels, scale_fp32;
-    CodeStore cs;      // the codes (unit: 16 tokens for tiles, 4/B for groups, 1 for rows)
     int slots;         // scale slots per head: capacity rounded up to whole tiles
     uint16_t *scale16; // [head][slots] with scale=fp16 (zero past the last token)
     float *scale32;    // [head][slots] with scale=fp32
@@ -235,14 +235,6 @@ static ALWAYS_INLINE void int_prefetch_scales(const CodecBlocks *b, int head, in
     __builtin_prefetch(s->scale_fp32 ? (const void *)(s->scale32 + slot) : (const void *)(s->scale16 + slot));
 }
 
-static const uint8_t *int_unit0(const void *state, int head) { return code_store_unit(&((const IntState *)state)->cs, head, 0); }
-
-// The head's codes of chunk c (at `offset` in a unit) in every block the n tokens lie in.
-static AffineChunk int_chunk(const CodecBlocks *b, int head, int n, size_t offset, const uint8_t **blocks) {
-    const IntState *s0 = b->states[0];
-    return affine_chunk_of(b, head, n, offset, int_unit0, s0->cs.unit_bytes, s0->cs.unit, s0->cs.units, blocks);
-}
-
 typedef struct {
     const CodecBlocks *b;
     int head, n, chunks;
@@ -286,7 +278,7 @@ static ALWAYS_INLINE void int_scores_tiled(const CodecBlocks *b, int head, const
                                            const int hd, const int bits) {
     IntKeys k = {.b = b, .head = head, .n = n, .chunks = hd / 32, .q = q};
     const uint8_t *stack[AFFINE_STACK_BLOCKS], **blocks = affine_blocks(b, n, stack);
-    affine_score_tiles(int_chunk(b, head, n, 0, blocks), n, hd, bits, AFFINE_SIGNED, 0, bits <= 4, 1, INT_FORM, q, int_key_job, int_key_finish, &k,
+    affine_score_tiles(code_store_chunk(b, head, n, 0, blocks), n, hd, bits, AFFINE_SIGNED, 0, bits <= 4, 1, INT_FORM, q, int_key_job, int_key_finish, &k,
                        out);
     if (blocks != stack) free(blocks);
 }
@@ -318,7 +310,7 @@ static ALWAYS_INLINE void int_mix_hd(const CodecBlocks *b, int head, const float
     const uint8_t *stack[AFFINE_STACK_BLOCKS], **blocks = affine_blocks(b, n, stack);
     for (int c = 0; c < hd / 32; c++) {
         const int groups = bits == 1 || bits == 2 || bits == 4; // else rows
-        const AffineChunk ch = int_chunk(b, head, n, (size_t)c * (groups ? 16 : 4 * bits), blocks);
+        const AffineChunk ch = code_store_chunk(b, head, n, (size_t)c * (groups ? 16 : 4 * bits), blocks);
         if (groups) {
             float acc[2][2][16] __attribute__((aligned(64)));
             affine_mix_groups(ch, 4 / bits, (const float(*)[16])lv, INT_FORM, int_weights, b, head, c, p, n, acc);
