@@ -146,29 +146,18 @@ static inline int32_t int_level(uint32_t code, int bits) {
 }
 
 static void int_encode(IntState *s, int head, const float *x) {
-    const int hd = s->head_dim;
-    const size_t slot = int_slot(s, head, s->length);
+    const int hd = s->head_dim, half = 1 << (s->bits - 1);
     const unsigned mask = (1u << s->bits) - 1u;
-    uint8_t q[32];
+    int lo = -half, hi = half - 1;
+    float d;
     if (s->levels == LEVELS_SIGN) {
         float sum = 0.0f;
-        for (int d = 0; d < hd; d++) sum += fabsf(x[d]);
-        (void)int_store_scale(s, slot, sum / (float)hd);
-        for (int c = 0; c < hd; c += 32) {
-            const int n = hd - c < 32 ? hd - c : 32;
-            for (int i = 0; i < n; i++) q[i] = x[c + i] >= 0.0f ? 0 : 1;
-            code_store_put(&s->cs, head, s->length, c / 32, q, n);
-        }
-        return;
-    }
-    const int half = 1 << (s->bits - 1);
-    int lo, hi;
-    float d;
-    if (s->levels == LEVELS_SYM) {
+        for (int i = 0; i < hd; i++) sum += fabsf(x[i]);
+        d = sum / (float)hd;
+    } else if (s->levels == LEVELS_SYM) {
         float amax = 0.0f;
         for (int i = 0; i < hd; i++) amax = fmaxf(amax, fabsf(x[i]));
         lo = -(half - 1);
-        hi = half - 1;
         d = amax / (float)hi;
     } else {
         float amax = 0.0f, extreme = 0.0f;
@@ -178,16 +167,17 @@ static void int_encode(IntState *s, int head, const float *x) {
                 extreme = x[i];
             }
         }
-        lo = -half;
-        hi = half - 1;
         d = extreme / (float)-half;
     }
-    const float ds = int_store_scale(s, slot, d);
+    const float ds = int_store_scale(s, int_slot(s, head, s->length), d);
     // Chunks of 32 numbers start on a byte boundary (32·B bits), so each packs on its own.
+    uint8_t q[32];
     for (int c = 0; c < hd; c += 32) {
         const int n = hd - c < 32 ? hd - c : 32;
         for (int i = 0; i < n; i++) {
-            const int v = ds != 0.0f ? quant_round_clamp(x[c + i] / ds, lo, hi) : 0;
+            const int v = s->levels == LEVELS_SIGN ? x[c + i] < 0.0f
+                        : ds != 0.0f                ? quant_round_clamp(x[c + i] / ds, lo, hi)
+                                                    : 0;
             q[i] = (uint8_t)((unsigned)v & mask);
         }
         code_store_put(&s->cs, head, s->length, c / 32, q, n);
@@ -198,13 +188,6 @@ static void int_append(void *state, const float *vec) {
     IntState *s = state;
     for (int h = 0; h < s->n_heads; h++) int_encode(s, h, vec + h * s->head_dim);
     s->length++;
-}
-
-// Levels of numbers [c, c + n) of one head at one token (c a multiple of 32, n <= 32), unscaled.
-static void int_levels(const IntState *s, int head, int token, int c, int n, float *out) {
-    uint8_t q[32];
-    code_store_get(&s->cs, head, token, c / 32, q, n);
-    for (int i = 0; i < n; i++) out[i] = (float)int_level(q[i], s->bits);
 }
 
 // ---- Keys: token tiles (affine_kernels.h) ---------------------------------------------------
@@ -361,10 +344,11 @@ static void int_mix(const CodecBlocks *b, int head, const float *p, float *out, 
 static void int_read(const void *state, int head, int token, float *out) {
     const IntState *s = state;
     const float ds = int_scale(s, int_slot(s, head, token));
+    uint8_t q[32];
     for (int c = 0; c < s->head_dim; c += 32) {
         const int m = s->head_dim - c < 32 ? s->head_dim - c : 32;
-        int_levels(s, head, token, c, m, out + c);
-        for (int i = 0; i < m; i++) out[c + i] *= ds;
+        code_store_get(&s->cs, head, token, c / 32, q, m);
+        for (int i = 0; i < m; i++) out[c + i] = (float)int_level(q[i], s->bits) * ds;
     }
 }
 
