@@ -10,10 +10,10 @@
 
 // A family's operations table, its functions named prefix_append, prefix_scores, ... (settled and
 // settle: functions, or NULL for a family whose tokens keep the form they were appended in).
-#define CODEC_OPS(prefix, settled_fn, settle_fn)                                                   \
+#define CODEC_OPS(prefix, settled_fn, settle_fn) CODEC_OPS_WITH(prefix, settled_fn, settle_fn, prefix##_scores, prefix##_mix)
+#define CODEC_OPS_WITH(prefix, settled_fn, settle_fn, scores_fn, mix_fn)                           \
     static const CodecOps prefix##_ops = {.append = prefix##_append, .settled = settled_fn,        \
-                                          .settle = settle_fn,                                     \
-                                          .scores = prefix##_scores, .mix = prefix##_mix,          \
+                                          .settle = settle_fn, .scores = scores_fn, .mix = mix_fn, \
                                           .read = prefix##_read, .bytes = prefix##_bytes,          \
                                           .destroy = prefix##_destroy}
 
@@ -26,12 +26,7 @@
     static void prefix##_mix_blocks(const CodecBlocks *b, int head, const float *p, float *out, int n) { \
         codec_mix_per_block(b, prefix##_mix, b->head_dim, head, p, out, n);                        \
     }                                                                                              \
-    static const CodecOps prefix##_ops = {.append = prefix##_append, .settled = settled_fn,        \
-                                          .settle = settle_fn,                                     \
-                                          .scores = prefix##_scores_blocks,                        \
-                                          .mix = prefix##_mix_blocks,                              \
-                                          .read = prefix##_read, .bytes = prefix##_bytes,          \
-                                          .destroy = prefix##_destroy}
+    CODEC_OPS_WITH(prefix, settled_fn, settle_fn, prefix##_scores_blocks, prefix##_mix_blocks)
 
 // A stream's read(): the decoded vector of one head at one token.
 typedef void (*CodecReadFn)(const void *state, int head, int token, float *out);

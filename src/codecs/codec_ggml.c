@@ -347,6 +347,7 @@ static inline size_t block_meta(const BlockState *s, int head, int block, int to
 }
 
 // One block in llama.cpp's byte layout, put together from the arrays (read) or taken apart (append).
+// Byte j of qs is the code store's numbers 2j (low nibble) and 2j + 1 (high); q8_0's are its bytes.
 static void block_gather(const BlockState *s, int head, int token, int i, uint8_t *b) {
     const size_t at = block_meta(s, head, i, token);
     b[0] = (uint8_t)(s->d[at] & 0xff);
@@ -357,14 +358,9 @@ static void block_gather(const BlockState *s, int head, int token, int i, uint8_
     }
     if (block_has_qh(s->format))
         for (int k = 0; k < 4; k++) b[block_info[s->format].qs_offset - 4 + k] = (uint8_t)(s->qh[at] >> (8 * k));
-    uint8_t *qs = b + block_info[s->format].qs_offset;
-    if (s->is_key) {
-        const uint32_t *w =
-            (const uint32_t *)(const void *)code_store_unit(&s->cs, head, token / TILE) + (size_t)i * s->code_bytes / 4 * TILE;
-        quant_tile_get(w, token % TILE, qs, (int)s->code_bytes / 4);
-    } else {
-        memcpy(qs, code_store_unit(&s->cs, head, token) + (size_t)i * s->code_bytes, s->code_bytes);
-    }
+    uint8_t *qs = b + block_info[s->format].qs_offset, q[QK];
+    code_store_get(&s->cs, head, token, i, q, QK);
+    for (int k = 0; k < (int)s->code_bytes; k++) qs[k] = s->cs.bits == 8 ? q[k] : (uint8_t)(q[2 * k] | q[2 * k + 1] << 4);
 }
 
 static void block_scatter(BlockState *s, int head, int token, int i, const uint8_t *b) {
@@ -373,12 +369,9 @@ static void block_scatter(BlockState *s, int head, int token, int i, const uint8
     if (block_has_m(s->format)) s->m[at] = (uint16_t)(b[2] | b[3] << 8);
     if (block_has_qh(s->format)) s->qh[at] = load_u32(b + block_info[s->format].qs_offset - 4);
     const uint8_t *qs = b + block_info[s->format].qs_offset;
-    if (s->is_key) {
-        uint32_t *w = (uint32_t *)(void *)code_store_unit(&s->cs, head, token / TILE) + (size_t)i * s->code_bytes / 4 * TILE;
-        quant_tile_put(w, token % TILE, qs, (int)s->code_bytes / 4);
-    } else {
-        memcpy(code_store_unit(&s->cs, head, token) + (size_t)i * s->code_bytes, qs, s->code_bytes);
-    }
+    uint8_t q[QK];
+    for (int k = 0; k < QK; k++) q[k] = s->cs.bits == 8 ? qs[k] : (uint8_t)(qs[k / 2] >> (4 * (k % 2)) & 15);
+    code_store_put(&s->cs, head, token, i, q, QK);
 }
 
 static void block_append(void *state, const float *vec) {
