@@ -197,15 +197,7 @@ static void float_read(const void *state, int head, int token, float *out) {
     const FloatState *s = state;
     const float sd = float_scale(s, head, token);
     for (int d = 0; d < s->head_dim; d++) {
-        const size_t at = float_at(s, head, token, d);
-        float x;
-        switch (s->format) {
-        case FMT_FP16: x = float_decode(s->codes, at, FMT_FP16); break;
-        case FMT_BF16: x = float_decode(s->codes, at, FMT_BF16); break;
-        case FMT_E4M3: x = float_decode(s->codes, at, FMT_E4M3); break;
-        case FMT_FP32: x = float_decode(s->codes, at, FMT_FP32); break;
-        default: x = float_decode(s->codes, at, FMT_E5M2); break;
-        }
+        const float x = float_decode(s->codes, float_at(s, head, token, d), s->format);
         out[d] = s->scaled ? x * sd : x;
     }
 }
@@ -480,13 +472,15 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
 }
 
 // One instance of each kernel per format (a constant format folds the decoder's switch away).
-#define FLOAT_INSTANCE(id, fmt)                                                                    \
+#define FLOAT_SCORES(id, fmt)                                                                      \
     static void scores_##id(const CodecBlocks *b, int head, const float *q, float *out, int n) {   \
         if (b->head_dim == 32) /* micro's: constant trip counts */                                 \
             float_scores_keys(b, head, q, out, n, 32, fmt);                                        \
         else                                                                                       \
             float_scores_keys(b, head, q, out, n, b->head_dim, fmt);                               \
-    }                                                                                              \
+    }
+#define FLOAT_INSTANCE(id, fmt)                                                                    \
+    FLOAT_SCORES(id, fmt)                                                                          \
     static void mix_##id(const CodecBlocks *b, int head, const float *p, float *out, int n) {      \
         float_mix_rows(b, head, p, out, n, fmt);                                                   \
     }
@@ -494,14 +488,9 @@ FLOAT_INSTANCE(fp16, FMT_FP16)
 FLOAT_INSTANCE(bf16, FMT_BF16)
 FLOAT_INSTANCE(e4m3, FMT_E4M3)
 FLOAT_INSTANCE(e5m2, FMT_E5M2)
+FLOAT_SCORES(fp32, FMT_FP32) // and mix_fp32 below
 #undef FLOAT_INSTANCE
-
-static void scores_fp32(const CodecBlocks *b, int head, const float *q, float *out, int n) {
-    if (b->head_dim == 32)
-        float_scores_keys(b, head, q, out, n, 32, FMT_FP32);
-    else
-        float_scores_keys(b, head, q, out, n, b->head_dim, FMT_FP32);
-}
+#undef FLOAT_SCORES
 
 // fp32's mix, for every head_dim: even and odd tokens in separate accumulators (two FMA chains
 // instead of one), 32 dimensions per pass so each value row is read once, the dimensions past the

@@ -556,14 +556,21 @@ static ALWAYS_INLINE void kivi_mix_values(const KiviState *s, int head, const fl
     }
 }
 
+// Keys: the quantised ones and the residual on tiles, or all on rows.
+static ALWAYS_INLINE void kivi_scores_keys(const KiviState *s, int head, const float *q, float *out, int n,
+                                           const int hd, const int bits) {
+    if (s->cs.layout == QUANT_ROWS) {
+        kivi_scores_rows(s, head, q, out, n, hd, bits);
+        return;
+    }
+    kivi_scores_quantised(s, head, q, out, n < s->n_quant ? n : s->n_quant, hd, bits);
+    kivi_scores_residual(s, head, q, out, n, hd);
+}
+
 // Instances at micro's head_dim 32 per width (constant shifts); other head_dims with run-time values.
 #define KIVI_INSTANCE(B)                                                                           \
-    static void kivi_scores_rows_##B(const KiviState *s, int head, const float *q, float *out, int n) { \
-        kivi_scores_rows(s, head, q, out, n, 32, B);                                               \
-    }                                                                                              \
     static void kivi_scores_32_##B(const KiviState *s, int head, const float *q, float *out, int n) { \
-        kivi_scores_quantised(s, head, q, out, n < s->n_quant ? n : s->n_quant, 32, B);            \
-        kivi_scores_residual(s, head, q, out, n, 32);                                              \
+        kivi_scores_keys(s, head, q, out, n, 32, B);                                               \
     }                                                                                              \
     static void kivi_mix_32_##B(const KiviState *s, int head, const float *p, float *out, int n) {  \
         kivi_mix_values(s, head, p, out, n, 32, B);                                                \
@@ -571,24 +578,16 @@ static ALWAYS_INLINE void kivi_mix_values(const KiviState *s, int head, const fl
 AFFINE_WIDTHS(KIVI_INSTANCE)
 #undef KIVI_INSTANCE
 typedef void (*KiviKernel)(const KiviState *, int, const float *, float *, int);
-static const KiviKernel kivi_scores_rows_32[9] = AFFINE_BY_WIDTH(kivi_scores_rows),
-                        kivi_scores_32[9] = AFFINE_BY_WIDTH(kivi_scores_32), kivi_mix_32[9] = AFFINE_BY_WIDTH(kivi_mix_32);
+static const KiviKernel kivi_scores_32[9] = AFFINE_BY_WIDTH(kivi_scores_32), kivi_mix_32[9] = AFFINE_BY_WIDTH(kivi_mix_32);
 
 static void kivi_scores(const void *state, int head, const float *q, float *out, int n) {
     const KiviState *s = state;
-    if (s->is_value) {
+    if (s->is_value)
         codec_scores_by_read(CODEC_ONE_BLOCK(s, s->head_dim), kivi_read, s->head_dim, head, q, out, n);
-    } else if (s->cs.layout == QUANT_ROWS) {
-        if (s->head_dim == 32)
-            kivi_scores_rows_32[s->bits](s, head, q, out, n);
-        else
-            kivi_scores_rows(s, head, q, out, n, s->head_dim, s->bits);
-    } else if (s->head_dim == 32) {
+    else if (s->head_dim == 32)
         kivi_scores_32[s->bits](s, head, q, out, n);
-    } else {
-        kivi_scores_quantised(s, head, q, out, n < s->n_quant ? n : s->n_quant, s->head_dim, s->bits);
-        kivi_scores_residual(s, head, q, out, n, s->head_dim);
-    }
+    else
+        kivi_scores_keys(s, head, q, out, n, s->head_dim, s->bits);
 }
 
 static void kivi_mix(const void *state, int head, const float *p, float *out, int n) {
