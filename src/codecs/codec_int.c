@@ -307,19 +307,9 @@ static ALWAYS_INLINE void int_mix_hd(const CodecBlocks *b, int head, const float
     if (blocks != stack) free(blocks);
 }
 
-// One instance per width at micro's head_dim 32 (constant shifts and trip counts); other head_dims
-// that are multiples of 32 take the same code with run-time values.
-typedef void (*IntKernel)(const CodecBlocks *, int, const float *, float *, int);
-#define INT_INSTANCE(B)                                                                            \
-    static void int_scores_32_##B(const CodecBlocks *b, int head, const float *q, float *out, int n) { \
-        int_scores_tiled(b, head, q, out, n, 32, B);                                               \
-    }                                                                                              \
-    static void int_mix_32_##B(const CodecBlocks *b, int head, const float *p, float *out, int n) { \
-        int_mix_hd(b, head, p, out, n, 32, B);                                                     \
-    }
-AFFINE_WIDTHS(INT_INSTANCE)
-#undef INT_INSTANCE
-static const IntKernel int_scores_32[9] = AFFINE_BY_WIDTH(int_scores_32), int_mix_32[9] = AFFINE_BY_WIDTH(int_mix_32);
+// Instances per width at micro's head_dim 32; other head_dims that are multiples of 32 take the same
+// code with run-time values.
+AFFINE_INSTANCES_32(int, const CodecBlocks *, int_scores_tiled, int_mix_hd);
 
 static void int_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
     const IntState *s = b->states[0];

@@ -567,18 +567,8 @@ static ALWAYS_INLINE void kivi_scores_keys(const KiviState *s, int head, const f
     kivi_scores_residual(s, head, q, out, n, hd);
 }
 
-// Instances at micro's head_dim 32 per width (constant shifts); other head_dims with run-time values.
-#define KIVI_INSTANCE(B)                                                                           \
-    static void kivi_scores_32_##B(const KiviState *s, int head, const float *q, float *out, int n) { \
-        kivi_scores_keys(s, head, q, out, n, 32, B);                                               \
-    }                                                                                              \
-    static void kivi_mix_32_##B(const KiviState *s, int head, const float *p, float *out, int n) {  \
-        kivi_mix_values(s, head, p, out, n, 32, B);                                                \
-    }
-AFFINE_WIDTHS(KIVI_INSTANCE)
-#undef KIVI_INSTANCE
-typedef void (*KiviKernel)(const KiviState *, int, const float *, float *, int);
-static const KiviKernel kivi_scores_32[9] = AFFINE_BY_WIDTH(kivi_scores_32), kivi_mix_32[9] = AFFINE_BY_WIDTH(kivi_mix_32);
+// Instances per width at micro's head_dim 32; other head_dims with run-time values.
+AFFINE_INSTANCES_32(kivi, const KiviState *, kivi_scores_keys, kivi_mix_values);
 
 static void kivi_scores(const void *state, int head, const float *q, float *out, int n) {
     const KiviState *s = state;
