@@ -173,6 +173,15 @@ static inline uint8_t kivi_code(float x, float sd, float md, int top) {
     return sd > 0.0f ? (uint8_t)quant_round_clamp((x - md) / sd, 0, top) : 0;
 }
 
+// Values: the scale and minimum of each number [c, c + n) of a token, from its channel groups' (meta).
+static void kivi_value_chunk_params(const KiviState *s, const uint16_t *meta, int c, int n, float *sd, float *md) {
+    const int G = s->group;
+    for (int g = c / G; g * G < c + n; g++) { // the groups the chunk meets
+        const float sg = quant_fp16_to_fp32(meta[2 * g]), mg = quant_fp16_to_fp32(meta[2 * g + 1]);
+        for (int i = g * G > c ? g * G - c : 0; i < n && c + i < (g + 1) * G; i++) sd[i] = sg, md[i] = mg;
+    }
+}
+
 // Keys: quantise the residual keys [n_quant, upto) as groups of G, per channel, 32 channels at a
 // time (their scales and minimums converted once; the codes are what kivi_code gives). upto − n_quant
 // is R in a whole-sequence stream, and a multiple of G that fits the residual in a block of a pool.
@@ -230,10 +239,7 @@ static void kivi_quantise_oldest_value(KiviState *s) {
                 float sdd, mdd;
                 kivi_params(s, mn, mx, &meta[2 * g], &meta[2 * g + 1], &sdd, &mdd);
             }
-            for (int g = c / G; g * G < c + n; g++) { // the groups the chunk meets
-                const float sg = quant_fp16_to_fp32(meta[2 * g]), mg = quant_fp16_to_fp32(meta[2 * g + 1]);
-                for (int i = g * G > c ? g * G - c : 0; i < n && c + i < (g + 1) * G; i++) sd[i] = sg, md[i] = mg;
-            }
+            kivi_value_chunk_params(s, meta, c, n, sd, md);
             for (int i = 0; i < n; i++) q[i] = kivi_code(x[i], sd[i], md[i], top);
             for (int i = n; i < 32; i++) q[i] = 0;
             code_store_put(&s->cs, h, t, c / 32, q, n);
@@ -294,13 +300,7 @@ static void kivi_decode_chunk(const KiviState *s, int head, int token, int c, in
     float sc[32], mn[32];
     code_store_get(&s->cs, head, token, c / 32, q, n);
     if (s->is_value) {
-        const uint16_t *meta = kivi_value_meta(s, head, token);
-        for (int g = c / s->group; g <= (c + n - 1) / s->group; g++) { // the groups the chunk meets
-            const float sd = quant_fp16_to_fp32(meta[2 * g]), md = quant_fp16_to_fp32(meta[2 * g + 1]);
-            const int i0 = g * s->group - c > 0 ? g * s->group - c : 0,
-                      i1 = (g + 1) * s->group - c < n ? (g + 1) * s->group - c : n;
-            for (int i = i0; i < i1; i++) sc[i] = sd, mn[i] = md;
-        }
+        kivi_value_chunk_params(s, kivi_value_meta(s, head, token), c, n, sc, mn);
     } else {
         const uint16_t *meta = kivi_key_meta(s, head, token / s->group);
         for (int i = 0; i < n; i++)
