@@ -38,13 +38,15 @@ enum { LEVELS_SYM, LEVELS_FULL, LEVELS_SIGN };
 // Every product is w · level: the query number (then the token's scale), or p · scale.
 static const AffineForm INT_FORM = {0, 0, 0, 0};
 
+// What the kernels read of a state (a pool has one per block) lies in its first 64 bytes.
 typedef struct {
     CodeStore cs;      // the codes (unit: 16 tokens for tiles, 4/B for groups, 1 for rows); first (code_store_chunk)
-    int n_heads, head_dim, capacity, length;
-    int bits, levels, scale_fp32;
     int slots;         // scale slots per head: capacity rounded up to whole tiles
+    int scale_fp32;
     uint16_t *scale16; // [head][slots] with scale=fp16 (zero past the last token)
     float *scale32;    // [head][slots] with scale=fp32
+    int n_heads, head_dim, capacity, length;
+    int bits, levels;
 } IntState;
 
 static void int_destroy(void *state) {
