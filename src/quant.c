@@ -167,3 +167,12 @@ void quant_unpack(const uint8_t *src, uint8_t *codes, size_t n, int bits) {
         codes[i] = (uint8_t)((v >> (bit & 7)) & mask);
     }
 }
+
+void quant_unpack_float(const uint8_t *src, int n, int bits, float mul, float offset, float *out) {
+    uint8_t codes[256];
+    for (int i = 0; i < n; i += 256) { // 256 codes fill whole bytes: each run unpacks on its own
+        const int m = n - i < 256 ? n - i : 256;
+        quant_unpack(src + (size_t)i / 8 * (size_t)bits, codes, (size_t)m, bits);
+        for (int k = 0; k < m; k++) out[i + k] = (float)codes[k] * mul - offset;
+    }
+}

@@ -67,12 +67,7 @@ uint16_t quant_fp32_to_bf16(float x);
 uint16_t quant_fp32_to_fp16_ref(float x);
 uint16_t quant_fp32_to_fp16_sat_ref(float x);
 uint16_t quant_fp32_to_bf16_ref(float x);
-static inline float quant_bf16_to_fp32(uint16_t b) {
-    uint32_t bits = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
+static inline float quant_bf16_to_fp32(uint16_t b) { return quant_from_bits((uint32_t)b << 16); }
 
 // ---- FP8 ------------------------------------------------------------------------------------
 // E4M3 is OCP's E4M3FN: bias 7, no infinities, max ±448, NaN only as S.1111.111.
@@ -122,37 +117,8 @@ static inline size_t quant_packed_bytes(size_t n, int bits) { return (n * (size_
 void quant_pack(uint8_t *dst, const uint8_t *codes, size_t n, int bits);
 void quant_unpack(const uint8_t *src, uint8_t *codes, size_t n, int bits);
 
-// The kernels' unpack: n codes starting at a byte boundary, written as floats
-// out[i] = code_i * mul - offset (small integers, exact). Inline so that the decode loops of the
-// codecs see the constant-width inner loop.
-static inline void quant_unpack_float(const uint8_t *src, int n, int bits, float mul, float offset,
-                                      float *out) {
-    const uint32_t mask = (1u << bits) - 1u;
-    int i = 0;
-    if (bits == 8) {
-        for (; i < n; i++) out[i] = (float)src[i] * mul - offset;
-        return;
-    }
-    if (bits == 4) {
-        for (; i + 2 <= n; i += 2) {
-            out[i] = (float)(src[i / 2] & 0x0f) * mul - offset;
-            out[i + 1] = (float)(src[i / 2] >> 4) * mul - offset;
-        }
-    } else {
-        for (; i + 8 <= n; i += 8) {
-            const uint8_t *g = src + (i / 8) * bits;
-            uint64_t w = 0;
-            for (int b = 0; b < bits; b++) w |= (uint64_t)g[b] << (8 * b);
-            for (int k = 0; k < 8; k++) out[i + k] = (float)((w >> (k * bits)) & mask) * mul - offset;
-        }
-    }
-    for (; i < n; i++) {
-        size_t bit = (size_t)i * (size_t)bits;
-        uint32_t v = src[bit >> 3];
-        if ((bit & 7) + (size_t)bits > 8) v |= (uint32_t)src[(bit >> 3) + 1] << 8;
-        out[i] = (float)((v >> (bit & 7)) & mask) * mul - offset;
-    }
-}
+// The same written as floats, out[i] = code_i * mul - offset (small integers, exact).
+void quant_unpack_float(const uint8_t *src, int n, int bits, float mul, float offset, float *out);
 
 // ---- Kernel layouts -------------------------------------------------------------------------
 // The attention kernels of the codecs read codes in one of two layouts, chosen by role:

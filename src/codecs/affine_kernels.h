@@ -21,10 +21,25 @@
 #include "../quant.h"
 
 // The kernels are instanced per code width B = 1..8 at micro's head_dim 32 (constant shifts and
-// trip counts): AFFINE_WIDTHS(X) is X(B) for each width, AFFINE_BY_WIDTH(f) the table of the
-// instances f_B indexed by B.
-#define AFFINE_WIDTHS(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
+// trip counts): AFFINE_INSTANCES_32(prefix, State, scores, mix) makes prefix_scores_32_B and
+// prefix_mix_32_B, calling scores(state, head, q, out, n, 32, B) and mix(...), and their tables
+// prefix_scores_32[B] and prefix_mix_32[B]. (Other head_dims call scores and mix with run-time values.)
+#define AFFINE_INSTANCE_32(B, prefix, State, scores, mix)                                          \
+    static void prefix##_scores_32_##B(State s, int head, const float *q, float *out, int n) {    \
+        scores(s, head, q, out, n, 32, B);                                                         \
+    }                                                                                              \
+    static void prefix##_mix_32_##B(State s, int head, const float *p, float *out, int n) {       \
+        mix(s, head, p, out, n, 32, B);                                                            \
+    }
 #define AFFINE_BY_WIDTH(f) {NULL, f##_1, f##_2, f##_3, f##_4, f##_5, f##_6, f##_7, f##_8}
+#define AFFINE_INSTANCES_32(prefix, State, scores, mix)                                            \
+    AFFINE_INSTANCE_32(1, prefix, State, scores, mix) AFFINE_INSTANCE_32(2, prefix, State, scores, mix) \
+    AFFINE_INSTANCE_32(3, prefix, State, scores, mix) AFFINE_INSTANCE_32(4, prefix, State, scores, mix) \
+    AFFINE_INSTANCE_32(5, prefix, State, scores, mix) AFFINE_INSTANCE_32(6, prefix, State, scores, mix) \
+    AFFINE_INSTANCE_32(7, prefix, State, scores, mix) AFFINE_INSTANCE_32(8, prefix, State, scores, mix) \
+    typedef void (*prefix##_kernel)(State, int, const float *, float *, int);                      \
+    static const prefix##_kernel prefix##_scores_32[9] = AFFINE_BY_WIDTH(prefix##_scores_32),       \
+                                 prefix##_mix_32[9] = AFFINE_BY_WIDTH(prefix##_mix_32)
 
 // How a product is formed from a weight w (a query number, or p · what the form leaves out), a
 // level L and the token's scale s and minimum m. The forms round differently, and each family keeps

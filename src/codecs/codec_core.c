@@ -15,27 +15,6 @@ int codec_check_shape(const char *family, int n_heads, int head_dim, int capacit
     return -1;
 }
 
-void codec_scores_by_read(const void *state, CodecReadFn read, int head_dim, int head, const float *q, float *out,
-                          int n) {
-    float x[1024];
-    for (int j = 0; j < n; j++) {
-        read(state, head, j, x);
-        float acc = 0.0f;
-        for (int d = 0; d < head_dim; d++) acc += q[d] * x[d];
-        out[j] = acc;
-    }
-}
-
-void codec_mix_by_read(const void *state, CodecReadFn read, int head_dim, int head, const float *p, float *out,
-                       int n) {
-    float x[1024];
-    memset(out, 0, sizeof(float) * (size_t)head_dim);
-    for (int j = 0; j < n; j++) {
-        read(state, head, j, x);
-        for (int d = 0; d < head_dim; d++) out[d] += p[j] * x[d];
-    }
-}
-
 void codec_scores_per_block(const CodecBlocks *b, CodecStateScoresFn fn, int head, const float *q, float *out, int n) {
     for (int i = 0; i * b->block < n; i++) {
         const int m = n - i * b->block < b->block ? n - i * b->block : b->block;
@@ -54,9 +33,9 @@ void codec_mix_per_block(const CodecBlocks *b, CodecStateScoresFn fn, int head_d
     }
 }
 
-// One pass over the tokens as over one stream, each read from its block: the same sums, in the same
-// order, as codec_scores_by_read and codec_mix_by_read on a contiguous stream.
-void codec_scores_by_read_blocks(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *q,
+// One pass over the tokens as over one stream, each read from its block: a paged stream gives the
+// bits of a contiguous one.
+void codec_scores_by_read(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *q,
                                  float *out, int n) {
     float x[1024];
     for (int j = 0; j < n; j++) {
@@ -69,7 +48,7 @@ void codec_scores_by_read_blocks(const CodecBlocks *b, CodecReadFn read, int hea
     }
 }
 
-void codec_mix_by_read_blocks(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *p,
+void codec_mix_by_read(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *p,
                               float *out, int n) {
     float x[1024];
     memset(out, 0, sizeof(float) * (size_t)head_dim);

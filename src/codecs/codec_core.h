@@ -10,10 +10,10 @@
 
 // A family's operations table, its functions named prefix_append, prefix_scores, ... (settled and
 // settle: functions, or NULL for a family whose tokens keep the form they were appended in).
-#define CODEC_OPS(prefix, settled_fn, settle_fn)                                                   \
+#define CODEC_OPS(prefix, settled_fn, settle_fn) CODEC_OPS_WITH(prefix, settled_fn, settle_fn, prefix##_scores, prefix##_mix)
+#define CODEC_OPS_WITH(prefix, settled_fn, settle_fn, scores_fn, mix_fn)                           \
     static const CodecOps prefix##_ops = {.append = prefix##_append, .settled = settled_fn,        \
-                                          .settle = settle_fn,                                     \
-                                          .scores = prefix##_scores, .mix = prefix##_mix,          \
+                                          .settle = settle_fn, .scores = scores_fn, .mix = mix_fn, \
                                           .read = prefix##_read, .bytes = prefix##_bytes,          \
                                           .destroy = prefix##_destroy}
 
@@ -26,12 +26,7 @@
     static void prefix##_mix_blocks(const CodecBlocks *b, int head, const float *p, float *out, int n) { \
         codec_mix_per_block(b, prefix##_mix, b->head_dim, head, p, out, n);                        \
     }                                                                                              \
-    static const CodecOps prefix##_ops = {.append = prefix##_append, .settled = settled_fn,        \
-                                          .settle = settle_fn,                                     \
-                                          .scores = prefix##_scores_blocks,                        \
-                                          .mix = prefix##_mix_blocks,                              \
-                                          .read = prefix##_read, .bytes = prefix##_bytes,          \
-                                          .destroy = prefix##_destroy}
+    CODEC_OPS_WITH(prefix, settled_fn, settle_fn, prefix##_scores_blocks, prefix##_mix_blocks)
 
 // A stream's read(): the decoded vector of one head at one token.
 typedef void (*CodecReadFn)(const void *state, int head, int token, float *out);
@@ -57,16 +52,15 @@ typedef void (*CodecStateScoresFn)(const void *state, int head, const float *q, 
 void codec_scores_per_block(const CodecBlocks *b, CodecStateScoresFn fn, int head, const float *q, float *out, int n);
 void codec_mix_per_block(const CodecBlocks *b, CodecStateScoresFn fn, int head_dim, int head, const float *p,
                          float *out, int n);
-// codec_scores_by_read and codec_mix_by_read over blocks.
-void codec_scores_by_read_blocks(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *q,
-                                 float *out, int n);
-void codec_mix_by_read_blocks(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *p,
-                              float *out, int n);
-
-// out[j] = Σ_d q[d] · x̂_j[d] in order of d, x̂_j read back token by token (head_dim <= 1024).
-void codec_scores_by_read(const void *state, CodecReadFn read, int head_dim, int head, const float *q, float *out,
+// A stream read back token by token, each token from its block (head_dim <= 1024):
+// out[j] = Σ_d q[d] · x̂_j[d] in order of d, or out[d] = Σ_j p[j] · x̂_j[d] in order of j.
+void codec_scores_by_read(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *q, float *out,
                           int n);
-// out[d] = Σ_j p[j] · x̂_j[d] in order of j.
-void codec_mix_by_read(const void *state, CodecReadFn read, int head_dim, int head, const float *p, float *out, int n);
+void codec_mix_by_read(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *p, float *out,
+                       int n);
+
+// One state (a contiguous stream, or one block of a pool's) as the blocks the kernels walk: one block
+// longer than any stream, yet small enough that n + block − 1 does not overflow.
+#define CODEC_ONE_BLOCK(state, head_dim) (&(const CodecBlocks){(const void *const[]){(state)}, 1 << 30, (head_dim)})
 
 #endif

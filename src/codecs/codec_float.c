@@ -1,16 +1,18 @@
-// fp16, bf16 and fp8: one codec for every float format, driven by a format description. Each
+// fp32, fp16, bf16 and fp8: one codec for every float format, driven by a format description. Each
 // number is stored as one code of the format, rounded to nearest even (quant.h); fp8 saturates.
+// fp32 is the reference codec: a 32-bit format whose conversion is the identity, so it stores every
+// number as it is; every delta is measured against it. It takes any head_dim and no options.
 // Specs: `fp16`, `bf16`, `fp8:e4m3`, `fp8:e5m2` (fp8 needs its format), each optionally with
 //   scale=none  (default) numbers are cast as they are, as inference servers ship a float cache;
 //   scale=token one fp16 scale per head per token, absmax / the format's largest finite value, so
 //               that the largest number of the vector lands on it; numbers are divided by the
 //               stored (fp16-rounded) scale before the cast.
 //
-// Keys lie in tiles of 16 tokens, dimension-major ([tile][d][16 lanes], as the fp32 codec's),
-// values one row per token: the score kernel runs one lane per token with no horizontal sums, the
+// Keys lie in tiles of 16 tokens, dimension-major ([tile][d][16 lanes]), values one row per token: the score kernel runs one lane per token with no horizontal sums, the
 // mix kernel 16 numbers per vector. Both sum in the same order in their portable and AVX-512 forms
 // (per token Σ_d q_d · x_d in order of d, then · scale; per number even and odd tokens apart, then
 // added), and the AVX-512 decoders are exact, so both give the same bits.
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +24,7 @@
 #define TILE QUANT_TILE
 #define ALWAYS_INLINE QUANT_ALWAYS_INLINE
 
-typedef enum { FMT_FP16, FMT_BF16, FMT_E4M3, FMT_E5M2 } FloatFormat;
+typedef enum { FMT_FP16, FMT_BF16, FMT_E4M3, FMT_E5M2, FMT_FP32 } FloatFormat;
 
 // What a format is: its name in a spec, the bytes of a code, the largest finite value (scale=token
 // maps absmax there), how to tell a code that holds an infinity or NaN, and what the AVX-512
@@ -41,6 +43,7 @@ static const FloatFormatInfo formats[] = {
     [FMT_BF16] = {NULL, 2, 0x1.fep127f, 0x7fff, 0x7f80, 1.0f, INFINITY},
     [FMT_E4M3] = {"e4m3", 1, 448.0f, 0x7f, 0x7f, 0x1p8f, 0x1p100f},
     [FMT_E5M2] = {"e5m2", 1, 57344.0f, 0x7f, 0x7c, 0x1p112f, 0x1p15f},
+    [FMT_FP32] = {NULL, 4, FLT_MAX, 0, 1, 1.0f, INFINITY}, // the AVX-512 kernels load it as it is
 };
 
 typedef struct {
@@ -59,6 +62,7 @@ static uint32_t float_encode(float x, FloatFormat f) {
     case FMT_FP16: return quant_fp32_to_fp16(x);
     case FMT_BF16: return quant_fp32_to_bf16(x);
     case FMT_E4M3: return quant_fp32_to_fp8(x, QUANT_FP8_E4M3);
+    case FMT_FP32: return quant_to_bits(x);
     default: return quant_fp32_to_fp8(x, QUANT_FP8_E5M2);
     }
 }
@@ -69,14 +73,15 @@ static ALWAYS_INLINE float float_decode(const uint8_t *codes, size_t i, const Fl
     case FMT_FP16: return quant_fp16_to_fp32(((const uint16_t *)(const void *)codes)[i]);
     case FMT_BF16: return quant_bf16_to_fp32(((const uint16_t *)(const void *)codes)[i]);
     case FMT_E4M3: return quant_e4m3_to_fp32(codes[i]);
+    case FMT_FP32: return ((const float *)(const void *)codes)[i];
     default: return quant_e5m2_to_fp32(codes[i]);
     }
 }
 
-// Which format a spec names: the family gives fp16 and bf16, fp8 takes exactly one bare option.
+// Which format a spec names: the family gives fp32, fp16 and bf16, fp8 takes exactly one bare option.
 static int float_format(const char *family, CodecSpec *spec, FloatFormat *f, char *err, size_t errlen) {
-    if (strcmp(family, "fp16") == 0 || strcmp(family, "bf16") == 0) {
-        *f = family[0] == 'f' ? FMT_FP16 : FMT_BF16;
+    if (strcmp(family, "fp8") != 0) {
+        *f = strcmp(family, "fp32") == 0 ? FMT_FP32 : family[0] == 'f' ? FMT_FP16 : FMT_BF16;
         return 0;
     }
     const char *e4 = spec_string(spec, "e4m3"), *e5 = spec_string(spec, "e5m2");
@@ -96,13 +101,13 @@ static void *float_create(const char *family, CodecSpec *spec, int n_heads, int 
                           char *normalised, size_t normalised_len, char *err, size_t errlen) {
     FloatFormat f;
     if (float_format(family, spec, &f, err, errlen)) return NULL;
-    const char *scale = spec_string(spec, "scale");
+    const char *scale = f == FMT_FP32 ? NULL : spec_string(spec, "scale");
     const int scaled = scale && strcmp(scale, "token") == 0;
     if (scale && !scaled && strcmp(scale, "none") != 0) {
         snprintf(err, errlen, "%s: scale must be none or token (got '%s')", family, scale);
         return NULL;
     }
-    if (codec_check_shape(family, n_heads, head_dim, capacity, 2, err, errlen)) return NULL;
+    if (f != FMT_FP32 && codec_check_shape(family, n_heads, head_dim, capacity, 2, err, errlen)) return NULL;
     const char *role = spec_string(spec, "role");
     FloatState *s = calloc(1, sizeof *s);
     if (!s) goto oom;
@@ -133,7 +138,7 @@ oom:
 
 // Where number d of one head at one token is stored, counted in codes. Key tiles hold a lane's
 // 16-bit numbers in pairs, 2i and 2i+1 in one 32-bit word ([tile][d / 2][16 lanes][2]), so that an
-// AVX-512 load of 16 words gives both as floats by shifts; 8-bit codes lie [tile][d][16 lanes].
+// AVX-512 load of 16 words gives both as floats by shifts; 8- and 32-bit codes lie [tile][d][16 lanes].
 static inline size_t float_at(const FloatState *s, int head, int token, int d) {
     if (!s->is_key) return ((size_t)head * (size_t)s->capacity + (size_t)token) * (size_t)s->head_dim + (size_t)d;
     const size_t tile = ((size_t)head * (size_t)s->tiles + (size_t)(token / TILE)) * (size_t)s->head_dim * TILE;
@@ -177,7 +182,9 @@ static void float_append(void *state, const float *vec) {
             const uint32_t c = float_encode(v, s->format);
             s->special |= (c & info->special_mask) >= info->special_min;
             const size_t at = float_at(s, h, s->length, d);
-            if (s->bytes == 2)
+            if (s->bytes == 4)
+                ((uint32_t *)(void *)s->codes)[at] = c;
+            else if (s->bytes == 2)
                 ((uint16_t *)(void *)s->codes)[at] = (uint16_t)c;
             else
                 s->codes[at] = (uint8_t)c;
@@ -190,14 +197,7 @@ static void float_read(const void *state, int head, int token, float *out) {
     const FloatState *s = state;
     const float sd = float_scale(s, head, token);
     for (int d = 0; d < s->head_dim; d++) {
-        const size_t at = float_at(s, head, token, d);
-        float x;
-        switch (s->format) {
-        case FMT_FP16: x = float_decode(s->codes, at, FMT_FP16); break;
-        case FMT_BF16: x = float_decode(s->codes, at, FMT_BF16); break;
-        case FMT_E4M3: x = float_decode(s->codes, at, FMT_E4M3); break;
-        default: x = float_decode(s->codes, at, FMT_E5M2); break;
-        }
+        const float x = float_decode(s->codes, float_at(s, head, token, d), s->format);
         out[d] = s->scaled ? x * sd : x;
     }
 }
@@ -289,6 +289,7 @@ static ALWAYS_INLINE void float_madd(const uint8_t *p, __m512 x0, __m512 x1, con
 // One step of a lane's score on a key tile at k: a + q[0] · x_d (+ q[1] · x_d+1 for 16-bit codes,
 // which come in pairs), the order of the portable kernel.
 static ALWAYS_INLINE __m512 float_tile_step(__m512 a, const uint8_t *k, const float *q, const FloatFormat f) {
+    if (f == FMT_FP32) return _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(q[0]), _mm512_loadu_ps(k)));
     if (formats[f].bytes == 2) {
         const __m512i w = _mm512_loadu_si512(k);
         return _mm512_add_ps(_mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(q[0]), float_lo16(w, f))),
@@ -303,7 +304,7 @@ static ALWAYS_INLINE __m512 float_tile_step(__m512 a, const uint8_t *k, const fl
 // times the unit when the AVX-512 kernel may run, else NULL. Each tile is found in its own block.
 static ALWAYS_INLINE void float_score_tiles(const CodecBlocks *b, int head, const float *q, const float *qu, int t0,
                                             const int nt, const int hd, const FloatFormat f, float (*acc)[TILE]) {
-    const size_t es = (size_t)formats[f].bytes;
+    const size_t es = (size_t)formats[f].bytes, pair = es == 2 ? 2 : 1; // 16-bit codes come in pairs
     const uint8_t *tiles[4];
     const FloatState *state;
     tiles[0] = float_codes_at(b, head, t0, &state);
@@ -316,7 +317,7 @@ static ALWAYS_INLINE void float_score_tiles(const CodecBlocks *b, int head, cons
     if (qu) {
         if (nt == 4) { // four tiles at once: their independent chains hide the latency of the adds
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int d = 0; d < hd; d += (int)es) { // 16-bit: numbers d and d + 1 from one word
+            for (int d = 0; d < hd; d += (int)pair) { // 16-bit: numbers d and d + 1 from one word
                 const size_t at = (size_t)d * TILE * es;
                 a0 = float_tile_step(a0, tiles[0] + at, qu + d, f);
                 a1 = float_tile_step(a1, tiles[1] + at, qu + d, f);
@@ -328,7 +329,7 @@ static ALWAYS_INLINE void float_score_tiles(const CodecBlocks *b, int head, cons
         }
         for (int t = 0; t < nt; t++) { // the last tiles of a stream, one at a time
             __m512 a = _mm512_setzero_ps();
-            for (int d = 0; d < hd; d += (int)es) a = float_tile_step(a, tiles[t] + (size_t)d * TILE * es, qu + d, f);
+            for (int d = 0; d < hd; d += (int)pair) a = float_tile_step(a, tiles[t] + (size_t)d * TILE * es, qu + d, f);
             _mm512_storeu_ps(acc[t], a);
         }
         return;
@@ -340,7 +341,7 @@ static ALWAYS_INLINE void float_score_tiles(const CodecBlocks *b, int head, cons
             const float qd = q[d];
             const size_t at = es == 2 ? (size_t)(d / 2) * 2 * TILE + (size_t)(d % 2) : (size_t)d * TILE;
 #pragma omp simd
-            for (int l = 0; l < TILE; l++) acc[k][l] += qd * float_decode(tiles[k], at + (size_t)l * es, f);
+            for (int l = 0; l < TILE; l++) acc[k][l] += qd * float_decode(tiles[k], at + (size_t)l * pair, f);
         }
 }
 
@@ -349,9 +350,9 @@ static ALWAYS_INLINE void float_scores_keys(const CodecBlocks *b, int head, cons
     const FloatState *s0 = b->states[0];
     float scaled[1024];
     const float *qu = NULL;
-    if (float_fast(b, n, q, hd, f)) {
-        for (int d = 0; d < hd; d++) scaled[d] = q[d] * formats[f].unit;
-        qu = scaled;
+    if (float_fast(b, n, q, hd, f)) { // a format without a unit (fp32, bf16) takes the query itself
+        for (int d = 0; d < hd && formats[f].unit != 1.0f; d++) scaled[d] = q[d] * formats[f].unit;
+        qu = formats[f].unit != 1.0f ? scaled : q;
     }
     for (int t0 = 0; t0 < n; t0 += 4 * TILE) {
         const int nt = n - t0 >= 4 * TILE ? 4 : (n - t0 + TILE - 1) / TILE;
@@ -471,13 +472,15 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
 }
 
 // One instance of each kernel per format (a constant format folds the decoder's switch away).
-#define FLOAT_INSTANCE(id, fmt)                                                                    \
+#define FLOAT_SCORES(id, fmt)                                                                      \
     static void scores_##id(const CodecBlocks *b, int head, const float *q, float *out, int n) {   \
         if (b->head_dim == 32) /* micro's: constant trip counts */                                 \
             float_scores_keys(b, head, q, out, n, 32, fmt);                                        \
         else                                                                                       \
             float_scores_keys(b, head, q, out, n, b->head_dim, fmt);                               \
-    }                                                                                              \
+    }
+#define FLOAT_INSTANCE(id, fmt)                                                                    \
+    FLOAT_SCORES(id, fmt)                                                                          \
     static void mix_##id(const CodecBlocks *b, int head, const float *p, float *out, int n) {      \
         float_mix_rows(b, head, p, out, n, fmt);                                                   \
     }
@@ -485,27 +488,72 @@ FLOAT_INSTANCE(fp16, FMT_FP16)
 FLOAT_INSTANCE(bf16, FMT_BF16)
 FLOAT_INSTANCE(e4m3, FMT_E4M3)
 FLOAT_INSTANCE(e5m2, FMT_E5M2)
+FLOAT_SCORES(fp32, FMT_FP32) // and mix_fp32 below
 #undef FLOAT_INSTANCE
+#undef FLOAT_SCORES
+
+// fp32's mix, for every head_dim: even and odd tokens in separate accumulators (two FMA chains
+// instead of one), 32 dimensions per pass so each value row is read once, the dimensions past the
+// last 32 one sum in order of j. The sums run on from block to block (blocks hold an even number of
+// tokens), so a paged stream gives the bits of a contiguous one.
+static void mix_fp32(const CodecBlocks *b, int head, const float *p, float *out, int n) {
+    const int hd = b->head_dim;
+    int d0 = 0;
+    for (; d0 + 2 * TILE <= hd; d0 += 2 * TILE) {
+        float even[2 * TILE] = {0}, odd[2 * TILE] = {0};
+        for (int j0 = 0; j0 < n; j0 += b->block) {
+            const FloatState *s = b->states[j0 / b->block];
+            const float *v = (const float *)(const void *)s->codes + (size_t)head * s->capacity * hd; // token j0
+            const int j1 = n - j0 < b->block ? n : j0 + b->block;
+            int j = j0;
+            for (; j + 2 <= j1; j += 2) {
+                const float *r0 = v + (size_t)(j - j0) * hd + d0, *r1 = r0 + hd;
+                const float w0 = p[j], w1 = p[j + 1];
+#pragma omp simd
+                for (int l = 0; l < 2 * TILE; l++) {
+                    even[l] += w0 * r0[l];
+                    odd[l] += w1 * r1[l];
+                }
+            }
+            for (; j < j1; j++) {
+                const float *r0 = v + (size_t)(j - j0) * hd + d0;
+#pragma omp simd
+                for (int l = 0; l < 2 * TILE; l++) even[l] += p[j] * r0[l];
+            }
+        }
+        for (int l = 0; l < 2 * TILE; l++) out[d0 + l] = even[l] + odd[l];
+    }
+    for (; d0 < hd; d0++) {
+        float acc = 0;
+        for (int j = 0; j < n; j++) {
+            int local;
+            const FloatState *s = codec_block(b, j, &local);
+            acc += p[j] * float_decode(s->codes, ((size_t)head * s->capacity + (size_t)local) * hd + (size_t)d0, FMT_FP32);
+        }
+        out[d0] = acc;
+    }
+}
+
 typedef void (*FloatKernel)(const CodecBlocks *, int, const float *, float *, int);
-static const FloatKernel float_scores_fn[] = {scores_fp16, scores_bf16, scores_e4m3, scores_e5m2};
-static const FloatKernel float_mix_fn[] = {mix_fp16, mix_bf16, mix_e4m3, mix_e5m2};
+static const FloatKernel float_scores_fn[] = {scores_fp16, scores_bf16, scores_e4m3, scores_e5m2, scores_fp32};
+static const FloatKernel float_mix_fn[] = {mix_fp16, mix_bf16, mix_e4m3, mix_e5m2, mix_fp32};
 
 // Scoring a value stream or mixing a key stream is not what attention does: read back. The mix
-// kernel's buffers hold head_dims up to 64.
+// kernel's buffers hold head_dims up to 64 (fp32's has none).
 static void float_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
     const FloatState *s = b->states[0];
     if (s->is_key)
         float_scores_fn[s->format](b, head, q, out, n);
     else
-        codec_scores_by_read_blocks(b, float_read, s->head_dim, head, q, out, n);
+        codec_scores_by_read(b, float_read, s->head_dim, head, q, out, n);
 }
 
 static void float_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
     const FloatState *s = b->states[0];
-    if (!s->is_key && s->head_dim <= 64)
+    if (!s->is_key && (s->head_dim <= 64 || s->format == FMT_FP32))
         float_mix_fn[s->format](b, head, p, out, n);
     else
-        codec_mix_by_read_blocks(b, float_read, s->head_dim, head, p, out, n);
+        codec_mix_by_read(b, float_read, s->head_dim, head, p, out, n);
 }
 
 static size_t float_bytes(const void *state) {
@@ -529,6 +577,7 @@ CODEC_OPS(float, NULL, NULL);
     }                                                                                                \
     const CodecFamily CODEC_FAMILY(codec_##id) = {.name = #id, .help = help_text, .ops = &float_ops, .create = create_##id};
 
+FLOAT_FAMILY(fp32, "fp32                 full precision, the reference (32 bits per number)")
 FLOAT_FAMILY(fp16, "fp16                 IEEE half precision, round to nearest even (16 bits per number); "
                    "scale=token adds an fp16 absmax scale per head per token")
 FLOAT_FAMILY(bf16, "bf16                 bfloat16, round to nearest even (16 bits per number); scale=token as fp16")

@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "../quant.h"
-#include "affine_kernels.h"
+#include "code_store.h"
 #include "codec_core.h"
 #include "codecs.h"
 
@@ -38,30 +38,37 @@
 
 typedef enum { FMT_Q8_0, FMT_Q4_0, FMT_Q4_1, FMT_Q5_0, FMT_Q5_1, FMT_IQ4_NL } BlockFormat;
 
+// A format's name, its block's bytes, and where qs (or q8_0's codes) start in the block: after d,
+// then m, then qh, as far as the format has them.
 typedef struct {
     const char *name;
-    size_t block_bytes;
+    size_t block_bytes, qs_offset;
 } BlockInfo;
 
 static const BlockInfo block_info[] = {
-    [FMT_Q8_0] = {"q8_0", 34}, [FMT_Q4_0] = {"q4_0", 18}, [FMT_Q4_1] = {"q4_1", 20},
-    [FMT_Q5_0] = {"q5_0", 22}, [FMT_Q5_1] = {"q5_1", 24}, [FMT_IQ4_NL] = {"iq4_nl", 18},
+    [FMT_Q8_0] = {"q8_0", 34, 2}, [FMT_Q4_0] = {"q4_0", 18, 2}, [FMT_Q4_1] = {"q4_1", 20, 4},
+    [FMT_Q5_0] = {"q5_0", 22, 6}, [FMT_Q5_1] = {"q5_1", 24, 8}, [FMT_IQ4_NL] = {"iq4_nl", 18, 2},
 };
+
+// Every format, and the id its family and kernels are named by.
+#define BLOCK_FORMATS(X) X(q8_0, FMT_Q8_0) X(q4_0, FMT_Q4_0) X(q4_1, FMT_Q4_1) X(q5_0, FMT_Q5_0) X(q5_1, FMT_Q5_1) \
+    X(iq4_nl, FMT_IQ4_NL)
 
 // iq4_nl's codebook (kvalues_iq4nl).
 static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                         1,    13,   25,  38,  53,  69,  89,  113};
 
 typedef struct {
+    // qs (or q8_0's codes) as 4-bit (8-bit) codes of a code store, first (code_store_chunk): keys in
+    // token tiles, [head][tile][block][code_bytes / 4 words][16 lanes]; values in rows,
+    // [head][token][block][code_bytes]
+    CodeStore cs;
     BlockFormat format;
     int n_heads, head_dim, capacity, length, is_key;
     int blocks;           // per head per token: head_dim / 32
     int slots;            // per head: capacity rounded up to whole tiles
     size_t block_bytes;   // llama.cpp's block, all fields
     size_t code_bytes;    // of a block's qs (16) or q8_0's codes (32)
-    size_t unit_bytes;    // codes of a tile (keys) or of a token (values), one head
-    uint8_t
-        *codes; // keys: [head][tile][block][code_bytes / 4 words][16 lanes]; values: [head][token][block][code_bytes]
     uint16_t *d, *m;      // [head][block][slot]; m for q4_1 and q5_1
     uint32_t *qh;         // [head][block][slot] for q5_0 and q5_1
     int search;           // iq4_nl:search (else llama.cpp's reference quantiser)
@@ -70,7 +77,7 @@ typedef struct {
 
 static void block_destroy(void *state) {
     BlockState *s = state;
-    if (s) free(s->codes), free(s->d), free(s->m), free(s->qh);
+    if (s) code_store_free(&s->cs), free(s->d), free(s->m), free(s->qh);
     free(s);
 }
 
@@ -275,64 +282,8 @@ static void quantise_block(BlockFormat f, const float *x, uint8_t *b, int search
     }
 }
 
-// ---- Decoding ------------------------------------------------------------------------------
-// Numbers j and j + 16 of a block (j < 16) share a byte of qs, so every kernel walks j over 16 and
-// decodes the pair in registers: lo = x̂_j, hi = x̂_{j+16}. The block's scale (and minimum, high
-// bits) are read once per block into BlockHead.
-typedef struct {
-    float d, m;
-    uint32_t qh;
-} BlockHead;
-
-#define ALWAYS_INLINE QUANT_ALWAYS_INLINE
-
-static ALWAYS_INLINE BlockHead block_head(BlockFormat f, const uint8_t *b) {
-    BlockHead h = {load_f16(b), 0.0f, 0};
-    if (f == FMT_Q4_1 || f == FMT_Q5_1) h.m = load_f16(b + 2);
-    if (f == FMT_Q5_0) h.qh = load_u32(b + 2);
-    if (f == FMT_Q5_1) h.qh = load_u32(b + 4);
-    return h;
-}
-
-static ALWAYS_INLINE void block_pair(BlockFormat f, const uint8_t *b, BlockHead h, int j, float *lo, float *hi) {
-    switch (f) {
-    case FMT_Q8_0:
-        *lo = (float)(int8_t)b[2 + j] * h.d;
-        *hi = (float)(int8_t)b[2 + QK / 2 + j] * h.d;
-        break;
-    case FMT_Q4_0:
-        *lo = (float)((b[2 + j] & 0x0f) - 8) * h.d;
-        *hi = (float)((b[2 + j] >> 4) - 8) * h.d;
-        break;
-    case FMT_Q4_1:
-        *lo = (float)(b[4 + j] & 0x0f) * h.d + h.m;
-        *hi = (float)(b[4 + j] >> 4) * h.d + h.m;
-        break;
-    case FMT_Q5_0:
-        *lo = (float)((int)((b[6 + j] & 0x0f) | (((h.qh >> j) & 1) << 4)) - 16) * h.d;
-        *hi = (float)((int)((b[6 + j] >> 4) | (((h.qh >> (j + QK / 2)) & 1) << 4)) - 16) * h.d;
-        break;
-    case FMT_Q5_1:
-        *lo = (float)((b[8 + j] & 0x0f) | (((h.qh >> j) & 1) << 4)) * h.d + h.m;
-        *hi = (float)((b[8 + j] >> 4) | (((h.qh >> (j + QK / 2)) & 1) << 4)) * h.d + h.m;
-        break;
-    case FMT_IQ4_NL:
-        *lo = (float)iq4nl_values[b[2 + j] & 0x0f] * h.d;
-        *hi = (float)iq4nl_values[b[2 + j] >> 4] * h.d;
-        break;
-    }
-}
-
 // ---- The codec ------------------------------------------------------------------------------
-// Where qs (or q8_0's codes) start in a block, and whether it has m / qh.
-static size_t block_qs_offset(BlockFormat f) {
-    switch (f) {
-    case FMT_Q4_1: return 4;
-    case FMT_Q5_0: return 6;
-    case FMT_Q5_1: return 8;
-    default: return 2;
-    }
-}
+// Whether a format's blocks have m / qh.
 static int block_has_m(BlockFormat f) { return f == FMT_Q4_1 || f == FMT_Q5_1; }
 static int block_has_qh(BlockFormat f) { return f == FMT_Q5_0 || f == FMT_Q5_1; }
 
@@ -372,16 +323,15 @@ static void *block_create(BlockFormat f, CodecSpec *spec, int n_heads, int head_
         s->blocks = head_dim / QK;
         s->slots = (capacity + TILE - 1) / TILE * TILE;
         s->code_bytes = f == FMT_Q8_0 ? 32 : 16;
-        s->unit_bytes = (size_t)s->blocks * s->code_bytes * (s->is_key ? TILE : 1);
-        const size_t units = s->is_key ? (size_t)s->slots / TILE : (size_t)capacity;
         const size_t meta = (size_t)n_heads * (size_t)s->blocks * (size_t)s->slots;
         // Zeroed: the lanes of a partial tile, and scales past the last token, hold finite numbers.
-        s->codes = calloc((size_t)n_heads * units, s->unit_bytes);
+        code_store_init(&s->cs, s->is_key ? QUANT_TILES : QUANT_ROWS, f == FMT_Q8_0 ? 8 : 4, n_heads, head_dim,
+                        capacity); // cs.codes NULL when out of memory, checked below
         s->d = calloc(meta, sizeof(uint16_t));
         if (block_has_m(f)) s->m = calloc(meta, sizeof(uint16_t));
         if (block_has_qh(f)) s->qh = calloc(meta, sizeof(uint32_t));
     }
-    if (!s || !s->codes || !s->d || (block_has_m(f) && !s->m) || (block_has_qh(f) && !s->qh)) {
+    if (!s || !s->cs.codes || !s->d || (block_has_m(f) && !s->m) || (block_has_qh(f) && !s->qh)) {
         block_destroy(s);
         snprintf(err, errlen, "out of memory allocating a %s cache stream", name);
         return NULL;
@@ -396,13 +346,8 @@ static inline size_t block_meta(const BlockState *s, int head, int block, int to
     return ((size_t)head * (size_t)s->blocks + (size_t)block) * (size_t)s->slots + (size_t)token;
 }
 
-// Keys: tile `tile` of one head; values: the row of one token.
-static inline uint8_t *block_unit(const BlockState *s, int head, int unit) {
-    const size_t units = s->is_key ? (size_t)s->slots / TILE : (size_t)s->capacity;
-    return s->codes + ((size_t)head * units + (size_t)unit) * s->unit_bytes;
-}
-
 // One block in llama.cpp's byte layout, put together from the arrays (read) or taken apart (append).
+// Byte j of qs is the code store's numbers 2j (low nibble) and 2j + 1 (high); q8_0's are its bytes.
 static void block_gather(const BlockState *s, int head, int token, int i, uint8_t *b) {
     const size_t at = block_meta(s, head, i, token);
     b[0] = (uint8_t)(s->d[at] & 0xff);
@@ -412,29 +357,21 @@ static void block_gather(const BlockState *s, int head, int token, int i, uint8_
         b[3] = (uint8_t)(s->m[at] >> 8);
     }
     if (block_has_qh(s->format))
-        for (int k = 0; k < 4; k++) b[block_qs_offset(s->format) - 4 + k] = (uint8_t)(s->qh[at] >> (8 * k));
-    uint8_t *qs = b + block_qs_offset(s->format);
-    if (s->is_key) {
-        const uint32_t *w =
-            (const uint32_t *)(const void *)block_unit(s, head, token / TILE) + (size_t)i * s->code_bytes / 4 * TILE;
-        quant_tile_get(w, token % TILE, qs, (int)s->code_bytes / 4);
-    } else {
-        memcpy(qs, block_unit(s, head, token) + (size_t)i * s->code_bytes, s->code_bytes);
-    }
+        for (int k = 0; k < 4; k++) b[block_info[s->format].qs_offset - 4 + k] = (uint8_t)(s->qh[at] >> (8 * k));
+    uint8_t *qs = b + block_info[s->format].qs_offset, q[QK];
+    code_store_get(&s->cs, head, token, i, q, QK);
+    for (int k = 0; k < (int)s->code_bytes; k++) qs[k] = s->cs.bits == 8 ? q[k] : (uint8_t)(q[2 * k] | q[2 * k + 1] << 4);
 }
 
 static void block_scatter(BlockState *s, int head, int token, int i, const uint8_t *b) {
     const size_t at = block_meta(s, head, i, token);
     s->d[at] = (uint16_t)(b[0] | b[1] << 8);
     if (block_has_m(s->format)) s->m[at] = (uint16_t)(b[2] | b[3] << 8);
-    if (block_has_qh(s->format)) s->qh[at] = load_u32(b + block_qs_offset(s->format) - 4);
-    const uint8_t *qs = b + block_qs_offset(s->format);
-    if (s->is_key) {
-        uint32_t *w = (uint32_t *)(void *)block_unit(s, head, token / TILE) + (size_t)i * s->code_bytes / 4 * TILE;
-        quant_tile_put(w, token % TILE, qs, (int)s->code_bytes / 4);
-    } else {
-        memcpy(block_unit(s, head, token) + (size_t)i * s->code_bytes, qs, s->code_bytes);
-    }
+    if (block_has_qh(s->format)) s->qh[at] = load_u32(b + block_info[s->format].qs_offset - 4);
+    const uint8_t *qs = b + block_info[s->format].qs_offset;
+    uint8_t q[QK];
+    for (int k = 0; k < QK; k++) q[k] = s->cs.bits == 8 ? qs[k] : (uint8_t)(qs[k / 2] >> (4 * (k % 2)) & 15);
+    code_store_put(&s->cs, head, token, i, q, QK);
 }
 
 static void block_append(void *state, const float *vec) {
@@ -448,17 +385,34 @@ static void block_append(void *state, const float *vec) {
     s->length++;
 }
 
+// The integer level of each number of a block (llama.cpp's byte layout), before d and m.
+static void block_levels(BlockFormat f, const uint8_t *b, int *lv) {
+    const uint8_t *qs = b + block_info[f].qs_offset;
+    const uint32_t qh = block_has_qh(f) ? load_u32(qs - 4) : 0;
+    for (int j = 0; j < QK; j++) {
+        const int c = f == FMT_Q8_0 ? (int8_t)qs[j] : j < QK / 2 ? qs[j] & 15 : qs[j - QK / 2] >> 4;
+        const int hi = (int)((qh >> j) & 1) << 4;
+        lv[j] = f == FMT_Q4_0 ? c - 8 : f == FMT_Q5_0 ? (c | hi) - 16 : f == FMT_Q5_1 ? c | hi
+              : f == FMT_IQ4_NL ? iq4nl_values[c] : c;
+    }
+}
+
+// x̂ = level · d (+ m), as every kernel decodes.
 static void block_read(const void *state, int head, int token, float *out) {
     const BlockState *s = state;
     uint8_t b[34];
+    int lv[QK];
     for (int i = 0; i < s->blocks; i++) {
         block_gather(s, head, token, i, b);
-        const BlockHead h = block_head(s->format, b);
-        for (int k = 0; k < QK / 2; k++) block_pair(s->format, b, h, k, &out[i * QK + k], &out[i * QK + k + QK / 2]);
+        block_levels(s->format, b, lv);
+        const float d = load_f16(b), m = block_has_m(s->format) ? load_f16(b + 2) : 0.0f;
+        for (int j = 0; j < QK; j++) out[i * QK + j] = block_has_m(s->format) ? (float)lv[j] * d + m : (float)lv[j] * d;
     }
 }
 
 // ---- Kernels ---------------------------------------------------------------------------------
+#define ALWAYS_INLINE QUANT_ALWAYS_INLINE
+
 // The level a code stands for before the scale: q4_0 c − 8, iq4_nl the codebook, q4_1 c (then
 // ·d + m).
 static ALWAYS_INLINE float block_level(BlockFormat f, int c) {
@@ -533,21 +487,11 @@ static inline void block_key_finish(void *ctx, int i, int t0, int nt, float (*ac
     }
 }
 
-static const uint8_t *block_unit0(const void *state, int head) { return block_unit(state, head, 0); }
-
-// The head's codes at `offset` in a unit, in every block the n tokens lie in.
-static AffineChunk block_chunk(const CodecBlocks *b, int head, int n, size_t offset, const uint8_t **blocks) {
-    const BlockState *s0 = b->states[0];
-    const int unit = s0->is_key ? TILE : 1;
-    return affine_chunk_of(b, head, n, offset, block_unit0, s0->unit_bytes, unit,
-                           s0->is_key ? s0->slots / TILE : s0->capacity, blocks);
-}
-
 static ALWAYS_INLINE void block_scores_impl(const CodecBlocks *b, int head, const float *q, float *out, int n,
                                             const BlockFormat f, const int hd) {
     BlockKeys k = {.b = b, .f = f, .head = head, .n = n, .q = q};
     const uint8_t *stack[AFFINE_STACK_BLOCKS], **blocks = affine_blocks(b, n, stack);
-    affine_score_tiles(block_chunk(b, head, n, 0, blocks), n, hd, f == FMT_Q8_0 ? 8 : 4,
+    affine_score_tiles(code_store_chunk(b, head, n, 0, blocks), n, hd, f == FMT_Q8_0 ? 8 : 4,
                        f == FMT_Q8_0 ? AFFINE_SIGNED : AFFINE_Q5, f == FMT_Q5_0 ? 16 : 0, block_tabled(f), 0,
                        (AffineForm){0, 0, 0, 0}, q, block_key_job, block_key_finish, &k, out);
     if (blocks != stack) free(blocks);
@@ -582,7 +526,7 @@ static ALWAYS_INLINE void block_mix_impl(const CodecBlocks *b, int head, const f
     const AffineForm form = {f != FMT_Q8_0, block_has_m(f), 1, 4 * TILE};
     const uint8_t *stack[AFFINE_STACK_BLOCKS], **blocks = affine_blocks(b, n, stack);
     for (int i = 0; i < hd / QK; i++) {
-        const AffineChunk ch = block_chunk(b, head, n, (size_t)i * s0->code_bytes, blocks);
+        const AffineChunk ch = code_store_chunk(b, head, n, (size_t)i * s0->code_bytes, blocks);
         float sums[2][32] __attribute__((aligned(64)));
         if (block_tabled(f))
             affine_mix_groups(ch, 1, (const float(*)[16])lv, form, block_prep, b, head, i, p, n, (float(*)[2][16])sums);
@@ -609,23 +553,15 @@ static ALWAYS_INLINE void block_mix_impl(const CodecBlocks *b, int head, const f
         else                                                                                       \
             block_mix_impl(b, head, p, out, n, fmt, b->head_dim);                                  \
     }
-BLOCK_INSTANCE(q8_0, FMT_Q8_0)
-BLOCK_INSTANCE(q4_0, FMT_Q4_0)
-BLOCK_INSTANCE(q4_1, FMT_Q4_1)
-BLOCK_INSTANCE(q5_0, FMT_Q5_0)
-BLOCK_INSTANCE(q5_1, FMT_Q5_1)
-BLOCK_INSTANCE(iq4_nl, FMT_IQ4_NL)
+BLOCK_FORMATS(BLOCK_INSTANCE)
 #undef BLOCK_INSTANCE
 
 typedef void (*BlockKernel)(const CodecBlocks *, int, const float *, float *, int);
-static const BlockKernel block_scores_fn[] = {
-    [FMT_Q8_0] = scores_q8_0, [FMT_Q4_0] = scores_q4_0, [FMT_Q4_1] = scores_q4_1,
-    [FMT_Q5_0] = scores_q5_0, [FMT_Q5_1] = scores_q5_1, [FMT_IQ4_NL] = scores_iq4_nl,
-};
-static const BlockKernel block_mix_fn[] = {
-    [FMT_Q8_0] = mix_q8_0, [FMT_Q4_0] = mix_q4_0, [FMT_Q4_1] = mix_q4_1,
-    [FMT_Q5_0] = mix_q5_0, [FMT_Q5_1] = mix_q5_1, [FMT_IQ4_NL] = mix_iq4_nl,
-};
+#define BLOCK_SCORES(id, fmt) [fmt] = scores_##id,
+#define BLOCK_MIX(id, fmt) [fmt] = mix_##id,
+static const BlockKernel block_scores_fn[] = {BLOCK_FORMATS(BLOCK_SCORES)}, block_mix_fn[] = {BLOCK_FORMATS(BLOCK_MIX)};
+#undef BLOCK_SCORES
+#undef BLOCK_MIX
 
 // ---- qround=q8: llama.cpp's arithmetic ---------------------------------------------------------
 // llama.cpp's CPU attention does not multiply a quantised key by the float query: it rounds the
@@ -654,19 +590,8 @@ static void round_query(const float *x, QueryBlock *y) {
     y->s = quant_fp16_to_fp32(quant_fp32_to_fp16((float)sum * d));
 }
 
-// The integer level of each number of a block (llama.cpp's byte layout), before d and m.
-static void block_levels(BlockFormat f, const uint8_t *b, int *lv) {
-    const uint8_t *qs = b + block_qs_offset(f);
-    const uint32_t qh = block_has_qh(f) ? load_u32(qs - 4) : 0;
-    for (int j = 0; j < QK; j++) {
-        const int c = f == FMT_Q8_0 ? (int8_t)qs[j] : j < QK / 2 ? qs[j] & 15 : qs[j - QK / 2] >> 4;
-        const int hi = (int)((qh >> j) & 1) << 4;
-        lv[j] = f == FMT_Q4_0 ? c - 8 : f == FMT_Q5_0 ? (c | hi) - 16 : f == FMT_Q5_1 ? c | hi
-              : f == FMT_IQ4_NL ? iq4nl_values[c] : c;
-    }
-}
-
-static void block_scores_qround(const BlockState *s, int head, const float *q, float *out, int n) {
+static void block_scores_qround(const void *state, int head, const float *q, float *out, int n) {
+    const BlockState *s = state;
     QueryBlock qb[1024 / QK];
     for (int i = 0; i < s->blocks; i++) round_query(q + i * QK, &qb[i]);
     for (int t = 0; t < n; t++) {
@@ -689,31 +614,25 @@ static void block_scores_qround(const BlockState *s, int head, const float *q, f
     }
 }
 
-static void block_scores_qround_state(const void *state, int head, const float *q, float *out, int n) {
-    block_scores_qround(state, head, q, out, n);
-}
-
 static void block_mix_q5_state(const void *state, int head, const float *p, float *out, int n) {
     const BlockState *s = state;
-    const void *states[1] = {state};
-    const CodecBlocks one = {states, s->capacity, s->head_dim};
-    block_mix_fn[s->format](&one, head, p, out, n);
+    block_mix_fn[s->format](CODEC_ONE_BLOCK(state, s->head_dim), head, p, out, n);
 }
 
 static void block_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
     const BlockState *s = b->states[0];
     if (s->is_key && s->qround) // integer dot products per token: block by block
-        codec_scores_per_block(b, block_scores_qround_state, head, q, out, n);
+        codec_scores_per_block(b, block_scores_qround, head, q, out, n);
     else if (s->is_key && s->blocks <= 8)
         block_scores_fn[s->format](b, head, q, out, n);
     else
-        codec_scores_by_read_blocks(b, block_read, s->head_dim, head, q, out, n);
+        codec_scores_by_read(b, block_read, s->head_dim, head, q, out, n);
 }
 
 static void block_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
     const BlockState *s = b->states[0];
     if (s->is_key)
-        codec_mix_by_read_blocks(b, block_read, s->head_dim, head, p, out, n);
+        codec_mix_by_read(b, block_read, s->head_dim, head, p, out, n);
     else if (s->qh && n > b->block) // q5's fifth bits are one array per block: block by block
         codec_mix_per_block(b, block_mix_q5_state, s->head_dim, head, p, out, n);
     else
@@ -724,7 +643,6 @@ static size_t block_bytes(const void *state) {
     const BlockState *s = state;
     return s->block_bytes * (size_t)s->blocks * (size_t)s->length * s->n_heads;
 }
-
 
 CODEC_OPS(block, NULL, NULL);
 

@@ -38,13 +38,15 @@ enum { LEVELS_SYM, LEVELS_FULL, LEVELS_SIGN };
 // Every product is w · level: the query number (then the token's scale), or p · scale.
 static const AffineForm INT_FORM = {0, 0, 0, 0};
 
+// What the kernels read of a state (a pool has one per block) lies in its first 64 bytes.
 typedef struct {
-    int n_heads, head_dim, capacity, length;
-    int bits, levels, scale_fp32;
-    CodeStore cs;      // the codes (unit: 16 tokens for tiles, 4/B for groups, 1 for rows)
+    CodeStore cs;      // the codes (unit: 16 tokens for tiles, 4/B for groups, 1 for rows); first (code_store_chunk)
     int slots;         // scale slots per head: capacity rounded up to whole tiles
+    int scale_fp32;
     uint16_t *scale16; // [head][slots] with scale=fp16 (zero past the last token)
     float *scale32;    // [head][slots] with scale=fp32
+    int n_heads, head_dim, capacity, length;
+    int bits, levels;
 } IntState;
 
 static void int_destroy(void *state) {
@@ -125,8 +127,6 @@ static inline size_t int_slot(const IntState *s, int head, int token) {
     return (size_t)head * (size_t)s->slots + (size_t)token;
 }
 
-
-
 // Store a scale in the stream's format; returns the value decode will use.
 static float int_store_scale(IntState *s, size_t slot, float d) {
     if (s->scale_fp32) {
@@ -147,36 +147,19 @@ static inline int32_t int_level(uint32_t code, int bits) {
     return (int32_t)(code << (32 - bits)) >> (32 - bits);
 }
 
-// Stores the codes of numbers [32c, 32c + n) of the token being appended (n < 32 only for the
-// tail of a row when head_dim is not a multiple of 32).
-static void int_store_chunk(IntState *s, int head, int c, const uint8_t *q, int n) {
-    code_store_put(&s->cs, head, s->length, c, q, n);
-}
-
 static void int_encode(IntState *s, int head, const float *x) {
-    const int hd = s->head_dim;
-    const size_t slot = int_slot(s, head, s->length);
+    const int hd = s->head_dim, half = 1 << (s->bits - 1);
     const unsigned mask = (1u << s->bits) - 1u;
-    uint8_t q[32];
+    int lo = -half, hi = half - 1;
+    float d;
     if (s->levels == LEVELS_SIGN) {
         float sum = 0.0f;
-        for (int d = 0; d < hd; d++) sum += fabsf(x[d]);
-        (void)int_store_scale(s, slot, sum / (float)hd);
-        for (int c = 0; c < hd; c += 32) {
-            const int n = hd - c < 32 ? hd - c : 32;
-            for (int i = 0; i < n; i++) q[i] = x[c + i] >= 0.0f ? 0 : 1;
-            int_store_chunk(s, head, c / 32, q, n);
-        }
-        return;
-    }
-    const int half = 1 << (s->bits - 1);
-    int lo, hi;
-    float d;
-    if (s->levels == LEVELS_SYM) {
+        for (int i = 0; i < hd; i++) sum += fabsf(x[i]);
+        d = sum / (float)hd;
+    } else if (s->levels == LEVELS_SYM) {
         float amax = 0.0f;
         for (int i = 0; i < hd; i++) amax = fmaxf(amax, fabsf(x[i]));
         lo = -(half - 1);
-        hi = half - 1;
         d = amax / (float)hi;
     } else {
         float amax = 0.0f, extreme = 0.0f;
@@ -186,19 +169,20 @@ static void int_encode(IntState *s, int head, const float *x) {
                 extreme = x[i];
             }
         }
-        lo = -half;
-        hi = half - 1;
         d = extreme / (float)-half;
     }
-    const float ds = int_store_scale(s, slot, d);
+    const float ds = int_store_scale(s, int_slot(s, head, s->length), d);
     // Chunks of 32 numbers start on a byte boundary (32·B bits), so each packs on its own.
+    uint8_t q[32];
     for (int c = 0; c < hd; c += 32) {
         const int n = hd - c < 32 ? hd - c : 32;
         for (int i = 0; i < n; i++) {
-            const int v = ds != 0.0f ? quant_round_clamp(x[c + i] / ds, lo, hi) : 0;
+            const int v = s->levels == LEVELS_SIGN ? x[c + i] < 0.0f
+                        : ds != 0.0f                ? quant_round_clamp(x[c + i] / ds, lo, hi)
+                                                    : 0;
             q[i] = (uint8_t)((unsigned)v & mask);
         }
-        int_store_chunk(s, head, c / 32, q, n);
+        code_store_put(&s->cs, head, s->length, c / 32, q, n);
     }
 }
 
@@ -206,13 +190,6 @@ static void int_append(void *state, const float *vec) {
     IntState *s = state;
     for (int h = 0; h < s->n_heads; h++) int_encode(s, h, vec + h * s->head_dim);
     s->length++;
-}
-
-// Levels of numbers [c, c + n) of one head at one token (c a multiple of 32, n <= 32), unscaled.
-static void int_levels(const IntState *s, int head, int token, int c, int n, float *out) {
-    uint8_t q[32];
-    code_store_get(&s->cs, head, token, c / 32, q, n);
-    for (int i = 0; i < n; i++) out[i] = (float)int_level(q[i], s->bits);
 }
 
 // ---- Keys: token tiles (affine_kernels.h) ---------------------------------------------------
@@ -241,14 +218,6 @@ static ALWAYS_INLINE void int_prefetch_scales(const CodecBlocks *b, int head, in
     const IntState *s = codec_block(b, t, &local);
     const size_t slot = int_slot(s, head, local);
     __builtin_prefetch(s->scale_fp32 ? (const void *)(s->scale32 + slot) : (const void *)(s->scale16 + slot));
-}
-
-static const uint8_t *int_unit0(const void *state, int head) { return code_store_unit(&((const IntState *)state)->cs, head, 0); }
-
-// The head's codes of chunk c (at `offset` in a unit) in every block the n tokens lie in.
-static AffineChunk int_chunk(const CodecBlocks *b, int head, int n, size_t offset, const uint8_t **blocks) {
-    const IntState *s0 = b->states[0];
-    return affine_chunk_of(b, head, n, offset, int_unit0, s0->cs.unit_bytes, s0->cs.unit, s0->cs.units, blocks);
 }
 
 typedef struct {
@@ -294,7 +263,7 @@ static ALWAYS_INLINE void int_scores_tiled(const CodecBlocks *b, int head, const
                                            const int hd, const int bits) {
     IntKeys k = {.b = b, .head = head, .n = n, .chunks = hd / 32, .q = q};
     const uint8_t *stack[AFFINE_STACK_BLOCKS], **blocks = affine_blocks(b, n, stack);
-    affine_score_tiles(int_chunk(b, head, n, 0, blocks), n, hd, bits, AFFINE_SIGNED, 0, bits <= 4, 1, INT_FORM, q, int_key_job, int_key_finish, &k,
+    affine_score_tiles(code_store_chunk(b, head, n, 0, blocks), n, hd, bits, AFFINE_SIGNED, 0, bits <= 4, 1, INT_FORM, q, int_key_job, int_key_finish, &k,
                        out);
     if (blocks != stack) free(blocks);
 }
@@ -326,7 +295,7 @@ static ALWAYS_INLINE void int_mix_hd(const CodecBlocks *b, int head, const float
     const uint8_t *stack[AFFINE_STACK_BLOCKS], **blocks = affine_blocks(b, n, stack);
     for (int c = 0; c < hd / 32; c++) {
         const int groups = bits == 1 || bits == 2 || bits == 4; // else rows
-        const AffineChunk ch = int_chunk(b, head, n, (size_t)c * (groups ? 16 : 4 * bits), blocks);
+        const AffineChunk ch = code_store_chunk(b, head, n, (size_t)c * (groups ? 16 : 4 * bits), blocks);
         if (groups) {
             float acc[2][2][16] __attribute__((aligned(64)));
             affine_mix_groups(ch, 4 / bits, (const float(*)[16])lv, INT_FORM, int_weights, b, head, c, p, n, acc);
@@ -340,24 +309,14 @@ static ALWAYS_INLINE void int_mix_hd(const CodecBlocks *b, int head, const float
     if (blocks != stack) free(blocks);
 }
 
-// One instance per width at micro's head_dim 32 (constant shifts and trip counts); other head_dims
-// that are multiples of 32 take the same code with run-time values.
-typedef void (*IntKernel)(const CodecBlocks *, int, const float *, float *, int);
-#define INT_INSTANCE(B)                                                                            \
-    static void int_scores_32_##B(const CodecBlocks *b, int head, const float *q, float *out, int n) { \
-        int_scores_tiled(b, head, q, out, n, 32, B);                                               \
-    }                                                                                              \
-    static void int_mix_32_##B(const CodecBlocks *b, int head, const float *p, float *out, int n) { \
-        int_mix_hd(b, head, p, out, n, 32, B);                                                     \
-    }
-AFFINE_WIDTHS(INT_INSTANCE)
-#undef INT_INSTANCE
-static const IntKernel int_scores_32[9] = AFFINE_BY_WIDTH(int_scores_32), int_mix_32[9] = AFFINE_BY_WIDTH(int_mix_32);
+// Instances per width at micro's head_dim 32; other head_dims that are multiples of 32 take the same
+// code with run-time values.
+AFFINE_INSTANCES_32(int, const CodecBlocks *, int_scores_tiled, int_mix_hd);
 
 static void int_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
     const IntState *s = b->states[0];
     if (s->cs.layout != QUANT_TILES)
-        codec_scores_by_read_blocks(b, int_read, s->head_dim, head, q, out, n);
+        codec_scores_by_read(b, int_read, s->head_dim, head, q, out, n);
     else if (s->head_dim == 32)
         int_scores_32[s->bits](b, head, q, out, n);
     else
@@ -367,7 +326,7 @@ static void int_scores(const CodecBlocks *b, int head, const float *q, float *ou
 static void int_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
     const IntState *s = b->states[0];
     if (s->cs.layout == QUANT_TILES || s->head_dim % 32 != 0)
-        codec_mix_by_read_blocks(b, int_read, s->head_dim, head, p, out, n);
+        codec_mix_by_read(b, int_read, s->head_dim, head, p, out, n);
     else if (s->head_dim == 32)
         int_mix_32[s->bits](b, head, p, out, n);
     else
@@ -377,10 +336,11 @@ static void int_mix(const CodecBlocks *b, int head, const float *p, float *out, 
 static void int_read(const void *state, int head, int token, float *out) {
     const IntState *s = state;
     const float ds = int_scale(s, int_slot(s, head, token));
+    uint8_t q[32];
     for (int c = 0; c < s->head_dim; c += 32) {
         const int m = s->head_dim - c < 32 ? s->head_dim - c : 32;
-        int_levels(s, head, token, c, m, out + c);
-        for (int i = 0; i < m; i++) out[c + i] *= ds;
+        code_store_get(&s->cs, head, token, c / 32, q, m);
+        for (int i = 0; i < m; i++) out[c + i] = (float)int_level(q[i], s->bits) * ds;
     }
 }
 
@@ -389,7 +349,6 @@ static size_t int_bytes(const void *state) {
     const size_t scale_bytes = s->scale_fp32 ? sizeof(float) : sizeof(uint16_t);
     return (s->cs.row_bytes + scale_bytes) * (size_t)s->length * s->n_heads;
 }
-
 
 CODEC_OPS(int, NULL, NULL);
 

@@ -40,7 +40,6 @@
 #define TILE QUANT_TILE
 #define ALWAYS_INLINE QUANT_ALWAYS_INLINE
 
-
 typedef struct {
     int n_heads, head_dim, capacity, length;
     int bits, group, residual, is_value;
@@ -147,7 +146,6 @@ static inline uint16_t *kivi_value_meta(const KiviState *s, int head, int token)
     return s->meta + (size_t)head * s->meta_per_head + (size_t)token * (s->head_dim / s->group) * 2;
 }
 
-
 // The full-precision number d of a token in the residual (keys) or window (values).
 static inline uint16_t *kivi_full_at(const KiviState *s, int head, int token, int d) {
     const int slot = s->is_value ? token % (s->residual + 1) : token - s->n_quant;
@@ -156,8 +154,6 @@ static inline uint16_t *kivi_full_at(const KiviState *s, int head, int token, in
                           (size_t)d) * TILE + (size_t)(slot % TILE);
     return s->full + ((size_t)head * (size_t)s->full_rows + (size_t)slot) * (size_t)s->head_dim + (size_t)d;
 }
-
-
 
 // One group's parameters from its min and max: stores them, returns the values quantising uses.
 static void kivi_params(const KiviState *s, float mn, float mx, uint16_t *scale, uint16_t *minimum,
@@ -175,6 +171,15 @@ static inline float kivi_max(float a, float b) { return a > b ? a : (b == b ? b 
 
 static inline uint8_t kivi_code(float x, float sd, float md, int top) {
     return sd > 0.0f ? (uint8_t)quant_round_clamp((x - md) / sd, 0, top) : 0;
+}
+
+// Values: the scale and minimum of each number [c, c + n) of a token, from its channel groups' (meta).
+static void kivi_value_chunk_params(const KiviState *s, const uint16_t *meta, int c, int n, float *sd, float *md) {
+    const int G = s->group;
+    for (int g = c / G; g * G < c + n; g++) { // the groups the chunk meets
+        const float sg = quant_fp16_to_fp32(meta[2 * g]), mg = quant_fp16_to_fp32(meta[2 * g + 1]);
+        for (int i = g * G > c ? g * G - c : 0; i < n && c + i < (g + 1) * G; i++) sd[i] = sg, md[i] = mg;
+    }
 }
 
 // Keys: quantise the residual keys [n_quant, upto) as groups of G, per channel, 32 channels at a
@@ -234,10 +239,7 @@ static void kivi_quantise_oldest_value(KiviState *s) {
                 float sdd, mdd;
                 kivi_params(s, mn, mx, &meta[2 * g], &meta[2 * g + 1], &sdd, &mdd);
             }
-            for (int g = c / G; g * G < c + n; g++) { // the groups the chunk meets
-                const float sg = quant_fp16_to_fp32(meta[2 * g]), mg = quant_fp16_to_fp32(meta[2 * g + 1]);
-                for (int i = g * G > c ? g * G - c : 0; i < n && c + i < (g + 1) * G; i++) sd[i] = sg, md[i] = mg;
-            }
+            kivi_value_chunk_params(s, meta, c, n, sd, md);
             for (int i = 0; i < n; i++) q[i] = kivi_code(x[i], sd[i], md[i], top);
             for (int i = n; i < 32; i++) q[i] = 0;
             code_store_put(&s->cs, h, t, c / 32, q, n);
@@ -298,13 +300,7 @@ static void kivi_decode_chunk(const KiviState *s, int head, int token, int c, in
     float sc[32], mn[32];
     code_store_get(&s->cs, head, token, c / 32, q, n);
     if (s->is_value) {
-        const uint16_t *meta = kivi_value_meta(s, head, token);
-        for (int g = c / s->group; g <= (c + n - 1) / s->group; g++) { // the groups the chunk meets
-            const float sd = quant_fp16_to_fp32(meta[2 * g]), md = quant_fp16_to_fp32(meta[2 * g + 1]);
-            const int i0 = g * s->group - c > 0 ? g * s->group - c : 0,
-                      i1 = (g + 1) * s->group - c < n ? (g + 1) * s->group - c : n;
-            for (int i = i0; i < i1; i++) sc[i] = sd, mn[i] = md;
-        }
+        kivi_value_chunk_params(s, kivi_value_meta(s, head, token), c, n, sc, mn);
     } else {
         const uint16_t *meta = kivi_key_meta(s, head, token / s->group);
         for (int i = 0; i < n; i++)
@@ -525,7 +521,7 @@ static ALWAYS_INLINE void kivi_window(const KiviState *s, int head, int c, const
 static ALWAYS_INLINE void kivi_mix_values(const KiviState *s, int head, const float *p, float *out, int n, const int hd,
                                           const int bits) {
     if (hd % 32) { // odd shapes
-        codec_mix_by_read(s, kivi_read, s->head_dim, head, p, out, n);
+        codec_mix_by_read(CODEC_ONE_BLOCK(s, s->head_dim), kivi_read, s->head_dim, head, p, out, n);
         return;
     }
     const int nq = n < s->n_quant ? n : s->n_quant;
@@ -560,45 +556,34 @@ static ALWAYS_INLINE void kivi_mix_values(const KiviState *s, int head, const fl
     }
 }
 
-// Instances at micro's head_dim 32 per width (constant shifts); other head_dims with run-time values.
-#define KIVI_INSTANCE(B)                                                                           \
-    static void kivi_scores_rows_##B(const KiviState *s, int head, const float *q, float *out, int n) { \
-        kivi_scores_rows(s, head, q, out, n, 32, B);                                               \
-    }                                                                                              \
-    static void kivi_scores_32_##B(const KiviState *s, int head, const float *q, float *out, int n) { \
-        kivi_scores_quantised(s, head, q, out, n < s->n_quant ? n : s->n_quant, 32, B);            \
-        kivi_scores_residual(s, head, q, out, n, 32);                                              \
-    }                                                                                              \
-    static void kivi_mix_32_##B(const KiviState *s, int head, const float *p, float *out, int n) {  \
-        kivi_mix_values(s, head, p, out, n, 32, B);                                                \
+// Keys: the quantised ones and the residual on tiles, or all on rows.
+static ALWAYS_INLINE void kivi_scores_keys(const KiviState *s, int head, const float *q, float *out, int n,
+                                           const int hd, const int bits) {
+    if (s->cs.layout == QUANT_ROWS) {
+        kivi_scores_rows(s, head, q, out, n, hd, bits);
+        return;
     }
-AFFINE_WIDTHS(KIVI_INSTANCE)
-#undef KIVI_INSTANCE
-typedef void (*KiviKernel)(const KiviState *, int, const float *, float *, int);
-static const KiviKernel kivi_scores_rows_32[9] = AFFINE_BY_WIDTH(kivi_scores_rows),
-                        kivi_scores_32[9] = AFFINE_BY_WIDTH(kivi_scores_32), kivi_mix_32[9] = AFFINE_BY_WIDTH(kivi_mix_32);
+    kivi_scores_quantised(s, head, q, out, n < s->n_quant ? n : s->n_quant, hd, bits);
+    kivi_scores_residual(s, head, q, out, n, hd);
+}
+
+// Instances per width at micro's head_dim 32; other head_dims with run-time values.
+AFFINE_INSTANCES_32(kivi, const KiviState *, kivi_scores_keys, kivi_mix_values);
 
 static void kivi_scores(const void *state, int head, const float *q, float *out, int n) {
     const KiviState *s = state;
-    if (s->is_value) {
-        codec_scores_by_read(s, kivi_read, s->head_dim, head, q, out, n);
-    } else if (s->cs.layout == QUANT_ROWS) {
-        if (s->head_dim == 32)
-            kivi_scores_rows_32[s->bits](s, head, q, out, n);
-        else
-            kivi_scores_rows(s, head, q, out, n, s->head_dim, s->bits);
-    } else if (s->head_dim == 32) {
+    if (s->is_value)
+        codec_scores_by_read(CODEC_ONE_BLOCK(s, s->head_dim), kivi_read, s->head_dim, head, q, out, n);
+    else if (s->head_dim == 32)
         kivi_scores_32[s->bits](s, head, q, out, n);
-    } else {
-        kivi_scores_quantised(s, head, q, out, n < s->n_quant ? n : s->n_quant, s->head_dim, s->bits);
-        kivi_scores_residual(s, head, q, out, n, s->head_dim);
-    }
+    else
+        kivi_scores_keys(s, head, q, out, n, s->head_dim, s->bits);
 }
 
 static void kivi_mix(const void *state, int head, const float *p, float *out, int n) {
     const KiviState *s = state;
     if (!s->is_value)
-        codec_mix_by_read(s, kivi_read, s->head_dim, head, p, out, n);
+        codec_mix_by_read(CODEC_ONE_BLOCK(s, s->head_dim), kivi_read, s->head_dim, head, p, out, n);
     else if (s->head_dim == 32)
         kivi_mix_32[s->bits](s, head, p, out, n);
     else
@@ -616,7 +601,6 @@ static size_t kivi_bytes(const void *state) {
         quant = nq * s->cs.row_bytes + (nq / (size_t)s->group) * hd * 2 * sizeof(uint16_t);
     return (quant + full) * (size_t)s->n_heads;
 }
-
 
 CODEC_OPS_PER_BLOCK(kivi, kivi_settled, kivi_settle);
 
