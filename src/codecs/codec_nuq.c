@@ -170,7 +170,7 @@ static void nuq_scores(const CodecBlocks *b, int head, const float *q, float *ou
     const NuqState *s0 = b->states[0];
     const int hd = b->head_dim;
     if (s0->per_channel || s0->slots) {
-        codec_scores_by_read_blocks(b, nuq_read, hd, head, q, out, n);
+        codec_scores_by_read(b, nuq_read, hd, head, q, out, n);
         return;
     }
     float table[1024 * 16], qsum = 0.0f;
@@ -194,7 +194,7 @@ static void nuq_mix(const CodecBlocks *b, int head, const float *p, float *out, 
     const NuqState *s0 = b->states[0];
     const int hd = b->head_dim;
     if (s0->per_channel) {
-        codec_mix_by_read_blocks(b, nuq_read, hd, head, p, out, n);
+        codec_mix_by_read(b, nuq_read, hd, head, p, out, n);
         return;
     }
     float acc[1024] = {0}, zsum = 0.0f;
