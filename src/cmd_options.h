@@ -99,6 +99,16 @@ typedef struct {
 } CalibrateOptions;
 int calibrate_parse(int argc, char **argv, CalibrateOptions *o, char *err, size_t errlen);
 
+#define SWEEP_MAX_TEXTS 16
+#define SWEEP_MAX_GRIDS 64
+typedef struct {
+    const char *model_path, *calib_path;
+    const char *texts[SWEEP_MAX_TEXTS];
+    const char *grids[SWEEP_MAX_GRIDS];
+    int n_texts, n_grids, preset_all, threads, json;
+} SweepOptions;
+int sweep_parse(int argc, char **argv, SweepOptions *o, char *err, size_t errlen);
+
 // Checks the form of a --k / --v / --cache pair while parsing, before the model is known (one line
 // in err); cmd_check_specs_for_model checks them against the loaded model's heads, head_dim and
 // context, before any work.

@@ -12,5 +12,6 @@ int cmd_plate(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_serve_bench(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
+int cmd_sweep(int argc, char **argv);
 
 #endif

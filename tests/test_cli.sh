@@ -7,7 +7,7 @@ expect 2 "usage" "no command" -- "$micro"
 expect 2 "unknown command 'bogus'" "unknown command" -- "$micro" bogus
 expect 0 "" "--help" -- "$micro" --help
 expect 0 "" "--version" -- "$micro" --version
-for cmd in plate eval generate bench serve-bench train calibrate export capacity inspect; do
+for cmd in plate eval sweep generate bench serve-bench train calibrate export capacity inspect; do
     expect 0 "" "$cmd --help" -- "$micro" "$cmd" --help
     expect 2 "unknown option '--bogus'" "$cmd unknown option" -- "$micro" "$cmd" --bogus
 done
@@ -172,6 +172,17 @@ PY
     expect 2 "kvquant needs a calibration" "kvquant without a calibration" -- "$micro" eval --model "$tmp/alone.bin" --cache kvquant:bits=2 --text data/plates/en.txt:20
     "$micro" eval --cache kvquant:bits=3 --text data/plates/en.txt:100 --csv | grep -q "prerope,sink=1" &&
         ok "kvquant evaluates with the shipped calibration" || bad "kvquant with the shipped calibration"
+
+    # micro sweep: its rows are eval's rows.
+    "$micro" sweep --grid "int:bits={3|4}{|,rot=hadamard}" --text data/plates/en.txt:80 >"$tmp/sweep.csv"
+    for spec in int:bits=3 int:bits=4,rot=hadamard; do
+        "$micro" eval --cache "$spec" --text data/plates/en.txt:80 --csv | sed -n 2p >"$tmp/one.csv"
+        grep -qxF -f "$tmp/one.csv" "$tmp/sweep.csv" && ok "sweep row = eval row ($spec)" || bad "sweep row for $spec: $(cat "$tmp/one.csv")"
+    done
+    [ "$(wc -l <"$tmp/sweep.csv")" -eq 5 ] && ok "sweep: a grid of 2 x 2 is 4 rows" || bad "sweep rows: $(cat "$tmp/sweep.csv")"
+    expect 2 "needs a '}'" "sweep: an open brace" -- "$micro" sweep --grid "int:{bits=2"
+    expect 2 "--grid SPEC or --preset all" "sweep without a grid" -- "$micro" sweep
+    expect 2 "unknown option 'bogus'" "sweep: a bad spec before any work" -- "$micro" sweep --grid "int:bits={2|3},bogus=1"
 
     # Every increase carries its 95% interval, around it.
     "$micro" eval --text data/plates/en.txt:300 --cache int:bits=3 --csv | sed -E 's/"[^"]*"/spec/g' |
