@@ -162,6 +162,21 @@ if [ -f models/micro.bin ]; then
     done
 fi
 
+# The frontier figure from sweep rows: drawn and non-empty where gnuplot is, skipped (saying so) where not.
+if [ -f models/micro.bin ]; then
+    "$micro" sweep --grid "int:bits={2|4}" --grid q4_0 --text data/plates/en.txt:40 >"$tmp/sweep.csv"
+    if command -v gnuplot >/dev/null; then
+        bash scripts/frontier --csv "$tmp/sweep.csv" --out "$tmp/frontier" >"$tmp/frontier.out" 2>&1 &&
+            [ -s "$tmp/frontier/frontier.svg" ] && [ -s "$tmp/frontier/frontier.png" ] &&
+            grep -q "^frontier, en: " "$tmp/frontier.out" && ok "frontier drawn from sweep rows" ||
+            bad "frontier: $(tail -3 "$tmp/frontier.out")"
+        bash scripts/frontier --csv "$tmp/frontier.out" --out "$tmp/frontier" >/dev/null 2>&1 &&
+            bad "frontier took a file that is not sweep's CSV" || ok "frontier refuses a file that is not sweep's CSV"
+    else
+        echo "skip frontier figure: gnuplot is not installed"
+    fi
+fi
+
 # Where scripts/plot cannot be found, one clear line and the files all the same.
 if [ -f models/micro.bin ]; then
     (cd "$tmp" && "$micro" plate --model "$root/models/micro.bin" --en "$root/data/plates/en.txt:40" \
