@@ -9,6 +9,19 @@ make_model=${MICRO_MAKE_MODEL:?}
 "$make_model" "$tmp/tiny.bin" 16 1 2 2 16 64 || bad "make_model tiny"
 "$make_model" "$tmp/hd2.bin" 4 1 2 2 8 64 || bad "make_model head_dim 2"
 
+# A text beyond the context (64 here) is evaluated in windows of the context, each from BOS: 300
+# bytes are 5 windows (305 tokens with their BOS); 189 bytes are three equal windows of 63, whose
+# loss is one window's.
+head -c 300 /dev/zero | tr '\0' 'a' >"$tmp/a300.txt"
+head -c 189 /dev/zero | tr '\0' 'a' >"$tmp/a189.txt"
+head -c 63 /dev/zero | tr '\0' 'a' >"$tmp/a63.txt"
+expect 2 "longer than the model's context" "eval --window beyond the context" -- "$micro" eval --model "$tmp/tiny.bin" --text "$tmp/a300.txt" --window 65
+"$micro" eval --model "$tmp/tiny.bin" --text "$tmp/a300.txt" --csv | sed -n 2p | cut -d, -f4 | grep -qx 305 &&
+    ok "a text beyond the context: 5 windows, 305 tokens" || bad "long text in windows"
+w3=$("$micro" eval --model "$tmp/tiny.bin" --text "$tmp/a189.txt" --cache int:bits=3 --csv | sed -n 2p | sed -E 's/"[^"]*"/s/g' | cut -d, -f4,5,6)
+w1=$("$micro" eval --model "$tmp/tiny.bin" --text "$tmp/a63.txt" --cache int:bits=3 --csv | sed -n 2p | sed -E 's/"[^"]*"/s/g' | cut -d, -f5,6)
+[ "${w3#*,}" = "$w1" ] && [ "${w3%%,*}" = 192 ] && ok "three equal windows: one window's loss ($w1)" || bad "windows: '$w3' vs '$w1'"
+
 # --- hangs -----------------------------------------------------------------------------------
 # Threads above the cores: the pool runs on the online cores, so the result is the same and quick.
 if [ -f models/micro.bin ]; then
