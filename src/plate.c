@@ -289,6 +289,33 @@ static void print_bars(const PlateRun *r) {
     }
 }
 
+// (f) The schemes no other beats with fewer or equal bits, per text: by real bits ascending (then
+// increase), each whose increase is below every one before it. Drawn in out/frontier.png.
+static void print_frontier(const PlateRun *r) {
+    printf("\n(f) the frontier: the schemes of (a) and (b) that no other beats at fewer or equal bits\n");
+    for (int t = 0; t < N_TEXTS; t++) {
+        int order[N_SCHEMES], n = 0;
+        for (int s = 0; s < N_SCHEMES; s++) order[n++] = s;
+        for (int i = 1; i < n; i++) // insertion sort: a few dozen schemes
+            for (int j = i; j > 0; j--) {
+                const double ba = r->results[order[j - 1]][t].bits_per_element, bb = r->results[order[j]][t].bits_per_element;
+                if (ba < bb || (ba == bb && delta_of(r, order[j - 1], t) <= delta_of(r, order[j], t))) break;
+                const int x = order[j];
+                order[j] = order[j - 1], order[j - 1] = x;
+            }
+        printf("%s:", r->texts[t].name);
+        double best = INFINITY;
+        for (int i = 0; i < n; i++) {
+            const int s = order[i];
+            const double d = delta_of(r, s, t);
+            if (d >= best) continue;
+            best = d;
+            printf("%s %s %.2f bits %+.4f", best == d && i ? " |" : "", schemes[s].label, r->results[s][t].bits_per_element, d);
+        }
+        printf("\n");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Machine-readable output: one table, a row per (panel, label, text); capacity rows fill their columns.
 
@@ -675,6 +702,7 @@ int cmd_plate(int argc, char **argv) {
         print_serve_panel(r);
         printf("\n(e) ");
         print_bars(r);
+        print_frontier(r);
         if (files) {
             printf("\nwritten: %s and %s/plate.json\n", csv_path, out_dir);
             draw_figure(csv_path, out_dir);
