@@ -109,6 +109,12 @@ typedef struct {
 } SweepOptions;
 int sweep_parse(int argc, char **argv, SweepOptions *o, char *err, size_t errlen);
 
+typedef struct {
+    const char *model_path, *calib_path, *k_spec, *v_spec, *text, *out_dir;
+    int layer, head, from, to; // from / to -1: the text's last 64 positions
+} AttentionOptions;
+int attention_parse(int argc, char **argv, AttentionOptions *o, char *err, size_t errlen);
+
 // Checks the form of a --k / --v / --cache pair while parsing, before the model is known (one line
 // in err); cmd_check_specs_for_model checks them against the loaded model's heads, head_dim and
 // context, before any work.

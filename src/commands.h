@@ -13,5 +13,6 @@ int cmd_inspect(int argc, char **argv);
 int cmd_serve_bench(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
+int cmd_attention(int argc, char **argv);
 
 #endif

@@ -145,6 +145,7 @@ static void task_attention(void *arg, int i, int thread) {
                    b->rope_sin, att, b->xb2 + r * xs + h * hd, n);
     // Which position this head attends to most: the evaluator's measure of whether quantised keys
     // still pick out the right tokens. The first of equal weights wins, so it is well defined.
+    if (r == 0 && c->layer == b->keep_layer) memcpy(b->kept_att + (size_t)h * b->context, att, sizeof(float) * (size_t)n);
     if (!b->track_top) return;
     int top = 0;
     for (int j = 1; j < n; j++) top = att[j] > att[top] ? j : top;
@@ -262,6 +263,7 @@ int batch_init(BatchForward *b, const Model *m, int max_rows, int n_threads, cha
     }
     b->model = m;
     b->track_top = 1;
+    b->keep_layer = -1;
     b->max_rows = max_rows;
     b->context = p->max_seq_len;
     b->n_threads = n_threads;
@@ -280,11 +282,12 @@ int batch_init(BatchForward *b, const Model *m, int max_rows, int n_threads, cha
     b->att = calloc(R * (size_t)p->n_heads * ctx, sizeof(float));
     b->logits = calloc(R * (size_t)p->vocab_size, sizeof(float));
     b->top_position = calloc(R * (size_t)p->n_layers * p->n_heads, sizeof(int));
+    b->kept_att = calloc((size_t)p->n_heads * ctx, sizeof(float));
     b->rope_cos = calloc(ctx * half, sizeof(float));
     b->rope_sin = calloc(ctx * half, sizeof(float));
     b->pool = pool_create(n_threads);
     if (!b->x || !b->xb || !b->xb2 || !b->q || !b->k || !b->v || !b->hb || !b->hb2 || !b->att ||
-        !b->logits || !b->top_position || !b->rope_cos || !b->rope_sin || !b->pool) {
+        !b->logits || !b->top_position || !b->kept_att || !b->rope_cos || !b->rope_sin || !b->pool) {
         batch_free(b);
         snprintf(err, errlen, "out of memory allocating the forward pass's buffers");
         return -1;
@@ -314,6 +317,7 @@ void batch_free(BatchForward *b) {
     free(b->att);
     free(b->logits);
     free(b->top_position);
+    free(b->kept_att);
     free(b->rope_cos);
     free(b->rope_sin);
     memset(b, 0, sizeof *b);

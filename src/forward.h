@@ -36,6 +36,8 @@ typedef struct {
     float *logits; // [row][vocab]
     int *top_position; // [row][n_layers][n_heads]: the most-attended cached position of this step
     int track_top;     // fill top_position (eval's top1 agreement); serving turns it off
+    int keep_layer;    // -1, or the layer whose attention weights row 0 keeps in kept_att (micro attention)
+    float *kept_att;   // [n_heads][context]: that layer's weights of row 0, its first pos + 1 numbers
     float *rope_cos, *rope_sin; // [context][head_dim/2]
 } BatchForward;
 

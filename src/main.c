@@ -22,6 +22,7 @@ static const struct {
     {"bench", cmd_bench, "decode speed, memory roofline and attention time per cache codec"},
     {"serve-bench", cmd_serve_bench, "many conversations through one paged cache pool: users held and tokens/s per width"},
     {"capacity", cmd_capacity, "conversations that fit beside a model on a GPU at each cache width"},
+    {"attention", cmd_attention, "a picture: fp32's attention beside a cache's, the most-attended positions marked"},
     {"sweep", cmd_sweep, "a grid of cache specs on the same texts: bits, increase with its interval, top-1, KL"},
     {"calibrate", cmd_calibrate, "KVQuant's calibration: key ranges, outlier thresholds and codebooks (.kvq)"},
     {"train", cmd_train, "train micro from the corpus (batched forward/backward, AdamW)"},

@@ -7,7 +7,7 @@ expect 2 "usage" "no command" -- "$micro"
 expect 2 "unknown command 'bogus'" "unknown command" -- "$micro" bogus
 expect 0 "" "--help" -- "$micro" --help
 expect 0 "" "--version" -- "$micro" --version
-for cmd in plate eval sweep generate bench serve-bench train calibrate export capacity inspect; do
+for cmd in plate eval sweep attention generate bench serve-bench train calibrate export capacity inspect; do
     expect 0 "" "$cmd --help" -- "$micro" "$cmd" --help
     expect 2 "unknown option '--bogus'" "$cmd unknown option" -- "$micro" "$cmd" --bogus
 done
@@ -162,6 +162,12 @@ PY
     expect 2 "kvquant needs a calibration" "kvquant without a calibration" -- "$micro" eval --model "$tmp/alone.bin" --cache kvquant:bits=2 --text data/plates/en.txt:20
     "$micro" eval --cache kvquant:bits=3 --text data/plates/en.txt:100 --csv | grep -q "prerope,sink=1" &&
         ok "kvquant evaluates with the shipped calibration" || bad "kvquant with the shipped calibration"
+
+    # micro attention: bad requests are one line before any decoding.
+    expect 2 "give the cache to compare" "attention without a cache" -- "$micro" attention
+    expect 2 "the model has 4 layers" "attention --layer beyond the model" -- "$micro" attention --cache int:bits=2 --layer 9 --out "$tmp"
+    expect 2 "is after --to" "attention --from after --to" -- "$micro" attention --cache int:bits=2 --from 9 --to 3
+    expect 2 "at most 256 queries" "attention: too many queries" -- "$micro" attention --cache int:bits=2 --from 0 --to 290 --out "$tmp"
 
     # micro sweep: its rows are eval's rows.
     "$micro" sweep --grid "int:bits={3|4}{|,rot=hadamard}" --text data/plates/en.txt:80 >"$tmp/sweep.csv"

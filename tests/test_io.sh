@@ -177,6 +177,18 @@ if [ -f models/micro.bin ]; then
     fi
 fi
 
+# The attention picture: the agreement printed, the figure drawn where gnuplot is, nothing left behind.
+if [ -f models/micro.bin ]; then
+    "$micro" attention --cache int:bits=2 --text data/plates/en.txt:60 --layer 1 --head 2 --out "$tmp/att" >"$tmp/att.out" 2>&1
+    st=$?
+    [ $st -eq 0 ] && grep -q "agrees with fp32's for [0-9]* of 61 queries" "$tmp/att.out" && ok "attention: the agreement" ||
+        bad "attention: $(cat "$tmp/att.out")"
+    if command -v gnuplot >/dev/null; then
+        [ -s "$tmp/att/attention.svg" ] && [ -s "$tmp/att/attention.png" ] && [ -z "$(find "$tmp/att" -name '.attention*')" ] &&
+            ok "attention: figure drawn, no temporaries" || bad "attention figure: $(files_in "$tmp/att")"
+    fi
+fi
+
 # Where scripts/plot cannot be found, one clear line and the files all the same.
 if [ -f models/micro.bin ]; then
     (cd "$tmp" && "$micro" plate --model "$root/models/micro.bin" --en "$root/data/plates/en.txt:40" \
