@@ -72,7 +72,8 @@ typedef struct {
     const char *model_path;
     const char *texts[INSPECT_MAX_TEXTS];
     const char *rot; // NULL, or a rotation as the cache option rot= takes it
-    int n_texts, csv;
+    const char *out_dir; // --plot's folder (NULL: out)
+    int n_texts, csv, plot;
 } InspectOptions;
 int inspect_parse(int argc, char **argv, InspectOptions *o, char *err, size_t errlen);
 

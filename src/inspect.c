@@ -6,12 +6,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "cmd_options.h"
 #include "commands.h"
 #include "finite.h"
 #include "forward.h"
+#include "subprocess.h"
 #include "kvtransform.h"
 #include "model_file.h"
 #include "text.h"
@@ -64,6 +68,99 @@ static void head_stats(const float *x, int n, int hd, HeadStats *s) {
     free(scratch);
 }
 
+// One head's vectors of a stream for tokens [0, n) into x[n][hd]: keys before RoPE undone from the
+// cached ones (rotated back by the same angle); keys cached and values rotated as a cache with
+// rot= would hold them (y = M x) when rot is given.
+static void read_head(const Decoder *d, const PagedStream *st, int h, int n, int hd, int s, const float *rot, float *x) {
+    const int half = hd / 2;
+    for (int t = 0; t < n; t++) {
+        float *row = x + (size_t)t * hd;
+        paged_read(st, h, t, row);
+        if (s == K_PRE_ROPE)
+            for (int i = 0; i < half; i++) {
+                float c = d->rope_cos[(size_t)t * half + i], sn = d->rope_sin[(size_t)t * half + i];
+                float a = row[2 * i], b = row[2 * i + 1];
+                row[2 * i] = a * c + b * sn;
+                row[2 * i + 1] = -a * sn + b * c;
+            }
+        if (rot && s != K_PRE_ROPE) {
+            float y[1024];
+            for (int i = 0; i < hd; i++) {
+                float acc = 0.0f;
+                for (int j = 0; j < hd; j++) acc += rot[i * hd + j] * row[j];
+                y[i] = acc;
+            }
+            memcpy(row, y, sizeof(float) * (size_t)hd);
+        }
+    }
+}
+
+// The figure's data: per layer, keys as cached and values, every channel's max |x| over the text,
+// without and with the rotation; scripts/channels draws DIR/channels.svg and .png from it.
+static int write_profiles(const Decoder *d, const ModelConfig *p, int n, const float *rot, const char *path) {
+    const int hd = p->head_dim, H = p->n_kv_heads;
+    float *x = malloc(sizeof(float) * (size_t)n * hd);
+    FILE *f = fopen(path, "w");
+    if (!x || !f) {
+        free(x);
+        if (f) fclose(f);
+        return -1;
+    }
+    for (int l = 0; l < p->n_layers; l++)
+        for (int s = K_CACHED; s <= V_CACHED; s++)
+            for (int h = 0; h < H; h++) {
+                float plain[1024] = {0}, turned[1024] = {0};
+                const PagedStream *st = s == V_CACHED ? &d->seq.v[l] : &d->seq.k[l];
+                for (int pass = 0; pass < 2; pass++) {
+                    read_head(d, st, h, n, hd, s, pass ? rot : NULL, x);
+                    float *out = pass ? turned : plain;
+                    for (size_t i = 0; i < (size_t)n * hd; i++) out[i % hd] = fmaxf(out[i % hd], fabsf(x[i]));
+                }
+                for (int c = 0; c < hd; c++)
+                    fprintf(f, "%d %d %d %g %g\n", l, s == V_CACHED, h * hd + c, plain[c], turned[c]);
+            }
+    free(x);
+    return fclose(f);
+}
+
+// Writes the profiles to a private folder and has scripts/channels draw them into out_dir (paths
+// as arguments, never through a shell). 0, or an exit status after one line.
+static int draw_profiles(const Decoder *d, const ModelConfig *p, int n, const float *rot, const char *rot_name,
+                         const char *text_name, const char *out_dir) {
+    char dir[] = "/tmp/micro-channels-XXXXXX", file[4200], path[4096], err[600], title[400];
+    struct stat st;
+    if (mkdir(out_dir, 0777) != 0 && (errno != EEXIST || stat(out_dir, &st) != 0 || !S_ISDIR(st.st_mode)))
+        return cli_error("--out %s: not a folder we can write", out_dir);
+    if (!mkdtemp(dir)) return cli_error("cannot make a temporary folder: %s", strerror(errno));
+    snprintf(file, sizeof file, "%s/profiles.dat", dir);
+    int status = 0;
+    const char *script = cli_default_path(NULL, "scripts/channels", path, sizeof path);
+    if (write_profiles(d, p, n, rot, file)) {
+        status = cli_error("cannot write the figure's data in %s", dir);
+    } else if (access(script, X_OK) != 0) {
+        printf("figure: scripts/channels is not here (run from the repository root to draw it)\n");
+    } else if (!spawn_in_path("gnuplot")) {
+        printf("figure: gnuplot is missing: apt-get install gnuplot-nox\n");
+    } else {
+        char *full = realpath(script, NULL), *outp = realpath(out_dir, NULL), layers[16], hd[16];
+        snprintf(title, sizeof title, "%s: every channel's max |x|, without and with rot=%s", text_name, rot_name);
+        snprintf(layers, sizeof layers, "%d", p->n_layers);
+        snprintf(hd, sizeof hd, "%d", p->head_dim);
+        char *args[] = {full, file, outp, title, layers, hd, NULL};
+        fflush(stdout);
+        const int rc = full && outp ? spawn_wait(args, 1, err, sizeof err) : -1;
+        if (rc == 0)
+            printf("figure: %s/channels.svg and .png\n", out_dir);
+        else
+            status = cli_error("scripts/channels failed (%s)", rc < 0 ? err : "run it by hand to see why");
+        free(full);
+        free(outp);
+    }
+    remove(file);
+    rmdir(dir);
+    return status;
+}
+
 // One character per channel, darker for larger max |x| relative to the head's largest channel.
 static void profile_strip(const float *channel_max, int hd) {
     static const char shades[] = " .:-=+*#%@";
@@ -85,6 +182,10 @@ static const char *inspect_usage =
     "  --rot R             keys (as cached) and values rotated per head as the cache option rot=R\n"
     "                      would store them: hadamard or random:SEED (what a rotation does to outliers)\n"
     "  --csv               layer,head,stream,channel_ratio,top_channel,token_ratio,top_token,text\n"
+    "  --plot              also draw DIR/channels.svg and .png: per layer, every channel's max |x| of\n"
+    "                      keys (as cached) and values over the first text, without and with the\n"
+    "                      rotation (--rot, default hadamard)\n"
+    "  --out DIR           the figure's folder (default out)\n"
     "  -h, --help          this help\n";
 
 int inspect_parse(int argc, char **argv, InspectOptions *o, char *err, size_t errlen) {
@@ -98,6 +199,8 @@ int inspect_parse(int argc, char **argv, InspectOptions *o, char *err, size_t er
         else if (opts_is(&p, "--text")) bad = cmd_text_option(&p, o->texts, &o->n_texts, INSPECT_MAX_TEXTS);
         else if (opts_is(&p, "--model")) bad = opts_path(&p, &o->model_path);
         else if (opts_is(&p, "--rot")) bad = opts_path(&p, &o->rot);
+        else if (opts_is(&p, "--plot")) bad = opts_flag(&p), o->plot = 1;
+        else if (opts_is(&p, "--out")) bad = opts_path(&p, &o->out_dir);
         else return opts_unknown(&p);
         if (bad) return OPTS_ERROR;
     }
@@ -121,7 +224,7 @@ int cmd_inspect(int argc, char **argv) {
     if (model_load(&m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
         return cli_error("%s", err);
     const ModelConfig *p = &m.config;
-    const int L = p->n_layers, H = p->n_kv_heads, hd = p->head_dim, half = hd / 2;
+    const int L = p->n_layers, H = p->n_kv_heads, hd = p->head_dim;
     // The rotation a cache with rot=R applies: checked as that option is, then the shared matrix.
     const float *rot = NULL;
     if (o.rot) {
@@ -140,6 +243,13 @@ int cmd_inspect(int argc, char **argv) {
             return cli_error("out of memory");
         }
     }
+    // The figure shows a rotation: --rot's, else the Hadamard.
+    const float *plot_rot = rot ? rot : o.plot ? transform_rotation(1, 0, hd) : NULL;
+    if (o.plot && !plot_rot) {
+        model_free(&m);
+        return cli_error("--plot: the Hadamard rotation needs head_dim a power of two, or out of memory");
+    }
+    const char *out_dir = o.out_dir ? o.out_dir : "out";
     int status = 0;
     if (csv) printf("layer,head,stream,channel_ratio,top_channel,token_ratio,top_token,text\n");
     for (int ti = 0; ti < n_texts && !status; ti++) {
@@ -173,27 +283,7 @@ int cmd_inspect(int argc, char **argv) {
             for (int h = 0; h < H; h++)
                 for (int s = 0; s < N_STREAMS; s++) {
                     const PagedStream *st = s == V_CACHED ? &d.seq.v[l] : &d.seq.k[l];
-                    for (int t = 0; t < n; t++) {
-                        float *row = x + (size_t)t * hd;
-                        paged_read(st, h, t, row);
-                        // Undo RoPE (rotate back by the same angle) to see the key the projection made.
-                        if (s == K_PRE_ROPE)
-                            for (int i = 0; i < half; i++) {
-                                float c = d.rope_cos[(size_t)t * half + i], sn = d.rope_sin[(size_t)t * half + i];
-                                float a = row[2 * i], b = row[2 * i + 1];
-                                row[2 * i] = a * c + b * sn;
-                                row[2 * i + 1] = -a * sn + b * c;
-                            }
-                        if (rot && s != K_PRE_ROPE) { // as the cache would hold it: y = M x
-                            float y[1024];
-                            for (int i = 0; i < hd; i++) {
-                                float acc = 0.0f;
-                                for (int j = 0; j < hd; j++) acc += rot[i * hd + j] * row[j];
-                                y[i] = acc;
-                            }
-                            memcpy(row, y, sizeof(float) * (size_t)hd);
-                        }
-                    }
+                    read_head(&d, st, h, n, hd, s, rot, x);
                     HeadStats *hs = &stats[(l * H + h) * N_STREAMS + s];
                     hs->channel_max = profiles + (size_t)((l * H + h) * N_STREAMS + s) * hd;
                     head_stats(x, n, hd, hs);
@@ -228,6 +318,7 @@ int cmd_inspect(int argc, char **argv) {
             for (int s = 0; s < N_STREAMS; s++) printf(" %8.2f %8.2f", mean[s][0], mean[s][1]);
             printf(" |\n\n");
         }
+        if (o.plot && ti == 0) status = draw_profiles(&d, p, n, plot_rot, o.rot ? o.rot : "hadamard", text.name, out_dir);
         free(x);
         free(stats);
         free(profiles);

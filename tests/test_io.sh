@@ -189,6 +189,13 @@ if [ -f models/micro.bin ]; then
     fi
 fi
 
+# The channel profiles: drawn where gnuplot is, nothing left behind.
+if [ -f models/micro.bin ] && command -v gnuplot >/dev/null; then
+    "$micro" inspect --plot --text data/plates/en.txt:40 --out "$tmp/ch" >"$tmp/ch.out" 2>&1 &&
+        [ -s "$tmp/ch/channels.svg" ] && [ -s "$tmp/ch/channels.png" ] && [ -z "$(find "$tmp/ch" -name '.channels*')" ] &&
+        ok "inspect --plot: channel profiles drawn" || bad "inspect --plot: $(tail -2 "$tmp/ch.out")"
+fi
+
 # Where scripts/plot cannot be found, one clear line and the files all the same.
 if [ -f models/micro.bin ]; then
     (cd "$tmp" && "$micro" plate --model "$root/models/micro.bin" --en "$root/data/plates/en.txt:40" \
