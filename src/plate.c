@@ -557,7 +557,7 @@ static void draw_figure(const char *csv_path, const char *out_dir) {
         fflush(stdout);
         int rc = spawn_wait(argv, 1, err, sizeof err);
         if (rc == 0)
-            printf("figure: %s/plate.svg and .png, %s/serve.svg and .png\n", out_dir, out_dir);
+            printf("figure: %s/plate.svg and .png, %s/serve.svg and .png, %s/frontier.svg and .png\n", out_dir, out_dir, out_dir);
         else if (rc < 0)
             printf("figure: %s\n", err);
         else
