@@ -119,16 +119,17 @@ int eval_tokens(const Model *m, const uint8_t *tokens, int n, const char *k_spec
     return 0;
 }
 
-// A text of any length (tokens[0] is BOS): consecutive windows of `window` tokens, each BOS and the
+// A text of any length (tokens[0] is BOS; a 0x01 further on starts another document, as in the
+// corpus's files): each document in consecutive windows of `window` tokens, each its BOS and the
 // next window − 1 bytes, decoded from BOS with the fp32 cache and with the scheme. Every byte is
 // predicted once; the loss, top-1 agreement and KL are means over all of them and the interval comes
-// from all their differences. The cache's bytes are those of the first (longest) window. A text
-// that fits one window gives exactly eval_tokens' results.
+// from all their differences. The cache's bytes are those of the first window. A text that fits one
+// window gives exactly eval_tokens' results.
 static int eval_windows(const Model *m, const uint8_t *tokens, int n, int window, const char *k_spec, const char *v_spec,
                         int threads, EvalResult *ref, EvalResult *out, char *err, size_t errlen) {
-    const int per = window - 1, bytes = n - 1, windows = (bytes + per - 1) / per;
+    const int per = window - 1;
     uint8_t *buf = malloc((size_t)window);
-    double *diff = malloc(sizeof(double) * (size_t)(bytes > 0 ? bytes : 1));
+    double *diff = malloc(sizeof(double) * (size_t)n);
     if (!buf || !diff) {
         free(buf);
         free(diff);
@@ -136,35 +137,40 @@ static int eval_windows(const Model *m, const uint8_t *tokens, int n, int window
         return -1;
     }
     double ref_nll = 0, nll = 0, agree = 0, kl = 0;
-    int steps = 0, rc = 0;
-    for (int w = 0; w < windows && !rc; w++) {
-        const int start = 1 + w * per, len = n - start < per ? n - start : per, wn = len + 1;
-        buf[0] = tokens[0];
-        memcpy(buf + 1, tokens + start, (size_t)len);
-        EvalTrace tr = {0}, ts = {0};
-        EvalResult r_ref, r;
-        if (eval_trace_alloc(&tr, m, wn) || eval_trace_alloc(&ts, m, wn)) {
-            snprintf(err, errlen, "out of memory");
-            rc = -1;
-        }
-        if (!rc) rc = eval_tokens(m, buf, wn, "fp32", "fp32", threads, &tr, NULL, &r_ref, err, errlen);
-        if (!rc) rc = eval_tokens(m, buf, wn, k_spec, v_spec, threads, &ts, &tr, &r, err, errlen);
-        if (!rc) {
-            for (int t = 0; t < wn - 1; t++) diff[steps + t] = ts.nll[t] - tr.nll[t];
-            if (windows == 1) {
-                *ref = r_ref, *out = r;
-            } else {
-                if (w == 0) *ref = r_ref, *out = r; // the cache's bytes and specs: the longest window's
+    int steps = 0, windows = 0, rc = 0, tokens_run = 0;
+    for (int doc = 0; doc < n && !rc;) { // tokens[doc] is a document's BOS
+        int end = doc + 1;
+        while (end < n && tokens[end] != tokens[0]) end++;
+        for (int start = doc + 1; start < end && !rc; start += per) {
+            const int len = end - start < per ? end - start : per, wn = len + 1;
+            buf[0] = tokens[0];
+            memcpy(buf + 1, tokens + start, (size_t)len);
+            EvalTrace tr = {0}, ts = {0};
+            EvalResult r_ref, r;
+            if (eval_trace_alloc(&tr, m, wn) || eval_trace_alloc(&ts, m, wn)) {
+                snprintf(err, errlen, "out of memory");
+                rc = -1;
+            }
+            if (!rc) rc = eval_tokens(m, buf, wn, "fp32", "fp32", threads, &tr, NULL, &r_ref, err, errlen);
+            if (!rc) rc = eval_tokens(m, buf, wn, k_spec, v_spec, threads, &ts, &tr, &r, err, errlen);
+            if (!rc) {
+                for (int t = 0; t < wn - 1; t++) diff[steps + t] = ts.nll[t] - tr.nll[t];
+                if (windows++ == 0) *ref = r_ref, *out = r; // the cache's bytes and specs: the first window's
                 ref_nll += r_ref.loss * (wn - 1), nll += r.loss * (wn - 1);
                 agree += r.top1_agree * (wn - 1), kl += r.kl * (wn - 1);
+                steps += wn - 1, tokens_run += wn;
             }
-            steps += wn - 1;
+            eval_trace_free(&tr);
+            eval_trace_free(&ts);
         }
-        eval_trace_free(&tr);
-        eval_trace_free(&ts);
+        doc = end;
+    }
+    if (!rc && windows == 0) {
+        snprintf(err, errlen, "need at least one byte after BOS to score");
+        rc = -1;
     }
     if (!rc && windows > 1) {
-        ref->tokens = out->tokens = n + windows - 1; // each window starts from its own BOS
+        ref->tokens = out->tokens = tokens_run; // each window starts from its own BOS
         ref->loss = ref_nll / steps, out->loss = nll / steps;
         out->top1_agree = agree / steps, out->kl = kl / steps;
         if (bootstrap_mean_ci(diff, steps, BOOTSTRAP_BLOCK, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, &out->delta_lo,
@@ -191,7 +197,9 @@ static const char *eval_usage =
     "  --k SPEC, --v SPEC  codec for keys / values alone (override --cache)\n"
     "  --window N          a text longer than N tokens (BOS included) is cut into consecutive windows\n"
     "                      of N - 1 bytes, each decoded from BOS; every byte is predicted once and the\n"
-    "                      loss is the mean over all of them (default and at most the model's context)\n"
+    "                      loss is the mean over all of them (default and at most the model's context).\n"
+    "                      A file in the corpus's form (documents each after a 0x01 byte, as\n"
+    "                      data/corpus/en.val.txt) is windowed document by document\n"
     "  --threads N         decode threads, 1..256 (default 1; at most the online cores are used);\n"
     "                      results do not depend on it\n"
     "  --csv               print CSV: text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes,\n"

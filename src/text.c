@@ -81,13 +81,15 @@ int text_from_bytes(Text *t, const uint8_t *bytes, size_t n, long limit, int max
     }
     long found;
     size_t keep = utf8_prefix_bytes(bytes, n, limit > 0 ? limit : LONG_MAX, &found);
-    const uint8_t *bos = memchr(bytes, MICRO_BOS, keep);
-    if (keep == 0) {
+    // The corpus's form: documents each after a 0x01 (BOS), the first at offset 0.
+    const int documents = keep > 0 && bytes[0] == MICRO_BOS;
+    const uint8_t *bos = documents ? NULL : memchr(bytes, MICRO_BOS, keep);
+    if (keep == 0 || (documents && keep == 1)) {
         snprintf(err, errlen, "%s: empty text", path);
     } else if (bos) {
         snprintf(err, errlen, "%s: byte 0x01 (the BOS token) at offset %ld", path, (long)(bos - bytes));
-    } else if (max_tokens < 1 || keep > (size_t)max_tokens - 1) {
-        text_context_error(t->path, keep + 1, max_tokens, err, errlen);
+    } else if (max_tokens < 1 || keep + !documents > (size_t)max_tokens) {
+        text_context_error(t->path, keep + !documents, max_tokens, err, errlen);
     } else {
         t->tokens = malloc(keep + 1);
         if (!t->tokens) {
@@ -95,9 +97,11 @@ int text_from_bytes(Text *t, const uint8_t *bytes, size_t n, long limit, int max
             return -1;
         }
         t->chars = found;
-        t->n_tokens = (int)keep + 1;
+        t->n_tokens = (int)keep + !documents;
         t->tokens[0] = MICRO_BOS;
-        memcpy(t->tokens + 1, bytes, keep);
+        memcpy(t->tokens + !documents, bytes, keep);
+        t->documents = 1;
+        for (size_t i = 1; documents && i < keep; i++) t->documents += bytes[i] == MICRO_BOS;
         return 0;
     }
     return -1;

@@ -11,6 +11,9 @@ typedef struct {
     long chars;       // characters kept (the whole file when no limit was given)
     int n_tokens;     // BOS included
     uint8_t *tokens;  // [n_tokens]: BOS, then the UTF-8 bytes
+    int documents;    // 1; or, for a file in the corpus's form (each document after a 0x01 byte,
+                      // the first at offset 0), its documents: tokens are the file's bytes, each
+                      // 0x01 a document's BOS
 } Text;
 
 // Checks UTF-8; returns the byte offset of the first invalid sequence, or -1 when valid.

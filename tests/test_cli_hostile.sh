@@ -21,6 +21,13 @@ expect 2 "longer than the model's context" "eval --window beyond the context" --
 w3=$("$micro" eval --model "$tmp/tiny.bin" --text "$tmp/a189.txt" --cache int:bits=3 --csv | sed -n 2p | sed -E 's/"[^"]*"/s/g' | cut -d, -f4,5,6)
 w1=$("$micro" eval --model "$tmp/tiny.bin" --text "$tmp/a63.txt" --cache int:bits=3 --csv | sed -n 2p | sed -E 's/"[^"]*"/s/g' | cut -d, -f5,6)
 [ "${w3#*,}" = "$w1" ] && [ "${w3%%,*}" = 192 ] && ok "three equal windows: one window's loss ($w1)" || bad "windows: '$w3' vs '$w1'"
+# A file in the corpus's form: documents each after a 0x01, each decoded from its own BOS (an empty
+# one skipped): 8 + 12 + 2 tokens; a 0x01 anywhere but at offset 0 of a plain text is still refused.
+printf '\001abc def\001hello there\001\001x' >"$tmp/docs.txt"
+"$micro" eval --model "$tmp/tiny.bin" --text "$tmp/docs.txt" --csv | sed -n 2p | cut -d, -f4 | grep -qx 22 &&
+    ok "documents: each from its own BOS, 22 tokens" || bad "documents"
+printf 'abc\001def' >"$tmp/bos.txt"
+expect 2 "byte 0x01 (the BOS token) at offset 3" "a BOS inside a plain text" -- "$micro" eval --model "$tmp/tiny.bin" --text "$tmp/bos.txt"
 
 # --- hangs -----------------------------------------------------------------------------------
 # Threads above the cores: the pool runs on the online cores, so the result is the same and quick.
