@@ -1,0 +1,70 @@
+// The arithmetic of the 2025 formats (issue 10), compiled once and shared by their families
+// (codec_mx.c, codec_nvfp4.c, codec_turboquant.c, codec_qjl.c) and their tests:
+//   - OCP Microscaling (MX v1.0) elements and E8M0 block scales;
+//   - NVFP4 blocks of 16 (E2M1 elements, E4M3 block scale, an fp32 second-level scale);
+//   - TurboQuant's Lloyd-Max codebook for one coordinate of a randomly rotated unit vector;
+//   - seeded Gaussian sketches and packed sign bits (QJL, and TurboQuant's prod mode).
+// Nothing here knows about streams: a family decides what is stored per head per token.
+#ifndef MICRO_CODECS_FORMATS_H
+#define MICRO_CODECS_FORMATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// ---- MX elements ----------------------------------------------------------------------------
+typedef enum { MX_E2M1, MX_E2M3, MX_E3M2, MX_E4M3, MX_E5M2, MX_INT8, MX_N_ELEMS } MxElem;
+
+typedef struct {
+    const char *name; // as spelled in a spec: "e2m1", ...
+    int bits;         // stored bits per element
+    int emax;         // exponent of the largest normal value (OCP's emax_elem)
+    float max;        // largest finite magnitude
+} MxElemInfo;
+
+const MxElemInfo *mx_elem_info(MxElem e);
+// -1 when `name` is no element format.
+int mx_elem_from_name(const char *name);
+// x (already divided by the block scale) rounded to nearest, ties to even, saturated to ±max (±inf
+// too); NaN becomes 0 (the block's scale says NaN instead). The code is sign | magnitude in the
+// element's `bits` (two's complement for INT8).
+uint8_t mx_elem_encode(MxElem e, float x);
+float mx_elem_decode(MxElem e, uint8_t code);
+// The shared scale's exponent X = floor(log2 amax) − emax, clamped to E8M0's [−127, 127]; −127
+// for amax 0. The stored byte is X + 127; 0xFF (NaN) when amax is not finite.
+uint8_t mx_scale_byte(MxElem e, float amax);
+float mx_scale_decode(uint8_t byte);
+// One block of n numbers (n <= 32): its scale byte and n element codes.
+void mx_block_encode(MxElem e, const float *x, int n, uint8_t *scale, uint8_t *codes);
+
+// ---- NVFP4 ----------------------------------------------------------------------------------
+// E2M1 is MX's element; the block is 16 numbers. A block is coded against a second-level scale s2:
+// its E4M3 block scale sb = E4M3((amax_b / target) / s2) and elements E2M1(x / (s2·sb)), target 6.
+// four_over_six: the block also tries target 4 and keeps whichever reads back with the smaller
+// squared error (ties: 6). Returns the E4M3 scale code; codes[16] get the elements.
+uint8_t nvfp4_block_encode(const float *x, int n, float s2, int four_over_six, uint8_t *codes);
+// The second-level scale of a vector with max magnitude amax: amax / (448·6), or amax / (256·6) with
+// 4over6 (our choice: headroom for the max/4 target, whose block scales are 1.5 times larger, under
+// E4M3's 448). 0 for amax 0.
+float nvfp4_second_scale(float amax, int four_over_six);
+
+// ---- TurboQuant's codebook ------------------------------------------------------------------
+// The 2^bits centroids (sorted) of the Lloyd-Max quantiser for the density of one coordinate of a
+// uniformly random unit vector in d dimensions, f(x) ∝ (1 − x²)^((d−3)/2) on [−1, 1], computed by
+// numerical integration and Lloyd iterations. d >= 3, bits 1..4. tq_codebook is computed once per
+// (d, bits) and shared (thread-safe; NULL when out of memory); tq_lloyd_max computes afresh.
+const float *tq_codebook(int d, int bits);
+void tq_lloyd_max(int d, int bits, double *centroids);
+
+// ---- Gaussian sketches and sign bits --------------------------------------------------------
+// A seeded m × d matrix of standard normals (row-major), shared by every stream that asks for the
+// same (seed, m, d) and kept until exit; NULL when out of memory.
+const float *tq_gaussian(unsigned long seed, int m, int d);
+// y = S x (m rows) and x = Sᵀ y.
+void tq_project(const float *s, int m, int d, const float *x, float *y);
+void tq_project_back(const float *s, int m, int d, const float *y, float *x);
+// bits[i/8] bit i%8 set when y[i] >= 0; (m + 7) / 8 bytes, unused high bits zero.
+void tq_signs(const float *y, int m, uint8_t *bits);
+// Σ_i ±v[i], + where bit i is set.
+float tq_sign_dot(const uint8_t *bits, const float *v, int m);
+
+#endif
