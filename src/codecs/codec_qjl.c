@@ -21,7 +21,7 @@
 typedef struct {
     int n_heads, head_dim, m, length;
     const float *sketch; // S, m × head_dim
-    float alpha;         // √(π/2) / m
+    float alpha;         // √(π/2) / m, as qjl_decode's
     size_t row_bytes;    // [fp16 ‖k‖][signs]
     uint8_t *rows;       // [token][head][row_bytes]
 } QjlState;
@@ -38,33 +38,19 @@ static float qjl_norm(const uint8_t *row) {
     return quant_fp16_to_fp32(h);
 }
 
-static void qjl_append(void *state, const float *x) {
-    QjlState *s = state;
-    float sk[4096];
-    for (int h = 0; h < s->n_heads; h++) {
-        const float *v = x + h * s->head_dim;
-        uint8_t *row = s->rows + ((size_t)s->length * s->n_heads + h) * s->row_bytes;
-        double sq = 0.0;
-        for (int d = 0; d < s->head_dim; d++) sq += (double)v[d] * v[d];
-        const uint16_t nh = quant_fp32_to_fp16_sat((float)sqrt(sq));
-        memcpy(row, &nh, 2);
-        tq_project(s->sketch, s->m, s->head_dim, v, sk);
-        tq_signs(sk, s->m, row + 2);
-    }
-    s->length++;
+static uint8_t *qjl_row(const QjlState *s, int head, int t) {
+    return s->rows + ((size_t)t * s->n_heads + head) * s->row_bytes;
 }
 
-static const uint8_t *qjl_row(const QjlState *s, int head, int t) {
-    return s->rows + ((size_t)t * s->n_heads + head) * s->row_bytes;
+static void qjl_append(void *state, const float *x) {
+    QjlState *s = state;
+    for (int h = 0; h < s->n_heads; h++) qjl_encode(s->sketch, s->m, s->head_dim, x + h * s->head_dim, qjl_row(s, h, s->length));
+    s->length++;
 }
 
 static void qjl_read(const void *state, int head, int t, float *out) {
     const QjlState *s = state;
-    const uint8_t *row = qjl_row(s, head, t);
-    const float g = s->alpha * qjl_norm(row);
-    float pm[4096];
-    for (int i = 0; i < s->m; i++) pm[i] = (row[2 + i / 8] >> (i % 8)) & 1 ? g : -g;
-    tq_project_back(s->sketch, s->m, s->head_dim, pm, out);
+    qjl_decode(s->sketch, s->m, s->head_dim, qjl_row(s, head, t), out);
 }
 
 static void qjl_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
@@ -76,7 +62,7 @@ static void qjl_scores(const CodecBlocks *b, int head, const float *q, float *ou
         int local;
         const QjlState *s = codec_block(b, j, &local);
         const uint8_t *row = qjl_row(s, head, local);
-        out[j] = s->alpha * qjl_norm(row) * tq_sign_dot(row + 2, sq, s->m);
+        out[j] = qjl_estimate(row, sq, s->m);
     }
 }
 
@@ -114,7 +100,7 @@ static void *qjl_create(CodecSpec *spec, int n_heads, int head_dim, int capacity
         return NULL;
     }
     s->n_heads = n_heads, s->head_dim = head_dim, s->m = m;
-    s->alpha = (float)(sqrt(M_PI / 2.0) / m);
+    s->alpha = (float)(sqrt(M_PI / 2.0) / m); // as qjl_decode's
     s->row_bytes = 2 + (size_t)(m + 7) / 8;
     s->sketch = tq_gaussian((unsigned long)seed, m, head_dim);
     s->rows = calloc((size_t)capacity * n_heads, s->row_bytes);

@@ -28,13 +28,11 @@
 #include "formats.h"
 
 typedef struct {
-    int n_heads, head_dim, length;
-    int prod, cbits;          // prod mode; bits of a centroid index (B, or B − 1 with prod)
-    const float *rot, *sketch; // R (d × d), S (d × d, prod)
-    const float *levels;       // 2^cbits centroids, sorted
-    float alpha;               // √(π/2) / d
-    size_t code_bytes, sign_bytes, row_bytes; // [fp16 ‖x‖][codes][fp16 γ][signs] (the last two: prod)
-    uint8_t *rows;                            // [token][head][row_bytes]
+    int n_heads, length;
+    TqCoder c;
+    float alpha;      // √(π/2) / d
+    size_t row_bytes; // formats.h: [fp16 ‖x‖][codes][fp16 γ][signs] (the last two: prod)
+    uint8_t *rows;    // [token][head][row_bytes]
 } TqState;
 
 static void tq_destroy(void *state) {
@@ -43,45 +41,14 @@ static void tq_destroy(void *state) {
     free(s);
 }
 
-static int nearest(const float *levels, int n, float y) {
-    int i = 0;
-    while (i + 1 < n && y > 0.5f * (levels[i] + levels[i + 1])) i++;
-    return i;
+static uint8_t *tq_row(const TqState *s, int head, int t) {
+    return s->rows + ((size_t)t * s->n_heads + head) * s->row_bytes;
 }
 
 static void tq_append(void *state, const float *x) {
     TqState *s = state;
-    const int hd = s->head_dim, n = 1 << s->cbits;
-    float u[1024], y[1024], sr[1024];
-    uint8_t codes[1024];
-    for (int h = 0; h < s->n_heads; h++) {
-        const float *v = x + h * hd;
-        uint8_t *row = s->rows + ((size_t)s->length * s->n_heads + h) * s->row_bytes;
-        double sq = 0.0;
-        for (int d = 0; d < hd; d++) sq += (double)v[d] * v[d];
-        const float norm = (float)sqrt(sq);
-        const uint16_t nh = quant_fp32_to_fp16_sat(norm);
-        memcpy(row, &nh, 2);
-        for (int d = 0; d < hd; d++) u[d] = norm > 0.0f ? v[d] / norm : 0.0f;
-        tq_project(s->rot, hd, hd, u, y);
-        for (int d = 0; d < hd; d++) codes[d] = (uint8_t)nearest(s->levels, n, y[d]);
-        quant_pack(row + 2, codes, (size_t)hd, s->cbits);
-        if (!s->prod) continue;
-        double rr = 0.0;
-        for (int d = 0; d < hd; d++) {
-            y[d] -= s->levels[codes[d]];
-            rr += (double)y[d] * y[d];
-        }
-        const uint16_t gh = quant_fp32_to_fp16_sat((float)sqrt(rr));
-        memcpy(row + 2 + s->code_bytes, &gh, 2);
-        tq_project(s->sketch, hd, hd, y, sr);
-        tq_signs(sr, hd, row + 4 + s->code_bytes);
-    }
+    for (int h = 0; h < s->n_heads; h++) tq_encode(&s->c, x + h * s->c.d, tq_row(s, h, s->length));
     s->length++;
-}
-
-static const uint8_t *tq_row(const TqState *s, int head, int t) {
-    return s->rows + ((size_t)t * s->n_heads + head) * s->row_bytes;
 }
 
 static float fp16_at(const uint8_t *p) {
@@ -90,54 +57,35 @@ static float fp16_at(const uint8_t *p) {
     return quant_fp16_to_fp32(h);
 }
 
-// The rotated estimate ŷ (+ the QJL term) of one cached vector, before the norm.
-static void tq_rotated(const TqState *s, const uint8_t *row, float *y) {
-    const int hd = s->head_dim;
-    uint8_t codes[1024];
-    quant_unpack(row + 2, codes, (size_t)hd, s->cbits);
-    for (int d = 0; d < hd; d++) y[d] = s->levels[codes[d]];
-    if (!s->prod) return;
-    const float g = s->alpha * fp16_at(row + 2 + s->code_bytes);
-    const uint8_t *signs = row + 4 + s->code_bytes;
-    float pm[1024], back[1024];
-    for (int d = 0; d < hd; d++) pm[d] = (signs[d / 8] >> (d % 8)) & 1 ? g : -g;
-    tq_project_back(s->sketch, hd, hd, pm, back);
-    for (int d = 0; d < hd; d++) y[d] += back[d];
-}
-
 static void tq_read(const void *state, int head, int t, float *out) {
     const TqState *s = state;
-    const uint8_t *row = tq_row(s, head, t);
-    float y[1024], x[1024];
-    tq_rotated(s, row, y);
-    tq_project_back(s->rot, s->head_dim, s->head_dim, y, x);
-    const float norm = fp16_at(row);
-    for (int d = 0; d < s->head_dim; d++) out[d] = norm * x[d];
+    tq_decode(&s->c, tq_row(s, head, t), out);
 }
 
 static void tq_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
     if (n <= 0) return;
     const TqState *s0 = b->states[0];
+    const TqCoder *c = &s0->c;
     const int hd = b->head_dim;
     float qr[1024], qs[1024];
     uint8_t codes[1024];
-    tq_project(s0->rot, hd, hd, q, qr);
-    if (s0->prod) tq_project(s0->sketch, hd, hd, qr, qs);
+    tq_project(c->rot, hd, hd, q, qr);
+    if (c->prod) tq_project(c->sketch, hd, hd, qr, qs);
     for (int j = 0; j < n; j++) {
         int local;
         const TqState *s = codec_block(b, j, &local);
         const uint8_t *row = tq_row(s, head, local);
-        quant_unpack(row + 2, codes, (size_t)hd, s->cbits);
+        quant_unpack(row + tq_codes_at(), codes, (size_t)hd, c->cbits);
         float acc = 0.0f;
-        for (int d = 0; d < hd; d++) acc += qr[d] * s->levels[codes[d]];
-        if (s->prod)
-            acc += s->alpha * fp16_at(row + 2 + s->code_bytes) * tq_sign_dot(row + 4 + s->code_bytes, qs, hd);
+        for (int d = 0; d < hd; d++) acc += qr[d] * c->levels[codes[d]];
+        if (c->prod) acc += s0->alpha * fp16_at(row + tq_gamma_at(c)) * tq_sign_dot(row + tq_signs_at(c), qs, hd);
         out[j] = fp16_at(row) * acc;
     }
 }
 
 static void tq_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
     const TqState *s0 = b->states[0];
+    const TqCoder *c = &s0->c;
     const int hd = b->head_dim;
     float ay[1024], as[1024], back[1024];
     uint8_t codes[1024];
@@ -148,18 +96,18 @@ static void tq_mix(const CodecBlocks *b, int head, const float *p, float *out, i
         const TqState *s = codec_block(b, j, &local);
         const uint8_t *row = tq_row(s, head, local);
         const float w = p[j] * fp16_at(row);
-        quant_unpack(row + 2, codes, (size_t)hd, s->cbits);
-        for (int d = 0; d < hd; d++) ay[d] += w * s->levels[codes[d]];
-        if (!s->prod) continue;
-        const float g = w * s->alpha * fp16_at(row + 2 + s->code_bytes);
-        const uint8_t *signs = row + 4 + s->code_bytes;
+        quant_unpack(row + tq_codes_at(), codes, (size_t)hd, c->cbits);
+        for (int d = 0; d < hd; d++) ay[d] += w * c->levels[codes[d]];
+        if (!c->prod) continue;
+        const float g = w * s0->alpha * fp16_at(row + tq_gamma_at(c));
+        const uint8_t *signs = row + tq_signs_at(c);
         for (int d = 0; d < hd; d++) as[d] += (signs[d / 8] >> (d % 8)) & 1 ? g : -g;
     }
-    if (s0->prod) {
-        tq_project_back(s0->sketch, hd, hd, as, back);
+    if (c->prod) {
+        tq_project_back(c->sketch, hd, hd, as, back);
         for (int d = 0; d < hd; d++) ay[d] += back[d];
     }
-    tq_project_back(s0->rot, hd, hd, ay, out);
+    tq_project_back(c->rot, hd, hd, ay, out);
 }
 
 static size_t tq_bytes(const void *state) {
@@ -192,16 +140,15 @@ static void *tq_create(CodecSpec *spec, int n_heads, int head_dim, int capacity,
         snprintf(err, errlen, "out of memory allocating a cache stream");
         return NULL;
     }
-    s->n_heads = n_heads, s->head_dim = head_dim, s->prod = prod, s->cbits = prod ? bits - 1 : bits;
-    s->alpha = (float)(sqrt(M_PI / 2.0) / head_dim);
-    s->code_bytes = quant_packed_bytes((size_t)head_dim, s->cbits);
-    s->sign_bytes = prod ? (size_t)(head_dim + 7) / 8 : 0;
-    s->row_bytes = 2 + s->code_bytes + (prod ? 2 + s->sign_bytes : 0);
-    s->rot = transform_rotation(2, (unsigned long)seed, head_dim);
-    s->sketch = prod ? tq_gaussian((unsigned long)seed, head_dim, head_dim) : NULL;
-    s->levels = tq_codebook(head_dim, s->cbits);
+    TqCoder *c = &s->c;
+    s->n_heads = n_heads, c->d = head_dim, c->prod = prod, c->cbits = prod ? bits - 1 : bits;
+    s->alpha = (float)(sqrt(M_PI / 2.0) / head_dim); // as tq_decode's
+    s->row_bytes = tq_row_bytes(c);
+    c->rot = transform_rotation(2, (unsigned long)seed, head_dim);
+    c->sketch = prod ? tq_gaussian((unsigned long)seed, head_dim, head_dim) : NULL;
+    c->levels = tq_codebook(head_dim, c->cbits);
     s->rows = calloc((size_t)capacity * n_heads, s->row_bytes);
-    if (!s->rot || (prod && !s->sketch) || !s->levels || !s->rows) {
+    if (!c->rot || (prod && !c->sketch) || !c->levels || !s->rows) {
         tq_destroy(s);
         snprintf(err, errlen, "out of memory allocating a cache stream");
         return NULL;

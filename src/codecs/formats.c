@@ -4,6 +4,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../quant.h"
 #include "../train/rng.h"
@@ -259,4 +260,82 @@ float tq_sign_dot(const uint8_t *bits, const float *v, int m) {
     float acc = 0.0f;
     for (int i = 0; i < m; i++) acc += (bits[i / 8] >> (i % 8)) & 1 ? v[i] : -v[i];
     return acc;
+}
+
+// ---- One vector of TurboQuant and of QJL --------------------------------------------------
+
+static float fp16_load(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return quant_fp16_to_fp32(h);
+}
+
+static void fp16_store(uint8_t *p, float x) {
+    const uint16_t h = quant_fp32_to_fp16_sat(x);
+    memcpy(p, &h, 2);
+}
+
+static float norm_of(const float *x, int n) {
+    double sq = 0.0;
+    for (int i = 0; i < n; i++) sq += (double)x[i] * x[i];
+    return (float)sqrt(sq);
+}
+
+size_t tq_row_bytes(const TqCoder *c) { return c->prod ? tq_signs_at(c) + (size_t)(c->d + 7) / 8 : tq_gamma_at(c); }
+
+void tq_encode(const TqCoder *c, const float *x, uint8_t *row) {
+    const int d = c->d, n = 1 << c->cbits;
+    float u[1024], y[1024], sr[1024];
+    uint8_t codes[1024];
+    const float norm = norm_of(x, d);
+    fp16_store(row, norm);
+    for (int i = 0; i < d; i++) u[i] = norm > 0.0f ? x[i] / norm : 0.0f;
+    tq_project(c->rot, d, d, u, y);
+    for (int i = 0; i < d; i++) { // the nearest centroid: the cells' boundaries are the midpoints
+        int k = 0;
+        while (k + 1 < n && y[i] > 0.5f * (c->levels[k] + c->levels[k + 1])) k++;
+        codes[i] = (uint8_t)k;
+    }
+    quant_pack(row + tq_codes_at(), codes, (size_t)d, c->cbits);
+    if (!c->prod) return;
+    for (int i = 0; i < d; i++) y[i] -= c->levels[codes[i]];
+    fp16_store(row + tq_gamma_at(c), norm_of(y, d));
+    tq_project(c->sketch, d, d, y, sr);
+    tq_signs(sr, d, row + tq_signs_at(c));
+}
+
+void tq_decode(const TqCoder *c, const uint8_t *row, float *x) {
+    const int d = c->d;
+    float y[1024], pm[1024], back[1024];
+    uint8_t codes[1024];
+    quant_unpack(row + tq_codes_at(), codes, (size_t)d, c->cbits);
+    for (int i = 0; i < d; i++) y[i] = c->levels[codes[i]];
+    if (c->prod) {
+        const float g = (float)(sqrt(M_PI / 2.0) / d) * fp16_load(row + tq_gamma_at(c));
+        const uint8_t *signs = row + tq_signs_at(c);
+        for (int i = 0; i < d; i++) pm[i] = (signs[i / 8] >> (i % 8)) & 1 ? g : -g;
+        tq_project_back(c->sketch, d, d, pm, back);
+        for (int i = 0; i < d; i++) y[i] += back[i];
+    }
+    tq_project_back(c->rot, d, d, y, back);
+    const float norm = fp16_load(row);
+    for (int i = 0; i < d; i++) x[i] = norm * back[i];
+}
+
+void qjl_encode(const float *s, int m, int d, const float *x, uint8_t *row) {
+    float sx[4096];
+    fp16_store(row, norm_of(x, d));
+    tq_project(s, m, d, x, sx);
+    tq_signs(sx, m, row + 2);
+}
+
+float qjl_estimate(const uint8_t *row, const float *sq, int m) {
+    return (float)(sqrt(M_PI / 2.0) / m) * fp16_load(row) * tq_sign_dot(row + 2, sq, m);
+}
+
+void qjl_decode(const float *s, int m, int d, const uint8_t *row, float *x) {
+    float pm[4096];
+    const float g = (float)(sqrt(M_PI / 2.0) / m) * fp16_load(row);
+    for (int i = 0; i < m; i++) pm[i] = (row[2 + i / 8] >> (i % 8)) & 1 ? g : -g;
+    tq_project_back(s, m, d, pm, x);
 }

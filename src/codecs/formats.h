@@ -67,4 +67,34 @@ void tq_signs(const float *y, int m, uint8_t *bits);
 // Σ_i ±v[i], + where bit i is set.
 float tq_sign_dot(const uint8_t *bits, const float *v, int m);
 
+// ---- One vector of TurboQuant and of QJL --------------------------------------------------
+// The families' per-vector coding with the random matrices passed in, so that tests can average
+// over matrices of their own.
+//
+// TurboQuant, one head's vector of d numbers as a row of tq_row_bytes():
+//   [fp16 ‖x‖][2^cbits-level indices of y = R·x/‖x‖, packed][prod: fp16 γ = ‖r‖][prod: d sign bits]
+// with r = y − ŷ the residual in the rotated space and the signs those of S·r.
+typedef struct {
+    int d, cbits, prod;
+    const float *rot;    // R, d × d orthogonal, row-major
+    const float *sketch; // S, d × d standard normals (prod)
+    const float *levels; // 2^cbits centroids, sorted (tq_codebook)
+} TqCoder;
+
+size_t tq_row_bytes(const TqCoder *c);
+void tq_encode(const TqCoder *c, const float *x, uint8_t *row);
+// The read-back x̂ = ‖x‖·Rᵀ(ŷ + √(π/2)/d · γ · Sᵀ·sign(S·r)) (the QJL term: prod).
+void tq_decode(const TqCoder *c, const uint8_t *row, float *x);
+// Where a row's parts sit.
+static inline size_t tq_codes_at(void) { return 2; }
+static inline size_t tq_gamma_at(const TqCoder *c) { return 2 + (size_t)(c->d * c->cbits + 7) / 8; }
+static inline size_t tq_signs_at(const TqCoder *c) { return tq_gamma_at(c) + 2; }
+
+// QJL, one vector of d numbers as a row of 2 + (m + 7)/8 bytes: [fp16 ‖x‖][m sign bits of S·x].
+void qjl_encode(const float *s, int m, int d, const float *x, uint8_t *row);
+// The unbiased estimate of q·x from sq = S·q: √(π/2)/m · ‖x‖ · ⟨S·q, sign(S·x)⟩.
+float qjl_estimate(const uint8_t *row, const float *sq, int m);
+// The read-back √(π/2)/m · ‖x‖ · Sᵀ·sign(S·x) (an unbiased estimate of x).
+void qjl_decode(const float *s, int m, int d, const uint8_t *row, float *x);
+
 #endif
