@@ -61,6 +61,8 @@ static const struct { const char *spec, *norm; int blocks; } specs[] = {
     {"nvfp4:4over6", "nvfp4:scale2=token,4over6", 0},
     {"turboquant:bits=2", "turboquant:bits=2,mode=mse,seed=1", 0},
     {"turboquant:mode=prod,bits=3,seed=7", "turboquant:bits=3,mode=prod,seed=7", 0},
+    {"turboquant:bits=4,nc", "turboquant:bits=4,mode=mse,nc,seed=1", 0},
+    {"turboquant:preset=k3v4_nc", "turboquant:preset=k3v4_nc,seed=1", 0}, // values: uniform 4-bit
     {"qjl", "qjl:m=32,seed=1", 0},
     {"qjl:m=12,seed=3", "qjl:m=12,seed=3", 0},
 };
@@ -219,6 +221,8 @@ static void test_bad_specs(void) {
         {"nvfp4:scale2=tensor", KV_ROLE_KEY, 32}, {"turboquant:bits=5", KV_ROLE_KEY, 32},
         {"turboquant:bits=1,mode=prod", KV_ROLE_KEY, 32}, {"turboquant:mode=qjl", KV_ROLE_KEY, 32},
         {"turboquant", KV_ROLE_KEY, 2},         {"qjl:m=0", KV_ROLE_KEY, 32},
+        {"turboquant:preset=k8v4", KV_ROLE_KEY, 32}, {"turboquant:preset=3bit_nc,bits=2", KV_ROLE_VALUE, 32},
+        {"turboquant:mode=prod,nc", KV_ROLE_KEY, 32},
         {"fp16", KV_ROLE_KEY, 5},               {"fp8:e4m3", KV_ROLE_KEY, 3},
         {"kivi", KV_ROLE_KEY, 9},               {"iq4_nl", KV_ROLE_KEY, 0},
     };

@@ -297,6 +297,11 @@ void tq_encode(const TqCoder *c, const float *x, uint8_t *row) {
         codes[i] = (uint8_t)k;
     }
     quant_pack(row + tq_codes_at(), codes, (size_t)d, c->cbits);
+    if (c->nc && norm > 0.0f) { // the centroid vector renormalised: fold 1/‖ŷ‖ into the stored norm
+        for (int i = 0; i < d; i++) u[i] = c->levels[codes[i]];
+        const float len = norm_of(u, d);
+        if (len > 0.0f) fp16_store(row, norm / len);
+    }
     if (!c->prod) return;
     for (int i = 0; i < d; i++) y[i] -= c->levels[codes[i]];
     fp16_store(row + tq_gamma_at(c), norm_of(y, d));

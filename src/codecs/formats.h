@@ -76,6 +76,7 @@ float tq_sign_dot(const uint8_t *bits, const float *v, int m);
 // with r = y − ŷ the residual in the rotated space and the signs those of S·r.
 typedef struct {
     int d, cbits, prod;
+    int nc;              // mse: store ‖x‖/‖ŷ‖ for ‖x‖, so that x̂ keeps x's norm (vLLM's "nc")
     const float *rot;    // R, d × d orthogonal, row-major
     const float *sketch; // S, d × d standard normals (prod)
     const float *levels; // 2^cbits centroids, sorted (tq_codebook)
