@@ -84,6 +84,10 @@ static const PlateScheme schemes[] = {
     {"beyond", "turboquant prod 4", "turboquant:bits=4,mode=prod", "turboquant:bits=4,mode=prod", NAN},
     {"beyond", "turboquant prod 3", "turboquant:bits=3,mode=prod", "turboquant:bits=3,mode=prod", NAN},
     {"beyond", "K qjl m=32 / V fp16", "qjl", "fp16", NAN},
+    // vLLM's TurboQuant cache types: keys mse with nc, values uniform.
+    {"beyond", "turboquant 4bit_nc", "turboquant:preset=4bit_nc", "turboquant:preset=4bit_nc", NAN},
+    {"beyond", "turboquant k3v4_nc", "turboquant:preset=k3v4_nc", "turboquant:preset=k3v4_nc", NAN},
+    {"beyond", "turboquant 3bit_nc", "turboquant:preset=3bit_nc", "turboquant:preset=3bit_nc", NAN},
 };
 #define N_SCHEMES (int)(sizeof schemes / sizeof schemes[0])
 #define N_TEXTS 2
