@@ -32,12 +32,6 @@ static void qjl_destroy(void *state) {
     free(s);
 }
 
-static float qjl_norm(const uint8_t *row) {
-    uint16_t h;
-    memcpy(&h, row, 2);
-    return quant_fp16_to_fp32(h);
-}
-
 static uint8_t *qjl_row(const QjlState *s, int head, int t) {
     return s->rows + ((size_t)t * s->n_heads + head) * s->row_bytes;
 }
@@ -74,7 +68,7 @@ static void qjl_mix(const CodecBlocks *b, int head, const float *p, float *out, 
         int local;
         const QjlState *s = codec_block(b, j, &local);
         const uint8_t *row = qjl_row(s, head, local);
-        const float g = p[j] * s->alpha * qjl_norm(row);
+        const float g = p[j] * s->alpha * fmt_fp16_load(row);
         for (int i = 0; i < s->m; i++) acc[i] += (row[2 + i / 8] >> (i % 8)) & 1 ? g : -g;
     }
     tq_project_back(s0->sketch, s0->m, s0->head_dim, acc, out);

@@ -52,32 +52,21 @@ static uint8_t *tq_row(const TqState *s, int head, int t) {
     return s->rows + ((size_t)t * s->n_heads + head) * s->row_bytes;
 }
 
-static float fp16_at(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return quant_fp16_to_fp32(h);
-}
-
-static void fp16_put(uint8_t *p, float x) {
-    const uint16_t h = quant_fp32_to_fp16_sat(x);
-    memcpy(p, &h, 2);
-}
-
 // A preset's values: min and max of the head, 2^B − 1 steps between them, rounded to nearest.
 static void uniform_encode(const TqState *s, const float *x, uint8_t *row) {
     const int d = s->c.d, top = (1 << s->c.cbits) - 1;
     float lo = x[0], hi = x[0];
     for (int i = 1; i < d; i++) lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
-    fp16_put(row, (hi - lo) / (float)top);
-    fp16_put(row + 2, lo);
-    const float scale = fp16_at(row), zero = fp16_at(row + 2);
+    fmt_fp16_store(row, (hi - lo) / (float)top);
+    fmt_fp16_store(row + 2, lo);
+    const float scale = fmt_fp16_load(row), zero = fmt_fp16_load(row + 2);
     uint8_t codes[1024];
     for (int i = 0; i < d; i++) codes[i] = (uint8_t)(scale > 0.0f ? quant_round_clamp((x[i] - zero) / scale, 0, top) : 0);
     quant_pack(row + 4, codes, (size_t)d, s->c.cbits);
 }
 
 static void uniform_decode(const TqState *s, const uint8_t *row, float *x) {
-    const float scale = fp16_at(row), zero = fp16_at(row + 2);
+    const float scale = fmt_fp16_load(row), zero = fmt_fp16_load(row + 2);
     uint8_t codes[1024];
     quant_unpack(row + 4, codes, (size_t)s->c.d, s->c.cbits);
     for (int i = 0; i < s->c.d; i++) x[i] = zero + (float)codes[i] * scale;
@@ -119,8 +108,8 @@ static void tq_scores(const CodecBlocks *b, int head, const float *q, float *out
         quant_unpack(row + tq_codes_at(), codes, (size_t)hd, c->cbits);
         float acc = 0.0f;
         for (int d = 0; d < hd; d++) acc += qr[d] * c->levels[codes[d]];
-        if (c->prod) acc += s0->alpha * fp16_at(row + tq_gamma_at(c)) * tq_sign_dot(row + tq_signs_at(c), qs, hd);
-        out[j] = fp16_at(row) * acc;
+        if (c->prod) acc += s0->alpha * fmt_fp16_load(row + tq_gamma_at(c)) * tq_sign_dot(row + tq_signs_at(c), qs, hd);
+        out[j] = fmt_fp16_load(row) * acc;
     }
 }
 
@@ -140,11 +129,11 @@ static void tq_mix(const CodecBlocks *b, int head, const float *p, float *out, i
         int local;
         const TqState *s = codec_block(b, j, &local);
         const uint8_t *row = tq_row(s, head, local);
-        const float w = p[j] * fp16_at(row);
+        const float w = p[j] * fmt_fp16_load(row);
         quant_unpack(row + tq_codes_at(), codes, (size_t)hd, c->cbits);
         for (int d = 0; d < hd; d++) ay[d] += w * c->levels[codes[d]];
         if (!c->prod) continue;
-        const float g = w * s0->alpha * fp16_at(row + tq_gamma_at(c));
+        const float g = w * s0->alpha * fmt_fp16_load(row + tq_gamma_at(c));
         const uint8_t *signs = row + tq_signs_at(c);
         for (int d = 0; d < hd; d++) as[d] += (signs[d / 8] >> (d % 8)) & 1 ? g : -g;
     }

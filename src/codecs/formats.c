@@ -264,17 +264,6 @@ float tq_sign_dot(const uint8_t *bits, const float *v, int m) {
 
 // ---- One vector of TurboQuant and of QJL --------------------------------------------------
 
-static float fp16_load(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return quant_fp16_to_fp32(h);
-}
-
-static void fp16_store(uint8_t *p, float x) {
-    const uint16_t h = quant_fp32_to_fp16_sat(x);
-    memcpy(p, &h, 2);
-}
-
 static float norm_of(const float *x, int n) {
     double sq = 0.0;
     for (int i = 0; i < n; i++) sq += (double)x[i] * x[i];
@@ -288,7 +277,7 @@ void tq_encode(const TqCoder *c, const float *x, uint8_t *row) {
     float u[1024], y[1024], sr[1024];
     uint8_t codes[1024];
     const float norm = norm_of(x, d);
-    fp16_store(row, norm);
+    fmt_fp16_store(row, norm);
     for (int i = 0; i < d; i++) u[i] = norm > 0.0f ? x[i] / norm : 0.0f;
     tq_project(c->rot, d, d, u, y);
     for (int i = 0; i < d; i++) { // the nearest centroid: the cells' boundaries are the midpoints
@@ -300,11 +289,11 @@ void tq_encode(const TqCoder *c, const float *x, uint8_t *row) {
     if (c->nc && norm > 0.0f) { // the centroid vector renormalised: fold 1/‖ŷ‖ into the stored norm
         for (int i = 0; i < d; i++) u[i] = c->levels[codes[i]];
         const float len = norm_of(u, d);
-        if (len > 0.0f) fp16_store(row, norm / len);
+        if (len > 0.0f) fmt_fp16_store(row, norm / len);
     }
     if (!c->prod) return;
     for (int i = 0; i < d; i++) y[i] -= c->levels[codes[i]];
-    fp16_store(row + tq_gamma_at(c), norm_of(y, d));
+    fmt_fp16_store(row + tq_gamma_at(c), norm_of(y, d));
     tq_project(c->sketch, d, d, y, sr);
     tq_signs(sr, d, row + tq_signs_at(c));
 }
@@ -316,31 +305,31 @@ void tq_decode(const TqCoder *c, const uint8_t *row, float *x) {
     quant_unpack(row + tq_codes_at(), codes, (size_t)d, c->cbits);
     for (int i = 0; i < d; i++) y[i] = c->levels[codes[i]];
     if (c->prod) {
-        const float g = (float)(sqrt(M_PI / 2.0) / d) * fp16_load(row + tq_gamma_at(c));
+        const float g = (float)(sqrt(M_PI / 2.0) / d) * fmt_fp16_load(row + tq_gamma_at(c));
         const uint8_t *signs = row + tq_signs_at(c);
         for (int i = 0; i < d; i++) pm[i] = (signs[i / 8] >> (i % 8)) & 1 ? g : -g;
         tq_project_back(c->sketch, d, d, pm, back);
         for (int i = 0; i < d; i++) y[i] += back[i];
     }
     tq_project_back(c->rot, d, d, y, back);
-    const float norm = fp16_load(row);
+    const float norm = fmt_fp16_load(row);
     for (int i = 0; i < d; i++) x[i] = norm * back[i];
 }
 
 void qjl_encode(const float *s, int m, int d, const float *x, uint8_t *row) {
     float sx[4096];
-    fp16_store(row, norm_of(x, d));
+    fmt_fp16_store(row, norm_of(x, d));
     tq_project(s, m, d, x, sx);
     tq_signs(sx, m, row + 2);
 }
 
 float qjl_estimate(const uint8_t *row, const float *sq, int m) {
-    return (float)(sqrt(M_PI / 2.0) / m) * fp16_load(row) * tq_sign_dot(row + 2, sq, m);
+    return (float)(sqrt(M_PI / 2.0) / m) * fmt_fp16_load(row) * tq_sign_dot(row + 2, sq, m);
 }
 
 void qjl_decode(const float *s, int m, int d, const uint8_t *row, float *x) {
     float pm[4096];
-    const float g = (float)(sqrt(M_PI / 2.0) / m) * fp16_load(row);
+    const float g = (float)(sqrt(M_PI / 2.0) / m) * fmt_fp16_load(row);
     for (int i = 0; i < m; i++) pm[i] = (row[2 + i / 8] >> (i % 8)) & 1 ? g : -g;
     tq_project_back(s, m, d, pm, x);
 }

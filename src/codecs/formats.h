@@ -10,6 +10,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+#include "../quant.h"
 
 // ---- MX elements ----------------------------------------------------------------------------
 typedef enum { MX_E2M1, MX_E2M3, MX_E3M2, MX_E4M3, MX_E5M2, MX_INT8, MX_N_ELEMS } MxElem;
@@ -68,6 +71,19 @@ void tq_signs(const float *y, int m, uint8_t *bits);
 float tq_sign_dot(const uint8_t *bits, const float *v, int m);
 
 // ---- One vector of TurboQuant and of QJL --------------------------------------------------
+// Norms, residual norms and scales sit in rows as fp16 (saturating: they must stay finite), at any
+// byte offset.
+static inline float fmt_fp16_load(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return quant_fp16_to_fp32(h);
+}
+
+static inline void fmt_fp16_store(uint8_t *p, float x) {
+    const uint16_t h = quant_fp32_to_fp16_sat(x);
+    memcpy(p, &h, 2);
+}
+
 // The families' per-vector coding with the random matrices passed in, so that tests can average
 // over matrices of their own.
 //
