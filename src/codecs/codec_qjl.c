@@ -69,7 +69,7 @@ static void qjl_mix(const CodecBlocks *b, int head, const float *p, float *out, 
         const QjlState *s = codec_block(b, j, &local);
         const uint8_t *row = qjl_row(s, head, local);
         const float g = p[j] * s->alpha * fmt_fp16_load(row);
-        for (int i = 0; i < s->m; i++) acc[i] += (row[2 + i / 8] >> (i % 8)) & 1 ? g : -g;
+        for (int i = 0; i < s->m; i++) acc[i] += tq_sign(row + 2, i) * g;
     }
     tq_project_back(s0->sketch, s0->m, s0->head_dim, acc, out);
 }

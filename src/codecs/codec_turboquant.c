@@ -135,7 +135,7 @@ static void tq_mix(const CodecBlocks *b, int head, const float *p, float *out, i
         if (!c->prod) continue;
         const float g = w * s0->alpha * fmt_fp16_load(row + tq_gamma_at(c));
         const uint8_t *signs = row + tq_signs_at(c);
-        for (int d = 0; d < hd; d++) as[d] += (signs[d / 8] >> (d % 8)) & 1 ? g : -g;
+        for (int d = 0; d < hd; d++) as[d] += tq_sign(signs, d) * g;
     }
     if (c->prod) {
         tq_project_back(c->sketch, hd, hd, as, back);

@@ -258,7 +258,7 @@ void tq_signs(const float *y, int m, uint8_t *bits) {
 
 float tq_sign_dot(const uint8_t *bits, const float *v, int m) {
     float acc = 0.0f;
-    for (int i = 0; i < m; i++) acc += (bits[i / 8] >> (i % 8)) & 1 ? v[i] : -v[i];
+    for (int i = 0; i < m; i++) acc += tq_sign(bits, i) * v[i];
     return acc;
 }
 
@@ -307,7 +307,7 @@ void tq_decode(const TqCoder *c, const uint8_t *row, float *x) {
     if (c->prod) {
         const float g = (float)(sqrt(M_PI / 2.0) / d) * fmt_fp16_load(row + tq_gamma_at(c));
         const uint8_t *signs = row + tq_signs_at(c);
-        for (int i = 0; i < d; i++) pm[i] = (signs[i / 8] >> (i % 8)) & 1 ? g : -g;
+        for (int i = 0; i < d; i++) pm[i] = tq_sign(signs, i) * g;
         tq_project_back(c->sketch, d, d, pm, back);
         for (int i = 0; i < d; i++) y[i] += back[i];
     }
@@ -330,6 +330,6 @@ float qjl_estimate(const uint8_t *row, const float *sq, int m) {
 void qjl_decode(const float *s, int m, int d, const uint8_t *row, float *x) {
     float pm[4096];
     const float g = (float)(sqrt(M_PI / 2.0) / m) * fmt_fp16_load(row);
-    for (int i = 0; i < m; i++) pm[i] = (row[2 + i / 8] >> (i % 8)) & 1 ? g : -g;
+    for (int i = 0; i < m; i++) pm[i] = tq_sign(row + 2, i) * g;
     tq_project_back(s, m, d, pm, x);
 }
