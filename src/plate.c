@@ -72,6 +72,22 @@ static const PlateScheme schemes[] = {
     {"beyond", "quarot 4", "quarot:bits=4", "quarot:bits=4", NAN},
     {"beyond", "quarot 3", "quarot:bits=3", "quarot:bits=3", NAN},
     {"beyond", "quarot 2", "quarot:bits=2", "quarot:bits=2", NAN},
+    // The 2025 formats (src/codecs/formats.h): microscaling blocks, NVFP4, TurboQuant, QJL.
+    {"beyond", "MXFP4 (e2m1)", "mx:elem=e2m1", "mx:elem=e2m1", NAN},
+    {"beyond", "MXFP6 (e2m3)", "mx:elem=e2m3", "mx:elem=e2m3", NAN},
+    {"beyond", "MXFP8 (e4m3)", "mx:elem=e4m3", "mx:elem=e4m3", NAN},
+    {"beyond", "NVFP4 (token scale2)", "nvfp4", "nvfp4", NAN},
+    {"beyond", "NVFP4 4over6", "nvfp4:4over6", "nvfp4:4over6", NAN},
+    {"beyond", "turboquant mse 4", "turboquant:bits=4", "turboquant:bits=4", NAN},
+    {"beyond", "turboquant mse 3", "turboquant:bits=3", "turboquant:bits=3", NAN},
+    {"beyond", "turboquant mse 2", "turboquant:bits=2", "turboquant:bits=2", NAN},
+    {"beyond", "turboquant prod 4", "turboquant:bits=4,mode=prod", "turboquant:bits=4,mode=prod", NAN},
+    {"beyond", "turboquant prod 3", "turboquant:bits=3,mode=prod", "turboquant:bits=3,mode=prod", NAN},
+    {"beyond", "K qjl m=32 / V fp16", "qjl", "fp16", NAN},
+    // vLLM's TurboQuant cache types: keys mse with nc, values uniform.
+    {"beyond", "turboquant 4bit_nc", "turboquant:preset=4bit_nc", "turboquant:preset=4bit_nc", NAN},
+    {"beyond", "turboquant k3v4_nc", "turboquant:preset=k3v4_nc", "turboquant:preset=k3v4_nc", NAN},
+    {"beyond", "turboquant 3bit_nc", "turboquant:preset=3bit_nc", "turboquant:preset=3bit_nc", NAN},
 };
 #define N_SCHEMES (int)(sizeof schemes / sizeof schemes[0])
 #define N_TEXTS 2

@@ -49,6 +49,22 @@ static const struct { const char *spec, *norm; int blocks; } specs[] = {
     // kvquant reads models/micro.kvq, made for 6 heads of 32 (main points the codecs at it).
     {"quarot:bits=3", "quarot:bits=3,rot=hadamard", 0},
     {"kvquant:bits=2,qnorm", "kvquant:bits=2,outliers=1,qnorm,prerope,sink=1", 0}, // values: no prerope
+    // The 2025 formats (formats.h): MX needs head_dim a multiple of 32, NVFP4 of 16 (shape_ok).
+    {"mx", "mx:elem=e2m1", 0},
+    {"mx:elem=e2m3", "mx:elem=e2m3", 0},
+    {"mx:elem=e3m2", "mx:elem=e3m2", 0},
+    {"mx:elem=e4m3", "mx:elem=e4m3", 0},
+    {"mx:elem=e5m2", "mx:elem=e5m2", 0},
+    {"mx:elem=int8", "mx:elem=int8", 0},
+    {"nvfp4", "nvfp4:scale2=token", 0},
+    {"nvfp4:4over6,scale2=none", "nvfp4:scale2=none,4over6", 0},
+    {"nvfp4:4over6", "nvfp4:scale2=token,4over6", 0},
+    {"turboquant:bits=2", "turboquant:bits=2,mode=mse,seed=1", 0},
+    {"turboquant:mode=prod,bits=3,seed=7", "turboquant:bits=3,mode=prod,seed=7", 0},
+    {"turboquant:bits=4,nc", "turboquant:bits=4,mode=mse,nc,seed=1", 0},
+    {"turboquant:preset=k3v4_nc", "turboquant:preset=k3v4_nc,seed=1", 0}, // values: uniform 4-bit
+    {"qjl", "qjl:m=32,seed=1", 0},
+    {"qjl:m=12,seed=3", "qjl:m=12,seed=3", 0},
 };
 #define N_SPECS (sizeof specs / sizeof specs[0])
 
@@ -59,7 +75,9 @@ static void check_kernels(KVStream *s, KVRole role, int both, const char *label,
     const int hd = s->head_dim;
     // A rotated stream (quarot) sums in the rotated space and rotates back: its rounding is relative
     // to whole vectors, not to each coordinate's terms.
-    const int rotated = strncmp(label, "quarot", 6) == 0;
+    // So does turboquant, and qjl sums in its projection's space.
+    const int rotated = strncmp(label, "quarot", 6) == 0 || strncmp(label, "turboquant", 10) == 0 ||
+                        strncmp(label, "qjl", 3) == 0;
     for (int h = 0; h < s->n_heads; h++) {
         for (int j = 0; j < n; j++) s->ops->read(s->state, h, j, ref_rows + (size_t)j * hd);
         for (int d = 0; d < hd; d++) q[d] = (float)(2 * urand() - 1);
@@ -198,6 +216,13 @@ static void test_bad_specs(void) {
         {"bf16:fast", KV_ROLE_KEY, 32},         {"q4_0:bits=4", KV_ROLE_KEY, 32},
         {"iq4_nl:x", KV_ROLE_KEY, 32},          {"q4_0", KV_ROLE_KEY, 48},
         {"q8_0", KV_ROLE_VALUE, 16},            {"int:bits=4", KV_ROLE_KEY, 7},
+        {"mx:elem=e9m9", KV_ROLE_KEY, 32},      {"mx:elem", KV_ROLE_KEY, 32},
+        {"mx", KV_ROLE_VALUE, 48},              {"nvfp4", KV_ROLE_KEY, 24},
+        {"nvfp4:scale2=tensor", KV_ROLE_KEY, 32}, {"turboquant:bits=5", KV_ROLE_KEY, 32},
+        {"turboquant:bits=1,mode=prod", KV_ROLE_KEY, 32}, {"turboquant:mode=qjl", KV_ROLE_KEY, 32},
+        {"turboquant", KV_ROLE_KEY, 2},         {"qjl:m=0", KV_ROLE_KEY, 32},
+        {"turboquant:preset=k8v4", KV_ROLE_KEY, 32}, {"turboquant:preset=3bit_nc,bits=2", KV_ROLE_VALUE, 32},
+        {"turboquant:mode=prod,nc", KV_ROLE_KEY, 32},
         {"fp16", KV_ROLE_KEY, 5},               {"fp8:e4m3", KV_ROLE_KEY, 3},
         {"kivi", KV_ROLE_KEY, 9},               {"iq4_nl", KV_ROLE_KEY, 0},
     };
@@ -218,6 +243,8 @@ static int shape_ok(size_t i, KVRole role, int head_dim) {
     if (specs[i].blocks) return head_dim % 32 == 0;
     if (strncmp(specs[i].spec, "quarot", 6) == 0) return (head_dim & (head_dim - 1)) == 0; // the Hadamard
     if (strncmp(specs[i].spec, "kvquant", 7) == 0) return 0; // its calibration has one shape: below
+    if (strncmp(specs[i].spec, "mx", 2) == 0) return head_dim % 32 == 0;
+    if (strncmp(specs[i].spec, "nvfp4", 5) == 0) return head_dim % 16 == 0;
     if (strncmp(specs[i].spec, "kivi", 4) == 0 && role == KV_ROLE_VALUE) {
         const char *g = strstr(specs[i].spec, "group=");
         return head_dim % (g ? atoi(g + 6) : 32) == 0;

@@ -19,6 +19,8 @@ static const char *specs[] = {
     // The transforms over blocks: sink tokens spanning two blocks, outliers, rotations.
     "int:bits=4,rot=hadamard", "int:bits=3,rot=random:5,sink=20,outliers=2", "q4_0:sink=1,outliers=3",
     "kivi:bits=2,group=16,residual=32,rot=hadamard,sink=3,outliers=2",
+    // The 2025 formats (their kernels walk the blocks as one stream).
+    "mx:elem=e2m1", "nvfp4:4over6", "turboquant:bits=2", "turboquant:bits=3,mode=prod", "qjl:m=40",
 };
 #define N_SPECS (int)(sizeof specs / sizeof specs[0])
 

@@ -18,7 +18,8 @@
 // One list for both builds: X(symbol) per family that has kernels.
 #define CODEC_KERNEL_FAMILIES(X)                                                                   \
     X(codec_fp32) X(codec_fp16) X(codec_bf16) X(codec_fp8) X(codec_int) X(codec_kivi) X(codec_q8_0) X(codec_q4_0) \
-    X(codec_q4_1) X(codec_q5_0) X(codec_q5_1) X(codec_iq4_nl) X(codec_kvquant) X(codec_quarot)
+    X(codec_q4_1) X(codec_q5_0) X(codec_q5_1) X(codec_iq4_nl) X(codec_kvquant) X(codec_quarot) \
+    X(codec_mx) X(codec_nvfp4) X(codec_turboquant) X(codec_qjl)
 
 #define CODEC_DECLARE(name) extern const CodecFamily name, name##_simd;
 CODEC_KERNEL_FAMILIES(CODEC_DECLARE)

@@ -1,0 +1,106 @@
+// OCP Microscaling (MX v1.0) as a cache codec: mx:elem=E.
+//
+// Each head's vector at one token is cut into blocks of 32 numbers (at micro's head_dim 32: one
+// block per head per token). A block stores one E8M0 scale 2^X, X = floor(log2 max|v|) − emax_elem,
+// and 32 elements, each v / 2^X rounded to nearest even in the element format and saturated to its
+// largest value (formats.h). E is one of e2m1 (FP4), e2m3 and e3m2 (FP6), e4m3 and e5m2 (FP8) and
+// int8, so a number costs its element's bits plus 8/32: 4.25, 6.25 and 8.25 bits.
+//
+// Attention reads the blocks back number by number (codec_core's fallback): the family is here for
+// what the format costs in loss, not for speed.
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../quant.h"
+#include "codec_core.h"
+#include "codecs.h"
+#include "formats.h"
+
+enum { MX_BLOCK = 32 };
+
+typedef struct {
+    int n_heads, head_dim, length;
+    MxElem elem;
+    int bits;
+    size_t block_bytes, row_bytes; // one block (scale + packed elements), one head at one token
+    uint8_t *rows;                 // [token][head][row_bytes]
+} MxState;
+
+static void mx_destroy(void *state) {
+    MxState *s = state;
+    if (s) free(s->rows);
+    free(s);
+}
+
+static void mx_append(void *state, const float *x) {
+    MxState *s = state;
+    uint8_t codes[MX_BLOCK];
+    for (int h = 0; h < s->n_heads; h++) {
+        uint8_t *row = s->rows + ((size_t)s->length * s->n_heads + h) * s->row_bytes;
+        for (int b = 0; b * MX_BLOCK < s->head_dim; b++) {
+            uint8_t *block = row + (size_t)b * s->block_bytes;
+            mx_block_encode(s->elem, x + h * s->head_dim + b * MX_BLOCK, MX_BLOCK, block, codes);
+            quant_pack(block + 1, codes, MX_BLOCK, s->bits);
+        }
+    }
+    s->length++;
+}
+
+static void mx_read(const void *state, int head, int t, float *out) {
+    const MxState *s = state;
+    const uint8_t *row = s->rows + ((size_t)t * s->n_heads + head) * s->row_bytes;
+    uint8_t codes[MX_BLOCK];
+    for (int b = 0; b * MX_BLOCK < s->head_dim; b++) {
+        const uint8_t *block = row + (size_t)b * s->block_bytes;
+        const float scale = mx_scale_decode(block[0]);
+        quant_unpack(block + 1, codes, MX_BLOCK, s->bits);
+        for (int i = 0; i < MX_BLOCK; i++) out[b * MX_BLOCK + i] = mx_elem_decode(s->elem, codes[i]) * scale;
+    }
+}
+
+static void mx_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
+    codec_scores_by_read(b, mx_read, b->head_dim, head, q, out, n);
+}
+
+static void mx_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
+    codec_mix_by_read(b, mx_read, b->head_dim, head, p, out, n);
+}
+
+static size_t mx_bytes(const void *state) {
+    const MxState *s = state;
+    return (size_t)s->length * (size_t)s->n_heads * s->row_bytes;
+}
+
+CODEC_OPS(mx, NULL, NULL);
+
+static void *mx_create(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised,
+                       size_t normalised_len, char *err, size_t errlen) {
+    const char *name = spec_string(spec, "elem");
+    const int elem = name ? mx_elem_from_name(name) : MX_E2M1;
+    if (elem < 0) {
+        snprintf(err, errlen, "mx: elem=%.20s: expected e2m1, e2m3, e3m2, e4m3, e5m2 or int8", name);
+        return NULL;
+    }
+    if (codec_check_shape("mx", n_heads, head_dim, capacity, MX_BLOCK, err, errlen)) return NULL;
+    snprintf(normalised, normalised_len, "mx:elem=%s", mx_elem_info((MxElem)elem)->name);
+    MxState *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "out of memory allocating a cache stream");
+        return NULL;
+    }
+    s->n_heads = n_heads, s->head_dim = head_dim, s->elem = (MxElem)elem, s->bits = mx_elem_info(s->elem)->bits;
+    s->block_bytes = 1 + quant_packed_bytes(MX_BLOCK, s->bits);
+    s->row_bytes = (size_t)(head_dim / MX_BLOCK) * s->block_bytes;
+    if (!(s->rows = calloc((size_t)capacity * n_heads, s->row_bytes))) {
+        mx_destroy(s);
+        snprintf(err, errlen, "out of memory allocating a cache stream");
+        return NULL;
+    }
+    return s;
+}
+
+const CodecFamily CODEC_FAMILY(codec_mx) = {
+    .name = "mx", .ops = &mx_ops, .create = mx_create,
+    .help = "mx:elem=E            OCP Microscaling: blocks of 32 with an E8M0 scale, E=e2m1 (4.25 bits), "
+            "e2m3, e3m2 (6.25), e4m3, e5m2, int8 (8.25); head_dim a multiple of 32"};

@@ -1,0 +1,225 @@
+// TurboQuant (Zandieh et al. 2025, arXiv 2504.19874) as a cache codec:
+// turboquant:bits=B,mode=mse|prod[,seed=S].
+//
+// A head's vector x is stored as its norm (fp16) and the direction u = x/‖x‖ rotated, y = R·u, each
+// coordinate of y the index of its nearest centroid. After a random rotation every coordinate of a
+// unit vector has the density f(x) ∝ (1 − x²)^((d−3)/2) on [−1, 1] (d = head_dim), whatever u was;
+// the centroids are that density's Lloyd-Max quantiser (formats.c computes it once per d and
+// width). R is the Haar-random orthogonal matrix of `seed` (kvtransform.c: QR of a seeded Gaussian,
+// the matrix rot=random:SEED uses), one matrix for every head and layer: the density argument
+// needs R random, not different per head.
+//   mode=mse   B bits a coordinate (B = 1..4): B + 16/d bits a number (B + 0.5 at d = 32).
+//   mode=prod  B − 1 bits of mse (B = 2..5), then one bit a coordinate of QJL on the residual
+//              r = y − ŷ: sign(S·r) for a seeded d × d Gaussian S and γ = ‖r‖ (fp16), read back as
+//              ŷ + √(π/2)/d · γ · Sᵀ·sign(S·r), an unbiased estimate of y whatever ŷ was. The residual
+//              is taken in the rotated space (S·R is as Gaussian as S): B + 32/d bits a number.
+//   nc         (mse) the centroid vector renormalised before the inverse rotation, so that x̂ keeps
+//              x's norm: the stored norm is ‖x‖/‖ŷ‖, at no cost in bytes (vLLM's "_nc").
+//   preset=P   vLLM's cache types: keys TurboQuant mse with nc, values uniform — asymmetric per head
+//              per token, 2^B even levels between min and max, fp16 scale and zero (B + 1 bits):
+//              4bit_nc (K 4, V 4), k3v4_nc (K 3, V 4), 3bit_nc (K 3, V 3). Their k8v4 (8-bit keys)
+//              is not here: this family's codebooks stop at 4 bits.
+// Attention never rotates a cached vector: scores rotate the query once (q·x̂ = ‖x‖ (R·q)·ŷ) and
+// mix sums in the rotated space and rotates the sum back once.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kvtransform.h"
+#include "../quant.h"
+#include "codec_core.h"
+#include "codecs.h"
+#include "formats.h"
+
+typedef struct {
+    int n_heads, length;
+    int uniform;      // a preset's value stream: [fp16 scale][fp16 zero][B-bit codes] (c.cbits = B)
+    TqCoder c;
+    float alpha;      // √(π/2) / d
+    size_t row_bytes; // formats.h: [fp16 ‖x‖][codes][fp16 γ][signs] (the last two: prod)
+    uint8_t *rows;    // [token][head][row_bytes]
+} TqState;
+
+static void tq_destroy(void *state) {
+    TqState *s = state;
+    if (s) free(s->rows);
+    free(s);
+}
+
+static uint8_t *tq_row(const TqState *s, int head, int t) {
+    return s->rows + ((size_t)t * s->n_heads + head) * s->row_bytes;
+}
+
+// A preset's values: min and max of the head, 2^B − 1 steps between them, rounded to nearest.
+static void uniform_encode(const TqState *s, const float *x, uint8_t *row) {
+    const int d = s->c.d, top = (1 << s->c.cbits) - 1;
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < d; i++) lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
+    fmt_fp16_store(row, (hi - lo) / (float)top);
+    fmt_fp16_store(row + 2, lo);
+    const float scale = fmt_fp16_load(row), zero = fmt_fp16_load(row + 2);
+    uint8_t codes[1024];
+    for (int i = 0; i < d; i++) codes[i] = (uint8_t)(scale > 0.0f ? quant_round_clamp((x[i] - zero) / scale, 0, top) : 0);
+    quant_pack(row + 4, codes, (size_t)d, s->c.cbits);
+}
+
+static void uniform_decode(const TqState *s, const uint8_t *row, float *x) {
+    const float scale = fmt_fp16_load(row), zero = fmt_fp16_load(row + 2);
+    uint8_t codes[1024];
+    quant_unpack(row + 4, codes, (size_t)s->c.d, s->c.cbits);
+    for (int i = 0; i < s->c.d; i++) x[i] = zero + (float)codes[i] * scale;
+}
+
+static void tq_append(void *state, const float *x) {
+    TqState *s = state;
+    for (int h = 0; h < s->n_heads; h++)
+        (s->uniform ? uniform_encode(s, x + h * s->c.d, tq_row(s, h, s->length))
+                    : tq_encode(&s->c, x + h * s->c.d, tq_row(s, h, s->length)));
+    s->length++;
+}
+
+static void tq_read(const void *state, int head, int t, float *out) {
+    const TqState *s = state;
+    if (s->uniform)
+        uniform_decode(s, tq_row(s, head, t), out);
+    else
+        tq_decode(&s->c, tq_row(s, head, t), out);
+}
+
+static void tq_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
+    if (n <= 0) return;
+    const TqState *s0 = b->states[0];
+    if (s0->uniform) {
+        codec_scores_by_read(b, tq_read, b->head_dim, head, q, out, n);
+        return;
+    }
+    const TqCoder *c = &s0->c;
+    const int hd = b->head_dim;
+    float qr[1024], qs[1024];
+    uint8_t codes[1024];
+    tq_project(c->rot, hd, hd, q, qr);
+    if (c->prod) tq_project(c->sketch, hd, hd, qr, qs);
+    for (int j = 0; j < n; j++) {
+        int local;
+        const TqState *s = codec_block(b, j, &local);
+        const uint8_t *row = tq_row(s, head, local);
+        quant_unpack(row + tq_codes_at(), codes, (size_t)hd, c->cbits);
+        float acc = 0.0f;
+        for (int d = 0; d < hd; d++) acc += qr[d] * c->levels[codes[d]];
+        if (c->prod) acc += s0->alpha * fmt_fp16_load(row + tq_gamma_at(c)) * tq_sign_dot(row + tq_signs_at(c), qs, hd);
+        out[j] = fmt_fp16_load(row) * acc;
+    }
+}
+
+static void tq_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
+    const TqState *s0 = b->states[0];
+    if (s0->uniform) {
+        codec_mix_by_read(b, tq_read, b->head_dim, head, p, out, n);
+        return;
+    }
+    const TqCoder *c = &s0->c;
+    const int hd = b->head_dim;
+    float ay[1024], as[1024], back[1024];
+    uint8_t codes[1024];
+    memset(ay, 0, sizeof(float) * (size_t)hd);
+    memset(as, 0, sizeof(float) * (size_t)hd);
+    for (int j = 0; j < n; j++) {
+        int local;
+        const TqState *s = codec_block(b, j, &local);
+        const uint8_t *row = tq_row(s, head, local);
+        const float w = p[j] * fmt_fp16_load(row);
+        quant_unpack(row + tq_codes_at(), codes, (size_t)hd, c->cbits);
+        for (int d = 0; d < hd; d++) ay[d] += w * c->levels[codes[d]];
+        if (!c->prod) continue;
+        const float g = w * s0->alpha * fmt_fp16_load(row + tq_gamma_at(c));
+        const uint8_t *signs = row + tq_signs_at(c);
+        for (int d = 0; d < hd; d++) as[d] += tq_sign(signs, d) * g;
+    }
+    if (c->prod) {
+        tq_project_back(c->sketch, hd, hd, as, back);
+        for (int d = 0; d < hd; d++) ay[d] += back[d];
+    }
+    tq_project_back(c->rot, hd, hd, ay, out);
+}
+
+static size_t tq_bytes(const void *state) {
+    const TqState *s = state;
+    return (size_t)s->length * (size_t)s->n_heads * s->row_bytes;
+}
+
+CODEC_OPS(tq, NULL, NULL);
+
+static const struct {
+    const char *name;
+    int key_bits, value_bits;
+} tq_presets[] = {{"4bit_nc", 4, 4}, {"k3v4_nc", 3, 4}, {"3bit_nc", 3, 3}};
+
+static void *tq_create(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised,
+                       size_t normalised_len, char *err, size_t errlen) {
+    const char *mode = spec_string(spec, "mode"), *preset = spec_string(spec, "preset"), *role = spec_string(spec, "role");
+    if (mode && strcmp(mode, "mse") != 0 && strcmp(mode, "prod") != 0) {
+        snprintf(err, errlen, "turboquant: mode=%.20s: expected mse or prod", mode);
+        return NULL;
+    }
+    int p = -1;
+    for (int i = 0; preset && i < (int)(sizeof tq_presets / sizeof tq_presets[0]); i++)
+        if (strcmp(preset, tq_presets[i].name) == 0) p = i;
+    if (preset && p < 0) {
+        snprintf(err, errlen, "turboquant: preset=%.20s: expected 4bit_nc, k3v4_nc or 3bit_nc", preset);
+        return NULL;
+    }
+    const int prod = mode && strcmp(mode, "prod") == 0, nc = spec_flag(spec, "nc");
+    int bits, seed;
+    if (spec_int(spec, "bits", prod ? 4 : 3, prod ? 2 : 1, prod ? 5 : 4, &bits, err, errlen) ||
+        spec_int(spec, "seed", 1, 0, 1 << 30, &seed, err, errlen) ||
+        codec_check_shape("turboquant", n_heads, head_dim, capacity, 1, err, errlen))
+        return NULL;
+    if (head_dim < 3) {
+        snprintf(err, errlen, "turboquant: needs head_dim >= 3 (got %d)", head_dim);
+        return NULL;
+    }
+    if (p >= 0 && (mode || spec_string(spec, "bits") || nc)) {
+        snprintf(err, errlen, "turboquant: preset=%s sets bits, mode and nc itself", preset);
+        return NULL;
+    }
+    if (prod && nc) {
+        snprintf(err, errlen, "turboquant: nc is for mode=mse (prod's estimate is unbiased as it is)");
+        return NULL;
+    }
+    const int uniform = p >= 0 && role && strcmp(role, "v") == 0;
+    if (p >= 0) {
+        snprintf(normalised, normalised_len, "turboquant:preset=%s,seed=%d", preset, seed);
+        bits = uniform ? tq_presets[p].value_bits : tq_presets[p].key_bits;
+    } else {
+        snprintf(normalised, normalised_len, "turboquant:bits=%d,mode=%s%s,seed=%d", bits, prod ? "prod" : "mse",
+                 nc ? ",nc" : "", seed);
+    }
+    TqState *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "out of memory allocating a cache stream");
+        return NULL;
+    }
+    TqCoder *c = &s->c;
+    s->n_heads = n_heads, s->uniform = uniform;
+    c->d = head_dim, c->prod = prod, c->nc = nc || p >= 0, c->cbits = prod ? bits - 1 : bits;
+    s->alpha = (float)(sqrt(M_PI / 2.0) / head_dim); // as tq_decode's
+    s->row_bytes = uniform ? 4 + quant_packed_bytes((size_t)head_dim, bits) : tq_row_bytes(c);
+    c->rot = uniform ? NULL : transform_rotation(2, (unsigned long)seed, head_dim);
+    c->sketch = prod ? tq_gaussian((unsigned long)seed, head_dim, head_dim) : NULL;
+    c->levels = uniform ? NULL : tq_codebook(head_dim, c->cbits);
+    s->rows = calloc((size_t)capacity * n_heads, s->row_bytes);
+    if ((!uniform && (!c->rot || !c->levels)) || (prod && !c->sketch) || !s->rows) {
+        tq_destroy(s);
+        snprintf(err, errlen, "out of memory allocating a cache stream");
+        return NULL;
+    }
+    return s;
+}
+
+const CodecFamily CODEC_FAMILY(codec_turboquant) = {
+    .name = "turboquant", .ops = &tq_ops, .create = tq_create,
+    .help = "turboquant:bits=B    TurboQuant: seeded random rotation, Lloyd-Max levels for the rotated "
+            "coordinate, fp16 norm; mode=mse (B=1..4, nc) or prod (B−1 bits + 1-bit QJL residual, B=2..5), seed=S; "
+            "preset=4bit_nc|k3v4_nc|3bit_nc (vLLM's: values uniform)"};
