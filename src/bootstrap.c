@@ -11,7 +11,7 @@ static int compare_doubles(const void *a, const void *b) {
 }
 
 int bootstrap_mean_ci(const double *d, int n, int block, int resamples, uint64_t seed, double *lo, double *hi) {
-    if (block > n) block = n;
+    if (block > n / 8) block = n / 8 > 1 ? n / 8 : 1;
     // Prefix sums make each block's sum one subtraction: a resample costs n / block steps, not n.
     double *prefix = malloc(sizeof(double) * (size_t)(n + 1)), *means = malloc(sizeof(double) * (size_t)resamples);
     if (!prefix || !means) {

@@ -13,8 +13,9 @@
 #define BOOTSTRAP_SEED 0x6d6963726fULL // "micro"
 
 // Interval [*lo, *hi] for the mean of d[0..n), n >= 1: each resample draws ceil(n / block) block
-// starts uniformly from [0, n - block] (the whole array when n <= block), joins the blocks and cuts
-// the join to n numbers. -1 when out of memory.
+// starts uniformly from [0, n - block], joins the blocks and cuts the join to n numbers. A short
+// sample keeps at least 8 blocks (block = n / 8, at least 1): fewer would resample the same few
+// stretches and claim a precision the text does not have. -1 when out of memory.
 int bootstrap_mean_ci(const double *d, int n, int block, int resamples, uint64_t seed, double *lo, double *hi);
 
 #endif
