@@ -2,6 +2,7 @@
 #include "codec_core.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int codec_check_shape(const char *family, int n_heads, int head_dim, int capacity, int multiple, char *err,
@@ -58,4 +59,28 @@ void codec_mix_by_read(const CodecBlocks *b, CodecReadFn read, int head_dim, int
         read(state, head, local, x);
         for (int d = 0; d < head_dim; d++) out[d] += p[j] * x[d];
     }
+}
+
+void *codec_created(void *state, int allocated, void (*destroy)(void *), char *err, size_t errlen) {
+    if (state && allocated) return state;
+    destroy(state);
+    snprintf(err, errlen, "out of memory allocating a cache stream");
+    return NULL;
+}
+
+int codec_rows_alloc(CodecRows *r, int n_heads, size_t row_bytes, int capacity) {
+    r->n_heads = n_heads, r->row_bytes = row_bytes;
+    r->rows = calloc((size_t)capacity * (size_t)n_heads, row_bytes);
+    return r->rows ? 0 : -1;
+}
+
+void codec_rows_destroy(void *state) {
+    CodecRows *r = state;
+    if (r) free(r->rows);
+    free(r);
+}
+
+size_t codec_rows_bytes(const void *state) {
+    const CodecRows *r = state;
+    return (size_t)r->length * (size_t)r->n_heads * r->row_bytes;
 }

@@ -5,6 +5,7 @@
 #define MICRO_CODEC_CORE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../kvcache.h"
 
@@ -58,6 +59,40 @@ void codec_scores_by_read(const CodecBlocks *b, CodecReadFn read, int head_dim, 
                           int n);
 void codec_mix_by_read(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *p, float *out,
                        int n);
+
+// Rows of packed bytes, one per (token, head): the store of a family that keeps each head's vector at
+// a token whole (mx, nvfp4, turboquant, qjl). It is the first member of the family's state, so that
+// one destroy() and one bytes() serve them all.
+typedef struct {
+    int n_heads, length;  // length: tokens appended
+    size_t row_bytes;     // one head at one token
+    uint8_t *rows;        // [token][head][row_bytes]
+} CodecRows;
+
+static inline uint8_t *codec_row(const CodecRows *r, int head, int t) {
+    return r->rows + ((size_t)t * r->n_heads + head) * r->row_bytes;
+}
+// Zeroed rows for `capacity` tokens; -1 when out of memory.
+int codec_rows_alloc(CodecRows *r, int n_heads, size_t row_bytes, int capacity);
+// destroy() and bytes() of a state whose first member is its CodecRows (and owns nothing else).
+void codec_rows_destroy(void *state);
+size_t codec_rows_bytes(const void *state);
+
+// The operations of a family whose state begins with its CodecRows and whose attention reads back.
+#define CODEC_ROWS_OPS_BY_READ(prefix)                                                             \
+    static void prefix##_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) { \
+        codec_scores_by_read(b, prefix##_read, b->head_dim, head, q, out, n);                      \
+    }                                                                                              \
+    static void prefix##_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {  \
+        codec_mix_by_read(b, prefix##_read, b->head_dim, head, p, out, n);                         \
+    }                                                                                              \
+    static const CodecOps prefix##_ops = {.append = prefix##_append, .scores = prefix##_scores,    \
+                                          .mix = prefix##_mix, .read = prefix##_read,              \
+                                          .bytes = codec_rows_bytes, .destroy = codec_rows_destroy}
+
+// The end of a family's create(): the state when its allocations succeeded; else the state
+// destroyed, one line in err, and NULL.
+void *codec_created(void *state, int allocated, void (*destroy)(void *), char *err, size_t errlen);
 
 // One state (a contiguous stream, or one block of a pool's) as the blocks the kernels walk: one block
 // longer than any stream, yet small enough that n + block − 1 does not overflow.

@@ -20,36 +20,30 @@
 enum { MX_BLOCK = 32 };
 
 typedef struct {
-    int n_heads, head_dim, length;
+    CodecRows r; // a head at a token: its blocks (scale + packed elements)
+    int head_dim;
     MxElem elem;
     int bits;
-    size_t block_bytes, row_bytes; // one block (scale + packed elements), one head at one token
-    uint8_t *rows;                 // [token][head][row_bytes]
+    size_t block_bytes;
 } MxState;
-
-static void mx_destroy(void *state) {
-    MxState *s = state;
-    if (s) free(s->rows);
-    free(s);
-}
 
 static void mx_append(void *state, const float *x) {
     MxState *s = state;
     uint8_t codes[MX_BLOCK];
-    for (int h = 0; h < s->n_heads; h++) {
-        uint8_t *row = s->rows + ((size_t)s->length * s->n_heads + h) * s->row_bytes;
+    for (int h = 0; h < s->r.n_heads; h++) {
+        uint8_t *row = codec_row(&s->r, h, s->r.length);
         for (int b = 0; b * MX_BLOCK < s->head_dim; b++) {
             uint8_t *block = row + (size_t)b * s->block_bytes;
             mx_block_encode(s->elem, x + h * s->head_dim + b * MX_BLOCK, MX_BLOCK, block, codes);
             quant_pack(block + 1, codes, MX_BLOCK, s->bits);
         }
     }
-    s->length++;
+    s->r.length++;
 }
 
 static void mx_read(const void *state, int head, int t, float *out) {
     const MxState *s = state;
-    const uint8_t *row = s->rows + ((size_t)t * s->n_heads + head) * s->row_bytes;
+    const uint8_t *row = codec_row(&s->r, head, t);
     uint8_t codes[MX_BLOCK];
     for (int b = 0; b * MX_BLOCK < s->head_dim; b++) {
         const uint8_t *block = row + (size_t)b * s->block_bytes;
@@ -59,20 +53,7 @@ static void mx_read(const void *state, int head, int t, float *out) {
     }
 }
 
-static void mx_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
-    codec_scores_by_read(b, mx_read, b->head_dim, head, q, out, n);
-}
-
-static void mx_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
-    codec_mix_by_read(b, mx_read, b->head_dim, head, p, out, n);
-}
-
-static size_t mx_bytes(const void *state) {
-    const MxState *s = state;
-    return (size_t)s->length * (size_t)s->n_heads * s->row_bytes;
-}
-
-CODEC_OPS(mx, NULL, NULL);
+CODEC_ROWS_OPS_BY_READ(mx);
 
 static void *mx_create(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised,
                        size_t normalised_len, char *err, size_t errlen) {
@@ -85,19 +66,12 @@ static void *mx_create(CodecSpec *spec, int n_heads, int head_dim, int capacity,
     if (codec_check_shape("mx", n_heads, head_dim, capacity, MX_BLOCK, err, errlen)) return NULL;
     snprintf(normalised, normalised_len, "mx:elem=%s", mx_elem_info((MxElem)elem)->name);
     MxState *s = calloc(1, sizeof *s);
-    if (!s) {
-        snprintf(err, errlen, "out of memory allocating a cache stream");
-        return NULL;
+    if (s) {
+        s->head_dim = head_dim, s->elem = (MxElem)elem, s->bits = mx_elem_info(s->elem)->bits;
+        s->block_bytes = 1 + quant_packed_bytes(MX_BLOCK, s->bits);
+        codec_rows_alloc(&s->r, n_heads, (size_t)(head_dim / MX_BLOCK) * s->block_bytes, capacity);
     }
-    s->n_heads = n_heads, s->head_dim = head_dim, s->elem = (MxElem)elem, s->bits = mx_elem_info(s->elem)->bits;
-    s->block_bytes = 1 + quant_packed_bytes(MX_BLOCK, s->bits);
-    s->row_bytes = (size_t)(head_dim / MX_BLOCK) * s->block_bytes;
-    if (!(s->rows = calloc((size_t)capacity * n_heads, s->row_bytes))) {
-        mx_destroy(s);
-        snprintf(err, errlen, "out of memory allocating a cache stream");
-        return NULL;
-    }
-    return s;
+    return codec_created(s, s && s->r.rows, codec_rows_destroy, err, errlen);
 }
 
 const CodecFamily CODEC_FAMILY(codec_mx) = {

@@ -27,24 +27,17 @@
 enum { NV_BLOCK = 16, NV_BLOCK_BYTES = 1 + NV_BLOCK / 2 };
 
 typedef struct {
-    int n_heads, head_dim, length;
+    CodecRows r; // a head at a token: [fp32 s_2 when token_scale][blocks: E4M3 scale, 8 bytes of E2M1 pairs]
+    int head_dim;
     int token_scale, four_over_six;
-    size_t row_bytes; // [fp32 s_2 when token_scale][blocks: E4M3 scale, 8 bytes of E2M1 pairs]
-    uint8_t *rows;    // [token][head][row_bytes]
 } Nvfp4State;
-
-static void nvfp4_destroy(void *state) {
-    Nvfp4State *s = state;
-    if (s) free(s->rows);
-    free(s);
-}
 
 static void nvfp4_append(void *state, const float *x) {
     Nvfp4State *s = state;
     uint8_t codes[NV_BLOCK];
-    for (int h = 0; h < s->n_heads; h++) {
+    for (int h = 0; h < s->r.n_heads; h++) {
         const float *v = x + h * s->head_dim;
-        uint8_t *row = s->rows + ((size_t)s->length * s->n_heads + h) * s->row_bytes;
+        uint8_t *row = codec_row(&s->r, h, s->r.length);
         float s2 = 1.0f;
         if (s->token_scale) {
             float amax = 0.0f;
@@ -59,12 +52,12 @@ static void nvfp4_append(void *state, const float *x) {
             quant_pack(block + 1, codes, NV_BLOCK, 4);
         }
     }
-    s->length++;
+    s->r.length++;
 }
 
 static void nvfp4_read(const void *state, int head, int t, float *out) {
     const Nvfp4State *s = state;
-    const uint8_t *row = s->rows + ((size_t)t * s->n_heads + head) * s->row_bytes;
+    const uint8_t *row = codec_row(&s->r, head, t);
     float s2 = 1.0f;
     if (s->token_scale) {
         memcpy(&s2, row, sizeof s2);
@@ -79,20 +72,7 @@ static void nvfp4_read(const void *state, int head, int t, float *out) {
     }
 }
 
-static void nvfp4_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
-    codec_scores_by_read(b, nvfp4_read, b->head_dim, head, q, out, n);
-}
-
-static void nvfp4_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
-    codec_mix_by_read(b, nvfp4_read, b->head_dim, head, p, out, n);
-}
-
-static size_t nvfp4_bytes(const void *state) {
-    const Nvfp4State *s = state;
-    return (size_t)s->length * (size_t)s->n_heads * s->row_bytes;
-}
-
-CODEC_OPS(nvfp4, NULL, NULL);
+CODEC_ROWS_OPS_BY_READ(nvfp4);
 
 static void *nvfp4_create(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised,
                           size_t normalised_len, char *err, size_t errlen) {
@@ -107,18 +87,12 @@ static void *nvfp4_create(CodecSpec *spec, int n_heads, int head_dim, int capaci
     snprintf(normalised, normalised_len, "nvfp4:scale2=%s%s", token_scale ? "token" : "none",
              four_over_six ? ",4over6" : "");
     Nvfp4State *s = calloc(1, sizeof *s);
-    if (!s) {
-        snprintf(err, errlen, "out of memory allocating a cache stream");
-        return NULL;
+    if (s) {
+        s->head_dim = head_dim, s->token_scale = token_scale, s->four_over_six = four_over_six;
+        codec_rows_alloc(&s->r, n_heads, (token_scale ? sizeof(float) : 0) + (size_t)(head_dim / NV_BLOCK) * NV_BLOCK_BYTES,
+                         capacity);
     }
-    s->n_heads = n_heads, s->head_dim = head_dim, s->token_scale = token_scale, s->four_over_six = four_over_six;
-    s->row_bytes = (token_scale ? sizeof(float) : 0) + (size_t)(head_dim / NV_BLOCK) * NV_BLOCK_BYTES;
-    if (!(s->rows = calloc((size_t)capacity * n_heads, s->row_bytes))) {
-        nvfp4_destroy(s);
-        snprintf(err, errlen, "out of memory allocating a cache stream");
-        return NULL;
-    }
-    return s;
+    return codec_created(s, s && s->r.rows, codec_rows_destroy, err, errlen);
 }
 
 const CodecFamily CODEC_FAMILY(codec_nvfp4) = {

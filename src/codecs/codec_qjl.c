@@ -19,32 +19,21 @@
 #include "formats.h"
 
 typedef struct {
-    int n_heads, head_dim, m, length;
-    const float *sketch; // S, m × head_dim
+    CodecRows r;         // a head at a token: [fp16 ‖k‖][signs]
+    int head_dim, m;
+    const float *sketch; // S, m × head_dim (shared, tq_gaussian's)
     float alpha;         // √(π/2) / m, as qjl_decode's
-    size_t row_bytes;    // [fp16 ‖k‖][signs]
-    uint8_t *rows;       // [token][head][row_bytes]
 } QjlState;
-
-static void qjl_destroy(void *state) {
-    QjlState *s = state;
-    if (s) free(s->rows);
-    free(s);
-}
-
-static uint8_t *qjl_row(const QjlState *s, int head, int t) {
-    return s->rows + ((size_t)t * s->n_heads + head) * s->row_bytes;
-}
 
 static void qjl_append(void *state, const float *x) {
     QjlState *s = state;
-    for (int h = 0; h < s->n_heads; h++) qjl_encode(s->sketch, s->m, s->head_dim, x + h * s->head_dim, qjl_row(s, h, s->length));
-    s->length++;
+    for (int h = 0; h < s->r.n_heads; h++) qjl_encode(s->sketch, s->m, s->head_dim, x + h * s->head_dim, codec_row(&s->r, h, s->r.length));
+    s->r.length++;
 }
 
 static void qjl_read(const void *state, int head, int t, float *out) {
     const QjlState *s = state;
-    qjl_decode(s->sketch, s->m, s->head_dim, qjl_row(s, head, t), out);
+    qjl_decode(s->sketch, s->m, s->head_dim, codec_row(&s->r, head, t), out);
 }
 
 static void qjl_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
@@ -55,7 +44,7 @@ static void qjl_scores(const CodecBlocks *b, int head, const float *q, float *ou
     for (int j = 0; j < n; j++) {
         int local;
         const QjlState *s = codec_block(b, j, &local);
-        const uint8_t *row = qjl_row(s, head, local);
+        const uint8_t *row = codec_row(&s->r, head, local);
         out[j] = qjl_estimate(row, sq, s->m);
     }
 }
@@ -67,18 +56,16 @@ static void qjl_mix(const CodecBlocks *b, int head, const float *p, float *out, 
     for (int j = 0; j < n; j++) {
         int local;
         const QjlState *s = codec_block(b, j, &local);
-        const uint8_t *row = qjl_row(s, head, local);
+        const uint8_t *row = codec_row(&s->r, head, local);
         const float g = p[j] * s->alpha * fmt_fp16_load(row);
         for (int i = 0; i < s->m; i++) acc[i] += tq_sign(row + 2, i) * g;
     }
     tq_project_back(s0->sketch, s0->m, s0->head_dim, acc, out);
 }
 
-static size_t qjl_bytes(const void *state) {
-    const QjlState *s = state;
-    return (size_t)s->length * (size_t)s->n_heads * s->row_bytes;
-}
-
+// The state begins with its rows: the shared destroy() and bytes() serve it.
+#define qjl_destroy codec_rows_destroy
+#define qjl_bytes codec_rows_bytes
 CODEC_OPS(qjl, NULL, NULL);
 
 static void *qjl_create(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised,
@@ -89,21 +76,13 @@ static void *qjl_create(CodecSpec *spec, int n_heads, int head_dim, int capacity
         return NULL;
     snprintf(normalised, normalised_len, "qjl:m=%d,seed=%d", m, seed);
     QjlState *s = calloc(1, sizeof *s);
-    if (!s) {
-        snprintf(err, errlen, "out of memory allocating a cache stream");
-        return NULL;
+    if (s) {
+        s->head_dim = head_dim, s->m = m;
+        s->alpha = (float)(sqrt(M_PI / 2.0) / m); // as qjl_decode's
+        s->sketch = tq_gaussian((unsigned long)seed, m, head_dim);
+        codec_rows_alloc(&s->r, n_heads, 2 + (size_t)(m + 7) / 8, capacity);
     }
-    s->n_heads = n_heads, s->head_dim = head_dim, s->m = m;
-    s->alpha = (float)(sqrt(M_PI / 2.0) / m); // as qjl_decode's
-    s->row_bytes = 2 + (size_t)(m + 7) / 8;
-    s->sketch = tq_gaussian((unsigned long)seed, m, head_dim);
-    s->rows = calloc((size_t)capacity * n_heads, s->row_bytes);
-    if (!s->sketch || !s->rows) {
-        qjl_destroy(s);
-        snprintf(err, errlen, "out of memory allocating a cache stream");
-        return NULL;
-    }
-    return s;
+    return codec_created(s, s && s->sketch && s->r.rows, codec_rows_destroy, err, errlen);
 }
 
 const CodecFamily CODEC_FAMILY(codec_qjl) = {

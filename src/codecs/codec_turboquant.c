@@ -34,23 +34,11 @@
 #include "formats.h"
 
 typedef struct {
-    int n_heads, length;
+    CodecRows r;      // a head at a token, formats.h: [fp16 ‖x‖][codes][fp16 γ][signs] (the last two: prod)
     int uniform;      // a preset's value stream: [fp16 scale][fp16 zero][B-bit codes] (c.cbits = B)
-    TqCoder c;
+    TqCoder c;        // its rotation, sketch and levels are shared (transform_rotation, tq_gaussian, tq_codebook)
     float alpha;      // √(π/2) / d
-    size_t row_bytes; // formats.h: [fp16 ‖x‖][codes][fp16 γ][signs] (the last two: prod)
-    uint8_t *rows;    // [token][head][row_bytes]
 } TqState;
-
-static void tq_destroy(void *state) {
-    TqState *s = state;
-    if (s) free(s->rows);
-    free(s);
-}
-
-static uint8_t *tq_row(const TqState *s, int head, int t) {
-    return s->rows + ((size_t)t * s->n_heads + head) * s->row_bytes;
-}
 
 // A preset's values: min and max of the head, 2^B − 1 steps between them, rounded to nearest.
 static void uniform_encode(const TqState *s, const float *x, uint8_t *row) {
@@ -74,66 +62,73 @@ static void uniform_decode(const TqState *s, const uint8_t *row, float *x) {
 
 static void tq_append(void *state, const float *x) {
     TqState *s = state;
-    for (int h = 0; h < s->n_heads; h++)
-        (s->uniform ? uniform_encode(s, x + h * s->c.d, tq_row(s, h, s->length))
-                    : tq_encode(&s->c, x + h * s->c.d, tq_row(s, h, s->length)));
-    s->length++;
+    for (int h = 0; h < s->r.n_heads; h++)
+        (s->uniform ? uniform_encode(s, x + h * s->c.d, codec_row(&s->r, h, s->r.length))
+                    : tq_encode(&s->c, x + h * s->c.d, codec_row(&s->r, h, s->r.length)));
+    s->r.length++;
 }
 
 static void tq_read(const void *state, int head, int t, float *out) {
     const TqState *s = state;
     if (s->uniform)
-        uniform_decode(s, tq_row(s, head, t), out);
+        uniform_decode(s, codec_row(&s->r, head, t), out);
     else
-        tq_decode(&s->c, tq_row(s, head, t), out);
+        tq_decode(&s->c, codec_row(&s->r, head, t), out);
+}
+
+// The coder of a stream whose attention reads its codes directly; NULL for a preset's uniform value
+// stream, which is read back. Token j's row, from its block.
+static const TqCoder *tq_direct(const CodecBlocks *b) {
+    const TqState *s0 = b->states[0];
+    return s0->uniform ? NULL : &s0->c;
+}
+
+static const uint8_t *tq_row_at(const CodecBlocks *b, int head, int j) {
+    int local;
+    const TqState *s = codec_block(b, j, &local);
+    return codec_row(&s->r, head, local);
 }
 
 static void tq_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
     if (n <= 0) return;
-    const TqState *s0 = b->states[0];
-    if (s0->uniform) {
+    const TqCoder *c = tq_direct(b);
+    if (!c) {
         codec_scores_by_read(b, tq_read, b->head_dim, head, q, out, n);
         return;
     }
-    const TqCoder *c = &s0->c;
     const int hd = b->head_dim;
+    const float alpha = ((const TqState *)b->states[0])->alpha;
     float qr[1024], qs[1024];
     uint8_t codes[1024];
     tq_project(c->rot, hd, hd, q, qr);
     if (c->prod) tq_project(c->sketch, hd, hd, qr, qs);
     for (int j = 0; j < n; j++) {
-        int local;
-        const TqState *s = codec_block(b, j, &local);
-        const uint8_t *row = tq_row(s, head, local);
+        const uint8_t *row = tq_row_at(b, head, j);
         quant_unpack(row + tq_codes_at(), codes, (size_t)hd, c->cbits);
         float acc = 0.0f;
         for (int d = 0; d < hd; d++) acc += qr[d] * c->levels[codes[d]];
-        if (c->prod) acc += s0->alpha * fmt_fp16_load(row + tq_gamma_at(c)) * tq_sign_dot(row + tq_signs_at(c), qs, hd);
+        if (c->prod) acc += alpha * fmt_fp16_load(row + tq_gamma_at(c)) * tq_sign_dot(row + tq_signs_at(c), qs, hd);
         out[j] = fmt_fp16_load(row) * acc;
     }
 }
 
 static void tq_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
-    const TqState *s0 = b->states[0];
-    if (s0->uniform) {
+    const TqCoder *c = tq_direct(b);
+    if (!c) {
         codec_mix_by_read(b, tq_read, b->head_dim, head, p, out, n);
         return;
     }
-    const TqCoder *c = &s0->c;
-    const int hd = b->head_dim;
-    float ay[1024], as[1024], back[1024];
     uint8_t codes[1024];
-    memset(ay, 0, sizeof(float) * (size_t)hd);
-    memset(as, 0, sizeof(float) * (size_t)hd);
+    float ay[1024] = {0}, as[1024] = {0}, back[1024];
+    const int hd = b->head_dim;
+    const float alpha = ((const TqState *)b->states[0])->alpha;
     for (int j = 0; j < n; j++) {
-        int local;
-        const TqState *s = codec_block(b, j, &local);
-        const uint8_t *row = tq_row(s, head, local);
+        const uint8_t *row = tq_row_at(b, head, j);
         const float w = p[j] * fmt_fp16_load(row);
         quant_unpack(row + tq_codes_at(), codes, (size_t)hd, c->cbits);
         for (int d = 0; d < hd; d++) ay[d] += w * c->levels[codes[d]];
         if (!c->prod) continue;
-        const float g = w * s0->alpha * fmt_fp16_load(row + tq_gamma_at(c));
+        const float g = w * alpha * fmt_fp16_load(row + tq_gamma_at(c));
         const uint8_t *signs = row + tq_signs_at(c);
         for (int d = 0; d < hd; d++) as[d] += tq_sign(signs, d) * g;
     }
@@ -144,11 +139,9 @@ static void tq_mix(const CodecBlocks *b, int head, const float *p, float *out, i
     tq_project_back(c->rot, hd, hd, ay, out);
 }
 
-static size_t tq_bytes(const void *state) {
-    const TqState *s = state;
-    return (size_t)s->length * (size_t)s->n_heads * s->row_bytes;
-}
-
+// The state begins with its rows: the shared destroy() and bytes() serve it.
+#define tq_destroy codec_rows_destroy
+#define tq_bytes codec_rows_bytes
 CODEC_OPS(tq, NULL, NULL);
 
 static const struct {
@@ -197,25 +190,17 @@ static void *tq_create(CodecSpec *spec, int n_heads, int head_dim, int capacity,
                  nc ? ",nc" : "", seed);
     }
     TqState *s = calloc(1, sizeof *s);
-    if (!s) {
-        snprintf(err, errlen, "out of memory allocating a cache stream");
-        return NULL;
-    }
+    if (!s) return codec_created(NULL, 0, codec_rows_destroy, err, errlen);
     TqCoder *c = &s->c;
-    s->n_heads = n_heads, s->uniform = uniform;
+    s->uniform = uniform;
     c->d = head_dim, c->prod = prod, c->nc = nc || p >= 0, c->cbits = prod ? bits - 1 : bits;
     s->alpha = (float)(sqrt(M_PI / 2.0) / head_dim); // as tq_decode's
-    s->row_bytes = uniform ? 4 + quant_packed_bytes((size_t)head_dim, bits) : tq_row_bytes(c);
     c->rot = uniform ? NULL : transform_rotation(2, (unsigned long)seed, head_dim);
     c->sketch = prod ? tq_gaussian((unsigned long)seed, head_dim, head_dim) : NULL;
     c->levels = uniform ? NULL : tq_codebook(head_dim, c->cbits);
-    s->rows = calloc((size_t)capacity * n_heads, s->row_bytes);
-    if ((!uniform && (!c->rot || !c->levels)) || (prod && !c->sketch) || !s->rows) {
-        tq_destroy(s);
-        snprintf(err, errlen, "out of memory allocating a cache stream");
-        return NULL;
-    }
-    return s;
+    codec_rows_alloc(&s->r, n_heads, uniform ? 4 + quant_packed_bytes((size_t)head_dim, bits) : tq_row_bytes(c), capacity);
+    return codec_created(s, (uniform || (c->rot && c->levels)) && (!prod || c->sketch) && s->r.rows, codec_rows_destroy,
+                         err, errlen);
 }
 
 const CodecFamily CODEC_FAMILY(codec_turboquant) = {
