@@ -16,7 +16,6 @@
 #include "commands.h"
 #include "finite.h"
 #include "forward.h"
-#include "subprocess.h"
 #include "text.h"
 
 #define ATTENTION_MAX_QUERIES 256
@@ -173,29 +172,19 @@ int cmd_attention(int argc, char **argv) {
             for (int r = 0; f && r < rows; r++)
                 fprintf(f, "%d %d %d %d\n", r, top_ref[r], top_sch[r], top_ref[r] == top_sch[r]);
             bad |= !f || fclose(f);
-            const char *script = cli_default_path(NULL, "scripts/attention", path, sizeof path);
-            if (bad) {
-                status = cli_error("cannot write the figure's data in %s", dir);
-            } else if (access(script, X_OK) != 0) {
-                printf("figure: scripts/attention is not here (run from the repository root to draw it)\n");
-            } else if (!spawn_in_path("gnuplot")) {
-                printf("figure: gnuplot is missing: apt-get install gnuplot-nox\n");
+            char *outp = realpath(out_dir, NULL);
+            if (bad || !outp) {
+                status = cli_error("cannot write the figure's data in %s", bad ? dir : out_dir);
             } else {
-                char title[300], first[16], spec[200];
+                char title[300], first[16], spec[200], drawn[4200];
                 snprintf(title, sizeof title, "layer %d, head %d, %s", o.layer, o.head, text.name);
                 snprintf(first, sizeof first, "%d", from);
                 snprintf(spec, sizeof spec, "%s", decoder_spec(&sch, KV_ROLE_KEY));
-                char *full = realpath(script, NULL), *outp = realpath(out_dir, NULL);
-                char *args[] = {full, dir, outp, title, first, spec, NULL};
-                fflush(stdout);
-                const int rc = full && outp ? spawn_wait(args, 1, err, sizeof err) : -1;
-                if (rc == 0)
-                    printf("figure: %s/attention.svg and .png\n", out_dir);
-                else
-                    status = cli_error("scripts/attention failed (%s)", rc < 0 ? err : "run it by hand to see why");
-                free(full);
-                free(outp);
+                snprintf(drawn, sizeof drawn, "%s/attention.svg and .png", out_dir);
+                char *args[] = {NULL, dir, outp, title, first, spec, NULL};
+                status = cli_draw("scripts/attention", args, drawn);
             }
+            free(outp);
             const char *names[] = {"fp32.mat", "scheme.mat", "top.dat"};
             for (int i = 0; i < 3; i++) {
                 snprintf(file, sizeof file, "%s/%s", dir, names[i]);

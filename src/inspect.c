@@ -15,7 +15,6 @@
 #include "commands.h"
 #include "finite.h"
 #include "forward.h"
-#include "subprocess.h"
 #include "kvtransform.h"
 #include "model_file.h"
 #include "text.h"
@@ -127,35 +126,26 @@ static int write_profiles(const Decoder *d, const ModelConfig *p, int n, const f
 // as arguments, never through a shell). 0, or an exit status after one line.
 static int draw_profiles(const Decoder *d, const ModelConfig *p, int n, const float *rot, const char *rot_name,
                          const char *text_name, const char *out_dir) {
-    char dir[] = "/tmp/micro-channels-XXXXXX", file[4200], path[4096], err[600], title[400];
+    char dir[] = "/tmp/micro-channels-XXXXXX", file[4200], title[400];
     struct stat st;
     if (mkdir(out_dir, 0777) != 0 && (errno != EEXIST || stat(out_dir, &st) != 0 || !S_ISDIR(st.st_mode)))
         return cli_error("--out %s: not a folder we can write", out_dir);
     if (!mkdtemp(dir)) return cli_error("cannot make a temporary folder: %s", strerror(errno));
     snprintf(file, sizeof file, "%s/profiles.dat", dir);
     int status = 0;
-    const char *script = cli_default_path(NULL, "scripts/channels", path, sizeof path);
-    if (write_profiles(d, p, n, rot, file)) {
-        status = cli_error("cannot write the figure's data in %s", dir);
-    } else if (access(script, X_OK) != 0) {
-        printf("figure: scripts/channels is not here (run from the repository root to draw it)\n");
-    } else if (!spawn_in_path("gnuplot")) {
-        printf("figure: gnuplot is missing: apt-get install gnuplot-nox\n");
+    char *outp = realpath(out_dir, NULL);
+    if (!outp || write_profiles(d, p, n, rot, file)) {
+        status = cli_error("cannot write the figure's data in %s", outp ? dir : out_dir);
     } else {
-        char *full = realpath(script, NULL), *outp = realpath(out_dir, NULL), layers[16], hd[16];
+        char layers[16], hd[16], drawn[4200];
         snprintf(title, sizeof title, "%s: every channel's max |x|, without and with rot=%s", text_name, rot_name);
         snprintf(layers, sizeof layers, "%d", p->n_layers);
         snprintf(hd, sizeof hd, "%d", p->head_dim);
-        char *args[] = {full, file, outp, title, layers, hd, NULL};
-        fflush(stdout);
-        const int rc = full && outp ? spawn_wait(args, 1, err, sizeof err) : -1;
-        if (rc == 0)
-            printf("figure: %s/channels.svg and .png\n", out_dir);
-        else
-            status = cli_error("scripts/channels failed (%s)", rc < 0 ? err : "run it by hand to see why");
-        free(full);
-        free(outp);
+        snprintf(drawn, sizeof drawn, "%s/channels.svg and .png", out_dir);
+        char *args[] = {NULL, file, outp, title, layers, hd, NULL};
+        status = cli_draw("scripts/channels", args, drawn);
     }
+    free(outp);
     remove(file);
     rmdir(dir);
     return status;

@@ -37,11 +37,8 @@ static void usage(FILE *out) {
     int n;
     const CodecFamily *const *families = codec_families(&n);
     for (int i = 0; i < n; i++) fprintf(out, "  %s\n", families[i]->help);
-    fprintf(out, "options any spec takes (stream transforms, their bytes counted):\n"
-                 "  rot=hadamard|random:SEED|none   rotate each head before encoding (the query alike)\n"
-                 "  prerope                         keys: encode before RoPE, rotate as they are read\n"
-                 "  sink=N                          keep the first N tokens exact (fp16)\n"
-                 "  outliers=P                      keep a token's P%% most extreme numbers exact (fp16 + index)\n");
+    fprintf(out, "and on any spec the stream transforms (their bytes counted; README): rot=hadamard|random:SEED|none,\n"
+                 "  prerope (keys), sink=N (first N tokens exact), outliers=P (a token's P%% extremes exact)\n");
     fprintf(out, "\n  -h, --help     this help\n  --version      print the version\n");
 }
 
