@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -118,9 +117,7 @@ int cmd_attention(int argc, char **argv) {
     if (!status && (to >= n || to - from + 1 > ATTENTION_MAX_QUERIES))
         status = cli_error("queries %d..%d: the text has positions 0..%d, and at most %d queries are drawn", from, to,
                            n - 1, ATTENTION_MAX_QUERIES);
-    struct stat st;
-    if (!status && mkdir(out_dir, 0777) != 0 && (errno != EEXIST || stat(out_dir, &st) != 0 || !S_ISDIR(st.st_mode)))
-        status = cli_error("--out %s: not a folder we can write (%s)", out_dir, strerror(errno == EEXIST ? ENOTDIR : errno));
+    if (!status) status = cli_out_dir(out_dir);
     Decoder ref = {0}, sch = {0};
     const int rows = to - from + 1, cols = to + 1;
     float *w_ref = NULL, *w_sch = NULL;

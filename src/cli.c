@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cmd_options.h"
@@ -149,4 +150,10 @@ int cli_draw(const char *script_rel, char **args, const char *drawn) {
         return 0;
     }
     return cli_error("%s failed (%s)", script_rel, rc > 0 ? "run it by hand to see why" : err);
+}
+
+int cli_out_dir(const char *dir) {
+    struct stat st;
+    if (mkdir(dir, 0777) == 0 || (errno == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode))) return 0;
+    return cli_error("--out %s: not a folder we can write (%s)", dir, strerror(errno == EEXIST ? ENOTDIR : errno));
 }

@@ -18,6 +18,10 @@ const char *cli_default_path(const char *given, const char *relative, char *buf,
 // file beside the model (loaded when a kvquant cache first needs it). -1 with one line in err.
 int cli_load_model(Model *m, const char *given, const char *calib, char *err, size_t errlen);
 
+// Makes the folder a figure goes to, or takes it as it is: 0, or 2 after one line when it is not a
+// folder that can be made.
+int cli_out_dir(const char *dir);
+
 // Draws a figure with a script of the repository (script_rel, as cli_default_path finds it),
 // never through a shell: args[1..] are its arguments (absolute paths where they are files) and
 // NULL ends them; args[0] is set here.

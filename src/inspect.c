@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -84,11 +83,7 @@ static void read_head(const Decoder *d, const PagedStream *st, int h, int n, int
             }
         if (rot && s != K_PRE_ROPE) {
             float y[1024];
-            for (int i = 0; i < hd; i++) {
-                float acc = 0.0f;
-                for (int j = 0; j < hd; j++) acc += rot[i * hd + j] * row[j];
-                y[i] = acc;
-            }
+            transform_rotate(rot, hd, row, y, 0);
             memcpy(row, y, sizeof(float) * (size_t)hd);
         }
     }
@@ -127,9 +122,6 @@ static int write_profiles(const Decoder *d, const ModelConfig *p, int n, const f
 static int draw_profiles(const Decoder *d, const ModelConfig *p, int n, const float *rot, const char *rot_name,
                          const char *text_name, const char *out_dir) {
     char dir[] = "/tmp/micro-channels-XXXXXX", file[4200], title[400];
-    struct stat st;
-    if (mkdir(out_dir, 0777) != 0 && (errno != EEXIST || stat(out_dir, &st) != 0 || !S_ISDIR(st.st_mode)))
-        return cli_error("--out %s: not a folder we can write", out_dir);
     if (!mkdtemp(dir)) return cli_error("cannot make a temporary folder: %s", strerror(errno));
     snprintf(file, sizeof file, "%s/profiles.dat", dir);
     int status = 0;
@@ -240,6 +232,10 @@ int cmd_inspect(int argc, char **argv) {
         return cli_error("--plot: the Hadamard rotation needs head_dim a power of two, or out of memory");
     }
     const char *out_dir = o.out_dir ? o.out_dir : "out";
+    if (o.plot && cli_out_dir(out_dir)) { // before any decoding
+        model_free(&m);
+        return 2;
+    }
     int status = 0;
     if (csv) printf("layer,head,stream,channel_ratio,top_channel,token_ratio,top_token,text\n");
     for (int ti = 0; ti < n_texts && !status; ti++) {

@@ -198,8 +198,7 @@ const float *transform_rotation(int kind, unsigned long seed, int head_dim) {
     return found;
 }
 
-// y = M x (to the rotated space) or y = Mᵀ x (back), one head; y and x distinct.
-static void rotate(const float *m, int n, const float *x, float *y, int back) {
+void transform_rotate(const float *m, int n, const float *x, float *y, int back) {
     for (int i = 0; i < n; i++) {
         float acc = 0.0f;
         for (int j = 0; j < n; j++) acc += (back ? m[j * n + i] : m[i * n + j]) * x[j];
@@ -281,7 +280,7 @@ static void transform_append(void *state, const float *vec) {
         float x[1024];
         for (int h = 0; h < s->n_heads; h++) {
             memcpy(x, w + h * s->head_dim, sizeof(float) * (size_t)s->head_dim);
-            rotate(s->rot, s->head_dim, x, w + h * s->head_dim, 0);
+            transform_rotate(s->rot, s->head_dim, x, w + h * s->head_dim, 0);
         }
     }
     if (s->per_token && t >= s->sink_tokens) take_outliers(s, t, w);
@@ -326,7 +325,7 @@ static void transform_read(const void *state, int head, int t, float *out) {
     s->inner_ops->read(s->inner, head, t, x);
     if (s->per_token) restore_outliers(s, head, t, x);
     if (s->rot)
-        rotate(s->rot, s->head_dim, x, out, 1);
+        transform_rotate(s->rot, s->head_dim, x, out, 1);
     else
         memcpy(out, x, sizeof(float) * (size_t)s->head_dim);
 }
@@ -356,7 +355,7 @@ static void transform_scores(const CodecBlocks *b, int head, const float *q, flo
     const int hd = s0->head_dim;
     float qr[1024], x[1024];
     const float *qq = q;
-    if (s0->rot) rotate(s0->rot, hd, q, qr, 0), qq = qr;
+    if (s0->rot) transform_rotate(s0->rot, hd, q, qr, 0), qq = qr;
     InnerStates is;
     const CodecBlocks ib = inner_blocks(b, n, &is);
     s0->inner_ops->scores(&ib, head, qq, out, n);
@@ -404,7 +403,7 @@ static void transform_mix(const CodecBlocks *b, int head, const float *p, float 
         }
     }
     if (s0->rot)
-        rotate(s0->rot, hd, acc, out, 1);
+        transform_rotate(s0->rot, hd, acc, out, 1);
     else
         memcpy(out, acc, sizeof(float) * (size_t)hd);
     for (int j = 0; j < n; j++) { // sink tokens are the sequence's first: they may fill blocks

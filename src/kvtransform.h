@@ -55,6 +55,8 @@ int transform_wrap(KVStream *s, const TransformOptions *t, int first, char *err,
 // The rotation matrix of a transform (row-major head_dim × head_dim, orthogonal), shared by every
 // stream that uses it; NULL when out of memory. kind 1: hadamard, 2: random with seed.
 const float *transform_rotation(int kind, unsigned long seed, int head_dim);
+// y = M x (to the rotated space) or y = Mᵀ x (back) for one head of n numbers; y and x distinct.
+void transform_rotate(const float *m, int n, const float *x, float *y, int back);
 // The unnormalised Sylvester Hadamard matrix (entries ±1) of order n, a power of two (tests).
 void transform_sylvester(int n, signed char *h);
 
