@@ -11,6 +11,7 @@
 #include "cmd_options.h"
 #include "commands.h"
 #include "forward.h"
+#include "bench_eval.h"
 #include "membw.h"
 #include "model_file.h"
 #include "serve.h"
@@ -36,6 +37,9 @@ static const char *bench_usage =
     "                      bytes ratio); --threads takes the first count\n"
     "  --block N           the batched pool's block in tokens (default 16)\n"
     "  --steps N           batched decode steps timed (default 8)\n"
+    "  --eval              instead: scoring one window (the longest of the positions) with the fast\n"
+    "                      evaluator against the decode loop, fp32 and the chosen cache, side by side\n"
+    "                      (seconds, speed-up, both losses); --threads takes the first count\n"
     "  -h, --help          this help\n";
 
 
@@ -122,6 +126,7 @@ int bench_parse(int argc, char **argv, BenchOptions *o, char *err, size_t errlen
         else if (opts_is(&p, "--batch")) bad = opts_int(&p, 1, 4096, &o->batch);
         else if (opts_is(&p, "--block")) bad = opts_int(&p, 1, 1 << 20, &o->block);
         else if (opts_is(&p, "--steps")) bad = opts_int(&p, 1, 1000, &o->steps);
+        else if (opts_is(&p, "--eval")) bad = opts_flag(&p), o->eval = 1;
         else if (opts_is(&p, "--positions")) {
             // The model's context bounds them too; that is checked once the model is loaded.
             bad = opts_int_list(&p, 2, 1 << 20, o->positions, BENCH_MAX_LIST, &o->n_positions);
@@ -246,6 +251,13 @@ int cmd_bench(int argc, char **argv) {
         return cli_error("%s", err);
     }
     const int np = o.n_positions, *positions = o.positions;
+    if (o.eval) { // at the longest of the positions (the model's context by default)
+        int n = 2;
+        for (int a = 0; a < np; a++) n = positions[a] > n ? positions[a] : n;
+        const int rc = bench_eval(&m, k_spec, v_spec, n, threads[0], repeat, err, sizeof err);
+        model_free(&m);
+        return rc ? cli_error("%s", err) : 0;
+    }
     if (o.batch > 0) {
         const int rc = bench_batch(&m, &o, err, sizeof err);
         model_free(&m);

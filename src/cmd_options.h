@@ -20,6 +20,7 @@ typedef struct {
     const char *texts[EVAL_MAX_TEXTS]; // FILE[:CHARS]; none given: the two plates
     int n_texts, threads, csv;
     int window; // tokens per window, BOS included (0: the model's context)
+    int decode; // token by token instead of the fast evaluator's spans
 } EvalOptions;
 int eval_parse(int argc, char **argv, EvalOptions *o, char *err, size_t errlen);
 
@@ -46,6 +47,7 @@ typedef struct {
     int batch;           // > 0: batched decode of this many conversations at 1024..2048 positions instead
     int block;           // the batched pool's block, tokens
     int steps;           // batched decode steps timed
+    int eval;            // the fast evaluator against the decode loop instead (bench_eval.h)
 } BenchOptions;
 int bench_parse(int argc, char **argv, BenchOptions *o, char *err, size_t errlen);
 
@@ -63,6 +65,7 @@ int capacity_parse(int argc, char **argv, CapacityOptions *o, char *err, size_t 
 typedef struct {
     const char *model_path, *calib_path, *en, *zh, *out_dir; // en / zh NULL: the default plates
     int threads, csv, json, files;
+    int decode; // token by token instead of the fast evaluator's spans
     int serve_fp16, serve_length; // panel (d): the pool in fp16 conversations, their tokens (0: context)
 } PlateOptions;
 int plate_parse(int argc, char **argv, PlateOptions *o, char *err, size_t errlen);
@@ -107,6 +110,7 @@ typedef struct {
     const char *texts[SWEEP_MAX_TEXTS];
     const char *grids[SWEEP_MAX_GRIDS];
     int n_texts, n_grids, preset_all, threads, json;
+    int decode; // token by token instead of the fast evaluator's spans
 } SweepOptions;
 int sweep_parse(int argc, char **argv, SweepOptions *o, char *err, size_t errlen);
 

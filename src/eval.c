@@ -49,7 +49,7 @@ void eval_trace_free(EvalTrace *t) {
 }
 
 int eval_tokens(const Model *m, const uint8_t *tokens, int n, const char *k_spec, const char *v_spec,
-                int n_threads, EvalTrace *record, const EvalTrace *reference, EvalResult *out, char *err,
+                int n_threads, int decode, EvalTrace *record, const EvalTrace *reference, EvalResult *out, char *err,
                 size_t errlen) {
     memset(out, 0, sizeof *out);
     if (n < 2) {
@@ -62,37 +62,50 @@ int eval_tokens(const Model *m, const uint8_t *tokens, int n, const char *k_spec
         return -1;
     }
     Decoder d;
-    if (decoder_init(&d, m, k_spec, v_spec, n, n_threads, err, errlen)) return -1;
+    const int span = decode ? 1 : EVAL_SPAN;
+    if (decode ? decoder_init(&d, m, k_spec, v_spec, n, n_threads, err, errlen)
+               : decoder_init_spans(&d, m, k_spec, v_spec, n, span, n_threads, err, errlen))
+        return -1;
     double *diff = reference ? malloc(sizeof(double) * (size_t)(n - 1)) : NULL;
-    if (reference && !diff) {
+    int *ids = malloc(sizeof(int) * (size_t)n);
+    if ((reference && !diff) || !ids) {
         decoder_free(&d);
+        free(diff);
+        free(ids);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    for (int t = 0; t < n; t++) ids[t] = tokens[t];
     double total = 0, kl = 0, lp[256];
     long agree = 0;
-    for (int t = 0; t + 1 < n; t++) {
-        log_softmax(decoder_forward(&d, tokens[t], t), vocab, lp);
-        total -= lp[tokens[t + 1]];
-        if (record) record->nll[t] = -lp[tokens[t + 1]];
-        if (reference) diff[t] = -lp[tokens[t + 1]] - reference->nll[t];
-        if (record) {
-            memcpy(record->top_position + (size_t)t * heads, d.top_position, sizeof(int) * (size_t)heads);
-            for (int i = 0; i < vocab; i++) record->log_probs[(size_t)t * vocab + i] = (float)lp[i];
-        }
-        if (reference) {
-            const int *top = reference->top_position + (size_t)t * heads;
-            for (int h = 0; h < heads; h++) agree += top[h] == d.top_position[h];
-            // KL(reference || this), from the reference's stored log-probabilities; when the two
-            // runs are the same the terms cancel exactly, so the fp32 cache gets exactly 0.
-            const float *ref = reference->log_probs + (size_t)t * vocab;
-            double step = 0;
-            for (int i = 0; i < vocab; i++) step += exp((double)ref[i]) * ((double)ref[i] - (double)(float)lp[i]);
-            kl += step;
+    // Every token runs, the last too: its key and value are cached, so the cache's size is that of n.
+    for (int t0 = 0; t0 < n; t0 += span) {
+        const int rows = n - t0 < span ? n - t0 : span;
+        const float *logits = span == 1 ? decoder_forward(&d, ids[t0], t0) : decoder_forward_span(&d, ids + t0, t0, rows);
+        for (int i = 0; i < rows && t0 + i + 1 < n; i++) {
+            const int t = t0 + i;
+            const int *top_position = d.fwd.top_position + (size_t)i * heads;
+            log_softmax(logits + (size_t)i * vocab, vocab, lp);
+            total -= lp[tokens[t + 1]];
+            if (record) record->nll[t] = -lp[tokens[t + 1]];
+            if (reference) diff[t] = -lp[tokens[t + 1]] - reference->nll[t];
+            if (record) {
+                memcpy(record->top_position + (size_t)t * heads, top_position, sizeof(int) * (size_t)heads);
+                for (int v = 0; v < vocab; v++) record->log_probs[(size_t)t * vocab + v] = (float)lp[v];
+            }
+            if (reference) {
+                const int *top = reference->top_position + (size_t)t * heads;
+                for (int h = 0; h < heads; h++) agree += top[h] == top_position[h];
+                // KL(reference || this), from the reference's stored log-probabilities; when the two
+                // runs are the same the terms cancel exactly, so the fp32 cache gets exactly 0.
+                const float *ref = reference->log_probs + (size_t)t * vocab;
+                double step = 0;
+                for (int v = 0; v < vocab; v++) step += exp((double)ref[v]) * ((double)ref[v] - (double)(float)lp[v]);
+                kl += step;
+            }
         }
     }
-    // The last token's key and value are cached too, so the cache's size is that of n tokens.
-    decoder_forward(&d, tokens[n - 1], n - 1);
+    free(ids);
     out->tokens = n;
     out->loss = total / (n - 1);
     out->top1_agree = reference ? (double)agree / ((double)(n - 1) * heads) : 1.0;
@@ -126,7 +139,7 @@ int eval_tokens(const Model *m, const uint8_t *tokens, int n, const char *k_spec
 // from all their differences. The cache's bytes are those of the first window. A text that fits one
 // window gives exactly eval_tokens' results.
 static int eval_windows(const Model *m, const uint8_t *tokens, int n, int window, const char *k_spec, const char *v_spec,
-                        int threads, EvalResult *ref, EvalResult *out, char *err, size_t errlen) {
+                        int threads, int decode, EvalResult *ref, EvalResult *out, char *err, size_t errlen) {
     const int per = window - 1;
     uint8_t *buf = malloc((size_t)window);
     double *diff = malloc(sizeof(double) * (size_t)n);
@@ -151,8 +164,8 @@ static int eval_windows(const Model *m, const uint8_t *tokens, int n, int window
                 snprintf(err, errlen, "out of memory");
                 rc = -1;
             }
-            if (!rc) rc = eval_tokens(m, buf, wn, "fp32", "fp32", threads, &tr, NULL, &r_ref, err, errlen);
-            if (!rc) rc = eval_tokens(m, buf, wn, k_spec, v_spec, threads, &ts, &tr, &r, err, errlen);
+            if (!rc) rc = eval_tokens(m, buf, wn, "fp32", "fp32", threads, decode, &tr, NULL, &r_ref, err, errlen);
+            if (!rc) rc = eval_tokens(m, buf, wn, k_spec, v_spec, threads, decode, &ts, &tr, &r, err, errlen);
             if (!rc) {
                 for (int t = 0; t < wn - 1; t++) diff[steps + t] = ts.nll[t] - tr.nll[t];
                 if (windows++ == 0) *ref = r_ref, *out = r; // the cache's bytes and specs: the first window's
@@ -186,8 +199,10 @@ static int eval_windows(const Model *m, const uint8_t *tokens, int n, int window
 
 static const char *eval_usage =
     "usage: micro eval [options]\n"
-    "  Mean negative log-likelihood (nats per predicted token) of each text, decoded token by token\n"
-    "  from BOS through the chosen KV cache, and its increase (delta) over the fp32 cache.\n"
+    "  Mean negative log-likelihood (nats per predicted token) of each text, run from BOS through the\n"
+    "  chosen KV cache, and its increase (delta) over the fp32 cache. Positions go through the weights\n"
+    "  64 at a time, each token's key and value encoded into the cache as decoding would, each position\n"
+    "  attending to what the cache held at its step (equal to decoding up to float rounding).\n"
     "options:\n"
     "  --model FILE        model file (default models/micro.bin)\n"
     "  --calib FILE        kvquant's calibration (default beside the model: models/micro.kvq)\n"
@@ -200,6 +215,7 @@ static const char *eval_usage =
     "                      loss is the mean over all of them (default and at most the model's context).\n"
     "                      A file in the corpus's form (documents each after a 0x01 byte, as\n"
     "                      data/corpus/en.val.txt) is windowed document by document\n"
+    "  --decode            decode token by token instead (as a server does; slower)\n"
     "  --threads N         decode threads, 1..256 (default 1; at most the online cores are used);\n"
     "                      results do not depend on it\n"
     "  --csv               print CSV: text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes,\n"
@@ -227,6 +243,7 @@ int eval_parse(int argc, char **argv, EvalOptions *o, char *err, size_t errlen) 
         else if (opts_is(&p, "--v")) bad = opts_string(&p, &o->v_spec);
         else if (opts_is(&p, "--threads")) bad = opts_int(&p, 1, 256, &o->threads);
         else if (opts_is(&p, "--window")) bad = opts_int(&p, 2, 1 << 20, &o->window);
+        else if (opts_is(&p, "--decode")) bad = opts_flag(&p), o->decode = 1;
         else return opts_unknown(&p);
         if (bad) return OPTS_ERROR;
     }
@@ -268,7 +285,7 @@ int cmd_eval(int argc, char **argv) {
                "delta", "95% interval", "bits", "bytes", "top1", "kl");
     for (int i = 0; i < n_texts && !status; i++) {
         EvalResult ref = {0}, r = {0};
-        int failed = eval_windows(&m, loaded[i].tokens, loaded[i].n_tokens, window, k_spec, v_spec, threads, &ref, &r,
+        int failed = eval_windows(&m, loaded[i].tokens, loaded[i].n_tokens, window, k_spec, v_spec, threads, o.decode, &ref, &r,
                                   err, sizeof err);
         if (failed) {
             cli_error("%s: %s", loaded[i].path, err);

@@ -30,11 +30,16 @@ typedef struct {
 // where its other errors (-1) are about the input.
 #define EVAL_NOT_FINITE (-2)
 
-// Runs tokens[0..n) from BOS through a decoder with the given cache and scores every next token.
+// The fast evaluator's span: positions pushed through the forward together (forward.h).
+#define EVAL_SPAN 64
+
+// Runs tokens[0..n) from BOS through a decoder with the given cache and scores every next token:
+// in spans of EVAL_SPAN positions (the fast evaluator), or with `decode` token by token, as a
+// server decodes. The two agree up to the order of float sums (tests/test_eval_fast.c).
 // With `record`, fills it (eval_trace_alloc first); with `reference`, compares every step against it
 // (top1_agree, kl; both left at 1 and 0 without one).
 int eval_tokens(const Model *m, const uint8_t *tokens, int n, const char *k_spec, const char *v_spec,
-                int n_threads, EvalTrace *record, const EvalTrace *reference, EvalResult *out, char *err,
+                int n_threads, int decode, EvalTrace *record, const EvalTrace *reference, EvalResult *out, char *err,
                 size_t errlen);
 int eval_trace_alloc(EvalTrace *t, const Model *m, int n_tokens);
 void eval_trace_free(EvalTrace *t);

@@ -3,6 +3,7 @@
 // "The line a token travels", for every row at once.
 #include "forward.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -98,6 +99,7 @@ typedef struct {
     const BatchRow *rows;
     int n_rows;
     int layer;
+    int first_row; // task_attention's tasks are the heads of rows [first_row, n_rows)
 } StepCtx;
 
 static void task_qkv(void *arg, int t, int nt) {
@@ -130,26 +132,74 @@ static void task_append(void *arg, int r, int thread) {
     kvseq_append(c->rows[r].seq, c->layer, c->b->k + r * kvd, c->b->v + r * kvd);
 }
 
+// What eval and micro attention keep of a (row, head)'s weights att[0, n): the layer micro attention
+// draws, and which position this head attends to most (the evaluator's measure of whether quantised
+// keys still pick out the right tokens; the first of equal weights wins, so it is well defined).
+static void note_attention(BatchForward *b, int r, int layer, int h, const float *att, int n) {
+    const ModelConfig *p = &b->model->config;
+    if (r == 0 && layer == b->keep_layer) memcpy(b->kept_att + (size_t)h * b->context, att, sizeof(float) * (size_t)n);
+    if (!b->track_top) return;
+    // The largest weight, then its first position: a vector max and one scan, where a running
+    // argmax is one dependent compare per position (a tenth of a span's time).
+    float max = att[0];
+#pragma omp simd reduction(max : max)
+    for (int j = 0; j < n; j++) max = att[j] > max ? att[j] : max;
+    int top = 0;
+    while (top < n - 1 && !(att[top] == max)) top++;
+    b->top_position[((size_t)r * p->n_layers + layer) * p->n_heads + h] = top;
+}
+
 // One (row, head): attention over the row's own sequence, read from what its codec stored.
 static void task_attention(void *arg, int i, int thread) {
     (void)thread;
     StepCtx *c = arg;
     BatchForward *b = c->b;
     const ModelConfig *p = &b->model->config;
-    const int H = p->n_heads, r = i / H, h = i % H, hd = p->head_dim, group = p->n_heads / p->n_kv_heads;
+    const int H = p->n_heads, r = c->first_row + i / H, h = i % H, hd = p->head_dim, group = p->n_heads / p->n_kv_heads;
     const KVSeq *seq = c->rows[r].seq;
     const int n = c->rows[r].pos + 1;
     float *att = b->att + ((size_t)r * H + h) * b->context;
     const size_t qd = (size_t)H * hd, xs = qd > (size_t)p->dim ? qd : (size_t)p->dim;
     attention_head(&seq->k[c->layer], &seq->v[c->layer], h / group, b->q + r * qd + h * hd, b->rope_cos,
                    b->rope_sin, att, b->xb2 + r * xs + h * hd, n);
-    // Which position this head attends to most: the evaluator's measure of whether quantised keys
-    // still pick out the right tokens. The first of equal weights wins, so it is well defined.
-    if (r == 0 && c->layer == b->keep_layer) memcpy(b->kept_att + (size_t)h * b->context, att, sizeof(float) * (size_t)n);
-    if (!b->track_top) return;
-    int top = 0;
-    for (int j = 1; j < n; j++) top = att[j] > att[top] ? j : top;
-    b->top_position[((size_t)r * p->n_layers + c->layer) * H + h] = top;
+    note_attention(b, r, c->layer, h, att, n);
+}
+
+// A span's (tile of up to SPAN_TILE consecutive rows, head), once every row's key and value is in
+// the cache: each row attends over its first pos + 1 tokens, which are what they were at its step
+// (no codec here changes a token's form after its append). Streams that read back go through the
+// mirror, the tile's common positions together and each row's last few alone (every sum still in
+// the read-back fallback's order); other streams through their codec's kernels, row by row.
+static void task_span_attention(void *arg, int i, int thread) {
+    (void)thread;
+    StepCtx *c = arg;
+    BatchForward *b = c->b;
+    const ForwardKernels *fk = forward_kernels();
+    const ModelConfig *p = &b->model->config;
+    const int H = p->n_heads, hd = p->head_dim, h = i % H, g = h / (p->n_heads / p->n_kv_heads), l = c->layer;
+    const int r0 = i / H * SPAN_TILE, nt = c->n_rows - r0 < SPAN_TILE ? c->n_rows - r0 : SPAN_TILE;
+    const SpanMirror *mm = &b->mirror;
+    const KVSeq *seq = c->rows[0].seq;
+    const size_t as = (size_t)H * b->context, qd = (size_t)H * hd, xs = qd > (size_t)p->dim ? qd : (size_t)p->dim;
+    const float *q = b->q + r0 * qd + h * hd;
+    float *att = b->att + ((size_t)r0 * H + h) * b->context, *out = b->xb2 + r0 * xs + h * hd;
+    const int n0 = c->rows[r0].pos + 1; // the tile's first row attends over the fewest
+    if (mm->mirrored[KV_ROLE_KEY]) {
+        const float *kt = span_mirror_keys(mm, l, g);
+        fk->scores_transposed(att, as, q, qd, nt, kt, (size_t)mm->stride, hd, 0, n0);
+        for (int t = 1; t < nt; t++)
+            fk->scores_transposed(att + t * as, 0, q + t * qd, 0, 1, kt, (size_t)mm->stride, hd, n0, n0 + t);
+    } else
+        for (int t = 0; t < nt; t++) paged_scores(&seq->k[l], g, q + t * qd, att + t * as, n0 + t);
+    for (int t = 0; t < nt; t++) fk->scaled_softmax(att + t * as, n0 + t, 1.0f / sqrtf((float)hd));
+    if (mm->mirrored[KV_ROLE_VALUE]) {
+        const float *v = span_mirror_values(mm, l, g);
+        for (int t = 0; t < nt; t++) memset(out + t * xs, 0, sizeof(float) * (size_t)hd);
+        fk->mix_rows(out, xs, att, as, nt, v, hd, 0, n0);
+        for (int t = 1; t < nt; t++) fk->mix_rows(out + t * xs, 0, att + t * as, 0, 1, v, hd, n0, n0 + t);
+    } else
+        for (int t = 0; t < nt; t++) paged_mix(&seq->v[l], g, att + t * as, out + t * xs, n0 + t);
+    for (int t = 0; t < nt; t++) note_attention(b, r0 + t, l, h, att + t * as, n0 + t);
 }
 
 // x += Wo · xb2 for this thread's output rows.
@@ -217,7 +267,14 @@ float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
     const ModelWeights *w = &b->model->w;
     const int dim = p->dim, half = p->head_dim / 2;
     const size_t qd = (size_t)p->n_heads * p->head_dim, kvd = (size_t)p->n_kv_heads * p->head_dim;
-    StepCtx c = {b, rows, n_rows, 0};
+    StepCtx c = {b, rows, n_rows, 0, 0};
+    const int span = n_rows > 1 && rows[0].seq == rows[n_rows - 1].seq;
+    const int settles = span && (rows[0].seq->pool->rule[KV_ROLE_KEY].ops->settle ||
+                                 rows[0].seq->pool->rule[KV_ROLE_VALUE].ops->settle);
+    if (span && !b->spans) { // a caller's mistake, not an input's
+        fprintf(stderr, "micro: batch_forward: a span without batch_enable_spans\n");
+        abort();
+    }
 
     for (int r = 0; r < n_rows; r++)
         memcpy(b->x + (size_t)r * dim, w->token_embedding + (size_t)rows[r].token * dim, sizeof(float) * (size_t)dim);
@@ -232,10 +289,24 @@ float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
             if (!rows[r].seq->pool->rule[KV_ROLE_KEY].prerope) // else the cache keeps keys before RoPE
                 rope(b->k + r * kvd, p->n_kv_heads, p->head_dim, b->rope_cos + at, b->rope_sin + at);
         }
-        pool_run_tasks(b->pool, n_rows, task_append, &c);
-        pool_run_tasks(b->pool, n_rows * p->n_heads, task_attention, &c);
-        // After the step's attention: KIVI's window slides (its oldest tokens quantised) here.
-        for (int r = 0; r < n_rows; r++) kvseq_end_step(rows[r].seq, l);
+        if (span && settles) { // tokens change form step by step (KIVI): the decode loop's order
+            for (int r = 0; r < n_rows; r++) {
+                StepCtx one = {b, rows, r + 1, l, r};
+                kvseq_append(rows[r].seq, l, b->k + r * kvd, b->v + r * kvd);
+                pool_run_tasks(b->pool, p->n_heads, task_attention, &one);
+                kvseq_end_step(rows[r].seq, l);
+            }
+        } else if (span) { // every row appended in order, then all rows attend at once
+            for (int r = 0; r < n_rows; r++) kvseq_append(rows[r].seq, l, b->k + r * kvd, b->v + r * kvd);
+            span_mirror_update(&b->mirror, rows[0].seq, l, rows[0].pos, b->rope_cos, b->rope_sin);
+            pool_run_tasks(b->pool, (n_rows + SPAN_TILE - 1) / SPAN_TILE * p->n_heads, task_span_attention, &c);
+            for (int r = 0; r < n_rows; r++) kvseq_end_step(rows[r].seq, l);
+        } else {
+            pool_run_tasks(b->pool, n_rows, task_append, &c);
+            pool_run_tasks(b->pool, n_rows * p->n_heads, task_attention, &c);
+            // After the step's attention: KIVI's window slides (its oldest tokens quantised) here.
+            for (int r = 0; r < n_rows; r++) kvseq_end_step(rows[r].seq, l);
+        }
         pool_run(b->pool, task_wo, &c);
         for (int r = 0; r < n_rows; r++)
             rmsnorm(b->xb + (size_t)r * dim, b->x + (size_t)r * dim, w->ffn_norm + (size_t)l * dim, dim, p->norm_eps);
@@ -304,7 +375,18 @@ int batch_init(BatchForward *b, const Model *m, int max_rows, int n_threads, cha
     return 0;
 }
 
+int batch_enable_spans(BatchForward *b, const KVPool *pool, char *err, size_t errlen) {
+    if (b->spans) return 0;
+    if (span_mirror_init(&b->mirror, pool, b->context)) {
+        snprintf(err, errlen, "out of memory allocating the evaluator's decoded cache");
+        return -1;
+    }
+    b->spans = 1;
+    return 0;
+}
+
 void batch_free(BatchForward *b) {
+    if (b->spans) span_mirror_free(&b->mirror);
     pool_destroy(b->pool);
     free(b->x);
     free(b->xb);
@@ -326,8 +408,8 @@ void batch_free(BatchForward *b) {
 // ---------------------------------------------------------------------------------------------
 // The single-sequence decoder.
 
-int decoder_init_paged(Decoder *d, const Model *m, const char *k_spec, const char *v_spec, int capacity, int block,
-                       int n_threads, char *err, size_t errlen) {
+static int decoder_init_rows(Decoder *d, const Model *m, const char *k_spec, const char *v_spec, int capacity,
+                             int block, int rows, int n_threads, char *err, size_t errlen) {
     memset(d, 0, sizeof *d);
     const ModelConfig *p = &m->config;
     if (capacity < 1 || capacity > p->max_seq_len) {
@@ -338,8 +420,16 @@ int decoder_init_paged(Decoder *d, const Model *m, const char *k_spec, const cha
     if (kvpool_init(&d->cache, p->n_layers, p->n_kv_heads, p->head_dim, block, capacity, SIZE_MAX / 2, k_spec, v_spec,
                     err, errlen))
         return -1;
-    if (batch_init(&d->fwd, m, 1, n_threads, err, errlen)) {
+    if (rows > 1 && !(d->span_rows = malloc(sizeof(BatchRow) * (size_t)rows))) {
         kvpool_free(&d->cache);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (batch_init(&d->fwd, m, rows, n_threads, err, errlen) ||
+        (rows > 1 && batch_enable_spans(&d->fwd, &d->cache, err, errlen))) {
+        if (d->fwd.model) batch_free(&d->fwd);
+        kvpool_free(&d->cache);
+        free(d->span_rows);
         return -1;
     }
     kvseq_init(&d->seq, &d->cache);
@@ -348,6 +438,16 @@ int decoder_init_paged(Decoder *d, const Model *m, const char *k_spec, const cha
     d->q = d->fwd.q, d->xb2 = d->fwd.xb2, d->att = d->fwd.att, d->logits = d->fwd.logits;
     d->rope_cos = d->fwd.rope_cos, d->rope_sin = d->fwd.rope_sin, d->top_position = d->fwd.top_position;
     return 0;
+}
+
+int decoder_init_paged(Decoder *d, const Model *m, const char *k_spec, const char *v_spec, int capacity, int block,
+                       int n_threads, char *err, size_t errlen) {
+    return decoder_init_rows(d, m, k_spec, v_spec, capacity, block, 1, n_threads, err, errlen);
+}
+
+int decoder_init_spans(Decoder *d, const Model *m, const char *k_spec, const char *v_spec, int capacity, int rows,
+                       int n_threads, char *err, size_t errlen) {
+    return decoder_init_rows(d, m, k_spec, v_spec, capacity, capacity, rows, n_threads, err, errlen);
 }
 
 int decoder_init(Decoder *d, const Model *m, const char *k_spec, const char *v_spec, int capacity, int n_threads,
@@ -372,12 +472,23 @@ float *decoder_forward(Decoder *d, int token, int pos) {
     return batch_forward(&d->fwd, &row, 1);
 }
 
+float *decoder_forward_span(Decoder *d, const int *tokens, int pos, int n) {
+    char err[160];
+    if (kvseq_reserve(&d->seq, pos + n, err, sizeof err)) {
+        fprintf(stderr, "micro: %s\n", err);
+        exit(1);
+    }
+    for (int i = 0; i < n; i++) d->span_rows[i] = (BatchRow){&d->seq, tokens[i], pos + i};
+    return batch_forward(&d->fwd, d->span_rows, n);
+}
+
 void decoder_free(Decoder *d) {
     if (d->cache.n_layers) {
         kvseq_release(&d->seq);
         kvpool_free(&d->cache);
     }
     if (d->fwd.model) batch_free(&d->fwd);
+    free(d->span_rows);
     memset(d, 0, sizeof *d);
 }
 

@@ -11,6 +11,7 @@
 
 #include "kvpool.h"
 #include "model.h"
+#include "span_mirror.h"
 
 typedef struct ThreadPool ThreadPool;
 
@@ -39,13 +40,22 @@ typedef struct {
     int keep_layer;    // -1, or the layer whose attention weights row 0 keeps in kept_att (micro attention)
     float *kept_att;   // [n_heads][context]: that layer's weights of row 0, its first pos + 1 numbers
     float *rope_cos, *rope_sin; // [context][head_dim/2]
+    // Spans (batch_enable_spans): the decoded cache their rows attend over, for streams that read back.
+    int spans;
+    SpanMirror mirror;
 } BatchForward;
 
 int batch_init(BatchForward *b, const Model *m, int max_rows, int n_threads, char *err, size_t errlen);
 // One step: rows[r] appends to rows[r].seq at position rows[r].pos and attends over its first
-// pos + 1 tokens. At most one row per sequence, each sequence reserved for pos + 1 tokens
-// (kvseq_reserve). Returns logits [n_rows][vocab].
+// pos + 1 tokens, each sequence reserved for its rows (kvseq_reserve). Returns logits [n_rows][vocab].
+// Either one row per sequence (serving: each row's attention reads its packed codes), or a span:
+// every row of one sequence, at consecutive positions in order (evaluation, after
+// batch_enable_spans). A span's rows are appended and settled in order, exactly as the decode loop
+// would, and each attends over what the cache held at its own step, decoded once to floats
+// (span_mirror.h); its numbers equal the decode loop's up to the order of float sums.
 float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows);
+// Makes b take spans of sequences from `pool` (the decoded mirror's buffers). -1 with one line in err.
+int batch_enable_spans(BatchForward *b, const KVPool *pool, char *err, size_t errlen);
 void batch_free(BatchForward *b);
 
 // The single-sequence decoder: the same forward with one row, over a pool holding one sequence.
@@ -55,6 +65,7 @@ typedef struct {
     KVSeq seq;
     int capacity; // positions the cache can hold
     int n_threads;
+    BatchRow *span_rows; // [rows] of decoder_init_spans; NULL for a decoder of one row
     // Row 0 of fwd's buffers, for readers of one step (bench, inspect, eval).
     float *q, *xb2, *att, *logits, *rope_cos, *rope_sin;
     int *top_position;
@@ -66,6 +77,12 @@ int decoder_init(Decoder *d, const Model *m, const char *k_spec, const char *v_s
                  int n_threads, char *err, size_t errlen);
 int decoder_init_paged(Decoder *d, const Model *m, const char *k_spec, const char *v_spec, int capacity, int block,
                        int n_threads, char *err, size_t errlen);
+// The same decoder, also taking spans of up to `rows` consecutive tokens (decoder_forward_span).
+int decoder_init_spans(Decoder *d, const Model *m, const char *k_spec, const char *v_spec, int capacity, int rows,
+                       int n_threads, char *err, size_t errlen);
+// Runs tokens[0, n) at positions pos, pos + 1, ... (pos == tokens already cached; n at most the rows
+// given to decoder_init_spans) as one span: logits [n][vocab]; fwd.top_position holds each row's.
+float *decoder_forward_span(Decoder *d, const int *tokens, int pos, int n);
 // Starts a new sequence with an empty cache (same specs).
 int decoder_reset(Decoder *d, char *err, size_t errlen);
 // Runs one token at position pos (== tokens already cached) and returns logits[vocab].

@@ -143,8 +143,87 @@ static void scaled_softmax_impl(float *x, int n, float scale) {
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
+// Scores of up to SPAN_TILE queries against transposed keys: 16 positions held in registers for
+// every query while the channels are summed in order, so each key load serves all the queries and
+// each output is q[0]·k[0] + q[1]·k[1] + ... whatever the tile, the range and the build. A full
+// tile has its own loop of constant bounds, which the compiler keeps in registers.
+static void scores_transposed_impl(float *restrict out, size_t os, const float *restrict q, size_t qs, int n_q,
+                                   const float *restrict kt, size_t stride, int head_dim, int j0, int j1) {
+    int j = j0;
+    for (; n_q == SPAN_TILE && j + LANES <= j1; j += LANES) {
+        float acc[SPAN_TILE][LANES] = {{0}};
+        for (int d = 0; d < head_dim; d++) {
+            const float *k = kt + (size_t)d * stride + j;
+            const float q0 = q[d], q1 = q[qs + d], q2 = q[2 * qs + d], q3 = q[3 * qs + d];
+#pragma omp simd
+            for (int l = 0; l < LANES; l++) {
+                acc[0][l] += q0 * k[l], acc[1][l] += q1 * k[l];
+                acc[2][l] += q2 * k[l], acc[3][l] += q3 * k[l];
+            }
+        }
+        for (int r = 0; r < SPAN_TILE; r++)
+#pragma omp simd
+            for (int l = 0; l < LANES; l++) out[(size_t)r * os + j + l] = acc[r][l];
+    }
+    for (int r = 0; r < n_q; r++) {
+        const float *qr = q + (size_t)r * qs;
+        float *o = out + (size_t)r * os;
+        int i = j;
+        for (; i + LANES <= j1; i += LANES) {
+            float acc[LANES] = {0};
+            for (int d = 0; d < head_dim; d++) {
+                const float qd = qr[d], *k = kt + (size_t)d * stride + i;
+#pragma omp simd
+                for (int l = 0; l < LANES; l++) acc[l] += qd * k[l];
+            }
+            for (int l = 0; l < LANES; l++) o[i + l] = acc[l];
+        }
+        for (; i < j1; i++) {
+            float acc = 0.0f;
+            for (int d = 0; d < head_dim; d++) acc += qr[d] * kt[(size_t)d * stride + i];
+            o[i] = acc;
+        }
+    }
+}
+
+// The weighted sums of value rows for up to SPAN_TILE weight vectors, one row after another: each
+// row load serves every vector, and each channel's sum runs in order of j. Full tiles of 32 channels
+// have their own loop of constant bounds (kept in registers); the rest, one vector at a time.
+static void mix_rows_impl(float *restrict out, size_t os, const float *restrict p, size_t ps, int n_p,
+                          const float *restrict v, int head_dim, int j0, int j1) {
+    enum { W = 2 * LANES };
+    int d0 = 0;
+    for (; n_p == SPAN_TILE && d0 + W <= head_dim; d0 += W) {
+        float acc[SPAN_TILE][W];
+        for (int r = 0; r < SPAN_TILE; r++)
+            for (int d = 0; d < W; d++) acc[r][d] = out[(size_t)r * os + d0 + d];
+        for (int j = j0; j < j1; j++) {
+            const float *row = v + (size_t)j * head_dim + d0;
+            const float p0 = p[j], p1 = p[ps + j], p2 = p[2 * ps + j], p3 = p[3 * ps + j];
+#pragma omp simd
+            for (int d = 0; d < W; d++) {
+                acc[0][d] += p0 * row[d], acc[1][d] += p1 * row[d];
+                acc[2][d] += p2 * row[d], acc[3][d] += p3 * row[d];
+            }
+        }
+        for (int r = 0; r < SPAN_TILE; r++)
+            for (int d = 0; d < W; d++) out[(size_t)r * os + d0 + d] = acc[r][d];
+    }
+    for (int r = 0; r < n_p; r++) {
+        const float *pr = p + (size_t)r * ps;
+        float *o = out + (size_t)r * os;
+        for (int j = j0; j < j1; j++) {
+            const float pj = pr[j], *row = v + (size_t)j * head_dim;
+#pragma omp simd
+            for (int d = d0; d < head_dim; d++) o[d] += pj * row[d];
+        }
+    }
+}
+
 #ifdef FORWARD_KERNELS_AVX512
-const ForwardKernels forward_kernels_avx512 = {"avx512", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl};
+const ForwardKernels forward_kernels_avx512 = {"avx512", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
+                                               scores_transposed_impl, mix_rows_impl};
 #else
-const ForwardKernels forward_kernels_portable = {"portable", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl};
+const ForwardKernels forward_kernels_portable = {"portable", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
+                                                 scores_transposed_impl, mix_rows_impl};
 #endif

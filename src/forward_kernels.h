@@ -8,6 +8,9 @@
 
 #include <stddef.h>
 
+// Queries one call of the fast evaluator's attention kernels takes.
+#define SPAN_TILE 4
+
 typedef struct {
     const char *name; // "portable" or "avx512"
     // out[r] = W[r,:] · x for rows [r0, r1) of the row-major W (n columns).
@@ -19,6 +22,14 @@ typedef struct {
                         int n, int n_rows, int o0, int o1);
     // x = softmax(scale · x), in place, n >= 1.
     void (*scaled_softmax)(float *x, int n, float scale);
+    // The fast evaluator's attention (span_mirror.h), over keys and values decoded to floats, for
+    // n_q <= SPAN_TILE queries at once: out[r·os + j] = Σ_d q[r·qs + d] · kt[d·stride + j] for j in
+    // [j0, j1), each sum in order of d (keys held transposed, one row per channel) ...
+    void (*scores_transposed)(float *restrict out, size_t os, const float *restrict q, size_t qs, int n_q,
+                              const float *restrict kt, size_t stride, int head_dim, int j0, int j1);
+    // ... and out[r·os + d] += p[r·ps + j] · v[j·head_dim + d] for j = j0, j0 + 1, ..., j1 − 1 in turn.
+    void (*mix_rows)(float *restrict out, size_t os, const float *restrict p, size_t ps, int n_p,
+                     const float *restrict v, int head_dim, int j0, int j1);
 } ForwardKernels;
 
 extern const ForwardKernels forward_kernels_portable;

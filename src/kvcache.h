@@ -53,6 +53,9 @@ typedef struct {
     void (*mix)(const CodecBlocks *b, int head, const float *p, float *out, int n);
     // The decoded vector of one head at one token (tests and inspection).
     void (*read)(const void *state, int head, int token, float *out);
+    // 1 when scores and mix are codec_scores_by_read / codec_mix_by_read of read() for every shape
+    // (codec_core.h): the fast evaluator may then decode each token once (span_mirror.h).
+    int reads_back;
     // Exact bytes held for the tokens appended so far: codes, scales, minimums and residuals.
     size_t (*bytes)(const void *state);
     void (*destroy)(void *state);

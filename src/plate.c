@@ -135,6 +135,7 @@ typedef struct {
     int serve_context; // tokens per conversation
     int serve_fp16;    // the pool holds this many fp16 conversations
     int threads;
+    int decode; // token by token instead of the fast evaluator's spans
     atomic_int failed;
     char err[4700];
     pthread_mutex_t err_lock;
@@ -157,7 +158,7 @@ static void reference_task(void *arg, int j, int thread) {
     char err[512];
     int rc = atomic_load(&r->failed) ? 0
                                      : eval_tokens(r->model, r->texts[j].tokens, r->texts[j].n_tokens, "fp32", "fp32", 1,
-                                                   &r->traces[j], NULL, &r->reference[j], err, sizeof err);
+                                                   r->decode, &r->traces[j], NULL, &r->reference[j], err, sizeof err);
     if (rc) fail_run(r, r->texts[j].path, err, rc);
 }
 
@@ -169,7 +170,7 @@ static void scheme_task(void *arg, int j, int thread) {
     char err[512];
     int rc = atomic_load(&r->failed) ? 0
                                      : eval_tokens(r->model, r->texts[t].tokens, r->texts[t].n_tokens, s->k_spec,
-                                                   s->v_spec, 1, NULL, &r->traces[t], &r->results[j / N_TEXTS][t], err,
+                                                   s->v_spec, 1, r->decode, NULL, &r->traces[t], &r->results[j / N_TEXTS][t], err,
                                                    sizeof err);
     if (rc) fail_run(r, r->texts[t].path, err, rc);
 }
@@ -472,6 +473,7 @@ static const char *plate_usage =
     "  --en FILE[:N]     English text (default data/plates/en.txt:1500)\n"
     "  --zh FILE[:N]     Chinese text (default data/plates/zh.txt:500)\n"
     "  --threads N       runs at once (default 2); results do not depend on it\n"
+    "  --decode          decode token by token (as a server does) instead of the fast evaluator\n"
     "  --csv | --json    machine-readable output instead of the panels\n"
     "  --out DIR         also write DIR/plate.csv and DIR/plate.json, and draw DIR/plate.svg and\n"
     "                    DIR/plate.png with scripts/plot when gnuplot is present (default out)\n"
@@ -601,6 +603,7 @@ int plate_parse(int argc, char **argv, PlateOptions *o, char *err, size_t errlen
         else if (opts_is(&p, "--zh")) bad = opts_string(&p, &o->zh) || cmd_check_text_arg("--zh", o->zh, err, errlen);
         else if (opts_is(&p, "--out")) bad = opts_string(&p, &o->out_dir);
         else if (opts_is(&p, "--threads")) bad = opts_int(&p, 1, 8, &o->threads);
+        else if (opts_is(&p, "--decode")) bad = opts_flag(&p), o->decode = 1;
         else if (opts_is(&p, "--serve-fp16")) bad = opts_int(&p, 1, 1024, &o->serve_fp16);
         else if (opts_is(&p, "--serve-length")) bad = opts_int(&p, 2, 1 << 20, &o->serve_length);
         else return opts_unknown(&p);
@@ -652,6 +655,7 @@ int cmd_plate(int argc, char **argv) {
     if (!status && !pool) status = cli_error("cannot start %d threads", threads);
     if (!status) {
         r->model = &m;
+        r->decode = o.decode;
         pool_run_tasks(pool, N_TEXTS, reference_task, r);
         if (!atomic_load(&r->failed)) pool_run_tasks(pool, N_SCHEMES * N_TEXTS, scheme_task, r);
         if (atomic_load(&r->failed)) {

@@ -90,6 +90,7 @@ static const char *sweep_usage =
     "  --model FILE        model file (default models/micro.bin)\n"
     "  --calib FILE        kvquant's calibration (default beside the model: models/micro.kvq)\n"
     "  --threads N         decode threads, 1..256 (default 1); results do not depend on it\n"
+    "  --decode            decode token by token (as a server does) instead of the fast evaluator\n"
     "  --json              JSON instead of CSV\n"
     "  -h, --help          this help\n"
     "A progress line with the time left goes to stderr when it is a terminal.\n";
@@ -108,6 +109,7 @@ int sweep_parse(int argc, char **argv, SweepOptions *o, char *err, size_t errlen
         else if (opts_is(&p, "--model")) bad = opts_path(&p, &o->model_path);
         else if (opts_is(&p, "--calib")) bad = opts_path(&p, &o->calib_path);
         else if (opts_is(&p, "--threads")) bad = opts_int(&p, 1, 256, &o->threads);
+        else if (opts_is(&p, "--decode")) bad = opts_flag(&p), o->decode = 1;
         else if (opts_is(&p, "--preset")) {
             bad = opts_string(&p, &preset);
             if (!bad && strcmp(preset, "all") != 0) {
@@ -206,11 +208,11 @@ int cmd_sweep(int argc, char **argv) {
             status = cli_error("out of memory");
             break;
         }
-        int rc = eval_tokens(&m, texts[t].tokens, texts[t].n_tokens, "fp32", "fp32", o.threads, &trace, NULL, &ref, err,
+        int rc = eval_tokens(&m, texts[t].tokens, texts[t].n_tokens, "fp32", "fp32", o.threads, o.decode, &trace, NULL, &ref, err,
                              sizeof err);
         for (int i = 0; i < specs.n && !rc; i++) {
             EvalResult r;
-            rc = eval_tokens(&m, texts[t].tokens, texts[t].n_tokens, specs.specs[i], specs.specs[i], o.threads, NULL,
+            rc = eval_tokens(&m, texts[t].tokens, texts[t].n_tokens, specs.specs[i], specs.specs[i], o.threads, o.decode, NULL,
                              &trace, &r, err, sizeof err);
             if (rc) break;
             print_row(o.json, rows++ == 0, texts[t].name, &r, r.loss - ref.loss);

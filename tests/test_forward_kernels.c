@@ -93,8 +93,55 @@ static void run(const ForwardKernels *k, const ForwardKernels *o) {
     }
 }
 
+// The fast evaluator's kernels: every score q·k in order of channels and every weighted sum in order
+// of positions, whatever the tile of queries and the range (span_mirror.h relies on it).
+enum { SPAN_N = 300, SPAN_STRIDE = SPAN_N + 16, SPAN_HD = 48 };
+static float kt[SPAN_HD * SPAN_STRIDE], vrows[SPAN_N * SPAN_HD], qs[SPAN_TILE * SPAN_HD], ps[SPAN_TILE * SPAN_N];
+static float sc_a[SPAN_TILE * SPAN_N], sc_b[SPAN_TILE * SPAN_N], mx_a[SPAN_TILE * SPAN_HD], mx_b[SPAN_TILE * SPAN_HD];
+
+static void run_span(const ForwardKernels *k, const ForwardKernels *o) {
+    static const int hds[] = {32, 16, 48};
+    static const int ranges[][2] = {{0, 1}, {0, 16}, {3, 35}, {0, 64}, {17, 300}, {0, 300}};
+    fill(kt, SPAN_HD * SPAN_STRIDE, 1.0);
+    fill(vrows, SPAN_N * SPAN_HD, 1.0);
+    fill(qs, SPAN_TILE * SPAN_HD, 1.0);
+    fill(ps, SPAN_TILE * SPAN_N, 1.0);
+    for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
+        const int hd = hds[hi];
+        for (int nq = 1; nq <= SPAN_TILE; nq++) {
+            for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0]; ri++) {
+                const int j0 = ranges[ri][0], j1 = ranges[ri][1];
+                memset(sc_a, 0, sizeof sc_a), memset(sc_b, 0, sizeof sc_b);
+                k->scores_transposed(sc_a, SPAN_N, qs, SPAN_HD, nq, kt, SPAN_STRIDE, hd, j0, j1);
+                if (o)
+                    o->scores_transposed(sc_b, SPAN_N, qs, SPAN_HD, nq, kt, SPAN_STRIDE, hd, j0, j1);
+                else
+                    for (int r = 0; r < nq; r++)
+                        for (int j = j0; j < j1; j++) {
+                            float acc = 0.0f;
+                            for (int d = 0; d < hd; d++) acc += qs[r * SPAN_HD + d] * kt[d * SPAN_STRIDE + j];
+                            sc_b[r * SPAN_N + j] = acc;
+                        }
+                CHECK(check_same_bits(sc_a, sc_b, SPAN_TILE * SPAN_N), "scores_transposed %s vs %s: hd %d, %d queries, [%d, %d)",
+                      k->name, o ? o->name : "reference", hd, nq, j0, j1);
+                for (int i = 0; i < SPAN_TILE * SPAN_HD; i++) mx_a[i] = mx_b[i] = (float)i / 7.0f;
+                k->mix_rows(mx_a, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, j1);
+                if (o)
+                    o->mix_rows(mx_b, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, j1);
+                else
+                    for (int r = 0; r < nq; r++)
+                        for (int j = j0; j < j1; j++)
+                            for (int d = 0; d < hd; d++) mx_b[r * SPAN_HD + d] += ps[r * SPAN_N + j] * vrows[j * hd + d];
+                CHECK(check_same_bits(mx_a, mx_b, SPAN_TILE * SPAN_HD), "mix_rows %s vs %s: hd %d, %d vectors, [%d, %d)",
+                      k->name, o ? o->name : "reference", hd, nq, j0, j1);
+            }
+        }
+    }
+}
+
 int main(void) {
     run(&forward_kernels_portable, NULL);
+    run_span(&forward_kernels_portable, NULL);
     const ForwardKernels *simd = forward_kernels_simd();
     if (!simd) {
         printf("no AVX-512 build of the forward kernels on this CPU: portable checked against the reference only\n");
@@ -102,6 +149,8 @@ int main(void) {
     }
     run(simd, NULL);
     run(simd, &forward_kernels_portable);
+    run_span(simd, NULL);
+    run_span(simd, &forward_kernels_portable);
     printf("forward kernels: portable and %s agree bit for bit%s\n", simd->name, failures ? " -- NOT" : "");
     return failures ? 1 : 0;
 }

@@ -87,7 +87,7 @@ size_t codec_rows_bytes(const void *state);
         codec_mix_by_read(b, prefix##_read, b->head_dim, head, p, out, n);                         \
     }                                                                                              \
     static const CodecOps prefix##_ops = {.append = prefix##_append, .scores = prefix##_scores,    \
-                                          .mix = prefix##_mix, .read = prefix##_read,              \
+                                          .mix = prefix##_mix, .read = prefix##_read, .reads_back = 1, \
                                           .bytes = codec_rows_bytes, .destroy = codec_rows_destroy}
 
 // The end of a family's create(): the state when its allocations succeeded; else the state

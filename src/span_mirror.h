@@ -1,0 +1,47 @@
+// The fast evaluator's decoded copy of a sequence's cache, for the streams whose attention reads
+// each token back whole (a codec flagged reads_back, kvcache.h; keys kept before RoPE): every token
+// decoded from its codec once, into floats, so that a span of rows (consecutive positions of one
+// sequence, pushed through the forward together) attends with plain products instead of decoding
+// every token again for every row. The products run in the read-back fallback's order (Σ_d q_d·x̂_d
+// in order of d; Σ_j p_j·x̂_j in order of j), so they give the decode loop's numbers bit for bit.
+// Streams with kernels of their own are not mirrored: a span's rows call those kernels.
+#ifndef MICRO_SPAN_MIRROR_H
+#define MICRO_SPAN_MIRROR_H
+
+#include "kvpool.h"
+
+typedef struct {
+    int n_layers, n_heads, head_dim, context;
+    int stride;         // floats from one key channel's row to the next: the context and a cache line,
+                        // so that a column of 32 channels does not fall in one set of the L1 cache
+    int mirrored[2];    // [role]: this role's streams are mirrored
+    const KVSeq *seq;   // the sequence mirrored
+    int *count;         // [layer][role]: tokens [0, n) are mirrored
+    float *keys;        // [layer][head][head_dim][stride]: keys transposed, one row per channel, RoPE'd
+    float *values;      // [layer][head][context][head_dim]
+} SpanMirror;
+
+// Whether attention over this pool's streams of a role reads every token back whole, in the order
+// span_mirror's products follow: then a span's rows read the mirror.
+int span_mirror_reads_back(const KVPool *pool, KVRole role);
+
+// Buffers for sequences of `pool`'s shape up to `context` tokens, for the roles that read back (none:
+// nothing allocated). -1 when out of memory.
+int span_mirror_init(SpanMirror *m, const KVPool *pool, int context);
+void span_mirror_free(SpanMirror *m);
+
+// After a span's rows, the first at position `first`, were appended to `seq` at this layer: decodes
+// the tokens not yet mirrored (those from `first` on again; a sequence other than the last one, from
+// its start).
+void span_mirror_update(SpanMirror *m, const KVSeq *seq, int layer, int first, const float *rope_cos,
+                        const float *rope_sin);
+
+// The mirrored keys (transposed, rows `stride` apart) and values of one layer and head.
+static inline const float *span_mirror_keys(const SpanMirror *m, int layer, int head) {
+    return m->keys + ((size_t)layer * m->n_heads + head) * m->head_dim * (size_t)m->stride;
+}
+static inline const float *span_mirror_values(const SpanMirror *m, int layer, int head) {
+    return m->values + ((size_t)layer * m->n_heads + head) * m->head_dim * (size_t)m->context;
+}
+
+#endif
