@@ -66,6 +66,8 @@ typedef struct {
     const char *model_path, *calib_path, *en, *zh, *out_dir; // en / zh NULL: the default plates
     int threads, csv, json, files;
     int decode; // token by token instead of the fast evaluator's spans
+    int long_run; // --long: panel (a) on the corpus's validation split, in windows
+    const char *corpus; // --corpus DIR (NULL: data/corpus)
     int serve_fp16, serve_length; // panel (d): the pool in fp16 conversations, their tokens (0: context)
 } PlateOptions;
 int plate_parse(int argc, char **argv, PlateOptions *o, char *err, size_t errlen);

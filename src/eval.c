@@ -134,22 +134,22 @@ int eval_tokens(const Model *m, const uint8_t *tokens, int n, const char *k_spec
 
 // A text of any length (tokens[0] is BOS; a 0x01 further on starts another document, as in the
 // corpus's files): each document in consecutive windows of `window` tokens, each its BOS and the
-// next window − 1 bytes, decoded from BOS with the fp32 cache and with the scheme. Every byte is
-// predicted once; the loss, top-1 agreement and KL are means over all of them and the interval comes
-// from all their differences. The cache's bytes are those of the first window. A text that fits one
-// window gives exactly eval_tokens' results.
-static int eval_windows(const Model *m, const uint8_t *tokens, int n, int window, const char *k_spec, const char *v_spec,
-                        int threads, int decode, EvalResult *ref, EvalResult *out, char *err, size_t errlen) {
+// next window − 1 bytes, run from BOS with the fp32 cache once and then with each scheme. Every byte
+// is predicted once; the loss, top-1 agreement and KL are means over all of them and the interval
+// comes from all their differences. The cache's bytes are those of the first window. A text that
+// fits one window gives exactly eval_tokens' results.
+int eval_windows(const Model *m, const uint8_t *tokens, int n, int window, const char *const *k_specs,
+                 const char *const *v_specs, int n_specs, int threads, int decode, EvalResult *ref, EvalResult *out,
+                 char *err, size_t errlen) {
     const int per = window - 1;
     uint8_t *buf = malloc((size_t)window);
-    double *diff = malloc(sizeof(double) * (size_t)n);
-    if (!buf || !diff) {
-        free(buf);
-        free(diff);
+    double *diff = malloc(sizeof(double) * (size_t)n * (size_t)n_specs);
+    double *sums = calloc((size_t)n_specs * 3 + 1, sizeof(double)); // [spec][nll, agree, kl], then fp32's nll
+    if (!buf || !diff || !sums) {
+        free(buf), free(diff), free(sums);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    double ref_nll = 0, nll = 0, agree = 0, kl = 0;
     int steps = 0, windows = 0, rc = 0, tokens_run = 0;
     for (int doc = 0; doc < n && !rc;) { // tokens[doc] is a document's BOS
         int end = doc + 1;
@@ -165,14 +165,17 @@ static int eval_windows(const Model *m, const uint8_t *tokens, int n, int window
                 rc = -1;
             }
             if (!rc) rc = eval_tokens(m, buf, wn, "fp32", "fp32", threads, decode, &tr, NULL, &r_ref, err, errlen);
-            if (!rc) rc = eval_tokens(m, buf, wn, k_spec, v_spec, threads, decode, &ts, &tr, &r, err, errlen);
-            if (!rc) {
-                for (int t = 0; t < wn - 1; t++) diff[steps + t] = ts.nll[t] - tr.nll[t];
-                if (windows++ == 0) *ref = r_ref, *out = r; // the cache's bytes and specs: the first window's
-                ref_nll += r_ref.loss * (wn - 1), nll += r.loss * (wn - 1);
-                agree += r.top1_agree * (wn - 1), kl += r.kl * (wn - 1);
-                steps += wn - 1, tokens_run += wn;
+            if (!rc) sums[3 * n_specs] += r_ref.loss * (wn - 1);
+            if (!rc && windows == 0) *ref = r_ref;
+            for (int s = 0; s < n_specs && !rc; s++) {
+                rc = eval_tokens(m, buf, wn, k_specs[s], v_specs[s], threads, decode, &ts, &tr, &r, err, errlen);
+                if (rc) break;
+                for (int t = 0; t < wn - 1; t++) diff[(size_t)s * n + steps + t] = ts.nll[t] - tr.nll[t];
+                if (windows == 0) out[s] = r; // the cache's bytes and specs: the first window's
+                sums[3 * s] += r.loss * (wn - 1), sums[3 * s + 1] += r.top1_agree * (wn - 1);
+                sums[3 * s + 2] += r.kl * (wn - 1);
             }
+            if (!rc) steps += wn - 1, tokens_run += wn, windows++;
             eval_trace_free(&tr);
             eval_trace_free(&ts);
         }
@@ -183,17 +186,22 @@ static int eval_windows(const Model *m, const uint8_t *tokens, int n, int window
         rc = -1;
     }
     if (!rc && windows > 1) {
-        ref->tokens = out->tokens = tokens_run; // each window starts from its own BOS
-        ref->loss = ref_nll / steps, out->loss = nll / steps;
-        out->top1_agree = agree / steps, out->kl = kl / steps;
-        if (bootstrap_mean_ci(diff, steps, BOOTSTRAP_BLOCK, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, &out->delta_lo,
-                              &out->delta_hi)) {
-            snprintf(err, errlen, "out of memory");
-            rc = -1;
+        ref->tokens = tokens_run; // each window starts from its own BOS
+        ref->loss = sums[3 * n_specs] / steps;
+        for (int s = 0; s < n_specs && !rc; s++) {
+            out[s].tokens = tokens_run;
+            out[s].loss = sums[3 * s] / steps, out[s].top1_agree = sums[3 * s + 1] / steps;
+            out[s].kl = sums[3 * s + 2] / steps;
+            if (bootstrap_mean_ci(diff + (size_t)s * n, steps, BOOTSTRAP_BLOCK, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED,
+                                  &out[s].delta_lo, &out[s].delta_hi)) {
+                snprintf(err, errlen, "out of memory");
+                rc = -1;
+            }
         }
     }
     free(buf);
     free(diff);
+    free(sums);
     return rc;
 }
 
@@ -285,8 +293,8 @@ int cmd_eval(int argc, char **argv) {
                "delta", "95% interval", "bits", "bytes", "top1", "kl");
     for (int i = 0; i < n_texts && !status; i++) {
         EvalResult ref = {0}, r = {0};
-        int failed = eval_windows(&m, loaded[i].tokens, loaded[i].n_tokens, window, k_spec, v_spec, threads, o.decode, &ref, &r,
-                                  err, sizeof err);
+        int failed = eval_windows(&m, loaded[i].tokens, loaded[i].n_tokens, window, &k_spec, &v_spec, 1, threads,
+                                  o.decode, &ref, &r, err, sizeof err);
         if (failed) {
             cli_error("%s: %s", loaded[i].path, err);
             status = failed == EVAL_NOT_FINITE ? 1 : 2; // overflow is the run's failure, not the user's input

@@ -154,6 +154,19 @@ void quant_pack(uint8_t *dst, const uint8_t *codes, size_t n, int bits) {
 void quant_unpack(const uint8_t *src, uint8_t *codes, size_t n, int bits) {
     const uint32_t mask = (1u << bits) - 1u;
     size_t i = 0;
+    // Widths that divide a byte, byte by byte: the same codes (lowest bits first) without assembling
+    // words, for the read-back kernels that unpack every token they read.
+    if (bits == 8) {
+        memcpy(codes, src, n);
+        return;
+    }
+    if (bits == 4 || bits == 2 || bits == 1) {
+        const int per = 8 / bits;
+        for (; i + (size_t)per <= n; i += (size_t)per) {
+            const unsigned byte = src[i / (size_t)per];
+            for (int k = 0; k < per; k++) codes[i + (size_t)k] = (uint8_t)((byte >> (k * bits)) & mask);
+        }
+    }
     for (; i + 8 <= n; i += 8) {
         const uint8_t *g = src + (i / 8) * (size_t)bits;
         uint64_t w = 0;
