@@ -151,27 +151,35 @@ void quant_pack(uint8_t *dst, const uint8_t *codes, size_t n, int bits) {
     }
 }
 
-void quant_unpack(const uint8_t *src, uint8_t *codes, size_t n, int bits) {
-    const uint32_t mask = (1u << bits) - 1u;
+// Whole groups of 8 codes (`bits` bytes each), lowest bits first. Inlined with a constant width
+// (quant_unpack's switch), so that the byte and shift loops unroll: the read-back kernels unpack
+// every token they read.
+static inline __attribute__((always_inline)) size_t unpack_groups(const uint8_t *src, uint8_t *codes, size_t n,
+                                                                  const int bits) {
+    const uint64_t mask = (1u << bits) - 1u;
     size_t i = 0;
-    // Widths that divide a byte, byte by byte: the same codes (lowest bits first) without assembling
-    // words, for the read-back kernels that unpack every token they read.
-    if (bits == 8) {
-        memcpy(codes, src, n);
-        return;
-    }
-    if (bits == 4 || bits == 2 || bits == 1) {
-        const int per = 8 / bits;
-        for (; i + (size_t)per <= n; i += (size_t)per) {
-            const unsigned byte = src[i / (size_t)per];
-            for (int k = 0; k < per; k++) codes[i + (size_t)k] = (uint8_t)((byte >> (k * bits)) & mask);
-        }
-    }
     for (; i + 8 <= n; i += 8) {
         const uint8_t *g = src + (i / 8) * (size_t)bits;
         uint64_t w = 0;
         for (int b = 0; b < bits; b++) w |= (uint64_t)g[b] << (8 * b);
-        for (int k = 0; k < 8; k++) codes[i + k] = (uint8_t)((w >> (k * bits)) & mask);
+        for (int k = 0; k < 8; k++) codes[i + (size_t)k] = (uint8_t)((w >> (k * bits)) & mask);
+    }
+    return i;
+}
+
+void quant_unpack(const uint8_t *src, uint8_t *codes, size_t n, int bits) {
+    const uint32_t mask = (1u << bits) - 1u;
+    size_t i;
+    switch (bits) {
+    case 1: i = unpack_groups(src, codes, n, 1); break;
+    case 2: i = unpack_groups(src, codes, n, 2); break;
+    case 3: i = unpack_groups(src, codes, n, 3); break;
+    case 4: i = unpack_groups(src, codes, n, 4); break;
+    case 5: i = unpack_groups(src, codes, n, 5); break;
+    case 6: i = unpack_groups(src, codes, n, 6); break;
+    case 7: i = unpack_groups(src, codes, n, 7); break;
+    case 8: i = unpack_groups(src, codes, n, 8); break;
+    default: i = 0;
     }
     for (; i < n; i++) {
         size_t bit = i * (size_t)bits;
