@@ -112,6 +112,21 @@ if [ -f models/micro.bin ]; then
     grep -q "(c) what it buys" "$tmp/panels" && grep -q "(d) what it buys, measured on micro" "$tmp/panels" &&
         ok "plate panels" || bad "plate panels"
 
+    # plate --long: without the corpus, one line naming scripts/corpus; on a small corpus-form folder
+    # (documents after 0x01 bytes, one longer than a window), panel (a) and its CSV, the fast evaluator
+    # and the decode loop giving the same numbers.
+    expect 2 "scripts/corpus" "plate --long without a corpus" -- "$micro" plate --long --corpus "$tmp/no-corpus" --no-files
+    mkdir -p "$tmp/corpus"
+    for lang in en zh; do
+        { printf '\001'; head -c 2300 "data/plates/$lang.txt" | iconv -c -f utf-8 -t utf-8; printf '\001'; head -c 300 data/plates/en.txt; } >"$tmp/corpus/$lang.val.txt"
+    done
+    "$micro" plate --long --corpus "$tmp/corpus" --out "$tmp/long" >"$tmp/long.txt" 2>"$tmp/long.err" || bad "plate --long failed: $(cat "$tmp/long.err")"
+    "$micro" plate --long --corpus "$tmp/corpus" --no-files --csv --decode >"$tmp/long-decode.csv" 2>>"$tmp/long.err"
+    grep -q "(a) the plate's scheme on the long held-out texts" "$tmp/long.txt" && [ -s "$tmp/long/plate-long.csv" ] &&
+        ok "plate --long: panel (a) and plate-long.csv" || bad "plate --long output: $(head -3 "$tmp/long.txt")"
+    cmp -s "$tmp/long/plate-long.csv" "$tmp/long-decode.csv" && ok "plate --long: fast evaluator = decode loop" ||
+        bad "plate --long: the fast evaluator and --decode differ"
+
     # serve-bench: the pool's bad sizes, KIVI's groups against the block, and a small run's CSV
     # interface; two runs agree in everything but their timings.
     expect 2 "cannot hold one block" "serve-bench pool below one block per stream" -- "$micro" serve-bench --pool-mb 0.001
