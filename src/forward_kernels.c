@@ -143,6 +143,24 @@ static void scaled_softmax_impl(float *x, int n, float scale) {
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
+// The fast evaluator's inner step, a full tile of four: acc[r][0, w) += s_r · x[0, w). Inlined with a
+// constant w, so the accumulators stay in registers.
+enum { SPAN_WIDTH = 2 * LANES };
+static inline __attribute__((always_inline)) void add_scaled4(float acc[][SPAN_WIDTH], const float *restrict x,
+                                                              float s0, float s1, float s2, float s3, int w) {
+#pragma omp simd
+    for (int l = 0; l < w; l++) {
+        acc[0][l] += s0 * x[l], acc[1][l] += s1 * x[l];
+        acc[2][l] += s2 * x[l], acc[3][l] += s3 * x[l];
+    }
+}
+
+static inline __attribute__((always_inline)) void store4(float *out, size_t os, float acc[][SPAN_WIDTH], int w) {
+    for (int r = 0; r < SPAN_TILE; r++)
+#pragma omp simd
+        for (int l = 0; l < w; l++) out[(size_t)r * os + l] = acc[r][l];
+}
+
 // Scores of up to SPAN_TILE queries against transposed keys: 16 positions held in registers for
 // every query while the channels are summed in order, so each key load serves all the queries and
 // each output is q[0]·k[0] + q[1]·k[1] + ... whatever the tile, the range and the build. A full
@@ -151,19 +169,10 @@ static void scores_transposed_impl(float *restrict out, size_t os, const float *
                                    const float *restrict kt, size_t stride, int head_dim, int j0, int j1) {
     int j = j0;
     for (; n_q == SPAN_TILE && j + LANES <= j1; j += LANES) {
-        float acc[SPAN_TILE][LANES] = {{0}};
-        for (int d = 0; d < head_dim; d++) {
-            const float *k = kt + (size_t)d * stride + j;
-            const float q0 = q[d], q1 = q[qs + d], q2 = q[2 * qs + d], q3 = q[3 * qs + d];
-#pragma omp simd
-            for (int l = 0; l < LANES; l++) {
-                acc[0][l] += q0 * k[l], acc[1][l] += q1 * k[l];
-                acc[2][l] += q2 * k[l], acc[3][l] += q3 * k[l];
-            }
-        }
-        for (int r = 0; r < SPAN_TILE; r++)
-#pragma omp simd
-            for (int l = 0; l < LANES; l++) out[(size_t)r * os + j + l] = acc[r][l];
+        float acc[SPAN_TILE][SPAN_WIDTH] = {{0}};
+        for (int d = 0; d < head_dim; d++)
+            add_scaled4(acc, kt + (size_t)d * stride + j, q[d], q[qs + d], q[2 * qs + d], q[3 * qs + d], LANES);
+        store4(out + j, os, acc, LANES);
     }
     for (int r = 0; r < n_q; r++) {
         const float *qr = q + (size_t)r * qs;
@@ -191,23 +200,15 @@ static void scores_transposed_impl(float *restrict out, size_t os, const float *
 // have their own loop of constant bounds (kept in registers); the rest, one vector at a time.
 static void mix_rows_impl(float *restrict out, size_t os, const float *restrict p, size_t ps, int n_p,
                           const float *restrict v, int head_dim, int j0, int j1) {
-    enum { W = 2 * LANES };
+    enum { W = SPAN_WIDTH };
     int d0 = 0;
     for (; n_p == SPAN_TILE && d0 + W <= head_dim; d0 += W) {
-        float acc[SPAN_TILE][W];
+        float acc[SPAN_TILE][SPAN_WIDTH];
         for (int r = 0; r < SPAN_TILE; r++)
             for (int d = 0; d < W; d++) acc[r][d] = out[(size_t)r * os + d0 + d];
-        for (int j = j0; j < j1; j++) {
-            const float *row = v + (size_t)j * head_dim + d0;
-            const float p0 = p[j], p1 = p[ps + j], p2 = p[2 * ps + j], p3 = p[3 * ps + j];
-#pragma omp simd
-            for (int d = 0; d < W; d++) {
-                acc[0][d] += p0 * row[d], acc[1][d] += p1 * row[d];
-                acc[2][d] += p2 * row[d], acc[3][d] += p3 * row[d];
-            }
-        }
-        for (int r = 0; r < SPAN_TILE; r++)
-            for (int d = 0; d < W; d++) out[(size_t)r * os + d0 + d] = acc[r][d];
+        for (int j = j0; j < j1; j++)
+            add_scaled4(acc, v + (size_t)j * head_dim + d0, p[j], p[ps + j], p[2 * ps + j], p[3 * ps + j], W);
+        store4(out + d0, os, acc, W);
     }
     for (int r = 0; r < n_p; r++) {
         const float *pr = p + (size_t)r * ps;

@@ -240,6 +240,12 @@ static void print_increase(const EvalResult *e, double delta) {
     printf(" %+9.4f ±%-7.4f%s", delta, 0.5 * (e->delta_hi - e->delta_lo), holds_zero ? "~" : " ");
 }
 
+static void print_legend(void) {
+    printf("±: half the 95%% interval of the increase (paired bootstrap over the per-token differences from fp32,\n"
+           "blocks of %d tokens, %d resamples); ~: the interval holds 0, no effect shown at this length\n",
+           BOOTSTRAP_BLOCK, BOOTSTRAP_RESAMPLES);
+}
+
 static void print_scheme_table(const PlateRun *r, const char *panel, int with_published) {
     // (%19s: "±" is two bytes)
     printf("%-24s %6s | %8s %19s %6s %8s | %8s %19s %6s %8s", "cache (K / V)", "bits", "loss", "increase  ±95%",
@@ -667,9 +673,7 @@ static int plate_long(const PlateOptions *o, PlateRun *r) {
         printf("(a) the plate's scheme on the long held-out texts\n");
         printf("%31s | %-43s | %-43s |\n", "", "English", "Chinese");
         print_scheme_table(r, "loss", 1);
-        printf("±: half the 95%% interval of the increase (paired bootstrap over the per-token differences from fp32,\n"
-               "blocks of %d tokens, %d resamples); ~: the interval holds 0, no effect shown at this length\n",
-               BOOTSTRAP_BLOCK, BOOTSTRAP_RESAMPLES);
+        print_legend();
         if (o->files) printf("\nwritten: %s\n", csv_path);
     }
     model_free(&m);
@@ -805,9 +809,7 @@ int cmd_plate(int argc, char **argv) {
         printf("\n(b) beyond the plate, same texts (bits = storage per cached number, metadata included)\n");
         printf("%31s | %-43s | %-43s\n", "", "English", "Chinese");
         print_scheme_table(r, "beyond", 0);
-        printf("±: half the 95%% interval of the increase (paired bootstrap over the per-token differences from fp32,\n"
-               "blocks of %d tokens, %d resamples); ~: the interval holds 0, no effect shown at this length\n",
-               BOOTSTRAP_BLOCK, BOOTSTRAP_RESAMPLES);
+        print_legend();
         printf("\n(c) what it buys: %s, %.1f GB weights, %.0f GB GPU at %.0f%% use, %d-token conversations\n",
                cap->name, cap->weights_gb, cap->gpu_gb, 100 * cap->util, cap->context);
         printf("%-24s %8s %14s %14s\n", "cache", "bits", "bytes/token", "conversations");

@@ -8,9 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "calib/calibrate.h"
+#include "calib_for_test.h"
 #include "check.h"
-#include "kvq_view.h"
 #include "forward.h"
 #include "random_model.h"
 
@@ -100,23 +99,6 @@ static int differing_steps(const Model *m, const char *spec, const int *tokens, 
     return differ;
 }
 
-// kvquant's calibration of the test's model from its own random tokens, saved where the codecs read it.
-static int calibrate_for(Model *m, const int *tokens, char *dir, char *path, size_t n) {
-    static const uint32_t percents[] = {0, 100}, bits[] = {1, 2, 3, 4};
-    const CalibSettings settings = {percents, 2, bits, 4, 1};
-    char err[256];
-    Kvq k;
-    if (!mkdtemp(dir)) return -1;
-    snprintf(path, n, "%s/m.kvq", dir);
-    int rc = calibrate_model(m, tokens, tokens + 1, 1, T - 1, &settings, &k, NULL, err, sizeof err);
-    if (!rc) {
-        rc = kvq_save(&k, path, err, sizeof err) || kvq_view_set(path, m, 1, err, sizeof err);
-        kvq_free(&k);
-    }
-    CHECK(!rc, "calibration: %s", err);
-    return rc;
-}
-
 int main(void) {
     ModelConfig c = small_config();
     Model m;
@@ -126,7 +108,7 @@ int main(void) {
     tokens[0] = MICRO_BOS;
     for (int t = 1; t < T; t++) tokens[t] = (int)(check_next(&rng) % VOCAB);
     char dir[] = "/tmp/micro-test-batch-XXXXXX", calib[256];
-    if (calibrate_for(&m, tokens, dir, calib, sizeof calib)) return 1;
+    if (calibrate_for_test(&m, tokens, T, dir, calib, sizeof calib)) return 1;
     float *want = malloc(sizeof(float) * T * VOCAB);
     for (int s = 0; s < N_SPECS; s++) {
         if (alone(&m, specs[s], tokens, want)) {

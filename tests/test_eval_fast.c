@@ -10,10 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "calib/calibrate.h"
+#include "calib_for_test.h"
 #include "check.h"
 #include "eval.h"
-#include "kvq_view.h"
 #include "random_model.h"
 
 enum { T = 2 * EVAL_SPAN + 23, VOCAB = 256 };
@@ -31,25 +30,6 @@ static const char *specs[][2] = {
     {"qjl", "fp16"},
 };
 #define N_SPECS (int)(sizeof specs / sizeof specs[0])
-
-// kvquant's calibration of the test's model from its own tokens, saved where the codecs read it.
-static int calibrate_for(Model *m, const uint8_t *text, char *dir, char *path, size_t n) {
-    static const uint32_t percents[] = {0, 100}, bits[] = {1, 2, 3, 4};
-    const CalibSettings settings = {percents, 2, bits, 4, 1};
-    char err[256];
-    int tokens[T];
-    for (int t = 0; t < T; t++) tokens[t] = text[t];
-    Kvq k;
-    if (!mkdtemp(dir)) return -1;
-    snprintf(path, n, "%s/m.kvq", dir);
-    int rc = calibrate_model(m, tokens, tokens + 1, 1, T - 1, &settings, &k, NULL, err, sizeof err);
-    if (!rc) {
-        rc = kvq_save(&k, path, err, sizeof err) || kvq_view_set(path, m, 1, err, sizeof err);
-        kvq_free(&k);
-    }
-    CHECK(!rc, "calibration: %s", err);
-    return rc;
-}
 
 // One way of evaluating: its per-token losses and most-attended positions (the trace), and results.
 static int run(const Model *m, const uint8_t *text, const char *const spec[2], int threads, int decode,
@@ -70,7 +50,9 @@ int main(void) {
     text[0] = MICRO_BOS;
     for (int t = 1; t < T; t++) text[t] = (uint8_t)(2 + check_next(&rng) % (VOCAB - 2));
     char dir[] = "/tmp/micro-test-eval-fast-XXXXXX", calib[256];
-    if (calibrate_for(&m, text, dir, calib, sizeof calib)) return 1;
+    int ids[T];
+    for (int t = 0; t < T; t++) ids[t] = text[t];
+    if (calibrate_for_test(&m, ids, T, dir, calib, sizeof calib)) return 1;
     EvalTrace ref;
     EvalResult ref_result;
     const char *const fp32[2] = {"fp32", "fp32"};
