@@ -220,6 +220,11 @@ typedef struct {
     int index_bytes;    // 1 when n <= 256, else 2
     uint16_t *out_val;  // [capacity][per_token] fp16, in the rotated space
     uint8_t *out_idx;   // [capacity][per_token][index_bytes] little-endian
+    // [capacity][per_token]: each outlier entry's value less the codec's reconstruction of it,
+    // taken once at append when the codec's tokens never change form (NULL otherwise): what scores
+    // and mix add for the entry, which would else read the head back at every query. Not stored
+    // data (out_val is): a decode table, like a kernel's, and not counted in bytes().
+    float *out_fix;
     float *work;        // [n] the vector on its way in (append is one thread per stream)
     uint8_t *picked;    // [n]
     int *chosen;        // [per_token]
@@ -285,7 +290,27 @@ static void transform_append(void *state, const float *vec) {
     }
     if (s->per_token && t >= s->sink_tokens) take_outliers(s, t, w);
     s->inner_ops->append(s->inner, w);
+    if (s->out_fix && t >= s->sink_tokens) {
+        float x[1024];
+        int read_head = -1;
+        for (int k = 0; k < s->per_token; k++) {
+            const int i = outlier_index(s, t, k), head = i / s->head_dim;
+            if (head != read_head) s->inner_ops->read(s->inner, head, t, x), read_head = head;
+            s->out_fix[(size_t)t * s->per_token + k] =
+                quant_fp16_to_fp32(s->out_val[(size_t)t * s->per_token + k]) - x[i - head * s->head_dim];
+        }
+    }
     s->length++;
+}
+
+// Outlier entry k of token t, if it lies in `head`: what the scores or mix add for it per unit of
+// weight (the fp16 value less the codec's reconstruction there), at *i its channel; else 0.
+static int outlier_fix(const Transform *s, int head, int t, int k, const float *x, int *i, float *fix) {
+    *i = outlier_index(s, t, k) - head * s->head_dim;
+    if (*i < 0 || *i >= s->head_dim) return 0;
+    const float v = quant_fp16_to_fp32(s->out_val[(size_t)t * s->per_token + k]);
+    *fix = s->out_fix ? s->out_fix[(size_t)t * s->per_token + k] : v - x[*i];
+    return 1;
 }
 
 // Token t's outlier entries of one head written over x (the codec's read of that head), in the
@@ -370,11 +395,11 @@ static void transform_scores(const CodecBlocks *b, int head, const float *q, flo
             for (int d = 0; d < hd; d++) acc += q[d] * x[d];
             out[j] = acc;
         } else if (s->per_token && has_outlier_in(s, head, t)) { // what the codec's copy lacks
-            s->inner_ops->read(s->inner, head, t, x);
-            for (int k = 0; k < s->per_token; k++) {
-                const int i = outlier_index(s, t, k) - head * hd;
-                if (i >= 0 && i < hd) out[j] += qq[i] * (quant_fp16_to_fp32(s->out_val[(size_t)t * s->per_token + k]) - x[i]);
-            }
+            if (!s->out_fix) s->inner_ops->read(s->inner, head, t, x);
+            int i;
+            float fix;
+            for (int k = 0; k < s->per_token; k++)
+                if (outlier_fix(s, head, t, k, x, &i, &fix)) out[j] += qq[i] * fix;
         }
     }
 }
@@ -395,11 +420,11 @@ static void transform_mix(const CodecBlocks *b, int head, const float *p, float 
             s->inner_ops->read(s->inner, head, t, x);
             for (int d = 0; d < hd; d++) acc[d] -= p[j] * x[d];
         } else if (s->per_token && has_outlier_in(s, head, t)) {
-            s->inner_ops->read(s->inner, head, t, x);
-            for (int k = 0; k < s->per_token; k++) {
-                const int i = outlier_index(s, t, k) - head * hd;
-                if (i >= 0 && i < hd) acc[i] += p[j] * (quant_fp16_to_fp32(s->out_val[(size_t)t * s->per_token + k]) - x[i]);
-            }
+            if (!s->out_fix) s->inner_ops->read(s->inner, head, t, x);
+            int i;
+            float fix;
+            for (int k = 0; k < s->per_token; k++)
+                if (outlier_fix(s, head, t, k, x, &i, &fix)) acc[i] += p[j] * fix;
         }
     }
     if (s0->rot)
@@ -436,6 +461,7 @@ static void transform_destroy(void *state) {
     s->inner_ops->destroy(s->inner);
     free(s->sink);
     free(s->out_val);
+    free(s->out_fix);
     free(s->out_idx);
     free(s->work);
     free(s->picked);
@@ -465,6 +491,8 @@ int transform_wrap(KVStream *st, const TransformOptions *t, int first, char *err
         s->picked = malloc((size_t)s->n);
         s->chosen = malloc(sizeof(int) * (size_t)s->per_token);
         if (!s->out_val || !s->out_idx || !s->picked || !s->chosen) goto oom_state;
+        if (!s->inner_ops->settle && !(s->out_fix = malloc(sizeof(float) * (size_t)s->capacity * (size_t)s->per_token)))
+            goto oom_state;
     }
     if (!(s->work = malloc(sizeof(float) * (size_t)s->n))) goto oom_state;
     st->ops = &s->ops;
@@ -472,7 +500,8 @@ int transform_wrap(KVStream *st, const TransformOptions *t, int first, char *err
     return 0;
 oom_state:
     s->inner_ops = NULL;
-    free(s->sink), free(s->out_val), free(s->out_idx), free(s->work), free(s->picked), free(s->chosen), free(s);
+    free(s->sink), free(s->out_val), free(s->out_fix), free(s->out_idx), free(s->work), free(s->picked), free(s->chosen);
+    free(s);
 oom:
     st->ops->destroy(st->state);
     st->ops = NULL, st->state = NULL;
