@@ -134,6 +134,7 @@ int bench_parse(int argc, char **argv, BenchOptions *o, char *err, size_t errlen
         } else return opts_unknown(&p);
         if (bad) return OPTS_ERROR;
     }
+    if (o->eval && o->batch) return opts_fail(&p, "choose one of --batch and --eval");
     if (!o->k_spec) o->k_spec = cache;
     if (!o->v_spec) o->v_spec = cache;
     return cmd_check_specs(o->k_spec, o->v_spec, err, errlen) ? OPTS_ERROR : OPTS_RUN;

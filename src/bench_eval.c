@@ -53,8 +53,9 @@ int bench_eval(const Model *m, const char *k_spec, const char *v_spec, int n, in
     if (!window) return -1;
     printf("micro bench --eval: one window of %d tokens (the plates' bytes, repeated), %d thread%s, best of %d\n", n,
            threads, threads == 1 ? "" : "s", repeat);
-    printf("fast: %d positions at a time through the weights, attention over the cache decoded once per token;\n"
-           "decode: token by token, as a server decodes (micro eval --decode)\n\n", EVAL_SPAN);
+    printf("fast: %d positions at a time through the weights, each attending through its codec's kernels (or a\n"
+           "copy decoded once per token, for codecs read back whole); decode: token by token, as a server\n"
+           "decodes (micro eval --decode). Both give the same bits.\n\n", EVAL_SPAN);
     printf("%-44s %10s %10s %9s %12s %12s %10s\n", "cache (K / V)", "decode s", "fast s", "speed-up", "loss decode",
            "loss fast", "|diff|");
     const char *specs[2][2] = {{"fp32", "fp32"}, {k_spec, v_spec}};

@@ -706,6 +706,7 @@ int plate_parse(int argc, char **argv, PlateOptions *o, char *err, size_t errlen
         if (bad) return OPTS_ERROR;
     }
     if (o->csv && o->json) return opts_fail(&p, "choose one of --csv and --json");
+    if (o->long_run && o->json) return opts_fail(&p, "--long prints its panel or --csv, not --json");
     return OPTS_RUN;
 }
 

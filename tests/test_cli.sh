@@ -116,6 +116,8 @@ if [ -f models/micro.bin ]; then
     # (documents after 0x01 bytes, one longer than a window), panel (a) and its CSV, the fast evaluator
     # and the decode loop giving the same numbers.
     expect 2 "scripts/corpus" "plate --long without a corpus" -- "$micro" plate --long --corpus "$tmp/no-corpus" --no-files
+    expect 2 "not --json" "plate --long --json" -- "$micro" plate --long --json
+    expect 2 "one of --batch and --eval" "bench --batch with --eval" -- "$micro" bench --eval --batch 4
     mkdir -p "$tmp/corpus"
     for lang in en zh; do
         { printf '\001'; head -c 2300 "data/plates/$lang.txt" | iconv -c -f utf-8 -t utf-8; printf '\001'; head -c 300 data/plates/en.txt; } >"$tmp/corpus/$lang.val.txt"
