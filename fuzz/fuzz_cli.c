@@ -70,6 +70,16 @@ static void parse(const char *cmd, int argc, char **argv) {
             FUZZ_REQUIRE(o.seq <= o.config.max_seq_len && o.warmup <= o.steps);
             FUZZ_REQUIRE((long long)o.batch * o.seq <= TRAIN_MAX_STEP_TOKENS);
         }
+    } else if (!strcmp(cmd, "sweep")) {
+        SweepOptions o;
+        check_status(status = sweep_parse(argc, argv, &o, err, sizeof err), err, sizeof err);
+        if (status == OPTS_RUN)
+            FUZZ_REQUIRE(o.n_texts <= SWEEP_MAX_TEXTS && o.n_grids <= SWEEP_MAX_GRIDS && o.threads >= 1 && o.threads <= 256 &&
+                         (o.n_grids > 0 || o.preset_all));
+    } else if (!strcmp(cmd, "attention")) {
+        AttentionOptions o;
+        check_status(status = attention_parse(argc, argv, &o, err, sizeof err), err, sizeof err);
+        if (status == OPTS_RUN) FUZZ_REQUIRE(o.k_spec && o.v_spec && o.layer >= 0 && o.head >= 0);
     } else if (!strcmp(cmd, "calibrate")) {
         CalibrateOptions o;
         check_status(status = calibrate_parse(argc, argv, &o, err, sizeof err), err, sizeof err);
