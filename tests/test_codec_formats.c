@@ -51,6 +51,7 @@ static void test_small_formats(void) {
             const double want = spec_value(smalls[f].ebits, smalls[f].mbits, smalls[f].bias, c);
             CHECK(mx_elem_decode(smalls[f].e, (uint8_t)c) == want, "%s code %d: %g, want %g", mx_elem_info(smalls[f].e)->name,
                   c, mx_elem_decode(smalls[f].e, (uint8_t)c), want);
+            CHECK(mx_elem_table(smalls[f].e)[c] == want, "%s table code %d", mx_elem_info(smalls[f].e)->name, c);
             if (c < n) mags[c] = want;
         }
         CHECK(mags[n - 1] == smalls[f].max, "%s max", mx_elem_info(smalls[f].e)->name);
@@ -82,6 +83,11 @@ static void test_small_formats(void) {
         }
     }
     // The 8-bit elements: FP8 saturating, int8 as a fixed point of 6 fraction bits, symmetric.
+    for (int e = MX_E4M3; e <= MX_INT8; e++) // the read path's table: the decoder's floats, NaN included
+        for (int c = 0; c < 256; c++) {
+            const float t = mx_elem_table((MxElem)e)[c], v = mx_elem_decode((MxElem)e, (uint8_t)c);
+            CHECK(memcmp(&t, &v, sizeof t) == 0, "%s table code %d", mx_elem_info((MxElem)e)->name, c);
+        }
     CHECK(mx_elem_decode(MX_E4M3, mx_elem_encode(MX_E4M3, 1000.0f)) == 448.0f, "e4m3 saturates");
     CHECK(mx_elem_decode(MX_E5M2, mx_elem_encode(MX_E5M2, -1e9f)) == -57344.0f, "e5m2 saturates");
     CHECK(mx_elem_decode(MX_INT8, mx_elem_encode(MX_INT8, 1.0f)) == 1.0f, "int8 1");

@@ -6,8 +6,9 @@
 // largest value (formats.h). E is one of e2m1 (FP4), e2m3 and e3m2 (FP6), e4m3 and e5m2 (FP8) and
 // int8, so a number costs its element's bits plus 8/32: 4.25, 6.25 and 8.25 bits.
 //
-// Attention reads the blocks back number by number (codec_core's fallback): the family is here for
-// what the format costs in loss, not for speed.
+// Attention reads the blocks back number by number (codec_core's fallback), each element a lookup
+// in its format's decode table times the block scale: the family is here for what the format costs
+// in loss, not for speed.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@ typedef struct {
     MxElem elem;
     int bits;
     size_t block_bytes;
+    const float *decode; // mx_elem_table(elem)
 } MxState;
 
 static void mx_append(void *state, const float *x) {
@@ -49,7 +51,7 @@ static void mx_read(const void *state, int head, int t, float *out) {
         const uint8_t *block = row + (size_t)b * s->block_bytes;
         const float scale = mx_scale_decode(block[0]);
         quant_unpack(block + 1, codes, MX_BLOCK, s->bits);
-        for (int i = 0; i < MX_BLOCK; i++) out[b * MX_BLOCK + i] = mx_elem_decode(s->elem, codes[i]) * scale;
+        for (int i = 0; i < MX_BLOCK; i++) out[b * MX_BLOCK + i] = s->decode[codes[i]] * scale;
     }
 }
 
@@ -68,6 +70,7 @@ static void *mx_create(CodecSpec *spec, int n_heads, int head_dim, int capacity,
     MxState *s = calloc(1, sizeof *s);
     if (s) {
         s->head_dim = head_dim, s->elem = (MxElem)elem, s->bits = mx_elem_info(s->elem)->bits;
+        s->decode = mx_elem_table(s->elem);
         s->block_bytes = 1 + quant_packed_bytes(MX_BLOCK, s->bits);
         codec_rows_alloc(&s->r, n_heads, (size_t)(head_dim / MX_BLOCK) * s->block_bytes, capacity);
     }

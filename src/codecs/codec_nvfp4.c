@@ -13,7 +13,8 @@
 //   4over6        each block also tries the scale target amax_b / 4 and keeps whichever of the two
 //                 reads back with the smaller squared error (vLLM's nvfp4_4over6); with scale2=token
 //                 s_2 is then amax / (256·6) so that the larger block scales stay under 448.
-// Attention reads the blocks back number by number (codec_core's fallback).
+// Attention reads the blocks back number by number (codec_core's fallback), each element a lookup
+// in E2M1's decode table times the block's scale.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@ typedef struct {
     CodecRows r; // a head at a token: [fp32 s_2 when token_scale][blocks: E4M3 scale, 8 bytes of E2M1 pairs]
     int head_dim;
     int token_scale, four_over_six;
+    const float *e2m1; // mx_elem_table(MX_E2M1)
 } Nvfp4State;
 
 static void nvfp4_append(void *state, const float *x) {
@@ -68,7 +70,7 @@ static void nvfp4_read(const void *state, int head, int t, float *out) {
         const uint8_t *block = row + (size_t)b * NV_BLOCK_BYTES;
         const float scale = s2 * quant_e4m3_to_fp32(block[0]);
         quant_unpack(block + 1, codes, NV_BLOCK, 4);
-        for (int i = 0; i < NV_BLOCK; i++) out[b * NV_BLOCK + i] = mx_elem_decode(MX_E2M1, codes[i]) * scale;
+        for (int i = 0; i < NV_BLOCK; i++) out[b * NV_BLOCK + i] = s->e2m1[codes[i]] * scale;
     }
 }
 
@@ -89,6 +91,7 @@ static void *nvfp4_create(CodecSpec *spec, int n_heads, int head_dim, int capaci
     Nvfp4State *s = calloc(1, sizeof *s);
     if (s) {
         s->head_dim = head_dim, s->token_scale = token_scale, s->four_over_six = four_over_six;
+        s->e2m1 = mx_elem_table(MX_E2M1);
         codec_rows_alloc(&s->r, n_heads, (token_scale ? sizeof(float) : 0) + (size_t)(head_dim / NV_BLOCK) * NV_BLOCK_BYTES,
                          capacity);
     }

@@ -75,6 +75,19 @@ float mx_elem_decode(MxElem e, uint8_t code) {
     }
 }
 
+static float mx_tables[MX_N_ELEMS][256];
+static pthread_once_t mx_tables_once = PTHREAD_ONCE_INIT;
+
+static void mx_tables_build(void) {
+    for (int e = 0; e < MX_N_ELEMS; e++)
+        for (int c = 0; c < 1 << mx_elems[e].bits; c++) mx_tables[e][c] = mx_elem_decode((MxElem)e, (uint8_t)c);
+}
+
+const float *mx_elem_table(MxElem e) {
+    pthread_once(&mx_tables_once, mx_tables_build);
+    return mx_tables[e];
+}
+
 uint8_t mx_scale_byte(MxElem e, float amax) {
     if (!isfinite(amax)) return 0xff;
     if (amax == 0.0f) return 0;
