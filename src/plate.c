@@ -77,6 +77,7 @@ static const PlateScheme schemes[] = {
     {"beyond", "MXFP6 (e2m3)", "mx:elem=e2m3", "mx:elem=e2m3", NAN},
     {"beyond", "MXFP8 (e4m3)", "mx:elem=e4m3", "mx:elem=e4m3", NAN},
     {"beyond", "NVFP4 (token scale2)", "nvfp4", "nvfp4", NAN},
+    {"beyond", "NVFP4 (calib scale2)", "nvfp4:scale2=calib", "nvfp4:scale2=calib", NAN},
     {"beyond", "NVFP4 4over6", "nvfp4:4over6", "nvfp4:4over6", NAN},
     {"beyond", "turboquant mse 4", "turboquant:bits=4", "turboquant:bits=4", NAN},
     {"beyond", "turboquant mse 3", "turboquant:bits=3", "turboquant:bits=3", NAN},
