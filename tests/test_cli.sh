@@ -168,6 +168,8 @@ PY
     # nvfp4's calibrated second-level scale: the same file (version 2), the same one-line refusal.
     expect 2 "nvfp4:scale2=calib needs a calibration" "nvfp4 calib without a calibration" -- "$micro" eval --model "$tmp/alone.bin" --cache nvfp4:scale2=calib --text data/plates/en.txt:20
     expect 2 "unrotated" "nvfp4 calib under a rotation" -- "$micro" eval --cache nvfp4:scale2=calib,rot=hadamard --text data/plates/en.txt:20
+    "$micro" eval --cache nvfp4:scale2=calib --text data/plates/en.txt:100 --csv | grep -q "^en,nvfp4:scale2=calib,nvfp4:scale2=calib,101,.*,4.5000," &&
+        ok "nvfp4:scale2=calib evaluates with the shipped calibration (4.5 bits)" || bad "nvfp4:scale2=calib with the shipped calibration"
 
     # micro attention: bad requests are one line before any decoding.
     expect 2 "give the cache to compare" "attention without a cache" -- "$micro" attention

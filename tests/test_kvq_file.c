@@ -192,6 +192,10 @@ int main(void) {
     if (access(kp, R_OK) == 0 && model_load(&micro, mp, err, sizeof err) == 0) {
         CHECK(kvq_load(&back, kp, &micro, err, sizeof err) == 0, "models/micro.kvq: %s", err);
         CHECK(back.n_percents == 2 && back.percents[1] == KVQ_PERCENT_ONE && back.n_bits == 4, "committed lists");
+        CHECK(back.version == KVQ_VERSION, "models/micro.kvq is version %u", back.version);
+        for (size_t i = 0; i < back.n_stream_max; i++) // micro's keys and values reach a few units
+            CHECK(back.stream_max[i] > 1.0f && back.stream_max[i] < 100.0f, "committed maximum %zu: %g", i,
+                  (double)back.stream_max[i]);
         kvq_free(&back);
         CHECK(kvq_load(&back, kp, &m, err, sizeof err) == -1, "micro.kvq accepted for a random model");
         model_free(&micro);
