@@ -47,7 +47,7 @@ expect 2 "bad magic" "corrupt model" -- "$micro" eval --model "$tmp/bad.bin"
 expect 2 "is a directory" "model is a directory" -- "$micro" eval --model "$tmp/dir"
 expect 2 "unknown cache codec 'bogus'" "unknown codec" -- "$micro" eval --cache bogus
 expect 2 "elem=e9m9: expected e2m1" "mx bad element" -- "$micro" eval --cache mx:elem=e9m9
-expect 2 "preset=k8v4: expected" "turboquant unknown preset" -- "$micro" eval --cache turboquant:preset=k8v4
+expect 2 "preset=k9v4: expected" "turboquant unknown preset" -- "$micro" eval --cache turboquant:preset=k9v4
 expect 2 "scale2=tensor: expected token, calib or none" "nvfp4 bad scale2" -- "$micro" eval --k nvfp4:scale2=tensor
 expect 2 "needs a value" "missing value" -- "$micro" eval --text
 expect 2 "out of range" "threads 0" -- "$micro" eval --threads 0

@@ -57,7 +57,7 @@ float nvfp4_second_scale(float amax, int four_over_six);
 // ---- TurboQuant's codebook ------------------------------------------------------------------
 // The 2^bits centroids (sorted) of the Lloyd-Max quantiser for the density of one coordinate of a
 // uniformly random unit vector in d dimensions, f(x) ∝ (1 − x²)^((d−3)/2) on [−1, 1], computed by
-// numerical integration and Lloyd iterations. d >= 3, bits 1..4. tq_codebook is computed once per
+// numerical integration and Lloyd iterations. d >= 3, bits 1..8. tq_codebook is computed once per
 // (d, bits) and shared (thread-safe; NULL when out of memory); tq_lloyd_max computes afresh.
 const float *tq_codebook(int d, int bits);
 void tq_lloyd_max(int d, int bits, double *centroids);
