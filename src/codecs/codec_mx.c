@@ -24,9 +24,9 @@ typedef struct {
     CodecRows r; // a head at a token: its blocks (scale + packed elements)
     int head_dim;
     MxElem elem;
+    const float *decode; // mx_elem_table(elem)
     int bits;
     size_t block_bytes;
-    const float *decode; // mx_elem_table(elem)
 } MxState;
 
 static void mx_append(void *state, const float *x) {
