@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../quant.h"
 #include "codec_core.h"
@@ -50,7 +51,13 @@ static void mx_read(const void *state, int head, int t, float *out) {
     for (int b = 0; b * MX_BLOCK < s->head_dim; b++) {
         const uint8_t *block = row + (size_t)b * s->block_bytes;
         const float scale = mx_scale_decode(block[0]);
-        quant_unpack(block + 1, codes, MX_BLOCK, s->bits);
+        const uint8_t *packed = block + 1;
+        if (s->bits == 8) // one code a byte, and FP4 two a byte (quant_pack's order: the low nibble
+            memcpy(codes, packed, MX_BLOCK); // first): cheaper than the general unpacking
+        else if (s->bits == 4)
+            for (int i = 0; i < MX_BLOCK / 2; i++) codes[2 * i] = packed[i] & 15, codes[2 * i + 1] = packed[i] >> 4;
+        else
+            quant_unpack(packed, codes, MX_BLOCK, s->bits);
         for (int i = 0; i < MX_BLOCK; i++) out[b * MX_BLOCK + i] = s->decode[codes[i]] * scale;
     }
 }

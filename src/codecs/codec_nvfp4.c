@@ -75,12 +75,13 @@ static void nvfp4_read(const void *state, int head, int t, float *out) {
         memcpy(&s2, row, sizeof s2);
         row += sizeof s2;
     }
-    uint8_t codes[NV_BLOCK];
     for (int b = 0; b * NV_BLOCK < s->head_dim; b++) {
         const uint8_t *block = row + (size_t)b * NV_BLOCK_BYTES;
         const float scale = s2 * quant_e4m3_to_fp32(block[0]);
-        quant_unpack(block + 1, codes, NV_BLOCK, 4);
-        for (int i = 0; i < NV_BLOCK; i++) out[b * NV_BLOCK + i] = s->e2m1[codes[i]] * scale;
+        for (int i = 0; i < NV_BLOCK / 2; i++) { // quant_pack's order: element 2i low nibble, 2i+1 high
+            out[b * NV_BLOCK + 2 * i] = s->e2m1[block[1 + i] & 15] * scale;
+            out[b * NV_BLOCK + 2 * i + 1] = s->e2m1[block[1 + i] >> 4] * scale;
+        }
     }
 }
 
