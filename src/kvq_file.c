@@ -1,4 +1,4 @@
-// Reading and writing KVQuant calibration files. Like the model loader, nothing is trusted before it
+// Reading and writing calibration files (KVQuant's tables; version 2 adds the stream maxima). Like the model loader, nothing is trusted before it
 // is checked: magic, version, each field's range, the lists, sizes computed without overflow, the
 // exact length, the checksum, the model it belongs to, then every value, so each bad file gets its
 // own one-line reason.
@@ -38,12 +38,16 @@ static int table_sizes(uint64_t layers, uint64_t heads, uint64_t hd, uint64_t np
 
 static uint64_t body_offset_tables(int np, int nb) { return KVQ_HEADER_BYTES + 4ull * (uint64_t)(np + nb); }
 
+// Floats of the stream maxima: none before version 2.
+static uint64_t stream_max_floats(uint32_t version, uint64_t layers) { return version >= 2 ? layers * KVQ_N_MAX : 0; }
+
 size_t kvq_file_bytes(const Kvq *k) {
     uint64_t r, c;
     if (table_sizes((uint64_t)k->n_layers, (uint64_t)k->n_kv_heads, (uint64_t)k->head_dim, (uint64_t)k->n_percents,
                     k->bits, k->n_bits, &r, &c))
         return 0;
-    uint64_t total = body_offset_tables(k->n_percents, k->n_bits) + 4 * (r + c);
+    uint64_t total = body_offset_tables(k->n_percents, k->n_bits) +
+                     4 * (r + c + stream_max_floats(k->version, (uint64_t)k->n_layers));
     return total > SIZE_MAX ? 0 : (size_t)total;
 }
 
@@ -85,24 +89,26 @@ int kvq_init(Kvq *k, int n_layers, int n_kv_heads, int head_dim, const uint32_t 
         check_lists(percents, n_percents, bits, n_bits, err, errlen))
         return -1;
     k->n_layers = n_layers, k->n_kv_heads = n_kv_heads, k->head_dim = head_dim;
-    k->n_percents = n_percents, k->n_bits = n_bits;
+    k->n_percents = n_percents, k->n_bits = n_bits, k->version = KVQ_VERSION;
     memcpy(k->percents, percents, sizeof(uint32_t) * (size_t)n_percents);
     memcpy(k->bits, bits, sizeof(uint32_t) * (size_t)n_bits);
     uint64_t r, c;
     if (table_sizes((uint64_t)n_layers, (uint64_t)n_kv_heads, (uint64_t)head_dim, (uint64_t)n_percents, bits, n_bits,
                     &r, &c) ||
-        !(k->ranges = calloc((size_t)r, sizeof(float))) || !(k->codebooks = calloc((size_t)c, sizeof(float)))) {
+        !(k->ranges = calloc((size_t)r, sizeof(float))) || !(k->codebooks = calloc((size_t)c, sizeof(float))) ||
+        !(k->stream_max = calloc((size_t)n_layers * KVQ_N_MAX, sizeof(float)))) {
         kvq_free(k);
         snprintf(err, errlen, "out of memory for the calibration tables");
         return -1;
     }
-    k->n_ranges = (size_t)r, k->n_codebooks = (size_t)c;
+    k->n_ranges = (size_t)r, k->n_codebooks = (size_t)c, k->n_stream_max = (size_t)n_layers * KVQ_N_MAX;
     return 0;
 }
 
 void kvq_free(Kvq *k) {
     free(k->ranges);
     free(k->codebooks);
+    free(k->stream_max);
     memset(k, 0, sizeof *k);
 }
 
@@ -141,6 +147,10 @@ const float *kvq_codebook(const Kvq *k, int layer, KvqRole role, int bits_index,
     return kvq_codebook_mut((Kvq *)k, layer, role, bits_index, percent_index, variant);
 }
 
+const float *kvq_stream_max(const Kvq *k, int layer, KvqStream which) {
+    return k->stream_max ? k->stream_max + (size_t)layer * KVQ_N_MAX + which : NULL;
+}
+
 uint64_t kvq_model_checksum(const Model *m) { return model_checksum(m->params, m->n_params * sizeof(float)); }
 
 int kvq_default_path(const char *given, const char *model_path, char *buf, size_t n) {
@@ -160,7 +170,7 @@ static unsigned char *encode(const Kvq *k, size_t *size) {
     unsigned char *b = total ? calloc(1, total) : NULL;
     if (!b) return NULL;
     memcpy(b, KVQ_MAGIC, 8);
-    le_put_u32(b + 8, KVQ_VERSION);
+    le_put_u32(b + 8, k->version);
     le_put_u32(b + 12, (uint32_t)k->n_layers);
     le_put_u32(b + 16, (uint32_t)k->n_kv_heads);
     le_put_u32(b + 20, (uint32_t)k->head_dim);
@@ -176,6 +186,8 @@ static unsigned char *encode(const Kvq *k, size_t *size) {
     for (int i = 0; i < k->n_bits; i++, p += 4) le_put_u32(p, k->bits[i]);
     memcpy(p, k->ranges, k->n_ranges * sizeof(float));
     memcpy(p + k->n_ranges * sizeof(float), k->codebooks, k->n_codebooks * sizeof(float));
+    if (k->version >= 2)
+        memcpy(p + (k->n_ranges + k->n_codebooks) * sizeof(float), k->stream_max, k->n_stream_max * sizeof(float));
     le_put_u64(b + 88, model_checksum(b + KVQ_HEADER_BYTES, total - KVQ_HEADER_BYTES));
     *size = total;
     return b;
@@ -212,8 +224,8 @@ int kvq_load_bytes(Kvq *k, const void *bytes, size_t n, const Model *model, cons
     if (n < KVQ_HEADER_BYTES) FAIL("truncated header: %zu bytes, a header needs %d", n, KVQ_HEADER_BYTES);
     if (memcmp(b, KVQ_MAGIC, 8) != 0) FAIL("not a micro calibration file (bad magic)");
     uint32_t version = le_get_u32(b + 8);
-    if (version != KVQ_VERSION)
-        FAIL("format version %u is not supported (this build reads version %u)", version, KVQ_VERSION);
+    if (version < 1 || version > KVQ_VERSION)
+        FAIL("format version %u is not supported (this build reads versions 1..%u)", version, KVQ_VERSION);
     uint32_t layers = le_get_u32(b + 12), heads = le_get_u32(b + 16), hd = le_get_u32(b + 20);
     if (check_shape(layers, heads, hd, why, sizeof why)) FAIL("%s", why);
     uint32_t sequences = le_get_u32(b + 32), length = le_get_u32(b + 36);
@@ -230,11 +242,13 @@ int kvq_load_bytes(Kvq *k, const void *bytes, size_t n, const Model *model, cons
     if (check_lists(percents, (int)np, bits, (int)nb, why, sizeof why)) FAIL("%s", why);
     uint64_t nr, nc, expected;
     if (table_sizes(layers, heads, hd, np, bits, (int)nb, &nr, &nc) ||
-        __builtin_add_overflow(nr, nc, &expected) || __builtin_mul_overflow(expected, 4, &expected) ||
+        __builtin_add_overflow(nr, nc, &expected) ||
+        __builtin_add_overflow(expected, stream_max_floats(version, layers), &expected) ||
+        __builtin_mul_overflow(expected, 4, &expected) ||
         __builtin_add_overflow(expected, tables, &expected))
         FAIL("table sizes overflow");
     if (n < expected) FAIL("truncated: %zu bytes, the header promises %llu", n, (unsigned long long)expected);
-    if (n > expected) FAIL("%llu trailing bytes after the last codebook", (unsigned long long)(n - expected));
+    if (n > expected) FAIL("%llu trailing bytes after the last table", (unsigned long long)(n - expected));
     if (model_checksum(b + KVQ_HEADER_BYTES, n - KVQ_HEADER_BYTES) != le_get_u64(b + 88))
         FAIL("checksum mismatch: the file is corrupt");
     if (model) {
@@ -253,6 +267,19 @@ int kvq_load_bytes(Kvq *k, const void *bytes, size_t n, const Model *model, cons
     memcpy(k->corpus_sha256, b + 48, 32);
     memcpy(k->ranges, b + tables, k->n_ranges * sizeof(float));
     memcpy(k->codebooks, b + tables + k->n_ranges * sizeof(float), k->n_codebooks * sizeof(float));
+    k->version = version;
+    if (version < 2) { // no maxima: a calibration that nvfp4:scale2=calib cannot use (kvq_view says so)
+        free(k->stream_max);
+        k->stream_max = NULL, k->n_stream_max = 0;
+    } else {
+        memcpy(k->stream_max, b + tables + (k->n_ranges + k->n_codebooks) * sizeof(float),
+               k->n_stream_max * sizeof(float));
+    }
+    static const char *const stream_names[KVQ_N_MAX] = {"keys", "pre-RoPE keys", "values"};
+    for (size_t i = 0; i < k->n_stream_max; i++)
+        if (!isfinite(k->stream_max[i]) || k->stream_max[i] < 0.0f)
+            FAIL("largest magnitude of layer %zu's %s is %s", i / KVQ_N_MAX, stream_names[i % KVQ_N_MAX],
+                 isfinite(k->stream_max[i]) ? "negative" : "not finite");
     size_t channels = (size_t)heads * hd;
     for (size_t i = 0; i < k->n_ranges / 2; i++) {
         float lo = k->ranges[2 * i], hi = k->ranges[2 * i + 1];

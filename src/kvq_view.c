@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvq_file.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static char *calib_path;
@@ -47,23 +46,43 @@ int kvq_view_set(const char *path, const Model *model, int load_now, char *err, 
     return rc;
 }
 
-int kvq_view(int layer, int is_key, int bits, double outliers, int qnorm, int n_heads, int head_dim, KvqView *v,
-             char *err, size_t errlen) {
-    memset(v, 0, sizeof *v);
+// The calibration, loaded, for a stream of that shape in that layer: 0, or -1 with one line in err
+// naming `who`.
+static int loaded_for(const char *who, int layer, int n_heads, int head_dim, char *err, size_t errlen) {
     pthread_mutex_lock(&lock);
     load_locked();
     const int ok = state > 0;
     if (!ok)
-        snprintf(err, errlen, "kvquant needs a calibration: %s (micro calibrate writes models/micro.kvq; --calib FILE)",
+        snprintf(err, errlen, "%s needs a calibration: %s (micro calibrate writes models/micro.kvq; --calib FILE)", who,
                  load_error);
     pthread_mutex_unlock(&lock);
     if (!ok) return -1;
     // Loaded once and never changed while caches use it: read without the lock.
     if (loaded.n_kv_heads != n_heads || loaded.head_dim != head_dim || layer >= loaded.n_layers) {
-        snprintf(err, errlen, "kvquant: the calibration is for %d layers of %d heads x %d, not layer %d of %d heads x %d",
+        snprintf(err, errlen, "%s: the calibration is for %d layers of %d heads x %d, not layer %d of %d heads x %d", who,
                  loaded.n_layers, loaded.n_kv_heads, loaded.head_dim, layer, n_heads, head_dim);
         return -1;
     }
+    return 0;
+}
+
+int kvq_view_stream_max(const char *who, int layer, KvqStream which, int n_heads, int head_dim, float *amax,
+                        char *err, size_t errlen) {
+    if (loaded_for(who, layer, n_heads, head_dim, err, errlen)) return -1;
+    const float *m = kvq_stream_max(&loaded, layer, which);
+    if (!m) {
+        snprintf(err, errlen, "%s: the calibration is format version %u, which holds no stream maxima: rerun micro calibrate",
+                 who, loaded.version);
+        return -1;
+    }
+    *amax = *m;
+    return 0;
+}
+
+int kvq_view(int layer, int is_key, int bits, double outliers, int qnorm, int n_heads, int head_dim, KvqView *v,
+             char *err, size_t errlen) {
+    memset(v, 0, sizeof *v);
+    if (loaded_for("kvquant", layer, n_heads, head_dim, err, errlen)) return -1;
     const int bi = kvq_bits_index(&loaded, bits);
     const long hundredths = lround(outliers * 100.0);
     const int pi = kvq_percent_index(&loaded, (uint32_t)hundredths);

@@ -77,6 +77,7 @@ static const PlateScheme schemes[] = {
     {"beyond", "MXFP6 (e2m3)", "mx:elem=e2m3", "mx:elem=e2m3", NAN},
     {"beyond", "MXFP8 (e4m3)", "mx:elem=e4m3", "mx:elem=e4m3", NAN},
     {"beyond", "NVFP4 (token scale2)", "nvfp4", "nvfp4", NAN},
+    {"beyond", "NVFP4 (calib scale2)", "nvfp4:scale2=calib", "nvfp4:scale2=calib", NAN},
     {"beyond", "NVFP4 4over6", "nvfp4:4over6", "nvfp4:4over6", NAN},
     {"beyond", "turboquant mse 4", "turboquant:bits=4", "turboquant:bits=4", NAN},
     {"beyond", "turboquant mse 3", "turboquant:bits=3", "turboquant:bits=3", NAN},
@@ -84,7 +85,11 @@ static const PlateScheme schemes[] = {
     {"beyond", "turboquant prod 4", "turboquant:bits=4,mode=prod", "turboquant:bits=4,mode=prod", NAN},
     {"beyond", "turboquant prod 3", "turboquant:bits=3,mode=prod", "turboquant:bits=3,mode=prod", NAN},
     {"beyond", "K qjl m=32 / V fp16", "qjl", "fp16", NAN},
-    // vLLM's TurboQuant cache types: keys mse with nc, values uniform.
+    // vLLM's TurboQuant cache types: keys mse (with nc but for k8v4), values uniform. k8v4's keys are
+    // TurboQuant's 8-bit codebook as SCHEMES.md describes it; vLLM itself stores them as plain FP8
+    // E4M3, the row after it.
+    {"beyond", "turboquant k8v4", "turboquant:preset=k8v4", "turboquant:preset=k8v4", NAN},
+    {"beyond", "K fp8 e4m3 / V uniform 4", "fp8:e4m3", "turboquant:preset=k8v4", NAN},
     {"beyond", "turboquant 4bit_nc", "turboquant:preset=4bit_nc", "turboquant:preset=4bit_nc", NAN},
     {"beyond", "turboquant k3v4_nc", "turboquant:preset=k3v4_nc", "turboquant:preset=k3v4_nc", NAN},
     {"beyond", "turboquant 3bit_nc", "turboquant:preset=3bit_nc", "turboquant:preset=3bit_nc", NAN},

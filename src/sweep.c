@@ -22,8 +22,8 @@ static const char *const preset_all[] = {
     "fp16", "bf16", "fp8:{e4m3|e5m2}{|,scale=token}", "int:bits={1|2|3|4|5|6|7|8}", "int:bits={2|3|4},levels=full",
     "int:bits={2|3|4},{rot=hadamard|sink=1|outliers=1}", "kivi:bits={2|3|4}", "q8_0", "q4_0", "q4_1", "q5_0",
     "q5_1", "iq4_nl", "kvquant:bits={1|2|3|4}{|,outliers=0}", "quarot:bits={2|3|4}",
-    "mx:elem={e2m1|e2m3|e3m2|e4m3|e5m2|int8}", "nvfp4{|:4over6|:scale2=none}", "turboquant:bits={1|2|3|4}",
-    "turboquant:bits={2|3|4|5},mode=prod", "turboquant:preset={4bit_nc|k3v4_nc|3bit_nc}",
+    "mx:elem={e2m1|e2m3|e3m2|e4m3|e5m2|int8}", "nvfp4{|:4over6|:scale2=none|:scale2=calib}", "turboquant:bits={1|2|3|4|5|6|7|8}",
+    "turboquant:bits={2|3|4|5},mode=prod", "turboquant:preset={k8v4|4bit_nc|k3v4_nc|3bit_nc}",
 };
 
 typedef struct {

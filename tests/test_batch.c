@@ -22,8 +22,10 @@ static const char *specs[] = {
     "int:bits=4,prerope,sink=2|int:bits=4,rot=hadamard,outliers=2",
     // The normalise-then-round families (kvquant with a calibration of this model, made below).
     "quarot:bits=3", "kvquant:bits=2,qnorm",
-    // The 2025 formats, one spec a family (qjl keys with fp16 values, as the plate shows it).
-    "mx:elem=e2m3", "nvfp4:4over6", "turboquant:bits=3,mode=prod", "qjl|fp16",
+    // The 2025 formats, one spec a family (qjl keys with fp16 values, as the plate shows it), and
+    // NVFP4 with its second-level scale from the same calibration (each block of a pool's streams
+    // looks up its layer's).
+    "mx:elem=e2m3", "nvfp4:4over6", "nvfp4:scale2=calib", "turboquant:bits=3,mode=prod", "qjl|fp16",
 };
 #define N_SPECS (int)(sizeof specs / sizeof specs[0])
 

@@ -66,6 +66,39 @@ static void check_hook(Model *m, const int *in, const int *tg) {
     train_net_free(&n);
 }
 
+// The stream maxima are those of what each stream's codec is given, over every sequence: the
+// forward's post-RoPE keys, the keys turned back before RoPE, the values, layer by layer.
+static void check_maxima(Model *m, const int *in, const int *tg, const Kvq *k) {
+    TrainNet n;
+    char err[256];
+    if (train_net_init(&n, m, 1, LEN, 1, err, sizeof err)) exit(1);
+    const int L = n.c.n_layers, KD = n.c.n_kv_heads * n.c.head_dim;
+    float *pre = malloc(sizeof(float) * LEN * (size_t)KD), want[64][KVQ_N_MAX] = {{0}};
+    for (int s = 0; s < SEQ; s++) {
+        train_net_forward(&n, in + s * LEN, tg + s * LEN);
+        for (int l = 0; l < L; l++) {
+            train_net_keys_pre_rope(&n, l, pre);
+            const size_t off = (size_t)l * LEN * KD;
+            for (int i = 0; i < LEN * KD; i++) {
+                want[l][KVQ_MAX_KEY] = fmaxf(want[l][KVQ_MAX_KEY], fabsf(n.a.k[off + i]));
+                want[l][KVQ_MAX_KEY_PREROPE] = fmaxf(want[l][KVQ_MAX_KEY_PREROPE], fabsf(pre[i]));
+                want[l][KVQ_MAX_VALUE] = fmaxf(want[l][KVQ_MAX_VALUE], fabsf(n.a.v[off + i]));
+            }
+        }
+    }
+    for (int l = 0; l < L; l++)
+        for (int w = 0; w < KVQ_N_MAX; w++)
+            CHECK(want[l][w] > 0 && *kvq_stream_max(k, l, (KvqStream)w) == want[l][w], "layer %d stream %d maximum %g, want %g",
+                  l, w, (double)*kvq_stream_max(k, l, (KvqStream)w), (double)want[l][w]);
+    // RoPE turns pairs: the keys' largest magnitude moves, but not beyond √2 of the other's.
+    for (int l = 0; l < L; l++)
+        CHECK(want[l][KVQ_MAX_KEY] != want[l][KVQ_MAX_KEY_PREROPE] &&
+                  want[l][KVQ_MAX_KEY] <= sqrtf(2.0f) * want[l][KVQ_MAX_KEY_PREROPE] * 1.0001f,
+              "layer %d: keys %g before RoPE %g", l, (double)want[l][KVQ_MAX_KEY], (double)want[l][KVQ_MAX_KEY_PREROPE]);
+    free(pre);
+    train_net_free(&n);
+}
+
 static void check_rules(void) {
     float sorted[200];
     for (int i = 0; i < 200; i++) sorted[i] = (float)i;
@@ -145,6 +178,10 @@ int main(void) {
     CHECK(k[0].n_ranges == k[1].n_ranges && !memcmp(k[0].ranges, k[1].ranges, k[0].n_ranges * 4) &&
               !memcmp(k[0].codebooks, k[1].codebooks, k[0].n_codebooks * 4),
           "1 and 2 threads differ");
+    CHECK(k[0].n_stream_max == (size_t)c.n_layers * KVQ_N_MAX &&
+              !memcmp(k[0].stream_max, k[1].stream_max, k[0].n_stream_max * 4),
+          "1 and 2 threads: the stream maxima differ");
+    check_maxima(&m, in, tg, &k[0]);
     CHECK(sum.mean_loss > 5 && sum.mean_loss < 6, "random model's loss %g, expected near ln 256", sum.mean_loss);
     CHECK(sum.key_outliers[0] == 0 && sum.key_outliers[1] > 0 && sum.key_outliers[2] > sum.key_outliers[1],
           "key outlier fractions %g %g %g", sum.key_outliers[0], sum.key_outliers[1], sum.key_outliers[2]);

@@ -47,8 +47,8 @@ expect 2 "bad magic" "corrupt model" -- "$micro" eval --model "$tmp/bad.bin"
 expect 2 "is a directory" "model is a directory" -- "$micro" eval --model "$tmp/dir"
 expect 2 "unknown cache codec 'bogus'" "unknown codec" -- "$micro" eval --cache bogus
 expect 2 "elem=e9m9: expected e2m1" "mx bad element" -- "$micro" eval --cache mx:elem=e9m9
-expect 2 "preset=k8v4: expected" "turboquant unknown preset" -- "$micro" eval --cache turboquant:preset=k8v4
-expect 2 "scale2=tensor: expected token or none" "nvfp4 bad scale2" -- "$micro" eval --k nvfp4:scale2=tensor
+expect 2 "preset=k9v4: expected" "turboquant unknown preset" -- "$micro" eval --cache turboquant:preset=k9v4
+expect 2 "scale2=tensor: expected token, calib or none" "nvfp4 bad scale2" -- "$micro" eval --k nvfp4:scale2=tensor
 expect 2 "needs a value" "missing value" -- "$micro" eval --text
 expect 2 "out of range" "threads 0" -- "$micro" eval --threads 0
 expect 2 "needs --prompt" "generate without prompt" -- "$micro" generate
@@ -182,6 +182,11 @@ PY
     expect 2 "kvquant needs a calibration" "kvquant without a calibration" -- "$micro" eval --model "$tmp/alone.bin" --cache kvquant:bits=2 --text data/plates/en.txt:20
     "$micro" eval --cache kvquant:bits=3 --text data/plates/en.txt:100 --csv | grep -q "prerope,sink=1" &&
         ok "kvquant evaluates with the shipped calibration" || bad "kvquant with the shipped calibration"
+    # nvfp4's calibrated second-level scale: the same file (version 2), the same one-line refusal.
+    expect 2 "nvfp4:scale2=calib needs a calibration" "nvfp4 calib without a calibration" -- "$micro" eval --model "$tmp/alone.bin" --cache nvfp4:scale2=calib --text data/plates/en.txt:20
+    expect 2 "unrotated" "nvfp4 calib under a rotation" -- "$micro" eval --cache nvfp4:scale2=calib,rot=hadamard --text data/plates/en.txt:20
+    "$micro" eval --cache nvfp4:scale2=calib --text data/plates/en.txt:100 --csv | grep -q "^en,nvfp4:scale2=calib,nvfp4:scale2=calib,101,.*,4.5000," &&
+        ok "nvfp4:scale2=calib evaluates with the shipped calibration (4.5 bits)" || bad "nvfp4:scale2=calib with the shipped calibration"
 
     # micro attention: bad requests are one line before any decoding.
     expect 2 "give the cache to compare" "attention without a cache" -- "$micro" attention

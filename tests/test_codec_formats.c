@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "codecs/formats.h"
 #include "kvcache.h"
@@ -51,6 +52,7 @@ static void test_small_formats(void) {
             const double want = spec_value(smalls[f].ebits, smalls[f].mbits, smalls[f].bias, c);
             CHECK(mx_elem_decode(smalls[f].e, (uint8_t)c) == want, "%s code %d: %g, want %g", mx_elem_info(smalls[f].e)->name,
                   c, mx_elem_decode(smalls[f].e, (uint8_t)c), want);
+            CHECK(mx_elem_table(smalls[f].e)[c] == want, "%s table code %d", mx_elem_info(smalls[f].e)->name, c);
             if (c < n) mags[c] = want;
         }
         CHECK(mags[n - 1] == smalls[f].max, "%s max", mx_elem_info(smalls[f].e)->name);
@@ -82,6 +84,11 @@ static void test_small_formats(void) {
         }
     }
     // The 8-bit elements: FP8 saturating, int8 as a fixed point of 6 fraction bits, symmetric.
+    for (int e = MX_E4M3; e <= MX_INT8; e++) // the read path's table: the decoder's floats, NaN included
+        for (int c = 0; c < 256; c++) {
+            const float t = mx_elem_table((MxElem)e)[c], v = mx_elem_decode((MxElem)e, (uint8_t)c);
+            CHECK(memcmp(&t, &v, sizeof t) == 0, "%s table code %d", mx_elem_info((MxElem)e)->name, c);
+        }
     CHECK(mx_elem_decode(MX_E4M3, mx_elem_encode(MX_E4M3, 1000.0f)) == 448.0f, "e4m3 saturates");
     CHECK(mx_elem_decode(MX_E5M2, mx_elem_encode(MX_E5M2, -1e9f)) == -57344.0f, "e5m2 saturates");
     CHECK(mx_elem_decode(MX_INT8, mx_elem_encode(MX_INT8, 1.0f)) == 1.0f, "int8 1");
@@ -141,7 +148,8 @@ static void test_mx_scales(void) {
     const struct { const char *spec; double bits; } widths[] = {
         {"mx:elem=e2m1", 4.25}, {"mx:elem=e2m3", 6.25}, {"mx:elem=e3m2", 6.25}, {"mx:elem=e4m3", 8.25},
         {"mx:elem=e5m2", 8.25}, {"mx:elem=int8", 8.25}, {"nvfp4", 5.5}, {"nvfp4:scale2=none", 4.5},
-        {"turboquant:bits=3", 3.5}, {"turboquant:bits=3,mode=prod", 4.0}, {"turboquant:preset=k3v4_nc", 3.5}, {"qjl", 1.5}, {"qjl:m=64", 2.5}};
+        {"turboquant:bits=3", 3.5}, {"turboquant:bits=3,mode=prod", 4.0}, {"turboquant:preset=k3v4_nc", 3.5},
+        {"turboquant:bits=8", 8.5}, {"turboquant:preset=k8v4", 8.5}, {"qjl", 1.5}, {"qjl:m=64", 2.5}};
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
         KVStream s;
         char err[256];
@@ -240,6 +248,71 @@ static void test_codebook(void) {
     // The shared copy is the same codebook, in float.
     const float *shared = tq_codebook(32, 1);
     CHECK(shared && shared[1] == (float)c[1], "tq_codebook(32, 1)");
+}
+
+// The mean squared error per coordinate of a codebook c[n] for the density (1 − x²)^((d−3)/2),
+// by the test's own composite Simpson over [−lim, lim] (lim: 12 standard deviations, or 1), each
+// point rounded to its nearest level by search.
+static double codebook_mse(int d, const double *c, int n) {
+    const int N = 400000;
+    const double k = (d - 3) / 2.0, lim = fmin(1.0, 12.0 / sqrt(d)), h = 2.0 * lim / N;
+    double num = 0.0, den = 0.0;
+    for (int i = 0, j = 0; i <= N; i++) {
+        const double x = -lim + i * h, f = pow(fmax(0.0, 1.0 - x * x), k), w = i == 0 || i == N ? 1 : i % 2 ? 4 : 2;
+        while (j + 1 < n && fabs(c[j + 1] - x) <= fabs(c[j] - x)) j++;
+        num += w * f * (x - c[j]) * (x - c[j]), den += w * f;
+    }
+    return num / den;
+}
+
+// Up to 256 levels (8 bits): every codebook sorted, inside (−1, 1) and exactly symmetric; the error
+// falls with every bit; at 8 bits it is Panter and Dite's high-resolution error
+// (∫ f^(1/3))³ / (12·256²) (f normalised, integrated here) to 1%; at d = 2^16 the unit-vector errors
+// d·D are Max's Gaussian ones (1 − 2/π = 0.3634, 0.1175, 0.03454, 0.009497 for b = 1..4) to 1%.
+static void test_codebook_wide(void) {
+    double c[256], prev = INFINITY;
+    for (int b = 1; b <= 8; b++) {
+        const int n = 1 << b;
+        tq_lloyd_max(32, b, c);
+        int sorted = 1, symmetric = 1;
+        for (int i = 0; i < n; i++) {
+            sorted &= c[i] > -1.0 && c[i] < 1.0 && (i == 0 || c[i] > c[i - 1]);
+            symmetric &= c[i] == -c[n - 1 - i];
+        }
+        CHECK(sorted && symmetric, "d=32, %d bits: not sorted in (-1, 1) or not symmetric", b);
+        const double mse = codebook_mse(32, c, n);
+        CHECK(mse < prev, "d=32: %d bits' error %.3g is not below %d bits' %.3g", b, mse, b - 1, prev);
+        if (getenv("SHOW_ESTIMATES")) printf("d=32 b=%d: unit-vector mse %.6g\n", b, 32 * mse);
+        prev = mse;
+    }
+    // Panter-Dite at 8 bits (c holds the 8-bit codebook): ∫ f^(1/3) over the normalised density.
+    const int N = 400000;
+    double z = 0.0, z3 = 0.0;
+    for (int i = 0; i <= N; i++) {
+        const double x = -1.0 + 2.0 * i / N, f = pow(fmax(0.0, 1.0 - x * x), 14.5), w = i == 0 || i == N ? 1 : i % 2 ? 4 : 2;
+        z += w * f, z3 += w * cbrt(f);
+    }
+    z *= 2.0 / N / 3.0, z3 *= 2.0 / N / 3.0;
+    const double pd = pow(z3 / cbrt(z), 3) / (12.0 * 256.0 * 256.0), mse8 = codebook_mse(32, c, 256);
+    CHECK(fabs(mse8 / pd - 1.0) < 0.01, "d=32, 8 bits: error %.6g, Panter-Dite %.6g", mse8, pd);
+    static const double max1960[4] = {0.36338, 0.11748, 0.03454, 0.009497};
+    for (int b = 1; b <= 4; b++) {
+        tq_lloyd_max(1 << 16, b, c);
+        const double unit = 65536.0 * codebook_mse(1 << 16, c, 1 << b);
+        CHECK(fabs(unit / max1960[b - 1] - 1.0) < 0.01, "d=2^16, %d bits: unit-vector error %.5f, Max %.5f", b, unit,
+              max1960[b - 1]);
+    }
+    // A stream makes its codebook once per process: the 8-bit one must be quick to make.
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    tq_lloyd_max(32, 8, c);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double ms = 1e3 * (double)(t1.tv_sec - t0.tv_sec) + 1e-6 * (double)(t1.tv_nsec - t0.tv_nsec);
+    CHECK(ms < 200.0, "the 8-bit codebook took %.1f ms", ms);
+    if (getenv("SHOW_ESTIMATES")) printf("8-bit codebook: %.2f ms\n", ms);
+    // The shared float copy at 8 bits.
+    const float *shared = tq_codebook(32, 8);
+    CHECK(shared && shared[255] == (float)c[255] && shared[0] == -shared[255], "tq_codebook(32, 8)");
 }
 
 // ---- Estimators over random matrices --------------------------------------------------------
@@ -369,6 +442,7 @@ int main(void) {
     test_mx_scales();
     test_nvfp4();
     test_codebook();
+    test_codebook_wide();
     test_estimators();
     if (failures) {
         fprintf(stderr, "test_codec_formats: %d failure(s)\n", failures);

@@ -63,6 +63,8 @@ static const struct { const char *spec, *norm; int blocks; } specs[] = {
     {"turboquant:mode=prod,bits=3,seed=7", "turboquant:bits=3,mode=prod,seed=7", 0},
     {"turboquant:bits=4,nc", "turboquant:bits=4,mode=mse,nc,seed=1", 0},
     {"turboquant:preset=k3v4_nc", "turboquant:preset=k3v4_nc,seed=1", 0}, // values: uniform 4-bit
+    {"turboquant:bits=8", "turboquant:bits=8,mode=mse,seed=1", 0}, // 256 levels
+    {"turboquant:preset=k8v4", "turboquant:preset=k8v4,seed=1", 0},
     {"qjl", "qjl:m=32,seed=1", 0},
     {"qjl:m=12,seed=3", "qjl:m=12,seed=3", 0},
 };
@@ -218,10 +220,10 @@ static void test_bad_specs(void) {
         {"q8_0", KV_ROLE_VALUE, 16},            {"int:bits=4", KV_ROLE_KEY, 7},
         {"mx:elem=e9m9", KV_ROLE_KEY, 32},      {"mx:elem", KV_ROLE_KEY, 32},
         {"mx", KV_ROLE_VALUE, 48},              {"nvfp4", KV_ROLE_KEY, 24},
-        {"nvfp4:scale2=tensor", KV_ROLE_KEY, 32}, {"turboquant:bits=5", KV_ROLE_KEY, 32},
+        {"nvfp4:scale2=tensor", KV_ROLE_KEY, 32}, {"turboquant:bits=9", KV_ROLE_KEY, 32},
         {"turboquant:bits=1,mode=prod", KV_ROLE_KEY, 32}, {"turboquant:mode=qjl", KV_ROLE_KEY, 32},
         {"turboquant", KV_ROLE_KEY, 2},         {"qjl:m=0", KV_ROLE_KEY, 32},
-        {"turboquant:preset=k8v4", KV_ROLE_KEY, 32}, {"turboquant:preset=3bit_nc,bits=2", KV_ROLE_VALUE, 32},
+        {"turboquant:preset=k9v4", KV_ROLE_KEY, 32}, {"turboquant:preset=3bit_nc,bits=2", KV_ROLE_VALUE, 32},
         {"turboquant:mode=prod,nc", KV_ROLE_KEY, 32},
         {"fp16", KV_ROLE_KEY, 5},               {"fp8:e4m3", KV_ROLE_KEY, 3},
         {"kivi", KV_ROLE_KEY, 9},               {"iq4_nl", KV_ROLE_KEY, 0},

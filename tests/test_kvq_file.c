@@ -55,6 +55,7 @@ static void fill(Kvq *k, const Model *m) {
                         int n = 1 << k->bits[b];
                         for (int j = 0; j < n; j++) cb[j] = -1.0f + 2.0f * (float)(j + 1) / (float)(n + 1) + 0.01f * (float)l;
                     }
+    for (size_t i = 0; i < k->n_stream_max; i++) k->stream_max[i] = 1.5f + (float)i;
 }
 
 static char messages[40][512];
@@ -90,6 +91,11 @@ int main(void) {
     CHECK(back.n_ranges == k.n_ranges && back.n_codebooks == k.n_codebooks, "table sizes differ");
     CHECK(back.n_ranges && memcmp(back.ranges, k.ranges, k.n_ranges * 4) == 0, "ranges differ");
     CHECK(back.n_codebooks && memcmp(back.codebooks, k.codebooks, k.n_codebooks * 4) == 0, "codebooks differ");
+    CHECK(back.version == KVQ_VERSION && back.n_stream_max == k.n_stream_max &&
+              memcmp(back.stream_max, k.stream_max, k.n_stream_max * 4) == 0,
+          "stream maxima differ");
+    CHECK(*kvq_stream_max(&back, 1, KVQ_MAX_VALUE) == 1.5f + 5.0f && *kvq_stream_max(&back, 0, KVQ_MAX_KEY) == 1.5f,
+          "stream maximum lookups");
     CHECK(back.seed == 42 && back.sequences == 3 && back.length == 17 && back.corpus_sha256[31] == 31 &&
               back.model_checksum == k.model_checksum,
           "header fields differ");
@@ -144,6 +150,28 @@ int main(void) {
          put_f32(b + cb0, INFINITY); fix_checksum(b, n));
     CASE("codebook beyond 1", n, "is outside [-1, 1]", &m, put_f32(b + cb0, -1.5f); fix_checksum(b, n));
     CASE("unsorted codebook", n, "is not sorted", &m, put_f32(b + cb0 + 4 * 2, 0.9f); fix_checksum(b, n));
+    const size_t max0 = cb0 + 4 * k.n_codebooks; // the stream maxima (version 2)
+    CASE("nan maximum", n, "layer 0's keys is not finite", &m, put_f32(b + max0, NAN); fix_checksum(b, n));
+    CASE("negative maximum", n, "layer 1's values is negative", &m, put_f32(b + max0 + 4 * 5, -1.0f); fix_checksum(b, n));
+    CASE("version 1 with maxima", n, "trailing bytes", &m, put_u32(b + 8, 1));
+    // Version 1 (no maxima) is still read: the same tables, no maxima; written back, it stays version 1.
+    {
+        const size_t n1 = n - 4 * k.n_stream_max;
+        memcpy(b, good, n1);
+        put_u32(b + 8, 1);
+        fix_checksum(b, n1);
+        Kvq v1;
+        CHECK(kvq_load_bytes(&v1, b, n1, &m, "v1.kvq", err, sizeof err) == 0, "version 1: %s", err);
+        CHECK(v1.version == 1 && v1.stream_max == NULL && v1.n_stream_max == 0 && kvq_stream_max(&v1, 0, KVQ_MAX_KEY) == NULL &&
+                  memcmp(v1.ranges, k.ranges, k.n_ranges * 4) == 0 && memcmp(v1.codebooks, k.codebooks, k.n_codebooks * 4) == 0,
+              "version 1 read back");
+        CHECK(kvq_file_bytes(&v1) == n1 && kvq_save(&v1, path, err, sizeof err) == 0, "version 1 saved: %s", err);
+        size_t n1b;
+        unsigned char *again = read_all(path, &n1b);
+        CHECK(n1b == n1 && memcmp(again, b, n1) == 0, "version 1 written back differs");
+        free(again);
+        kvq_free(&v1);
+    }
     free(b);
     free(good);
     CHECK(kvq_load(&back, dir, &m, err, sizeof err) == -1 && strstr(err, "directory"), "a folder: %s", err);
@@ -164,6 +192,10 @@ int main(void) {
     if (access(kp, R_OK) == 0 && model_load(&micro, mp, err, sizeof err) == 0) {
         CHECK(kvq_load(&back, kp, &micro, err, sizeof err) == 0, "models/micro.kvq: %s", err);
         CHECK(back.n_percents == 2 && back.percents[1] == KVQ_PERCENT_ONE && back.n_bits == 4, "committed lists");
+        CHECK(back.version == KVQ_VERSION, "models/micro.kvq is version %u", back.version);
+        for (size_t i = 0; i < back.n_stream_max; i++) // micro's keys and values reach a few units
+            CHECK(back.stream_max[i] > 1.0f && back.stream_max[i] < 100.0f, "committed maximum %zu: %g", i,
+                  (double)back.stream_max[i]);
         kvq_free(&back);
         CHECK(kvq_load(&back, kp, &m, err, sizeof err) == -1, "micro.kvq accepted for a random model");
         model_free(&micro);

@@ -16,6 +16,7 @@ typedef struct {
     float *kgrad2; // [L][n_seq·T][C] their squared gradients
     NormHist *vhist; // [L][np] values: normalised per vector as they arrive
     double value_out[KVQ_MAX_PERCENTS], value_total;
+    float *stream_max;     // [L][KvqStream] the output's maxima, raised as the sequences run
     float *scratch;        // [hd]
     unsigned char *flags;  // [hd]
 } Gather;
@@ -69,12 +70,23 @@ static void add_value_vectors(Gather *g, int l, const float *v, const float *dv,
         }
 }
 
+// Raises *m to the largest magnitude of x[n].
+static void raise_max(float *m, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) *m = fmaxf(*m, fabsf(x[i]));
+}
+
 static void on_layer_grads(void *ctx, const TrainNet *n, int l) {
     Gather *g = ctx;
     size_t rows = (size_t)g->T, at = ((size_t)l * g->n_seq + (size_t)g->seq) * rows * g->C;
     train_net_keys_pre_rope(n, l, g->keys + at);
     for (size_t i = 0; i < rows * g->C; i++) g->kgrad2[at + i] = n->a.dk[i] * n->a.dk[i];
-    size_t off = (size_t)l * rows * g->C; // this layer's values in the forward's activations (B = 1)
+    size_t off = (size_t)l * rows * g->C; // this layer's keys and values in the forward's activations (B = 1)
+    // The maxima of what each stream's codec is given: keys after RoPE by default (the forward's),
+    // before RoPE under the prerope transform, values.
+    float *mx = g->stream_max + (size_t)l * KVQ_N_MAX;
+    raise_max(&mx[KVQ_MAX_KEY], n->a.k + off, rows * g->C);
+    raise_max(&mx[KVQ_MAX_KEY_PREROPE], g->keys + at, rows * g->C);
+    raise_max(&mx[KVQ_MAX_VALUE], n->a.v + off, rows * g->C);
     add_value_vectors(g, l, n->a.v + off, n->a.dv, g->T, g->C / g->hd);
 }
 
@@ -123,7 +135,7 @@ int calibrate_model(Model *m, const int *inputs, const int *targets, int n_seq, 
     out->model_checksum = kvq_model_checksum(m);
     out->sequences = (uint32_t)n_seq, out->length = (uint32_t)len;
     Gather g = {.n_seq = n_seq, .T = len, .C = c->n_kv_heads * c->head_dim, .hd = c->head_dim, .np = np,
-                .percents = s->percents};
+                .percents = s->percents, .stream_max = out->stream_max};
     size_t per = (size_t)L * n_seq * len * g.C;
     // Keys and their weights stay in memory until every sequence has run (a channel's thresholds need
     // all of its numbers): 8 bytes a number, 200 MB for micro's 16 x 2048 tokens.

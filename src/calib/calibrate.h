@@ -1,7 +1,8 @@
 // KVQuant's calibration of one model: runs the trainer's forward and backward over token sequences,
 // takes each layer's pre-RoPE keys and values with the squared gradients of the loss at them (their
-// Fisher information), and fills a Kvq: per-channel key ranges and outlier thresholds, and the
-// codebooks for every width, stream, outlier percent and variant. The rules are in docs/kvq-format.md.
+// Fisher information), and fills a Kvq: per-channel key ranges and outlier thresholds, the
+// codebooks for every width, stream, outlier percent and variant, and each layer's largest key
+// (after and before RoPE) and value magnitudes (nvfp4:scale2=calib). The rules are in docs/kvq-format.md.
 #ifndef MICRO_CALIB_CALIBRATE_H
 #define MICRO_CALIB_CALIBRATE_H
 

@@ -34,7 +34,8 @@ static const char usage[] =
     "KVQuant's calibration for a model's KV cache: runs the trainer's forward and backward over\n"
     "sequences from the corpus's training split and writes, per layer, the pre-RoPE keys' per-channel\n"
     "ranges and outlier thresholds (outliers 0% and 1%) and Fisher-weighted k-means codebooks for keys\n"
-    "and values (1-4 bits, plain and Q-Norm). Bit-identical for the same options, whatever --threads.\n"
+    "and values (1-4 bits, plain and Q-Norm), and each layer's largest key (after and before RoPE) and\n"
+    "value magnitudes (nvfp4:scale2=calib). Bit-identical for the same options, whatever --threads.\n"
     "Format: docs/kvq-format.md.\n"
     "\n"
     "  --model FILE      the model (default models/micro.bin)\n"
@@ -80,6 +81,7 @@ typedef struct {
     const CalibSummary *sum;
     int threads;
     double seconds;
+    const CalibrateOptions *o;
 } Provenance;
 
 static int write_provenance(FILE *f, void *ctx, char *why, size_t whylen) {
@@ -88,6 +90,13 @@ static int write_provenance(FILE *f, void *ctx, char *why, size_t whylen) {
     const Kvq *k = p->k;
     fprintf(f, "{\n  \"kvq\": ");
     json_string_to(f, p->kvq_path);
+    // The command that makes this file again, every option spelled out (the defaults included).
+    char command[1024];
+    snprintf(command, sizeof command, "build/micro calibrate --model %s --out %s --corpus %s --sequences %u --length %u --seed %llu --threads %d",
+             p->model_path, p->kvq_path, p->o->corpus ? p->o->corpus : "data/corpus", k->sequences, k->length,
+             (unsigned long long)k->seed, p->threads);
+    fprintf(f, ",\n  \"command\": ");
+    json_string_to(f, command);
     fprintf(f, ",\n  \"format\": \"docs/kvq-format.md, version %u\",\n  \"model\": {\"path\": ", KVQ_VERSION);
     json_string_to(f, p->model_path);
     fprintf(f, ", \"payload_fnv1a64\": \"%016llx\", \"n_layers\": %d, \"n_kv_heads\": %d, \"head_dim\": %d},\n",
@@ -105,7 +114,11 @@ static int write_provenance(FILE *f, void *ctx, char *why, size_t whylen) {
     for (int i = 0; i < k->n_percents; i++) fprintf(f, "%s%.6f", i ? ", " : "", p->sum->key_outliers[i]);
     fprintf(f, "],\n  \"value_outlier_fraction\": [");
     for (int i = 0; i < k->n_percents; i++) fprintf(f, "%s%.6f", i ? ", " : "", p->sum->value_outliers[i]);
-    fprintf(f, "],\n  \"threads\": %d,\n  \"seconds\": %.1f,\n  \"micro_commit\": \"%s\"\n}\n", p->threads, p->seconds,
+    fprintf(f, "],\n  \"stream_max\": {\"order\": [\"keys\", \"keys before RoPE\", \"values\"], \"layers\": [");
+    for (int l = 0; l < k->n_layers; l++)
+        fprintf(f, "%s[%.6g, %.6g, %.6g]", l ? ", " : "", (double)*kvq_stream_max(k, l, KVQ_MAX_KEY),
+                (double)*kvq_stream_max(k, l, KVQ_MAX_KEY_PREROPE), (double)*kvq_stream_max(k, l, KVQ_MAX_VALUE));
+    fprintf(f, "]},\n  \"threads\": %d,\n  \"seconds\": %.1f,\n  \"micro_commit\": \"%s\"\n}\n", p->threads, p->seconds,
             MICRO_COMMIT);
     return 0;
 }
@@ -128,6 +141,9 @@ static void print_summary(const Kvq *k, const CalibSummary *s, const char *model
     for (int pi = 0; pi < k->n_percents; pi++)
         printf("outliers %g%%: %.3f%% of key numbers outside their channel's thresholds, %.3f%% of values set apart\n",
                k->percents[pi] / 100.0, 100 * s->key_outliers[pi], 100 * s->value_outliers[pi]);
+    for (int l = 0; l < k->n_layers; l++)
+        printf("layer %d largest |x|: keys %.4g (before RoPE %.4g), values %.4g\n", l, (double)*kvq_stream_max(k, l, KVQ_MAX_KEY),
+               (double)*kvq_stream_max(k, l, KVQ_MAX_KEY_PREROPE), (double)*kvq_stream_max(k, l, KVQ_MAX_VALUE));
     int b2 = kvq_bits_index(k, 2);
     if (b2 < 0) return;
     for (int role = 0; role < 2; role++) {
@@ -200,7 +216,7 @@ int cmd_calibrate(int argc, char **argv) {
     double seconds = now_seconds() - t0;
     k.seed = o.seed;
     hex_to_bytes(corpus.sha256, k.corpus_sha256, 32);
-    Provenance prov = {&k, model_path, out, &corpus, &sum, o.threads, seconds};
+    Provenance prov = {&k, model_path, out, &corpus, &sum, o.threads, seconds, &o};
     if (kvq_save(&k, out, err, sizeof err) || safe_write(json, write_provenance, &prov, err, sizeof err)) {
         fprintf(stderr, "micro: %s\n", err);
         status = 1;

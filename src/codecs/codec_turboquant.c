@@ -8,17 +8,20 @@
 // width). R is the Haar-random orthogonal matrix of `seed` (kvtransform.c: QR of a seeded Gaussian,
 // the matrix rot=random:SEED uses), one matrix for every head and layer: the density argument
 // needs R random, not different per head.
-//   mode=mse   B bits a coordinate (B = 1..4): B + 16/d bits a number (B + 0.5 at d = 32).
-//   mode=prod  B − 1 bits of mse (B = 2..5), then one bit a coordinate of QJL on the residual
+//   mode=mse   B bits a coordinate (B = 1..8): B + 16/d bits a number (B + 0.5 at d = 32).
+//   mode=prod  B − 1 bits of mse (B = 2..9), then one bit a coordinate of QJL on the residual
 //              r = y − ŷ: sign(S·r) for a seeded d × d Gaussian S and γ = ‖r‖ (fp16), read back as
 //              ŷ + √(π/2)/d · γ · Sᵀ·sign(S·r), an unbiased estimate of y whatever ŷ was. The residual
 //              is taken in the rotated space (S·R is as Gaussian as S): B + 32/d bits a number.
 //   nc         (mse) the centroid vector renormalised before the inverse rotation, so that x̂ keeps
 //              x's norm: the stored norm is ‖x‖/‖ŷ‖, at no cost in bytes (vLLM's "_nc").
-//   preset=P   vLLM's cache types: keys TurboQuant mse with nc, values uniform — asymmetric per head
-//              per token, 2^B even levels between min and max, fp16 scale and zero (B + 1 bits):
-//              4bit_nc (K 4, V 4), k3v4_nc (K 3, V 4), 3bit_nc (K 3, V 3). Their k8v4 (8-bit keys)
-//              is not here: this family's codebooks stop at 4 bits.
+//   preset=P   vLLM's cache types: keys TurboQuant mse, values uniform — asymmetric per head per
+//              token, 2^B even levels between min and max, fp16 scale and zero (B + 1 bits):
+//              k8v4 (K 8, V 4), 4bit_nc (K 4, V 4), k3v4_nc (K 3, V 4), 3bit_nc (K 3, V 3); the _nc
+//              ones with nc. k8v4 here is what SCHEMES.md and issue 10 describe, keys by TurboQuant's
+//              256-level Lloyd-Max codebook (8.5 bits); vLLM's own k8v4 stores keys as plain FP8
+//              E4M3 instead (no rotation, no norm: its config.py, key_fp8 = key_quant_bits == 8),
+//              which is `--k fp8:e4m3 --v turboquant:preset=k8v4` here.
 // Attention never rotates a cached vector: scores rotate the query once (q·x̂ = ‖x‖ (R·q)·ŷ) and
 // mix sums in the rotated space and rotates the sum back once.
 #include <math.h>
@@ -147,7 +150,8 @@ CODEC_OPS(tq, NULL, NULL);
 static const struct {
     const char *name;
     int key_bits, value_bits;
-} tq_presets[] = {{"4bit_nc", 4, 4}, {"k3v4_nc", 3, 4}, {"3bit_nc", 3, 3}};
+    int nc;
+} tq_presets[] = {{"k8v4", 8, 4, 0}, {"4bit_nc", 4, 4, 1}, {"k3v4_nc", 3, 4, 1}, {"3bit_nc", 3, 3, 1}};
 
 static void *tq_create(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised,
                        size_t normalised_len, char *err, size_t errlen) {
@@ -160,12 +164,12 @@ static void *tq_create(CodecSpec *spec, int n_heads, int head_dim, int capacity,
     for (int i = 0; preset && i < (int)(sizeof tq_presets / sizeof tq_presets[0]); i++)
         if (strcmp(preset, tq_presets[i].name) == 0) p = i;
     if (preset && p < 0) {
-        snprintf(err, errlen, "turboquant: preset=%.20s: expected 4bit_nc, k3v4_nc or 3bit_nc", preset);
+        snprintf(err, errlen, "turboquant: preset=%.20s: expected k8v4, 4bit_nc, k3v4_nc or 3bit_nc", preset);
         return NULL;
     }
     const int prod = mode && strcmp(mode, "prod") == 0, nc = spec_flag(spec, "nc");
     int bits, seed;
-    if (spec_int(spec, "bits", prod ? 4 : 3, prod ? 2 : 1, prod ? 5 : 4, &bits, err, errlen) ||
+    if (spec_int(spec, "bits", prod ? 4 : 3, prod ? 2 : 1, prod ? 9 : 8, &bits, err, errlen) ||
         spec_int(spec, "seed", 1, 0, 1 << 30, &seed, err, errlen) ||
         codec_check_shape("turboquant", n_heads, head_dim, capacity, 1, err, errlen))
         return NULL;
@@ -193,7 +197,7 @@ static void *tq_create(CodecSpec *spec, int n_heads, int head_dim, int capacity,
     if (!s) return codec_created(NULL, 0, codec_rows_destroy, err, errlen);
     TqCoder *c = &s->c;
     s->uniform = uniform;
-    c->d = head_dim, c->prod = prod, c->nc = nc || p >= 0, c->cbits = prod ? bits - 1 : bits;
+    c->d = head_dim, c->prod = prod, c->nc = nc || (p >= 0 && tq_presets[p].nc), c->cbits = prod ? bits - 1 : bits;
     s->alpha = (float)(sqrt(M_PI / 2.0) / head_dim); // as tq_decode's
     c->rot = uniform ? NULL : transform_rotation(2, (unsigned long)seed, head_dim);
     c->sketch = prod ? tq_gaussian((unsigned long)seed, head_dim, head_dim) : NULL;
@@ -206,5 +210,5 @@ static void *tq_create(CodecSpec *spec, int n_heads, int head_dim, int capacity,
 const CodecFamily CODEC_FAMILY(codec_turboquant) = {
     .name = "turboquant", .ops = &tq_ops, .create = tq_create,
     .help = "turboquant:bits=B    TurboQuant: seeded random rotation, Lloyd-Max levels for the rotated "
-            "coordinate, fp16 norm; mode=mse (B=1..4, nc) or prod (B−1 bits + 1-bit QJL residual, B=2..5), seed=S; "
-            "preset=4bit_nc|k3v4_nc|3bit_nc (vLLM's: values uniform)"};
+            "coordinate, fp16 norm; mode=mse (B=1..8, nc) or prod (B−1 bits + 1-bit QJL residual, B=2..9), seed=S; "
+            "preset=k8v4|4bit_nc|k3v4_nc|3bit_nc (vLLM's: values uniform)"};

@@ -75,6 +75,19 @@ float mx_elem_decode(MxElem e, uint8_t code) {
     }
 }
 
+static float mx_tables[MX_N_ELEMS][256];
+static pthread_once_t mx_tables_once = PTHREAD_ONCE_INIT;
+
+static void mx_tables_build(void) {
+    for (int e = 0; e < MX_N_ELEMS; e++)
+        for (int c = 0; c < 1 << mx_elems[e].bits; c++) mx_tables[e][c] = mx_elem_decode((MxElem)e, (uint8_t)c);
+}
+
+const float *mx_elem_table(MxElem e) {
+    pthread_once(&mx_tables_once, mx_tables_build);
+    return mx_tables[e];
+}
+
 uint8_t mx_scale_byte(MxElem e, float amax) {
     if (!isfinite(amax)) return 0xff;
     if (amax == 0.0f) return 0;
@@ -133,19 +146,101 @@ uint8_t nvfp4_block_encode(const float *x, int n, float s2, int four_over_six, u
 
 // ---- TurboQuant's codebook ------------------------------------------------------------------
 
-// ∫ f and ∫ x·f over [a, b] for f(x) = (1 − x²)^k, k = (d − 3)/2, by composite Simpson (the density
-// is smooth inside (−1, 1) and vanishes at ±1 for d > 3; for d = 3 it is flat).
-static void cell_moments(double k, double a, double b, double *m0, double *m1) {
-    enum { N = 256 };
-    const double h = (b - a) / N;
+// The density f(x) = (1 − x²)^k, k = (d − 3)/2, unnormalised (only ratios of its moments matter).
+static double tq_density(double k, double x) {
+    return k == 0.0 ? 1.0 : 1.0 - x * x <= 0.0 ? 0.0 : exp(k * log1p(-x * x));
+}
+
+// ∫ f and ∫ x·f over [a, b] by 8-point Gauss-Legendre: exact for polynomials of degree 15, and the
+// density is smooth on a grid step (for d = 3 it is flat).
+static void gl_moments(double k, double a, double b, double *m0, double *m1) {
+    static const double node[4] = {0.1834346424956498, 0.5255324099163290, 0.7966664774136267, 0.9602898564975363},
+                        weight[4] = {0.3626837833783620, 0.3137066458778873, 0.2223810344533745, 0.1012285362903763};
+    const double mid = 0.5 * (a + b), half = 0.5 * (b - a);
     double s0 = 0.0, s1 = 0.0;
-    for (int i = 0; i <= N; i++) {
-        const double x = i == N ? b : a + i * h;
-        const double f = k == 0.0 ? 1.0 : 1.0 - x * x <= 0.0 ? 0.0 : exp(k * log1p(-x * x));
-        const double w = i == 0 || i == N ? 1.0 : i % 2 ? 4.0 : 2.0;
-        s0 += w * f, s1 += w * x * f;
+    for (int i = 0; i < 4; i++)
+        for (int side = -1; side <= 1; side += 2) {
+            const double x = mid + side * half * node[i], w = weight[i] * tq_density(k, x);
+            s0 += w, s1 += w * x;
+        }
+    *m0 = s0 * half, *m1 = s1 * half;
+}
+
+// The cumulative moments C0(x) = ∫_lo^x f and C1(x) = ∫_lo^x t·f on a grid of TQ_GRID steps over
+// [lo, −lo], and between grid points one Gauss-Legendre rule from the point below: a cell's moments
+// are then two look-ups, so that Lloyd's step costs O(levels) whatever their number (256 at 8 bits),
+// where integrating every cell afresh cost O(levels · points).
+enum { TQ_GRID = 2048 };
+typedef struct {
+    double k, lo, h;
+    double c0[TQ_GRID + 1], c1[TQ_GRID + 1];
+} TqCumulative;
+
+static void cumulative_init(TqCumulative *t, double k, double lim) {
+    t->k = k, t->lo = -lim, t->h = 2.0 * lim / TQ_GRID;
+    t->c0[0] = t->c1[0] = 0.0;
+    for (int j = 0; j < TQ_GRID; j++) {
+        double m0, m1;
+        gl_moments(k, t->lo + j * t->h, t->lo + (j + 1) * t->h, &m0, &m1);
+        t->c0[j + 1] = t->c0[j] + m0, t->c1[j + 1] = t->c1[j] + m1;
     }
-    *m0 = s0 * h / 3.0, *m1 = s1 * h / 3.0;
+}
+
+static void cumulative_at(const TqCumulative *t, double x, double *c0, double *c1) {
+    int j = (int)floor((x - t->lo) / t->h);
+    j = j < 0 ? 0 : j >= TQ_GRID ? TQ_GRID - 1 : j;
+    double m0, m1;
+    gl_moments(t->k, t->lo + j * t->h, x, &m0, &m1);
+    *c0 = t->c0[j] + m0, *c1 = t->c1[j] + m1;
+}
+
+// ∫ f and ∫ x·f over a cell [a, b]. A cell in the upper half is taken as its mirror image (f is
+// even), so that a tail cell's moments are differences of two small cumulative values on either side,
+// never of two values near the total, which would leave the outermost centroids a few 1e-9 off.
+static void cell_moments(const TqCumulative *t, double a, double b, double *m0, double *m1) {
+    const int mirror = a + b > 0.0;
+    double a0, a1, b0, b1;
+    cumulative_at(t, mirror ? -b : a, &a0, &a1);
+    cumulative_at(t, mirror ? -a : b, &b0, &b1);
+    *m0 = b0 - a0, *m1 = mirror ? a1 - b1 : b1 - a1;
+}
+
+// One evaluation of Lloyd's map at centroids c[n]: next[i] the conditional mean of cell i (bounded
+// by the midpoints), and for Newton's method the derivatives of next[i] with respect to the cell's
+// lower and upper boundary (f(t)·(t − mean)/mass, signed), in da[i] and db[i]. Returns the largest
+// |next[i] − c[i]|.
+static double lloyd_map(const TqCumulative *t, double lim, int n, const double *c, double *next, double *da,
+                        double *db) {
+    double a = -lim, moved = 0.0;
+    for (int i = 0; i < n; i++) {
+        const double b = i + 1 < n ? 0.5 * (c[i] + c[i + 1]) : lim;
+        double mass, m1;
+        cell_moments(t, a, b, &mass, &m1);
+        const double mean = mass > 0.0 ? m1 / mass : 0.5 * (a + b);
+        next[i] = mean;
+        da[i] = mass > 0.0 ? tq_density(t->k, a) * (mean - a) / mass : 0.0;
+        db[i] = mass > 0.0 ? tq_density(t->k, b) * (b - mean) / mass : 0.0;
+        moved = fmax(moved, fabs(mean - c[i]));
+        a = b;
+    }
+    return moved;
+}
+
+// Newton's step on c − T(c) = 0 (T Lloyd's map): the Jacobian I − T' is tridiagonal, since cell i's
+// mean moves only with its two boundaries, each the midpoint of two centroids. Thomas's algorithm.
+static void newton_step(int n, const double *c, const double *next, const double *da, const double *db,
+                        double *step) {
+    double sup[256], rhs[256];
+    for (int i = 0; i < n; i++) {
+        const double lower = i > 0 ? 0.5 * da[i] : 0.0, upper = i + 1 < n ? 0.5 * db[i] : 0.0;
+        double diag = 1.0 - lower - upper, r = next[i] - c[i];
+        if (i > 0) { // eliminate the sub-diagonal −lower against the previous row
+            diag -= -lower * sup[i - 1];
+            r -= -lower * rhs[i - 1];
+        }
+        sup[i] = -upper / diag, rhs[i] = r / diag;
+    }
+    for (int i = n - 1; i >= 0; i--) step[i] = rhs[i] - (i + 1 < n ? sup[i] * step[i + 1] : 0.0);
 }
 
 void tq_lloyd_max(int d, int bits, double *c) {
@@ -154,24 +249,48 @@ void tq_lloyd_max(int d, int bits, double *c) {
     // Beyond 12 standard deviations the density is below e^−72 of its peak: integrating there
     // would only spend the points that resolve the cells.
     const double lim = fmin(1.0, 12.0 * sigma);
-    for (int i = 0; i < n; i++) c[i] = fmin(0.9, 2.0 * sigma) * (2.0 * i + 1.0 - n) / n;
-    for (int iter = 0; iter < 20000; iter++) {
-        double moved = 0.0;
-        double lo = -lim;
-        double next[16];
-        for (int i = 0; i < n; i++) {
-            const double hi = i + 1 < n ? 0.5 * (c[i] + c[i + 1]) : lim;
-            double m0, m1;
-            cell_moments(k, lo, hi, &m0, &m1);
-            next[i] = m0 > 0.0 ? m1 / m0 : 0.5 * (lo + hi);
-            lo = hi;
-        }
-        for (int i = 0; i < n; i++) {
-            moved = fmax(moved, fabs(next[i] - c[i]));
-            c[i] = next[i];
-        }
-        if (moved < 1e-13 * sigma) break;
+    TqCumulative *t = malloc(2 * sizeof *t);
+    double next[256], da[256], db[256], step[256], trial[256];
+    if (!t) { // keeps the contract (sorted, symmetric levels) when out of memory: evenly spread
+        for (int i = 0; i < n; i++) c[i] = lim * (2.0 * i + 1.0 - n) / n;
+        return;
     }
+    cumulative_init(t, k, lim);
+    // Start from the high-resolution optimum (Panter and Dite 1951): centroid i at the (i + ½)/n
+    // quantile of f^(1/3), which is this density with k/3 (grid resolution is enough for a start).
+    cumulative_init(t + 1, k / 3.0, lim);
+    for (int i = 0, j = 0; i < n; i++) {
+        const double target = (i + 0.5) / n * t[1].c0[TQ_GRID];
+        while (j + 1 < TQ_GRID && t[1].c0[j + 1] < target) j++;
+        const double step0 = t[1].c0[j + 1] - t[1].c0[j], frac = step0 > 0.0 ? (target - t[1].c0[j]) / step0 : 0.5;
+        c[i] = t->lo + (j + fmin(fmax(frac, 0.0), 1.0)) * t->h;
+    }
+    // Lloyd's iterations, each step taken as Newton's on their fixed point (halved up to four times)
+    // when that lands closer (quadratic convergence: a handful of steps at 256 levels, where plain
+    // Lloyd needs of the order of n² of them), else as Lloyd's own step (which keeps them sorted).
+    double moved = lloyd_map(t, lim, n, c, next, da, db);
+    for (int iter = 0; iter < 20000 && moved >= 1e-13 * sigma; iter++) {
+        newton_step(n, c, next, da, db, step);
+        double tnext[256], tda[256], tdb[256], tmoved = INFINITY;
+        for (double lambda = 1.0; lambda >= 1.0 / 16 && !(tmoved < moved); lambda *= 0.5) {
+            int ok = 1;
+            for (int i = 0; i < n && ok; i++) {
+                trial[i] = c[i] + lambda * step[i];
+                ok = trial[i] > -lim && trial[i] < lim && (i == 0 || trial[i] > trial[i - 1]);
+            }
+            tmoved = ok ? lloyd_map(t, lim, n, trial, tnext, tda, tdb) : INFINITY;
+        }
+        if (tmoved < moved) {
+            memcpy(c, trial, sizeof(double) * (size_t)n);
+            memcpy(next, tnext, sizeof(double) * (size_t)n), memcpy(da, tda, sizeof(double) * (size_t)n);
+            memcpy(db, tdb, sizeof(double) * (size_t)n);
+            moved = tmoved;
+        } else {
+            memcpy(c, next, sizeof(double) * (size_t)n);
+            moved = lloyd_map(t, lim, n, c, next, da, db);
+        }
+    }
+    free(t);
     // The density is even: make the codebook exactly symmetric (Lloyd keeps it so up to rounding).
     for (int i = 0; i < n / 2; i++) {
         const double m = 0.5 * (c[n - 1 - i] - c[i]);
@@ -181,7 +300,7 @@ void tq_lloyd_max(int d, int bits, double *c) {
 
 typedef struct {
     int d, bits;
-    float c[16];
+    float c[256];
 } CachedCodebook;
 
 static CachedCodebook codebooks[64];
@@ -195,7 +314,7 @@ const float *tq_codebook(int d, int bits) {
         if (codebooks[i].d == d && codebooks[i].bits == bits) found = codebooks[i].c;
     if (!found && n_codebooks < (int)(sizeof codebooks / sizeof codebooks[0])) {
         CachedCodebook *cb = &codebooks[n_codebooks++];
-        double c[16];
+        double c[256];
         tq_lloyd_max(d, bits, c);
         cb->d = d, cb->bits = bits;
         for (int i = 0; i < 1 << bits; i++) cb->c[i] = (float)c[i];
@@ -281,9 +400,13 @@ void tq_encode(const TqCoder *c, const float *x, uint8_t *row) {
     for (int i = 0; i < d; i++) u[i] = norm > 0.0f ? x[i] / norm : 0.0f;
     tq_project(c->rot, d, d, u, y);
     for (int i = 0; i < d; i++) { // the nearest centroid: the cells' boundaries are the midpoints
-        int k = 0;
-        while (k + 1 < n && y[i] > 0.5f * (c->levels[k] + c->levels[k + 1])) k++;
-        codes[i] = (uint8_t)k;
+        int lo = 0, hi = n - 1;   // bisection (256 levels at 8 bits): the first cell whose upper
+        while (lo < hi) {         // midpoint y[i] does not exceed
+            const int mid = (lo + hi) / 2;
+            if (y[i] > 0.5f * (c->levels[mid] + c->levels[mid + 1])) lo = mid + 1;
+            else hi = mid;
+        }
+        codes[i] = (uint8_t)lo;
     }
     quant_pack(row + tq_codes_at(), codes, (size_t)d, c->cbits);
     if (c->nc && norm > 0.0f) { // the centroid vector renormalised: fold 1/‖ŷ‖ into the stored norm
