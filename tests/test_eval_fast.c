@@ -25,8 +25,9 @@ static const char *specs[][2] = {
     {"int:bits=4,prerope,sink=2", "int:bits=4,rot=hadamard,outliers=2"},
     {"int:bits=3,rot=random:7", "int:bits=3,sink=1"},
     {"quarot:bits=3", "quarot:bits=2"}, {"kvquant:bits=2,qnorm", "kvquant:bits=3,outliers=0"},
-    {"mx:elem=e2m1", "mx:elem=e4m3"}, {"nvfp4:4over6", "nvfp4"},
+    {"mx:elem=e2m1", "mx:elem=e4m3"}, {"nvfp4:4over6", "nvfp4"}, {"nvfp4:scale2=calib", "nvfp4:scale2=calib,4over6"},
     {"turboquant:bits=3,mode=prod", "turboquant:bits=2"}, {"turboquant:preset=k3v4_nc", "turboquant:preset=k3v4_nc"},
+    {"turboquant:preset=k8v4", "turboquant:preset=k8v4"},
     {"qjl", "fp16"},
 };
 #define N_SPECS (int)(sizeof specs / sizeof specs[0])
