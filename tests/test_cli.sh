@@ -118,6 +118,9 @@ if [ -f models/micro.bin ]; then
     expect 2 "scripts/corpus" "plate --long without a corpus" -- "$micro" plate --long --corpus "$tmp/no-corpus" --no-files
     expect 2 "not --json" "plate --long --json" -- "$micro" plate --long --json
     expect 2 "one of --batch and --eval" "bench --batch with --eval" -- "$micro" bench --eval --batch 4
+    "$micro" bench --eval --positions 150 --repeat 1 --cache kivi:bits=2,group=16,residual=32 >"$tmp/be.txt" 2>&1
+    [ "$(grep -c ' 0.00e+00$' "$tmp/be.txt")" = 2 ] && ok "bench --eval: fast and decode losses equal (fp32, kivi)" ||
+        bad "bench --eval: $(tail -2 "$tmp/be.txt")"
     mkdir -p "$tmp/corpus"
     for lang in en zh; do
         { printf '\001'; head -c 2300 "data/plates/$lang.txt" | iconv -c -f utf-8 -t utf-8; printf '\001'; head -c 300 data/plates/en.txt; } >"$tmp/corpus/$lang.val.txt"
