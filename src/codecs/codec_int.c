@@ -230,7 +230,7 @@ typedef struct {
 static inline void int_key_job(void *ctx, int c, int t0, int nt, int bits, AffineTileJob *job) {
     IntKeys *k = ctx;
     (void)nt;
-    for (int i = 12; i < 16; i++) int_prefetch_scales(k->b, k->head, t0 + i * TILE, k->n); // three groups ahead
+    for (int i = 20; i < 24; i++) int_prefetch_scales(k->b, k->head, t0 + i * TILE, k->n); // five groups ahead
     if (t0 == 0 && bits <= 4) { // a chunk's tables serve every token
         float lv[4][16] __attribute__((aligned(64)));
         affine_levels(bits, 1, lv);
@@ -272,7 +272,7 @@ static ALWAYS_INLINE void int_scores_tiled(const CodecBlocks *b, int head, const
 static const float *int_weights(const void *ctx, int head, int c, const float *p, int n, int j0, float *w, float *sm) {
     const CodecBlocks *b = ctx;
     (void)c, (void)sm;
-    for (int i = 8 * TILE; i < 12 * TILE; i += TILE) int_prefetch_scales(b, head, j0 + i, n); // 128 tokens ahead
+    for (int i = 16 * TILE; i < 20 * TILE; i += TILE) int_prefetch_scales(b, head, j0 + i, n); // 256 tokens ahead
     for (int i = 0; i < 4 * TILE && j0 + i < n; i += TILE) {
         int_scales(b, head, j0 + i, w + i);
         if (n - j0 - i >= TILE) {
