@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "../kvcache.h"
+#include "../quant.h"
 
 // A family's operations table, its functions named prefix_append, prefix_scores, ... (settled and
 // settle: functions, or NULL for a family whose tokens keep the form they were appended in).
@@ -43,8 +44,14 @@ static inline const void *codec_block(const CodecBlocks *b, int j, int *local) {
         *local = j;
         return b->states[0];
     }
-    *local = j % b->block;
-    return b->states[j / b->block];
+    return b->states[quant_divmod(j, b->block, local)];
+}
+
+// Token j's place in its block.
+static inline int codec_in_block(const CodecBlocks *b, int j) {
+    int at;
+    (void)quant_divmod(j, b->block, &at);
+    return at;
 }
 
 // For a family whose kernels read one state at a time: each block in turn. Scores are per token;

@@ -311,7 +311,7 @@ static ALWAYS_INLINE void float_score_tiles(const CodecBlocks *b, int head, cons
     tiles[0] = float_codes_at(b, head, t0, &state);
     // Within one block (the first, or a stream that is one, without a division) the tiles follow one
     // another.
-    const int same_block = t0 + nt * TILE <= b->block || t0 % b->block + nt * TILE <= b->block;
+    const int same_block = t0 + nt * TILE <= b->block || codec_in_block(b, t0) + nt * TILE <= b->block;
     for (int t = 1; t < nt; t++)
         tiles[t] = same_block ? tiles[0] + (size_t)t * TILE * (size_t)hd * es : float_codes_at(b, head, t0 + t * TILE, &state);
 #ifdef QUANT_AVX512
@@ -429,7 +429,7 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
         const float *w = direct ? p + j0 : wbuf[(j0 / (4 * TILE)) % 2];
         const int cnt = n - j0 < 4 * TILE ? n - j0 : 4 * TILE;
         // 16 rows at a time from their block; all the chunk's at once when it lies in one block.
-        const int whole = n <= b->block || j0 % b->block + cnt <= b->block;
+        const int whole = n <= b->block || codec_in_block(b, j0) + cnt <= b->block;
         for (int k0 = 0; k0 < cnt; k0 += whole ? cnt : TILE) {
             float_prefetch16(b, head, j0 + k0 + 12 * TILE, n); // the rows 192 tokens ahead
             const FloatState *state;

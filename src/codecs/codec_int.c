@@ -211,13 +211,16 @@ static ALWAYS_INLINE void int_scales(const CodecBlocks *b, int head, int t, floa
 }
 
 // Asks for the scales of the 16 tokens from t ahead of their use (when t < n): in a pool they lie
-// in their block's own allocation, a cache miss the codes' prefetches do not cover.
+// in their block's own allocation, a cache miss the codes' prefetches do not cover. Head 0 asks for
+// every head's scales of a block it enters, as for the codes (affine_prefetch).
 static ALWAYS_INLINE void int_prefetch_scales(const CodecBlocks *b, int head, int t, int n) {
     if (t >= n || n <= b->block) return; // one block: the scales are one stream the hardware follows
     int local;
     const IntState *s = codec_block(b, t, &local);
-    const size_t slot = int_slot(s, head, local);
-    __builtin_prefetch(s->scale_fp32 ? (const void *)(s->scale32 + slot) : (const void *)(s->scale16 + slot));
+    const size_t slot = int_slot(s, head, local), size = s->scale_fp32 ? sizeof(float) : sizeof(uint16_t);
+    const char *at = s->scale_fp32 ? (const char *)(s->scale32 + slot) : (const char *)(s->scale16 + slot);
+    const size_t bytes = head == 0 && local == 0 ? size * (size_t)s->n_heads * (size_t)s->slots : size * TILE;
+    for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch(at + i);
 }
 
 typedef struct {
