@@ -131,12 +131,10 @@ static void task_append(void *arg, int r, int thread) {
 }
 
 // One (row, head): attention over the row's own sequence, read from what its codec stored.
-static void task_attention(void *arg, int i, int thread) {
-    (void)thread;
-    StepCtx *c = arg;
+static void attend(StepCtx *c, int r, int h) {
     BatchForward *b = c->b;
     const ModelConfig *p = &b->model->config;
-    const int H = p->n_heads, r = i / H, h = i % H, hd = p->head_dim, group = p->n_heads / p->n_kv_heads;
+    const int H = p->n_heads, hd = p->head_dim, group = p->n_heads / p->n_kv_heads;
     const KVSeq *seq = c->rows[r].seq;
     const int n = c->rows[r].pos + 1;
     float *att = b->att + ((size_t)r * H + h) * b->context;
@@ -150,6 +148,21 @@ static void task_attention(void *arg, int i, int thread) {
     int top = 0;
     for (int j = 1; j < n; j++) top = att[j] > att[top] ? j : top;
     b->top_position[((size_t)r * p->n_layers + c->layer) * H + h] = top;
+}
+
+// Heads per attention task: a row's heads together when there are rows enough to keep every thread
+// busy, so that one core reads a row's cache blocks and its heads after the first find them in cache
+// (the codecs' kernels ask for whole blocks at head 0); else one head per task (a single sequence's
+// heads shared between the threads).
+static int attention_heads_per_task(const StepCtx *c) {
+    return c->n_rows >= 4 * pool_threads(c->b->pool) ? c->b->model->config.n_heads : 1;
+}
+
+static void task_attention(void *arg, int i, int thread) {
+    (void)thread;
+    StepCtx *c = arg;
+    const int H = c->b->model->config.n_heads, per = attention_heads_per_task(c);
+    for (int h = i * per % H; h < i * per % H + per; h++) attend(c, i * per / H, h);
 }
 
 // x += Wo · xb2 for this thread's output rows.
@@ -233,7 +246,7 @@ float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
                 rope(b->k + r * kvd, p->n_kv_heads, p->head_dim, b->rope_cos + at, b->rope_sin + at);
         }
         pool_run_tasks(b->pool, n_rows, task_append, &c);
-        pool_run_tasks(b->pool, n_rows * p->n_heads, task_attention, &c);
+        pool_run_tasks(b->pool, n_rows * p->n_heads / attention_heads_per_task(&c), task_attention, &c);
         // After the step's attention: KIVI's window slides (its oldest tokens quantised) here.
         for (int r = 0; r < n_rows; r++) kvseq_end_step(rows[r].seq, l);
         pool_run(b->pool, task_wo, &c);
