@@ -606,6 +606,16 @@ static size_t kivi_bytes(const void *state) {
     return (quant + full) * (size_t)s->n_heads;
 }
 
+// In a pool (codec_core.h's per-block kernels): one head's codes and parameters of a block, ahead of
+// the kernels.
+static void kivi_ahead(const void *state, int head) {
+    const KiviState *s = state;
+    const uint8_t *codes = code_store_unit(&s->cs, head, 0);
+    const char *meta = (const char *)(s->meta + (size_t)head * s->meta_per_head);
+    for (size_t i = 0; i < (size_t)s->cs.units * s->cs.unit_bytes; i += 64) __builtin_prefetch(codes + i);
+    for (size_t i = 0; i < s->meta_per_head * sizeof(uint16_t); i += 64) __builtin_prefetch(meta + i);
+}
+
 CODEC_OPS_PER_BLOCK(kivi, kivi_settled, kivi_settle);
 
 const CodecFamily CODEC_FAMILY(codec_kivi) = {.name = "kivi", .ops = &kivi_ops, .create = kivi_create,
