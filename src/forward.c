@@ -99,7 +99,7 @@ typedef struct {
     const BatchRow *rows;
     int n_rows;
     int layer;
-    int first_row; // task_attention's tasks are the heads of rows [first_row, n_rows)
+    int first_row; // task_row_heads' row
 } StepCtx;
 
 static void task_qkv(void *arg, int t, int nt) {
@@ -150,12 +150,10 @@ static void note_attention(BatchForward *b, int r, int layer, int h, const float
 }
 
 // One (row, head): attention over the row's own sequence, read from what its codec stored.
-static void task_attention(void *arg, int i, int thread) {
-    (void)thread;
-    StepCtx *c = arg;
+static void attend(StepCtx *c, int r, int h) {
     BatchForward *b = c->b;
     const ModelConfig *p = &b->model->config;
-    const int H = p->n_heads, r = c->first_row + i / H, h = i % H, hd = p->head_dim, group = p->n_heads / p->n_kv_heads;
+    const int H = p->n_heads, hd = p->head_dim, group = p->n_heads / p->n_kv_heads;
     const KVSeq *seq = c->rows[r].seq;
     const int n = c->rows[r].pos + 1;
     float *att = b->att + ((size_t)r * H + h) * b->context;
@@ -200,6 +198,29 @@ static void task_span_attention(void *arg, int i, int thread) {
     } else
         for (int t = 0; t < nt; t++) paged_mix(&seq->v[l], g, att + t * as, out + t * xs, n0 + t);
     for (int t = 0; t < nt; t++) note_attention(b, r0 + t, l, h, att + t * as, n0 + t);
+}
+
+// Heads per attention task: a row's heads together when there are rows enough to keep every thread
+// busy, so that one core reads a row's cache blocks and its heads after the first find them in cache
+// (the codecs' kernels ask for whole blocks at head 0); else one head per task (a single sequence's
+// heads shared between the threads).
+static int attention_heads_per_task(const StepCtx *c) {
+    return c->n_rows >= 4 * pool_threads(c->b->pool) ? c->b->model->config.n_heads : 1;
+}
+
+static void task_attention(void *arg, int i, int thread) {
+    (void)thread;
+    StepCtx *c = arg;
+    const int H = c->b->model->config.n_heads, per = attention_heads_per_task(c);
+    for (int h = i * per % H; h < i * per % H + per; h++) attend(c, i * per / H, h);
+}
+
+// Head i of one row (first_row), for a span whose codec re-forms tokens (KIVI): its rows attend one
+// after another, each between its append and its settle.
+static void task_row_heads(void *arg, int i, int thread) {
+    (void)thread;
+    StepCtx *c = arg;
+    attend(c, c->first_row, i);
 }
 
 // x += Wo · xb2 for this thread's output rows.
@@ -293,7 +314,7 @@ float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
             for (int r = 0; r < n_rows; r++) {
                 StepCtx one = {b, rows, r + 1, l, r};
                 kvseq_append(rows[r].seq, l, b->k + r * kvd, b->v + r * kvd);
-                pool_run_tasks(b->pool, p->n_heads, task_attention, &one);
+                pool_run_tasks(b->pool, p->n_heads, task_row_heads, &one);
                 kvseq_end_step(rows[r].seq, l);
             }
         } else if (span) { // every row appended in order, then all rows attend at once
@@ -303,7 +324,7 @@ float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
             for (int r = 0; r < n_rows; r++) kvseq_end_step(rows[r].seq, l);
         } else {
             pool_run_tasks(b->pool, n_rows, task_append, &c);
-            pool_run_tasks(b->pool, n_rows * p->n_heads, task_attention, &c);
+            pool_run_tasks(b->pool, n_rows * p->n_heads / attention_heads_per_task(&c), task_attention, &c);
             // After the step's attention: KIVI's window slides (its oldest tokens quantised) here.
             for (int r = 0; r < n_rows; r++) kvseq_end_step(rows[r].seq, l);
         }

@@ -47,7 +47,9 @@ static void ref_softmax(float *x, int n, float scale) {
     for (i = 0; i < n; i++) x[i] *= inv;
 }
 
+enum { BATCH = 6 }; // the batched product's rows: a block of four and two left over
 static float W[ROWS * NMAX], x[NMAX], out_a[ROWS], out_b[ROWS];
+static float X[BATCH * NMAX], mm_a[BATCH * ROWS], mm_b[BATCH * ROWS];
 static float s_in[NMAX], s_a[NMAX], s_b[NMAX];
 
 static void fill(float *v, int n, double magnitude) {
@@ -74,6 +76,19 @@ static void run(const ForwardKernels *k, const ForwardKernels *o) {
                         for (int r = r0; r < r1; r++) out_b[r] = ref_dot(W + (size_t)r * n, x, n);
                     }
                     CHECK(check_same_bits(out_a, out_b, ROWS), "matvec_rows %s vs %s: n %d rows [%d, %d) magnitude %g",
+                          k->name, o ? o->name : "reference", n, r0, r1, mags[mi]);
+                    // The batched product: every output the reference's dot product, in any batch.
+                    fill(X, BATCH * n, 1.0);
+                    memset(mm_a, 0, sizeof mm_a);
+                    memset(mm_b, 0, sizeof mm_b);
+                    k->matmul_rows(mm_a, ROWS, W, X, (size_t)n, n, BATCH, r0, r1);
+                    for (int b = 0; b < BATCH; b++)
+                        for (int r = r0; r < r1; r++) {
+                            if (o) continue;
+                            mm_b[b * ROWS + r] = ref_dot(W + (size_t)r * n, X + (size_t)b * n, n);
+                        }
+                    if (o) o->matmul_rows(mm_b, ROWS, W, X, (size_t)n, n, BATCH, r0, r1);
+                    CHECK(check_same_bits(mm_a, mm_b, BATCH * ROWS), "matmul_rows %s vs %s: n %d rows [%d, %d) magnitude %g",
                           k->name, o ? o->name : "reference", n, r0, r1, mags[mi]);
                 }
             }

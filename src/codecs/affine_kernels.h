@@ -99,25 +99,29 @@ typedef const float *(*AffinePrep)(const void *state, int head, int c, const flo
 // (a token tile, a token group or a row), a unit `unit_bytes` further on is the next; `units` (the
 // units the n tokens take) bounds the prefetches. A stream spread over blocks (a pool's sequence)
 // gives block i's such pointer in blocks[i], `block_units` units to a block; a contiguous stream
-// leaves blocks NULL.
+// leaves blocks NULL. whole: for head 0 of a stream over blocks, the bytes of every head's codes in a
+// block from blocks[i] (else 0), which head 0 asks for as it reaches the block (affine_prefetch).
 typedef struct {
     const uint8_t *codes;
     size_t unit_bytes;
     int units;
     const uint8_t *const *blocks;
     int block_units;
+    size_t whole;
 } AffineChunk;
 
 // The chunk of a stream over blocks: each block's unit 0 of the head (unit0(state, head)) plus
 // `offset`, in blocks[] (room for every block of the n tokens); one block is a contiguous chunk of
-// `units_one` units (its store's, whatever its capacity). unit: tokens per unit.
+// `units_one` units (its store's, whatever its capacity), of n_heads heads. unit: tokens per unit.
 typedef const uint8_t *(*AffineUnit0)(const void *state, int head);
 static inline AffineChunk affine_chunk_of(const CodecBlocks *b, int head, int n, size_t offset, AffineUnit0 unit0,
-                                          size_t unit_bytes, int unit, int units_one, const uint8_t **blocks) {
+                                          size_t unit_bytes, int unit, int units_one, int n_heads,
+                                          const uint8_t **blocks) {
     const int nb = (n + b->block - 1) / b->block;
     for (int i = 0; i < nb; i++) blocks[i] = unit0(b->states[i], head) + offset;
-    if (nb <= 1) return (AffineChunk){blocks[0], unit_bytes, units_one, NULL, 0};
-    return (AffineChunk){blocks[0], unit_bytes, (n + unit - 1) / unit, blocks, b->block / unit};
+    if (nb <= 1) return (AffineChunk){blocks[0], unit_bytes, units_one, NULL, 0, 0};
+    const size_t whole = head == 0 ? (size_t)n_heads * (size_t)units_one * unit_bytes : 0;
+    return (AffineChunk){blocks[0], unit_bytes, (n + unit - 1) / unit, blocks, b->block / unit, whole};
 }
 
 // Room for the block pointers of affine_chunk_of: on the stack up to AFFINE_STACK_BLOCKS blocks,
@@ -131,20 +135,38 @@ static inline const uint8_t **affine_blocks(const CodecBlocks *b, int n, const u
     return heap;
 }
 
+// Unit u's place in its block (of a stream over blocks).
+static QUANT_ALWAYS_INLINE int affine_in_block(const AffineChunk *ch, int u) {
+    int at;
+    (void)quant_divmod(u, ch->block_units, &at);
+    return at;
+}
+
 static QUANT_ALWAYS_INLINE const uint8_t *affine_unit(const AffineChunk *ch, int u) {
     if (!ch->blocks) return ch->codes + (size_t)u * ch->unit_bytes;
-    return ch->blocks[u / ch->block_units] + (size_t)(u % ch->block_units) * ch->unit_bytes;
+    int at;
+    const int block = quant_divmod(u, ch->block_units, &at);
+    return ch->blocks[block] + (size_t)at * ch->unit_bytes;
 }
 
 // Asks for units [u, u + count) ahead of their use (within the stream): a pool's blocks lie anywhere,
-// and the hardware prefetcher loses the way at each.
+// and the hardware prefetcher loses the way at each. The kernels ask 256 tokens ahead: in a pool of
+// 32 long conversations (micro bench --batch 32) every block is a trip to DRAM, and 128 tokens
+// ahead left the adds waiting on it (fp16's step was ~10% slower).
+// Head 0 asks for every head's codes of each block it reaches (ch->whole): the decoder runs a row's
+// heads one after another (forward.c), so heads 1.. find them in cache, and DRAM serves a block's
+// contiguous bytes at once instead of six runs of a sixth (the attention of a batch of 32 long
+// conversations ~15% faster).
+#define AFFINE_AHEAD 256
 static QUANT_ALWAYS_INLINE void affine_prefetch(const AffineChunk *ch, int u, int count) {
     if (u + count > ch->units) count = ch->units - u;
     while (count > 0) { // a run of units within one block is contiguous
-        const int run = ch->blocks ? ch->block_units - u % ch->block_units : count;
+        const int at = ch->blocks ? affine_in_block(ch, u) : 0;
+        const int run = ch->blocks ? ch->block_units - at : count;
         const int m = run < count ? run : count;
         const uint8_t *p = affine_unit(ch, u);
-        for (size_t b = 0; b < (size_t)m * ch->unit_bytes; b += 64) __builtin_prefetch(p + b);
+        const size_t bytes = ch->whole && at == 0 ? ch->whole : (size_t)m * ch->unit_bytes;
+        for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
         u += m, count -= m;
     }
 }
@@ -168,10 +190,10 @@ static QUANT_ALWAYS_INLINE void affine_mix_groups(AffineChunk ch, const int g, c
         if (j0 + 4 * QUANT_TILE < n) w[1 - b] = prep(state, head, c, p, n, j0 + 4 * QUANT_TILE, wbuf[1 - b], sm[1 - b]);
         const int u0 = j0 / g, nb = ((n - j0 < 4 * QUANT_TILE ? n - j0 : 4 * QUANT_TILE) + g - 1) / g; // u0 is even
         const size_t ub = ch.unit_bytes;
-        affine_prefetch(&ch, u0 + 8 * QUANT_TILE / g, 4 * QUANT_TILE / g); // the 64 tokens after next
+        affine_prefetch(&ch, u0 + AFFINE_AHEAD / g, 4 * QUANT_TILE / g);
         // 16 tokens (an even number of groups) at a time, which lie in one block; the whole 64 at
         // once when they do (a contiguous stream always).
-        const int step = !ch.blocks || u0 % ch.block_units + nb <= ch.block_units ? nb : QUANT_TILE / g;
+        const int step = !ch.blocks || affine_in_block(&ch, u0) + nb <= ch.block_units ? nb : QUANT_TILE / g;
         for (int k0 = 0; k0 < nb; k0 += step) {
             const uint8_t *chunk = affine_unit(&ch, u0 + k0); // group k at chunk + (k − k0)·ub
             const int k1 = nb - k0 < step ? nb : k0 + step;
@@ -291,9 +313,9 @@ static QUANT_ALWAYS_INLINE void affine_mix_rows(AffineChunk ch, const uint32_t *
         const int b = (j0 / (4 * QUANT_TILE)) % 2;
         if (j0 + 4 * QUANT_TILE < n) w[1 - b] = prep(state, head, c, p, n, j0 + 4 * QUANT_TILE, wbuf[1 - b], sm[1 - b]);
         const int cnt = n - j0 < 4 * QUANT_TILE ? n - j0 : 4 * QUANT_TILE;
-        affine_prefetch(&ch, j0 + 8 * QUANT_TILE, 4 * QUANT_TILE); // the 64 tokens after next
+        affine_prefetch(&ch, j0 + AFFINE_AHEAD, 4 * QUANT_TILE);
         // 16 rows at a time, which lie in one block; the whole 64 at once when they do.
-        const int step = !ch.blocks || j0 % ch.block_units + cnt <= ch.block_units ? cnt : QUANT_TILE;
+        const int step = !ch.blocks || affine_in_block(&ch, j0) + cnt <= ch.block_units ? cnt : QUANT_TILE;
         for (int k0 = 0; k0 < cnt; k0 += step) {
             const uint8_t *row = affine_unit(&ch, j0 + k0); // row k at row + (k − k0)·rb
             const int k1 = cnt - k0 < step ? cnt : k0 + step;
@@ -391,7 +413,7 @@ static QUANT_ALWAYS_INLINE void affine_score_tiles(AffineChunk tiles, int n, con
             for (int k = 0; k < nt; k++)
                 tile[k] = (const uint32_t *)(const void *)affine_unit(&tiles, t0 / QUANT_TILE + k) +
                           (size_t)c * bits * QUANT_TILE;
-            affine_prefetch(&tiles, t0 / QUANT_TILE + 8, 4); // the tiles after next
+            affine_prefetch(&tiles, (t0 + AFFINE_AHEAD) / QUANT_TILE, 4);
             float acc[4][QUANT_TILE] = {{0}};
             for (int k = 0; k < nt && carry && c > 0; k++)
                 memcpy(acc[k], out + t0 + k * QUANT_TILE,

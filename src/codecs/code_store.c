@@ -8,6 +8,7 @@ int code_store_init(CodeStore *cs, QuantLayout layout, int bits, int n_heads, in
     cs->bits = bits;
     cs->unit = layout == QUANT_TILES ? QUANT_TILE : layout == QUANT_GROUPS ? 4 / bits : 1;
     cs->units = (capacity + cs->unit - 1) / cs->unit;
+    cs->n_heads = n_heads;
     cs->row_bytes = quant_packed_bytes((size_t)head_dim, bits);
     cs->unit_bytes = (size_t)cs->unit * cs->row_bytes;
     cs->codes = calloc((size_t)n_heads * (size_t)cs->units, cs->unit_bytes);

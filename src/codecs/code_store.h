@@ -15,6 +15,7 @@ typedef struct {
     QuantLayout layout;
     int bits;
     int unit, units;   // tokens per unit, units per head (capacity rounded up)
+    int n_heads;
     size_t row_bytes;  // packed codes of one head at one token
     size_t unit_bytes; // unit · row_bytes
     uint8_t *codes;    // [head][unit][unit_bytes]; tiles: [chunk of 32][B words][16 lanes] as uint32
@@ -41,7 +42,7 @@ static inline uint8_t *code_store_unit(const CodeStore *cs, int head, int unit) 
 static inline const uint8_t *code_store_unit0(const void *state, int head) { return code_store_unit(state, head, 0); }
 static inline AffineChunk code_store_chunk(const CodecBlocks *b, int head, int n, size_t offset, const uint8_t **blocks) {
     const CodeStore *cs = b->states[0];
-    return affine_chunk_of(b, head, n, offset, code_store_unit0, cs->unit_bytes, cs->unit, cs->units, blocks);
+    return affine_chunk_of(b, head, n, offset, code_store_unit0, cs->unit_bytes, cs->unit, cs->units, cs->n_heads, blocks);
 }
 
 #endif

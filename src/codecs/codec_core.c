@@ -16,18 +16,28 @@ int codec_check_shape(const char *family, int n_heads, int head_dim, int capacit
     return -1;
 }
 
-void codec_scores_per_block(const CodecBlocks *b, CodecStateScoresFn fn, int head, const float *q, float *out, int n) {
+// Block i + 4's state, and what fn reads of block i + 2 (its state asked for two blocks ago).
+static void per_block_ahead(const CodecBlocks *b, CodecStateAheadFn ahead, int head, int i, int n) {
+    if (!ahead) return;
+    if ((i + 4) * b->block < n) __builtin_prefetch(b->states[i + 4]);
+    if ((i + 2) * b->block < n) ahead(b->states[i + 2], head);
+}
+
+void codec_scores_per_block(const CodecBlocks *b, CodecStateScoresFn fn, CodecStateAheadFn ahead, int head,
+                            const float *q, float *out, int n) {
     for (int i = 0; i * b->block < n; i++) {
         const int m = n - i * b->block < b->block ? n - i * b->block : b->block;
+        per_block_ahead(b, ahead, head, i, n);
         fn(b->states[i], head, q, out + (size_t)i * b->block, m);
     }
 }
 
-void codec_mix_per_block(const CodecBlocks *b, CodecStateScoresFn fn, int head_dim, int head, const float *p,
-                         float *out, int n) {
+void codec_mix_per_block(const CodecBlocks *b, CodecStateScoresFn fn, CodecStateAheadFn ahead, int head_dim, int head,
+                         const float *p, float *out, int n) {
     float part[1024];
     for (int i = 0; i * b->block < n; i++) {
         const int m = n - i * b->block < b->block ? n - i * b->block : b->block;
+        per_block_ahead(b, ahead, head, i, n);
         fn(b->states[i], head, p + (size_t)i * b->block, i == 0 ? out : part, m);
         if (i > 0)
             for (int d = 0; d < head_dim; d++) out[d] += part[d];

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "../kvcache.h"
+#include "../quant.h"
 
 // A family's operations table, its functions named prefix_append, prefix_scores, ... (settled and
 // settle: functions, or NULL for a family whose tokens keep the form they were appended in).
@@ -22,10 +23,10 @@
 // (codec_scores_per_block, codec_mix_per_block).
 #define CODEC_OPS_PER_BLOCK(prefix, settled_fn, settle_fn)                                         \
     static void prefix##_scores_blocks(const CodecBlocks *b, int head, const float *q, float *out, int n) { \
-        codec_scores_per_block(b, prefix##_scores, head, q, out, n);                               \
+        codec_scores_per_block(b, prefix##_scores, prefix##_ahead, head, q, out, n);               \
     }                                                                                              \
     static void prefix##_mix_blocks(const CodecBlocks *b, int head, const float *p, float *out, int n) { \
-        codec_mix_per_block(b, prefix##_mix, b->head_dim, head, p, out, n);                        \
+        codec_mix_per_block(b, prefix##_mix, prefix##_ahead, b->head_dim, head, p, out, n);        \
     }                                                                                              \
     CODEC_OPS_WITH(prefix, settled_fn, settle_fn, prefix##_scores_blocks, prefix##_mix_blocks)
 
@@ -43,16 +44,27 @@ static inline const void *codec_block(const CodecBlocks *b, int j, int *local) {
         *local = j;
         return b->states[0];
     }
-    *local = j % b->block;
-    return b->states[j / b->block];
+    return b->states[quant_divmod(j, b->block, local)];
+}
+
+// Token j's place in its block.
+static inline int codec_in_block(const CodecBlocks *b, int j) {
+    int at;
+    (void)quant_divmod(j, b->block, &at);
+    return at;
 }
 
 // For a family whose kernels read one state at a time: each block in turn. Scores are per token;
 // mix sums each block on its own and adds the blocks' sums in order (head_dim <= 1024).
+// ahead (or NULL) asks for what fn will read of one head in a state: it is called for the block two
+// on, whose state was asked for two blocks before (each call stalls on DRAM at its start otherwise:
+// a pool's blocks lie anywhere, and fn's own prefetches end at its block).
 typedef void (*CodecStateScoresFn)(const void *state, int head, const float *q, float *out, int n);
-void codec_scores_per_block(const CodecBlocks *b, CodecStateScoresFn fn, int head, const float *q, float *out, int n);
-void codec_mix_per_block(const CodecBlocks *b, CodecStateScoresFn fn, int head_dim, int head, const float *p,
-                         float *out, int n);
+typedef void (*CodecStateAheadFn)(const void *state, int head);
+void codec_scores_per_block(const CodecBlocks *b, CodecStateScoresFn fn, CodecStateAheadFn ahead, int head,
+                            const float *q, float *out, int n);
+void codec_mix_per_block(const CodecBlocks *b, CodecStateScoresFn fn, CodecStateAheadFn ahead, int head_dim, int head,
+                         const float *p, float *out, int n);
 // A stream read back token by token, each token from its block (head_dim <= 1024):
 // out[j] = Σ_d q[d] · x̂_j[d] in order of d, or out[d] = Σ_j p[j] · x̂_j[d] in order of j.
 void codec_scores_by_read(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *q, float *out,

@@ -622,7 +622,7 @@ static void block_mix_q5_state(const void *state, int head, const float *p, floa
 static void block_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
     const BlockState *s = b->states[0];
     if (s->is_key && s->qround) // integer dot products per token: block by block
-        codec_scores_per_block(b, block_scores_qround, head, q, out, n);
+        codec_scores_per_block(b, block_scores_qround, NULL, head, q, out, n);
     else if (s->is_key && s->blocks <= 8)
         block_scores_fn[s->format](b, head, q, out, n);
     else
@@ -634,7 +634,7 @@ static void block_mix(const CodecBlocks *b, int head, const float *p, float *out
     if (s->is_key)
         codec_mix_by_read(b, block_read, s->head_dim, head, p, out, n);
     else if (s->qh && n > b->block) // q5's fifth bits are one array per block: block by block
-        codec_mix_per_block(b, block_mix_q5_state, s->head_dim, head, p, out, n);
+        codec_mix_per_block(b, block_mix_q5_state, NULL, s->head_dim, head, p, out, n);
     else
         block_mix_fn[s->format](b, head, p, out, n);
 }

@@ -211,13 +211,16 @@ static ALWAYS_INLINE void int_scales(const CodecBlocks *b, int head, int t, floa
 }
 
 // Asks for the scales of the 16 tokens from t ahead of their use (when t < n): in a pool they lie
-// in their block's own allocation, a cache miss the codes' prefetches do not cover.
+// in their block's own allocation, a cache miss the codes' prefetches do not cover. Head 0 asks for
+// every head's scales of a block it enters, as for the codes (affine_prefetch).
 static ALWAYS_INLINE void int_prefetch_scales(const CodecBlocks *b, int head, int t, int n) {
     if (t >= n || n <= b->block) return; // one block: the scales are one stream the hardware follows
     int local;
     const IntState *s = codec_block(b, t, &local);
-    const size_t slot = int_slot(s, head, local);
-    __builtin_prefetch(s->scale_fp32 ? (const void *)(s->scale32 + slot) : (const void *)(s->scale16 + slot));
+    const size_t slot = int_slot(s, head, local), size = s->scale_fp32 ? sizeof(float) : sizeof(uint16_t);
+    const char *at = s->scale_fp32 ? (const char *)(s->scale32 + slot) : (const char *)(s->scale16 + slot);
+    const size_t bytes = head == 0 && local == 0 ? size * (size_t)s->n_heads * (size_t)s->slots : size * TILE;
+    for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch(at + i);
 }
 
 typedef struct {
@@ -230,7 +233,7 @@ typedef struct {
 static inline void int_key_job(void *ctx, int c, int t0, int nt, int bits, AffineTileJob *job) {
     IntKeys *k = ctx;
     (void)nt;
-    for (int i = 12; i < 16; i++) int_prefetch_scales(k->b, k->head, t0 + i * TILE, k->n); // three groups ahead
+    for (int i = 20; i < 24; i++) int_prefetch_scales(k->b, k->head, t0 + i * TILE, k->n); // five groups ahead
     if (t0 == 0 && bits <= 4) { // a chunk's tables serve every token
         float lv[4][16] __attribute__((aligned(64)));
         affine_levels(bits, 1, lv);
@@ -272,7 +275,7 @@ static ALWAYS_INLINE void int_scores_tiled(const CodecBlocks *b, int head, const
 static const float *int_weights(const void *ctx, int head, int c, const float *p, int n, int j0, float *w, float *sm) {
     const CodecBlocks *b = ctx;
     (void)c, (void)sm;
-    for (int i = 8 * TILE; i < 12 * TILE; i += TILE) int_prefetch_scales(b, head, j0 + i, n); // 128 tokens ahead
+    for (int i = 16 * TILE; i < 20 * TILE; i += TILE) int_prefetch_scales(b, head, j0 + i, n); // 256 tokens ahead
     for (int i = 0; i < 4 * TILE && j0 + i < n; i += TILE) {
         int_scales(b, head, j0 + i, w + i);
         if (n - j0 - i >= TILE) {

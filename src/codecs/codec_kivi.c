@@ -393,9 +393,13 @@ static void kivi_key_finish(void *ctx, int c, int t0, int nt, float (*acc)[TILE]
 // Quantised keys [0, nq).
 static ALWAYS_INLINE void kivi_scores_quantised(const KiviState *s, int head, const float *q, float *out, int nq,
                                                 const int hd, const int bits) {
-    KiviKeys kt = {.s = s, .head = head, .nq = nq, .q = q};
+    // Not zeroed: 11 KB of tables, and in a pool this runs once per block of every head (kivi's
+    // kernels read one state), where clearing them took a tenth of the step. Every field is written
+    // before it is read (kivi_key_job at t0 = 0, kivi_tables_for, kivi_key_params).
+    KiviKeys kt;
+    kt.s = s, kt.head = head, kt.nq = nq, kt.q = q;
     affine_levels(bits, 0, kt.lv);
-    affine_score_tiles((AffineChunk){code_store_unit(&s->cs, head, 0), s->cs.unit_bytes, s->cs.units, NULL, 0}, nq, hd, bits, AFFINE_UNSIGNED,
+    affine_score_tiles((AffineChunk){code_store_unit(&s->cs, head, 0), s->cs.unit_bytes, s->cs.units, NULL, 0, 0}, nq, hd, bits, AFFINE_UNSIGNED,
                        0, bits <= 4, 1, KIVI_KEY_FORM, q, kivi_key_job, kivi_key_finish, &kt, out);
 }
 
@@ -531,7 +535,7 @@ static ALWAYS_INLINE void kivi_mix_values(const KiviState *s, int head, const fl
     for (int c = 0; c < hd / 32; c++) {
         float sums[2][32] __attribute__((aligned(64)));
         const AffineChunk ch = {code_store_unit(&s->cs, head, 0) + (size_t)c * (groups ? 16 : 4 * bits),
-                                s->cs.unit_bytes, s->cs.units, NULL, 0};
+                                s->cs.unit_bytes, s->cs.units, NULL, 0, 0};
         if (groups) {
             affine_mix_groups(ch, g, (const float(*)[16])lv, KIVI_FORM, kivi_value_params, s, head, c, p, nq,
                               (float(*)[2][16])sums);
@@ -600,6 +604,16 @@ static size_t kivi_bytes(const void *state) {
     else // codes per token + (scale, min) per channel, per group of G tokens
         quant = nq * s->cs.row_bytes + (nq / (size_t)s->group) * hd * 2 * sizeof(uint16_t);
     return (quant + full) * (size_t)s->n_heads;
+}
+
+// In a pool (codec_core.h's per-block kernels): one head's codes and parameters of a block, ahead of
+// the kernels.
+static void kivi_ahead(const void *state, int head) {
+    const KiviState *s = state;
+    const uint8_t *codes = code_store_unit(&s->cs, head, 0);
+    const char *meta = (const char *)(s->meta + (size_t)head * s->meta_per_head);
+    for (size_t i = 0; i < (size_t)s->cs.units * s->cs.unit_bytes; i += 64) __builtin_prefetch(codes + i);
+    for (size_t i = 0; i < s->meta_per_head * sizeof(uint16_t); i += 64) __builtin_prefetch(meta + i);
 }
 
 CODEC_OPS_PER_BLOCK(kivi, kivi_settled, kivi_settle);
