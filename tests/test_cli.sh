@@ -113,24 +113,23 @@ if [ -f models/micro.bin ]; then
         ok "plate panels" || bad "plate panels"
 
     # plate --long: without the corpus, one line naming scripts/corpus; on a small corpus-form folder
-    # (documents after 0x01 bytes, one longer than a window), panel (a) and its CSV, the fast evaluator
-    # and the decode loop giving the same numbers.
+    # (documents after 0x01 bytes), panel (a) and its CSV. (Windowing is eval's, test_cli_hostile.sh; the
+    # fast evaluator against the decode loop is tests/test_eval_fast.c and bench --eval below.)
     expect 2 "scripts/corpus" "plate --long without a corpus" -- "$micro" plate --long --corpus "$tmp/no-corpus" --no-files
     expect 2 "not --json" "plate --long --json" -- "$micro" plate --long --json
     expect 2 "one of --batch and --eval" "bench --batch with --eval" -- "$micro" bench --eval --batch 4
-    "$micro" bench --eval --positions 150 --repeat 1 --cache kivi:bits=2,group=16,residual=32 >"$tmp/be.txt" 2>&1
+    "$micro" bench --eval --positions 100 --repeat 1 --cache kivi:bits=2,group=16,residual=32 >"$tmp/be.txt" 2>&1
     [ "$(grep -c ' 0.00e+00$' "$tmp/be.txt")" = 2 ] && ok "bench --eval: fast and decode losses equal (fp32, kivi)" ||
         bad "bench --eval: $(tail -2 "$tmp/be.txt")"
     mkdir -p "$tmp/corpus"
     for lang in en zh; do
-        { printf '\001'; head -c 2300 "data/plates/$lang.txt" | iconv -c -f utf-8 -t utf-8; printf '\001'; head -c 300 data/plates/en.txt; } >"$tmp/corpus/$lang.val.txt"
+        { printf '\001'; head -c 200 "data/plates/$lang.txt" | iconv -c -f utf-8 -t utf-8; printf '\001'; head -c 100 data/plates/en.txt; } >"$tmp/corpus/$lang.val.txt"
     done
     "$micro" plate --long --corpus "$tmp/corpus" --out "$tmp/long" >"$tmp/long.txt" 2>"$tmp/long.err" || bad "plate --long failed: $(cat "$tmp/long.err")"
-    "$micro" plate --long --corpus "$tmp/corpus" --no-files --csv --decode >"$tmp/long-decode.csv" 2>>"$tmp/long.err"
     grep -q "(a) the plate's scheme on the long held-out texts" "$tmp/long.txt" && [ -s "$tmp/long/plate-long.csv" ] &&
         ok "plate --long: panel (a) and plate-long.csv" || bad "plate --long output: $(head -3 "$tmp/long.txt")"
-    cmp -s "$tmp/long/plate-long.csv" "$tmp/long-decode.csv" && ok "plate --long: fast evaluator = decode loop" ||
-        bad "plate --long: the fast evaluator and --decode differ"
+    [ "$(grep -c '^loss,' "$tmp/long/plate-long.csv")" = 10 ] && ok "plate --long: five schemes on both texts" ||
+        bad "plate --long csv: $(head -3 "$tmp/long/plate-long.csv")"
 
     # serve-bench: the pool's bad sizes, KIVI's groups against the block, and a small run's CSV
     # interface; two runs agree in everything but their timings.
