@@ -3,7 +3,6 @@
 // "The line a token travels", for every row at once.
 #include "forward.h"
 
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdint.h>

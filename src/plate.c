@@ -556,12 +556,16 @@ static int check_out_dir(const char *dir, char *err, size_t errlen) {
 }
 
 // Writes DIR/plate.csv and DIR/plate.json, each whole or not at all. 0, or -1 with err set.
+// The output folder, made when missing. 0, or -1 with one line in err.
+static int make_out_dir(const char *dir, char *err, size_t errlen) {
+    if (mkdir(dir, 0777) == 0 || errno == EEXIST) return 0;
+    snprintf(err, errlen, "cannot make the folder %s: %s", dir, strerror(errno));
+    return -1;
+}
+
 static int write_outputs(const char *dir, const PlateRun *r, const CapacityModel *cap, const double *scheme_bits,
                          char *csv_path, size_t n, char *err, size_t errlen) {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-        snprintf(err, errlen, "cannot make the folder %s: %s", dir, strerror(errno));
-        return -1;
-    }
+    if (make_out_dir(dir, err, errlen)) return -1;
     PlateOutput o = {r, cap, scheme_bits};
     char path[4200];
     snprintf(path, sizeof path, "%s/plate.json", dir);
@@ -622,12 +626,6 @@ static void long_task(void *arg, int t, int thread) {
     for (int i = 0; i < n; i++) r->results[index[i]][t] = out[i];
 }
 
-static int write_long_csv(FILE *f, void *ctx, char *why, size_t whylen) {
-    (void)why, (void)whylen;
-    print_csv(f, ctx, NULL, NULL);
-    return 0;
-}
-
 // micro plate --long: panel (a) again on the corpus's validation split (held out from training, about
 // 280 kB a language), each document in windows of the model's context, each from its own BOS.
 static int plate_long(const PlateOptions *o, PlateRun *r) {
@@ -661,11 +659,9 @@ static int plate_long(const PlateOptions *o, PlateRun *r) {
     }
     char csv_path[4200];
     snprintf(csv_path, sizeof csv_path, "%s/plate-long.csv", o->out_dir);
-    if (!status && o->files && (mkdir(o->out_dir, 0777) != 0 && errno != EEXIST)) {
-        fprintf(stderr, "micro: cannot make the folder %s: %s\n", o->out_dir, strerror(errno));
-        status = 1;
-    }
-    if (!status && o->files && safe_write(csv_path, write_long_csv, r, err, sizeof err)) {
+    PlateOutput out = {r, NULL, NULL}; // the long run's CSV: panel (a) only (print_csv, long_run)
+    if (!status && o->files &&
+        (make_out_dir(o->out_dir, err, sizeof err) || safe_write(csv_path, write_csv, &out, err, sizeof err))) {
         fprintf(stderr, "micro: %s\n", err);
         status = 1;
     }
