@@ -62,11 +62,6 @@ static inline float quant_fp16_to_fp32(uint16_t h) {
 // fp32 -> bf16, round to nearest even; overflow gives ±inf; NaN stays (quiet) NaN.
 uint16_t quant_fp32_to_bf16(float x);
 
-// The same three conversions by the generic minifloat rounding (tests check the fast ones above
-// against these).
-uint16_t quant_fp32_to_fp16_ref(float x);
-uint16_t quant_fp32_to_fp16_sat_ref(float x);
-uint16_t quant_fp32_to_bf16_ref(float x);
 static inline float quant_bf16_to_fp32(uint16_t b) { return quant_from_bits((uint32_t)b << 16); }
 
 // ---- FP8 ------------------------------------------------------------------------------------
@@ -77,13 +72,9 @@ static inline float quant_bf16_to_fp32(uint16_t b) { return quant_from_bits((uin
 typedef enum { QUANT_FP8_E4M3 = 0, QUANT_FP8_E5M2 = 1 } QuantFp8Format;
 
 uint8_t quant_fp32_to_fp8(float x, QuantFp8Format format);
-// The same by the generic minifloat rounding (tests check the fast one against it).
-uint8_t quant_fp32_to_fp8_ref(float x, QuantFp8Format format);
-// The reference decoder (by the formats' definitions).
-float quant_fp8_to_fp32(uint8_t code, QuantFp8Format format);
 
-// Branch-free decoders for the kernels, equal to quant_fp8_to_fp32 on all 256 codes (a test checks),
-// built as quant_fp16_to_fp32 is.
+// Branch-free decoders for the kernels, built as quant_fp16_to_fp32 is (test_quant checks all 256
+// codes against the formats' defining formulas).
 static inline float quant_e4m3_to_fp32(uint8_t c) {
     const uint32_t mag = c & 0x7fu;
     const uint32_t normal = (mag << 20) + (120u << 23);
@@ -102,11 +93,6 @@ static inline float quant_e5m2_to_fp32(uint8_t c) {
                            ((uint32_t)(c & 0x80u) << 24));
 }
 
-// The largest finite value (448 or 57344).
-float quant_fp8_max(QuantFp8Format format);
-// table[c] = quant_fp8_to_fp32(c) for all 256 codes (decode kernels look codes up).
-void quant_fp8_table(QuantFp8Format format, float table[256]);
-
 // ---- Dense bit packing ----------------------------------------------------------------------
 // n codes of `bits` bits (1..8) form one little-endian bit stream: code i occupies bits
 // [i*bits, (i+1)*bits), least significant bit first, so 3-, 5-, 6- and 7-bit codes straddle
@@ -116,9 +102,6 @@ static inline size_t quant_packed_bytes(size_t n, int bits) { return (n * (size_
 // Writes quant_packed_bytes(n, bits) bytes; only the low `bits` bits of each code are kept.
 void quant_pack(uint8_t *dst, const uint8_t *codes, size_t n, int bits);
 void quant_unpack(const uint8_t *src, uint8_t *codes, size_t n, int bits);
-
-// The same written as floats, out[i] = code_i * mul - offset (small integers, exact).
-void quant_unpack_float(const uint8_t *src, int n, int bits, float mul, float offset, float *out);
 
 // ---- Kernel layouts -------------------------------------------------------------------------
 // The attention kernels of the codecs read codes in one of two layouts, chosen by role:

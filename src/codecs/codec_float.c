@@ -274,11 +274,14 @@ static ALWAYS_INLINE __m512 float_decode8(const uint8_t *p, const FloatFormat f)
     return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_add_epi16(h, _mm256_and_si256(h, _mm256_set1_epi16(0x80))), 7));
 }
 
-// a += x · (the 16 or 32 numbers at p): numbers 0..15 to lo, 16..31 to hi (8-bit), or 2i to lo and
-// 2i+1 to hi (16-bit, both from one load).
+// a += x · (the 32 numbers at p): numbers 0..15 to lo, 16..31 to hi (8- and 32-bit), or 2i to lo
+// and 2i+1 to hi (16-bit, both from one load).
 static ALWAYS_INLINE void float_madd(const uint8_t *p, __m512 x0, __m512 x1, const FloatFormat f, __m512 *lo,
                                      __m512 *hi) {
-    if (formats[f].bytes == 2) {
+    if (formats[f].bytes == 4) {
+        *lo = _mm512_add_ps(*lo, _mm512_mul_ps(x0, _mm512_loadu_ps(p)));
+        *hi = _mm512_add_ps(*hi, _mm512_mul_ps(x1, _mm512_loadu_ps(p + 64)));
+    } else if (formats[f].bytes == 2) {
         const __m512i w = _mm512_loadu_si512(p);
         *lo = _mm512_add_ps(*lo, _mm512_mul_ps(x0, float_lo16(w, f)));
         *hi = _mm512_add_ps(*hi, _mm512_mul_ps(x1, float_hi16(w, f)));
@@ -473,15 +476,13 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
 }
 
 // One instance of each kernel per format (a constant format folds the decoder's switch away).
-#define FLOAT_SCORES(id, fmt)                                                                      \
+#define FLOAT_INSTANCE(id, fmt)                                                                    \
     static void scores_##id(const CodecBlocks *b, int head, const float *q, float *out, int n) {   \
         if (b->head_dim == 32) /* micro's: constant trip counts */                                 \
             float_scores_keys(b, head, q, out, n, 32, fmt);                                        \
         else                                                                                       \
             float_scores_keys(b, head, q, out, n, b->head_dim, fmt);                               \
-    }
-#define FLOAT_INSTANCE(id, fmt)                                                                    \
-    FLOAT_SCORES(id, fmt)                                                                          \
+    }                                                                                              \
     static void mix_##id(const CodecBlocks *b, int head, const float *p, float *out, int n) {      \
         float_mix_rows(b, head, p, out, n, fmt);                                                   \
     }
@@ -489,58 +490,15 @@ FLOAT_INSTANCE(fp16, FMT_FP16)
 FLOAT_INSTANCE(bf16, FMT_BF16)
 FLOAT_INSTANCE(e4m3, FMT_E4M3)
 FLOAT_INSTANCE(e5m2, FMT_E5M2)
-FLOAT_SCORES(fp32, FMT_FP32) // and mix_fp32 below
+FLOAT_INSTANCE(fp32, FMT_FP32)
 #undef FLOAT_INSTANCE
-#undef FLOAT_SCORES
-
-// fp32's mix, for every head_dim: even and odd tokens in separate accumulators (two FMA chains
-// instead of one), 32 dimensions per pass so each value row is read once, the dimensions past the
-// last 32 one sum in order of j. The sums run on from block to block (blocks hold an even number of
-// tokens), so a paged stream gives the bits of a contiguous one.
-static void mix_fp32(const CodecBlocks *b, int head, const float *p, float *out, int n) {
-    const int hd = b->head_dim;
-    int d0 = 0;
-    for (; d0 + 2 * TILE <= hd; d0 += 2 * TILE) {
-        float even[2 * TILE] = {0}, odd[2 * TILE] = {0};
-        for (int j0 = 0; j0 < n; j0 += b->block) {
-            const FloatState *s = b->states[j0 / b->block];
-            const float *v = (const float *)(const void *)s->codes + (size_t)head * s->capacity * hd; // token j0
-            const int j1 = n - j0 < b->block ? n : j0 + b->block;
-            int j = j0;
-            for (; j + 2 <= j1; j += 2) {
-                const float *r0 = v + (size_t)(j - j0) * hd + d0, *r1 = r0 + hd;
-                const float w0 = p[j], w1 = p[j + 1];
-#pragma omp simd
-                for (int l = 0; l < 2 * TILE; l++) {
-                    even[l] += w0 * r0[l];
-                    odd[l] += w1 * r1[l];
-                }
-            }
-            for (; j < j1; j++) {
-                const float *r0 = v + (size_t)(j - j0) * hd + d0;
-#pragma omp simd
-                for (int l = 0; l < 2 * TILE; l++) even[l] += p[j] * r0[l];
-            }
-        }
-        for (int l = 0; l < 2 * TILE; l++) out[d0 + l] = even[l] + odd[l];
-    }
-    for (; d0 < hd; d0++) {
-        float acc = 0;
-        for (int j = 0; j < n; j++) {
-            int local;
-            const FloatState *s = codec_block(b, j, &local);
-            acc += p[j] * float_decode(s->codes, ((size_t)head * s->capacity + (size_t)local) * hd + (size_t)d0, FMT_FP32);
-        }
-        out[d0] = acc;
-    }
-}
 
 typedef void (*FloatKernel)(const CodecBlocks *, int, const float *, float *, int);
 static const FloatKernel float_scores_fn[] = {scores_fp16, scores_bf16, scores_e4m3, scores_e5m2, scores_fp32};
 static const FloatKernel float_mix_fn[] = {mix_fp16, mix_bf16, mix_e4m3, mix_e5m2, mix_fp32};
 
 // Scoring a value stream or mixing a key stream is not what attention does: read back. The mix
-// kernel's buffers hold head_dims up to 64 (fp32's has none).
+// kernel's buffers hold head_dims up to 64.
 static void float_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
     const FloatState *s = b->states[0];
     if (s->is_key)
@@ -551,7 +509,7 @@ static void float_scores(const CodecBlocks *b, int head, const float *q, float *
 
 static void float_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
     const FloatState *s = b->states[0];
-    if (!s->is_key && (s->head_dim <= 64 || s->format == FMT_FP32))
+    if (!s->is_key && s->head_dim <= 64)
         float_mix_fn[s->format](b, head, p, out, n);
     else
         codec_mix_by_read(b, float_read, s->head_dim, head, p, out, n);

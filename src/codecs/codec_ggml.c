@@ -188,7 +188,8 @@ static int iq4nl_nearest(float v) {
 //     (t = −7..7) and keep the best fit (Σw·q·x)²/Σw·q²; finally re-assign every number to its
 //     nearest entry under the chosen scale.
 // The 16 assignments of the search are independent, so they run side by side, one per SIMD lane
-// (each lane's sums in order of j); the choice between them is then made in order.
+// (each lane's sums in order of j; gcc vectorises the lookups); the choice between them is then made
+// in order.
 static void quantise_iq4_nl(const float *x, uint8_t *b, int search) {
     static const float values[17] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113, 113};
     const int ntry = 7;
@@ -218,29 +219,6 @@ static void quantise_iq4_nl(const float *x, uint8_t *b, int search) {
         float ids[16], sumqx[16] = {0}, sumq2[16] = {0};
         ids[0] = 1.0f / d0;
         for (int t = -ntry; t <= ntry; t++) ids[t + ntry + 1] = ((float)t + iq4nl_values[0]) / max;
-#ifdef QUANT_AVX512
-        // the same, the lookups by vpermps (gcc would gather, which is slow here)
-        const __m512 V = _mm512_loadu_ps(values), I = _mm512_loadu_ps(ids);
-        const __m512i one = _mm512_set1_epi32(1), last = _mm512_set1_epi32(15);
-        __m512 sqx = _mm512_setzero_ps(), sq2 = sqx;
-        for (int j = 0; j < QK; j++) {
-            const __m512 X = _mm512_set1_ps(x[j]), W = _mm512_set1_ps(w[j]), v = _mm512_mul_ps(I, X);
-            __m512i lo = _mm512_setzero_si512();
-            for (int e = 1; e < 16; e++)
-                lo = _mm512_mask_add_epi32(lo, _mm512_cmp_ps_mask(v, _mm512_set1_ps(values[e]), _CMP_GE_OQ), lo, one);
-            const __m512i hi = _mm512_add_epi32(lo, one);
-            const __m512 a = _mm512_permutexvar_ps(lo, V), b = _mm512_permutexvar_ps(hi, V);
-            __m512i idx = _mm512_mask_blend_epi32(
-                _mm512_cmp_ps_mask(_mm512_sub_ps(v, a), _mm512_sub_ps(b, v), _CMP_LT_OQ), hi, lo);
-            idx = _mm512_mask_mov_epi32(idx, _mm512_cmpeq_epi32_mask(lo, last) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
-                                        last);
-            const __m512 q = _mm512_permutexvar_ps(idx, V), wq = _mm512_mul_ps(W, q);
-            sqx = _mm512_add_ps(sqx, _mm512_mul_ps(wq, X));
-            sq2 = _mm512_add_ps(sq2, _mm512_mul_ps(wq, q));
-        }
-        _mm512_storeu_ps(sumqx, sqx);
-        _mm512_storeu_ps(sumq2, sq2);
-#else
         for (int j = 0; j < QK; j++) {
 #pragma omp simd
             for (int k = 0; k < 16; k++) { // q = the codebook value nearest to ids[k] · x[j], as iq4nl_nearest
@@ -253,7 +231,6 @@ static void quantise_iq4_nl(const float *x, uint8_t *b, int search) {
                 sumq2[k] += w[j] * q * q;
             }
         }
-#endif
         d = sumqx[0] / sumq2[0];
         float best = d * sumqx[0];
         for (int k = 1; k < 16; k++) {

@@ -27,7 +27,7 @@
 // when head_dim and G are multiples of 32 and B is 4, 2 or 1: codes in token groups of 4/B tokens,
 // looked up in a table Σ_t p_t · x̂_t(c) per group (one scale and minimum per token and chunk of
 // 32 numbers); the window stays one fp16 row per slot. Other shapes keep one packed row per token
-// and the general kernels.
+// and are read back (codec_core.h).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -466,38 +466,7 @@ static const float *kivi_value_params(const void *state, int head, int c, const 
 
 static const AffineForm KIVI_FORM = {1, 1, 2, 1}; // p · (c · scale + minimum), (scale, minimum) pairs
 
-// ---- Rows (other shapes), and the general kernels ------------------------------------------
-
-// Keys on rows: per token group the chunk's scales and minimums once, then per token the codes
-// unpacked in registers, x̂ = code · scale + minimum, and the dot product.
-static ALWAYS_INLINE void kivi_scores_rows(const KiviState *s, int head, const float *q, float *out, int n,
-                                           const int hd, const int bits) {
-    const int nq = n < s->n_quant ? n : s->n_quant;
-    float sc[32], mn[32], k[32];
-    for (int j = 0; j < nq; j++) out[j] = 0.0f;
-    for (int g0 = 0; g0 < nq; g0 += s->group) {
-        const int g1 = g0 + s->group < nq ? g0 + s->group : nq;
-        const uint16_t *meta = kivi_key_meta(s, head, g0 / s->group);
-        for (int c = 0; c < hd; c += 32) {
-            const int m = hd - c < 32 ? hd - c : 32;
-            for (int i = 0; i < m; i++)
-                sc[i] = quant_fp16_to_fp32(meta[c + i]), mn[i] = quant_fp16_to_fp32(meta[hd + c + i]);
-            for (int j = g0; j < g1; j++) {
-                quant_unpack_float(code_store_unit(&s->cs, head, j) + quant_packed_bytes((size_t)c, bits), m, bits, 1.0f, 0.0f, k);
-                // in order of i: a vectorised reduction would add in an order that depends on the
-                // vector width, and the portable and AVX-512 builds must agree
-                float acc = 0.0f;
-                for (int i = 0; i < m; i++) acc += q[c + i] * (k[i] * sc[i] + mn[i]);
-                out[j] += acc;
-            }
-        }
-    }
-    for (int j = nq; j < n; j++) {
-        float acc = 0.0f;
-        for (int d = 0; d < hd; d++) acc += q[d] * quant_fp16_to_fp32(*kivi_full_at(s, head, j, d));
-        out[j] = acc;
-    }
-}
+// ---- Values in rows (other widths), and the window -----------------------------------------
 
 // sums[j % 2] += p_j · v̂_j for the window's tokens [nq, n) of chunk c: numbers 2i and 2i + 1 to
 // sums[.][i] and sums[.][16 + i] (the token groups' order, `pairs`), else number i to sums[.][i].
@@ -524,7 +493,7 @@ static ALWAYS_INLINE void kivi_window(const KiviState *s, int head, int c, const
 
 static ALWAYS_INLINE void kivi_mix_values(const KiviState *s, int head, const float *p, float *out, int n, const int hd,
                                           const int bits) {
-    if (hd % 32) { // odd shapes
+    if (hd % 32 || s->group % 32) { // odd shapes, and chunks of 32 numbers over several channel groups
         codec_mix_by_read(CODEC_ONE_BLOCK(s, s->head_dim), kivi_read, s->head_dim, head, p, out, n);
         return;
     }
@@ -539,18 +508,9 @@ static ALWAYS_INLINE void kivi_mix_values(const KiviState *s, int head, const fl
         if (groups) {
             affine_mix_groups(ch, g, (const float(*)[16])lv, KIVI_FORM, kivi_value_params, s, head, c, p, nq,
                               (float(*)[2][16])sums);
-        } else if (s->group % 32 == 0) { // the chunk lies in one group
+        } else { // the chunk lies in one channel group
             affine_mix_rows(ch, NULL, bits, AFFINE_UNSIGNED, 0, KIVI_FORM, kivi_value_params, s, head, c, p, nq, sums[0],
                             sums[1]);
-        } else { // a chunk over several channel groups: decoded as read() does, x̂ = c · scale + minimum
-            memset(sums, 0, sizeof sums);
-            for (int j = 0; j < nq; j++) {
-                float *restrict a = sums[j % 2], v[32];
-                kivi_decode_chunk(s, head, j, 32 * c, 32, v);
-                const float pj = p[j];
-#pragma omp simd
-                for (int i = 0; i < 32; i++) a[i] += pj * v[i];
-            }
         }
         kivi_window(s, head, c, p, nq, n, groups, sums);
         if (groups)
@@ -563,8 +523,8 @@ static ALWAYS_INLINE void kivi_mix_values(const KiviState *s, int head, const fl
 // Keys: the quantised ones and the residual on tiles, or all on rows.
 static ALWAYS_INLINE void kivi_scores_keys(const KiviState *s, int head, const float *q, float *out, int n,
                                            const int hd, const int bits) {
-    if (s->cs.layout == QUANT_ROWS) {
-        kivi_scores_rows(s, head, q, out, n, hd, bits);
+    if (s->cs.layout == QUANT_ROWS) { // groups of other sizes, other head_dims
+        codec_scores_by_read(CODEC_ONE_BLOCK(s, hd), kivi_read, hd, head, q, out, n);
         return;
     }
     kivi_scores_quantised(s, head, q, out, n < s->n_quant ? n : s->n_quant, hd, bits);
