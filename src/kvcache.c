@@ -165,6 +165,26 @@ const char *spec_string(CodecSpec *spec, const char *key) {
     return o->value;
 }
 
+int spec_choice(CodecSpec *spec, const char *key, const char *const *choices, int *out, char *err, size_t errlen) {
+    const char *v = spec_string(spec, key);
+    *out = 0;
+    int n = 0;
+    for (; choices[n]; n++)
+        if (v && strcmp(v, choices[n]) == 0) *out = n;
+    if (!v || strcmp(v, choices[*out]) == 0) return 0;
+    char list[160] = "";
+    for (int i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i == 0 ? "" : i + 1 < n ? ", " : " or ",
+                 choices[i]);
+    snprintf(err, errlen, "%s: %s must be %s (got '%s')", spec->name, key, list, v);
+    return -1;
+}
+
+int spec_is_value(CodecSpec *spec) {
+    const char *role = spec_string(spec, "role");
+    return role && strcmp(role, "v") == 0;
+}
+
 int spec_flag(CodecSpec *spec, const char *key) {
     SpecOption *o = find_option(spec, key);
     if (!o) return 0;

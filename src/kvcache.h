@@ -94,6 +94,11 @@ int spec_parse(const char *text, CodecSpec *spec, char *err, size_t errlen);
 int spec_int(CodecSpec *spec, const char *key, int fallback, int lo, int hi, int *out, char *err, size_t errlen);
 // Returns the option's value ("" when given without '='), or NULL when absent.
 const char *spec_string(CodecSpec *spec, const char *key);
+// The index of the option's value in `choices` (NULL-terminated; 0, the default, when the option is
+// absent); -1 with "family: key must be a, b or c (got 'x')" when it is none of them.
+int spec_choice(CodecSpec *spec, const char *key, const char *const *choices, int *out, char *err, size_t errlen);
+// 1 for a value stream: the option `role` (set by the cache, never the user) is v.
+int spec_is_value(CodecSpec *spec);
 // 1 when `key` is present (as a bare flag or with a value), marking it used.
 int spec_flag(CodecSpec *spec, const char *key);
 

@@ -57,6 +57,12 @@ typedef struct {
     uint16_t *scales; // [head][slot] fp16, only with scale=token (zero past the last token)
 } FloatState;
 
+static void float_destroy(void *state) {
+    FloatState *s = state;
+    if (s) free(s->codes), free(s->scales);
+    free(s);
+}
+
 static uint32_t float_encode(float x, FloatFormat f) {
     switch (f) {
     case FMT_FP16: return quant_fp32_to_fp16(x);
@@ -101,39 +107,29 @@ static void *float_create(const char *family, CodecSpec *spec, int n_heads, int 
                           char *normalised, size_t normalised_len, char *err, size_t errlen) {
     FloatFormat f;
     if (float_format(family, spec, &f, err, errlen)) return NULL;
-    const char *scale = f == FMT_FP32 ? NULL : spec_string(spec, "scale");
-    const int scaled = scale && strcmp(scale, "token") == 0;
-    if (scale && !scaled && strcmp(scale, "none") != 0) {
-        snprintf(err, errlen, "%s: scale must be none or token (got '%s')", family, scale);
+    int scaled = 0;
+    if (f != FMT_FP32 && spec_choice(spec, "scale", (const char *const[]){"none", "token", NULL}, &scaled, err, errlen))
         return NULL;
-    }
     if (f != FMT_FP32 && codec_check_shape(family, n_heads, head_dim, capacity, 2, err, errlen)) return NULL;
-    const char *role = spec_string(spec, "role");
     FloatState *s = calloc(1, sizeof *s);
-    if (!s) goto oom;
+    if (!s) return codec_created(s, 0, float_destroy, err, errlen);
     s->format = f;
     s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
     s->scaled = scaled;
     s->bytes = (size_t)formats[f].bytes;
-    s->is_key = !role || strcmp(role, "v") != 0;
+    s->is_key = !spec_is_value(spec);
     s->tiles = (capacity + TILE - 1) / TILE;
     s->slots = s->tiles * TILE;
     // Zeroed: the lanes of a partial tile hold finite numbers.
     s->codes = calloc((size_t)n_heads * (size_t)(s->is_key ? s->slots : capacity) * (size_t)head_dim, s->bytes);
-    if (!s->codes) goto oom;
-    if (scaled && !(s->scales = calloc((size_t)n_heads * (size_t)s->slots, sizeof(uint16_t)))) goto oom;
+    if (scaled) s->scales = calloc((size_t)n_heads * (size_t)s->slots, sizeof(uint16_t));
     // fp8 always names its format and scale (its normalised form since it was written); fp16 and
     // bf16 name the scale only when it is not the default, so that `fp16` stays `fp16`.
     if (formats[f].option)
         snprintf(normalised, normalised_len, "%s:%s,scale=%s", family, formats[f].option, scaled ? "token" : "none");
     else
         snprintf(normalised, normalised_len, scaled ? "%s:scale=token" : "%s", family);
-    return s;
-oom:
-    if (s) free(s->codes);
-    free(s);
-    snprintf(err, errlen, "out of memory allocating a %s cache stream", family);
-    return NULL;
+    return codec_created(s, s->codes && (!scaled || s->scales), float_destroy, err, errlen);
 }
 
 // Where number d of one head at one token is stored, counted in codes. Key tiles hold a lane's
@@ -519,12 +515,6 @@ static size_t float_bytes(const void *state) {
     const FloatState *s = state;
     const size_t per_head_token = (size_t)s->head_dim * s->bytes + (s->scaled ? sizeof(uint16_t) : 0);
     return per_head_token * (size_t)s->length * (size_t)s->n_heads;
-}
-
-static void float_destroy(void *state) {
-    FloatState *s = state;
-    if (s) free(s->codes), free(s->scales);
-    free(s);
 }
 
 CODEC_OPS(float, NULL, NULL);

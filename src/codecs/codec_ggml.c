@@ -273,18 +273,11 @@ static int block_options(BlockFormat f, CodecSpec *spec, int *search, int *qroun
         return -1;
     }
     *search = sr != NULL;
-    const char *qr = spec_string(spec, "qround");
-    *qround = qr && strcmp(qr, "q8") == 0;
-    if (qr && !*qround && strcmp(qr, "none") != 0) {
-        snprintf(err, errlen, "%s: qround must be none or q8 (got '%s')", name, qr);
-        return -1;
-    }
-    return 0;
+    return spec_choice(spec, "qround", (const char *const[]){"none", "q8", NULL}, qround, err, errlen);
 }
 
 static void *block_create(BlockFormat f, CodecSpec *spec, int n_heads, int head_dim, int capacity,
                           char *normalised, size_t normalised_len, char *err, size_t errlen) {
-    const char *role = spec_string(spec, "role");
     const char *name = block_info[f].name;
     if (codec_check_shape(name, n_heads, head_dim, capacity, QK, err, errlen)) return NULL; // blocks of 32
     int search, qround;
@@ -295,7 +288,7 @@ static void *block_create(BlockFormat f, CodecSpec *spec, int n_heads, int head_
         s->search = search;
         s->qround = qround;
         s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
-        s->is_key = !role || strcmp(role, "v") != 0;
+        s->is_key = !spec_is_value(spec);
         s->block_bytes = block_info[f].block_bytes;
         s->blocks = head_dim / QK;
         s->slots = (capacity + TILE - 1) / TILE * TILE;

@@ -61,7 +61,6 @@ static const char *levels_name[] = {"sym", "full", "sign"};
 
 static void *int_create(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised,
                         size_t normalised_len, char *err, size_t errlen) {
-    const char *role = spec_string(spec, "role");
     const char *bits_text = spec_string(spec, "bits");
     if (!bits_text) {
         snprintf(err, errlen, "int: give the width, e.g. int:bits=4 (bits=1..8)");
@@ -70,57 +69,35 @@ static void *int_create(CodecSpec *spec, int n_heads, int head_dim, int capacity
     int bits;
     if (spec_int(spec, "bits", 0, 1, 8, &bits, err, errlen)) return NULL;
     const char *lv = spec_string(spec, "levels");
-    int levels;
-    if (bits == 1) {
-        if (lv && strcmp(lv, "sign") != 0) {
-            snprintf(err, errlen, "int: bits=1 stores sign x mean|x| (levels=sign); levels=%s needs bits >= 2", lv);
-            return NULL;
-        }
-        levels = LEVELS_SIGN;
-    } else if (!lv || strcmp(lv, "sym") == 0) {
-        levels = LEVELS_SYM;
-    } else if (strcmp(lv, "full") == 0) {
-        levels = LEVELS_FULL;
-    } else {
-        snprintf(err, errlen, "int: levels must be sym or full (got '%s')", lv);
+    int levels = LEVELS_SIGN, scale_fp32;
+    if (bits == 1 && lv && strcmp(lv, "sign") != 0) {
+        snprintf(err, errlen, "int: bits=1 stores sign x mean|x| (levels=sign); levels=%s needs bits >= 2", lv);
         return NULL;
     }
-    const char *sc = spec_string(spec, "scale");
-    int scale_fp32;
-    if (!sc || strcmp(sc, "fp16") == 0) {
-        scale_fp32 = 0;
-    } else if (strcmp(sc, "fp32") == 0) {
-        scale_fp32 = 1;
-    } else {
-        snprintf(err, errlen, "int: scale must be fp16 or fp32 (got '%s')", sc);
+    if ((bits > 1 && spec_choice(spec, "levels", (const char *const[]){"sym", "full", NULL}, &levels, err, errlen)) ||
+        spec_choice(spec, "scale", (const char *const[]){"fp16", "fp32", NULL}, &scale_fp32, err, errlen))
         return NULL;
-    }
     if (codec_check_shape("int", n_heads, head_dim, capacity, 2, err, errlen)) return NULL;
     IntState *s = calloc(1, sizeof *s);
-    if (!s) goto oom;
+    if (!s) return codec_created(s, 0, int_destroy, err, errlen);
     s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
     s->bits = bits, s->levels = levels, s->scale_fp32 = scale_fp32;
-    const int is_value = role && strcmp(role, "v") == 0;
+    const int is_value = spec_is_value(spec);
     QuantLayout layout = QUANT_ROWS;
     if (head_dim % 32 == 0 && !is_value)
         layout = QUANT_TILES;
     else if (head_dim % 32 == 0 && (bits == 1 || bits == 2 || bits == 4))
         layout = QUANT_GROUPS;
     s->slots = (capacity + TILE - 1) / TILE * TILE;
-    if (code_store_init(&s->cs, layout, bits, n_heads, head_dim, capacity)) goto oom;
     const size_t slots = (size_t)n_heads * (size_t)s->slots;
     if (scale_fp32)
         s->scale32 = calloc(slots, sizeof(float));
     else
         s->scale16 = calloc(slots, sizeof(uint16_t));
-    if (!s->scale32 && !s->scale16) goto oom;
     snprintf(normalised, normalised_len, "int:bits=%d,levels=%s,scale=%s", bits, levels_name[levels],
              scale_fp32 ? "fp32" : "fp16");
-    return s;
-oom:
-    int_destroy(s);
-    snprintf(err, errlen, "out of memory allocating an int cache stream");
-    return NULL;
+    const int ok = !code_store_init(&s->cs, layout, bits, n_heads, head_dim, capacity) && (s->scale32 || s->scale16);
+    return codec_created(s, ok, int_destroy, err, errlen);
 }
 
 static inline size_t int_slot(const IntState *s, int head, int token) {

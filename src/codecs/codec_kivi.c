@@ -61,14 +61,8 @@ static void kivi_destroy(void *state) {
 
 static void *kivi_create(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised,
                          size_t normalised_len, char *err, size_t errlen) {
-    const char *role = spec_string(spec, "role");
-    if (role && strcmp(role, "k") != 0 && strcmp(role, "v") != 0) {
-        snprintf(err, errlen, "kivi: role must be k or v (got '%s')", role);
-        return NULL;
-    }
-    const int is_value = role && strcmp(role, "v") == 0;
-    int bits, group, residual;
-    if (spec_int(spec, "bits", 2, 1, 8, &bits, err, errlen) ||
+    int is_value, bits, group, residual;
+    if (spec_choice(spec, "role", (const char *const[]){"k", "v", NULL}, &is_value, err, errlen) || spec_int(spec, "bits", 2, 1, 8, &bits, err, errlen) ||
         spec_int(spec, "group", 32, 1, 1 << 16, &group, err, errlen) ||
         spec_int(spec, "residual", 128, 1, 1 << 20, &residual, err, errlen))
         return NULL;
@@ -107,7 +101,7 @@ static void *kivi_create(CodecSpec *spec, int n_heads, int head_dim, int capacit
         return NULL;
     }
     KiviState *s = calloc(1, sizeof *s);
-    if (!s) goto oom;
+    if (!s) return codec_created(s, 0, kivi_destroy, err, errlen);
     s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
     s->bits = bits, s->group = group, s->residual = residual, s->is_value = is_value;
     if (is_value) {
@@ -124,16 +118,11 @@ static void *kivi_create(CodecSpec *spec, int n_heads, int head_dim, int capacit
     } else if (head_dim % 32 == 0 && is_value && group % 32 == 0 && (bits == 1 || bits == 2 || bits == 4)) {
         layout = QUANT_GROUPS;
     }
-    if (code_store_init(&s->cs, layout, bits, n_heads, head_dim, capacity)) goto oom;
     s->meta = calloc((size_t)n_heads * s->meta_per_head, sizeof(uint16_t));
     s->full = calloc((size_t)n_heads * (size_t)s->full_rows * (size_t)head_dim, sizeof(uint16_t));
-    if (!s->meta || !s->full) goto oom;
     snprintf(normalised, normalised_len, "kivi:bits=%d,group=%d,residual=%d", bits, group, residual);
-    return s;
-oom:
-    kivi_destroy(s);
-    snprintf(err, errlen, "out of memory allocating a kivi cache stream");
-    return NULL;
+    const int ok = !code_store_init(&s->cs, layout, bits, n_heads, head_dim, capacity) && s->meta && s->full;
+    return codec_created(s, ok, kivi_destroy, err, errlen);
 }
 
 // Keys: scales of token group g (head_dim entries), then its minimums.

@@ -246,8 +246,8 @@ static int nuq_alloc(NuqState *s, int n_heads, int head_dim, int capacity, char 
 
 static void *kvquant_create(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised,
                             size_t normalised_len, char *err, size_t errlen) {
-    const char *role = spec_string(spec, "role"), *pct = spec_string(spec, "outliers");
-    const int is_key = !role || strcmp(role, "v") != 0, qnorm = spec_flag(spec, "qnorm");
+    const char *pct = spec_string(spec, "outliers");
+    const int is_key = !spec_is_value(spec), qnorm = spec_flag(spec, "qnorm");
     int bits, layer;
     if (spec_int(spec, "bits", 4, 1, 4, &bits, err, errlen) || spec_int(spec, "layer", -1, 0, 1 << 20, &layer, err, errlen) ||
         codec_check_shape("kvquant", n_heads, head_dim, capacity, 1, err, errlen))

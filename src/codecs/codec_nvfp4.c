@@ -92,8 +92,8 @@ CODEC_ROWS_OPS_BY_READ(nvfp4);
 // before this codec are in the spec: prerope picks the pre-RoPE keys' maximum; a rotation has none.
 static int calibrated_scale(CodecSpec *spec, int four_over_six, int n_heads, int head_dim, float *s2, char *err,
                             size_t errlen) {
-    const char *role = spec_string(spec, "role"), *rot = spec_string(spec, "rot");
-    const int is_key = !role || strcmp(role, "v") != 0;
+    const char *rot = spec_string(spec, "rot");
+    const int is_key = !spec_is_value(spec);
     int layer;
     if (spec_int(spec, "layer", -1, 0, 1 << 20, &layer, err, errlen)) return -1;
     if (rot && strcmp(rot, "none") != 0) {

@@ -155,7 +155,7 @@ static const struct {
 
 static void *tq_create(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised,
                        size_t normalised_len, char *err, size_t errlen) {
-    const char *mode = spec_string(spec, "mode"), *preset = spec_string(spec, "preset"), *role = spec_string(spec, "role");
+    const char *mode = spec_string(spec, "mode"), *preset = spec_string(spec, "preset");
     if (mode && strcmp(mode, "mse") != 0 && strcmp(mode, "prod") != 0) {
         snprintf(err, errlen, "turboquant: mode=%.20s: expected mse or prod", mode);
         return NULL;
@@ -185,7 +185,7 @@ static void *tq_create(CodecSpec *spec, int n_heads, int head_dim, int capacity,
         snprintf(err, errlen, "turboquant: nc is for mode=mse (prod's estimate is unbiased as it is)");
         return NULL;
     }
-    const int uniform = p >= 0 && role && strcmp(role, "v") == 0;
+    const int uniform = p >= 0 && spec_is_value(spec);
     if (p >= 0) {
         snprintf(normalised, normalised_len, "turboquant:preset=%s,seed=%d", preset, seed);
         bits = uniform ? tq_presets[p].value_bits : tq_presets[p].key_bits;
