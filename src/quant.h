@@ -195,16 +195,11 @@ static QUANT_ALWAYS_INLINE void quant_fp16_to_fp32_16(const uint16_t *h, float *
 // bits [d·bits, (d+1)·bits) of its lane's word stream, found by constant shifts.
 #define QUANT_TILE 16
 
-// Lane `lane` of a tile of `words`-word chunks from/to quant_pack's byte stream (4·words bytes).
+// Lane `lane` of a tile of `words`-word chunks from quant_pack's byte stream (4·words bytes).
 static inline void quant_tile_put(uint32_t *tile, int lane, const uint8_t *packed, int words) {
     for (int g = 0; g < words; g++)
         tile[g * QUANT_TILE + lane] = (uint32_t)packed[4 * g] | (uint32_t)packed[4 * g + 1] << 8 |
                                       (uint32_t)packed[4 * g + 2] << 16 | (uint32_t)packed[4 * g + 3] << 24;
-}
-
-static inline void quant_tile_get(const uint32_t *tile, int lane, uint8_t *packed, int words) {
-    for (int g = 0; g < words; g++)
-        for (int b = 0; b < 4; b++) packed[4 * g + b] = (uint8_t)(tile[g * QUANT_TILE + lane] >> (8 * b));
 }
 
 // Code d (0..31) of lane l as an unsigned number. With constant d and bits every shift is a
