@@ -227,6 +227,7 @@ static void test_bad_specs(void) {
         {"turboquant:mode=prod,nc", KV_ROLE_KEY, 32},
         {"fp16", KV_ROLE_KEY, 5},               {"fp8:e4m3", KV_ROLE_KEY, 3},
         {"kivi", KV_ROLE_KEY, 9},               {"iq4_nl", KV_ROLE_KEY, 0},
+        {"q4_0:qround=q4", KV_ROLE_KEY, 32},    {"fp16:scale", KV_ROLE_VALUE, 32},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         KVStream s;
@@ -237,6 +238,12 @@ static void test_bad_specs(void) {
         if (rc == 0) kvstream_free(&s);
         if (getenv("SHOW_MESSAGES")) printf("%-32s -> %s\n", bad[i].spec, err);
     }
+    // A choice among named values names them all (spec_choice).
+    KVStream s;
+    char err[256] = "";
+    CHECK(kvstream_init(&s, "int:bits=4,scale=fp8", KV_ROLE_KEY, 2, 32, 16, err, sizeof err) != 0 &&
+              strcmp(err, "int: scale must be fp16 or fp32 (got 'fp8')") == 0,
+          "int:bits=4,scale=fp8 -> '%s'", err);
 }
 
 // Shapes a family accepts: blocks need head_dim a multiple of 32; KIVI's value groups of G channels
