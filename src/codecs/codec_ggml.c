@@ -106,17 +106,23 @@ static inline int trunc_clamp(float v, int hi) {
 }
 
 // ---- Quantisers: one block of 32 numbers --------------------------------------------------
-static void quantise_q8_0(const float *x, uint8_t *b) {
+// q8_0's rounding, of a cached block and of a query (qround=q8): d = absmax/127 in fp32, q =
+// roundf(x/d) (half away from zero) within ±127 (|x/d| <= 127 up to rounding; NaN gives 0).
+static float round_q8(const float *x, int8_t *q) {
     float amax = 0.0f;
     for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    store_f16(b, d);
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int j = 0; j < QK; j++) {
-        float v = roundf(x[j] * id); // |x·id| <= 127 up to rounding noise
-        v = fminf(127.0f, fmaxf(-127.0f, v));
-        b[2 + j] = (uint8_t)(int8_t)v;
+        const float v = x[j] * id;
+        q[j] = (int8_t)(v >= 127.0f ? 127 : v <= -127.0f ? -127 : v == v ? (int)roundf(v) : 0);
     }
+    return d;
+}
+
+static void quantise_q8_0(const float *x, uint8_t *b) {
+    int8_t q[QK];
+    store_f16(b, round_q8(x, q));
+    memcpy(b + 2, q, QK);
 }
 
 // llama.cpp's code layout from `at` (after d [and m]): number j in the low nibble of qs[j], number
@@ -547,15 +553,9 @@ typedef struct {
 } QueryBlock;
 
 static void round_query(const float *x, QueryBlock *y) {
-    float amax = 0.0f;
-    for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
-    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float d = round_q8(x, y->q);
     int sum = 0;
-    for (int j = 0; j < QK; j++) {
-        const float v = x[j] * id; // |v| <= 127 up to rounding; NaN gives 0
-        y->q[j] = (int8_t)(v >= 127.0f ? 127 : v <= -127.0f ? -127 : v == v ? (int)roundf(v) : 0);
-        sum += y->q[j];
-    }
+    for (int j = 0; j < QK; j++) sum += y->q[j];
     y->d = quant_fp16_to_fp32(quant_fp32_to_fp16(d));
     y->s = quant_fp16_to_fp32(quant_fp32_to_fp16((float)sum * d));
 }
