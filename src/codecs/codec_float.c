@@ -55,11 +55,19 @@ typedef struct {
     size_t bytes;     // of one code
     uint8_t *codes;   // keys: [head][tile][d][16 lanes]; values: [head][token][head_dim]
     uint16_t *scales; // [head][slot] fp16, only with scale=token (zero past the last token)
+    size_t scales_at; // the scales' offset from the state
 } FloatState;
+
+// A state is one allocation, 64-byte aligned: this struct, then the codes (at FLOAT_CODES_AT), then
+// the scales (at scales_at). In a pool every block is a state, and the kernels find a block's codes
+// and scales from its pointer and the first block's shape (every block's): reading each block's
+// struct for its pointers was a cache miss, waited on, before the codes' own.
+#define FLOAT_LINE 64
+#define FLOAT_CODES_AT ((sizeof(FloatState) + FLOAT_LINE - 1) / FLOAT_LINE * FLOAT_LINE)
+static size_t float_round_line(size_t bytes) { return (bytes + FLOAT_LINE - 1) / FLOAT_LINE * FLOAT_LINE; }
 
 static void float_destroy(void *state) {
     FloatState *s = state;
-    if (s) free(s->codes), free(s->scales);
     free(s);
 }
 
@@ -111,25 +119,31 @@ static void *float_create(const char *family, CodecSpec *spec, int n_heads, int 
     if (f != FMT_FP32 && spec_choice(spec, "scale", (const char *const[]){"none", "token", NULL}, &scaled, err, errlen))
         return NULL;
     if (f != FMT_FP32 && codec_check_shape(family, n_heads, head_dim, capacity, 2, err, errlen)) return NULL;
-    FloatState *s = calloc(1, sizeof *s);
+    const int is_key = !spec_is_value(spec), tiles = (capacity + TILE - 1) / TILE;
+    const size_t codes = (size_t)n_heads * (size_t)(is_key ? tiles * TILE : capacity) * (size_t)head_dim *
+                         (size_t)formats[f].bytes,
+                 scales_at = FLOAT_CODES_AT + float_round_line(codes),
+                 total = scales_at + float_round_line(scaled ? (size_t)n_heads * (size_t)tiles * TILE * 2 : 0);
+    FloatState *s = aligned_alloc(FLOAT_LINE, total);
     if (!s) return codec_created(s, 0, float_destroy, err, errlen);
+    memset(s, 0, total); // the lanes of a partial tile hold finite numbers
     s->format = f;
     s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
     s->scaled = scaled;
     s->bytes = (size_t)formats[f].bytes;
-    s->is_key = !spec_is_value(spec);
-    s->tiles = (capacity + TILE - 1) / TILE;
-    s->slots = s->tiles * TILE;
-    // Zeroed: the lanes of a partial tile hold finite numbers.
-    s->codes = calloc((size_t)n_heads * (size_t)(s->is_key ? s->slots : capacity) * (size_t)head_dim, s->bytes);
-    if (scaled) s->scales = calloc((size_t)n_heads * (size_t)s->slots, sizeof(uint16_t));
+    s->is_key = is_key;
+    s->tiles = tiles;
+    s->slots = tiles * TILE;
+    s->codes = (uint8_t *)s + FLOAT_CODES_AT;
+    s->scales_at = scales_at;
+    if (scaled) s->scales = (uint16_t *)(void *)((uint8_t *)s + scales_at);
     // fp8 always names its format and scale (its normalised form since it was written); fp16 and
     // bf16 name the scale only when it is not the default, so that `fp16` stays `fp16`.
     if (formats[f].option)
         snprintf(normalised, normalised_len, "%s:%s,scale=%s", family, formats[f].option, scaled ? "token" : "none");
     else
         snprintf(normalised, normalised_len, scaled ? "%s:scale=token" : "%s", family);
-    return codec_created(s, s->codes && (!scaled || s->scales), float_destroy, err, errlen);
+    return s;
 }
 
 // Where number d of one head at one token is stored, counted in codes. Key tiles hold a lane's
@@ -211,13 +225,13 @@ static ALWAYS_INLINE int float_fast(const CodecBlocks *b, int n_tokens, const fl
     return m < formats[f].limit;
 }
 
-// The codes of token t of one head (its key tile, or its value row), and its state, in whichever
-// block it lies (a pool's blocks hold whole tiles: multiples of 16 tokens).
-static ALWAYS_INLINE const uint8_t *float_codes_at(const CodecBlocks *b, int head, int t, const FloatState **state) {
+// The codes of token t of one head (its key tile, or its value row), in whichever block it lies (a
+// pool's blocks hold whole tiles: multiples of 16 tokens), found from the block's pointer alone.
+static ALWAYS_INLINE const uint8_t *float_codes_at(const CodecBlocks *b, int head, int t) {
+    const FloatState *s0 = b->states[0];
     int local;
-    const FloatState *s = codec_block(b, t, &local);
-    *state = s;
-    return s->codes + float_at(s, head, local, 0) * s->bytes;
+    const uint8_t *block = codec_block(b, t, &local);
+    return block + FLOAT_CODES_AT + float_at(s0, head, local, 0) * s0->bytes;
 }
 
 // Asks for the codes of the 16 tokens from t (a key tile, or 16 value rows: contiguous in a block)
@@ -226,17 +240,17 @@ static ALWAYS_INLINE const uint8_t *float_codes_at(const CodecBlocks *b, int hea
 // ask 192 tokens ahead: at 64 a pool of 32 long conversations waited on DRAM (~10% slower mix).
 static ALWAYS_INLINE void float_prefetch16(const CodecBlocks *b, int head, int t, int n) {
     if (t >= n || n <= b->block) return; // one block is one stream of addresses: the hardware follows it
-    const FloatState *state;
-    const uint8_t *p = float_codes_at(b, head, t, &state);
-    const size_t bytes = (size_t)TILE * (size_t)b->head_dim * state->bytes;
+    const uint8_t *p = float_codes_at(b, head, t);
+    const size_t bytes = (size_t)TILE * (size_t)b->head_dim * ((const FloatState *)b->states[0])->bytes;
     for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i);
 }
 
 // The fp16 scales of the 16 tokens from t (a multiple of 16) as floats.
 static ALWAYS_INLINE void float_scales16(const CodecBlocks *b, int head, int t, float *sc) {
+    const FloatState *s0 = b->states[0];
     int local;
-    const FloatState *s = codec_block(b, t, &local);
-    quant_fp16_to_fp32_16(s->scales + float_slot(s, head, local), sc);
+    const uint8_t *block = codec_block(b, t, &local);
+    quant_fp16_to_fp32_16((const uint16_t *)(const void *)(block + s0->scales_at) + float_slot(s0, head, local), sc);
 }
 
 #ifdef QUANT_AVX512
@@ -306,13 +320,12 @@ static ALWAYS_INLINE void float_score_tiles(const CodecBlocks *b, int head, cons
                                             const int nt, const int hd, const FloatFormat f, float (*acc)[TILE]) {
     const size_t es = (size_t)formats[f].bytes, pair = es == 2 ? 2 : 1; // 16-bit codes come in pairs
     const uint8_t *tiles[4];
-    const FloatState *state;
-    tiles[0] = float_codes_at(b, head, t0, &state);
+    tiles[0] = float_codes_at(b, head, t0);
     // Within one block (the first, or a stream that is one, without a division) the tiles follow one
     // another.
     const int same_block = t0 + nt * TILE <= b->block || codec_in_block(b, t0) + nt * TILE <= b->block;
     for (int t = 1; t < nt; t++)
-        tiles[t] = same_block ? tiles[0] + (size_t)t * TILE * (size_t)hd * es : float_codes_at(b, head, t0 + t * TILE, &state);
+        tiles[t] = same_block ? tiles[0] + (size_t)t * TILE * (size_t)hd * es : float_codes_at(b, head, t0 + t * TILE);
 #ifdef QUANT_AVX512
     if (qu) {
         if (nt == 4) { // four tiles at once: their independent chains hide the latency of the adds
@@ -431,8 +444,7 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
         const int whole = n <= b->block || codec_in_block(b, j0) + cnt <= b->block;
         for (int k0 = 0; k0 < cnt; k0 += whole ? cnt : TILE) {
             float_prefetch16(b, head, j0 + k0 + 12 * TILE, n); // the rows 192 tokens ahead
-            const FloatState *state;
-            const uint8_t *row = float_codes_at(b, head, j0 + k0, &state);
+            const uint8_t *row = float_codes_at(b, head, j0 + k0);
             const int k1 = whole || cnt - k0 < TILE ? cnt : k0 + TILE;
 #ifdef QUANT_AVX512
             if (fast) {
