@@ -3,7 +3,7 @@
 
 #include <stdlib.h>
 
-int code_store_init(CodeStore *cs, QuantLayout layout, int bits, int n_heads, int head_dim, int capacity) {
+size_t code_store_shape(CodeStore *cs, QuantLayout layout, int bits, int n_heads, int head_dim, int capacity) {
     cs->layout = layout;
     cs->bits = bits;
     cs->unit = layout == QUANT_TILES ? QUANT_TILE : layout == QUANT_GROUPS ? 4 / bits : 1;
@@ -11,7 +11,13 @@ int code_store_init(CodeStore *cs, QuantLayout layout, int bits, int n_heads, in
     cs->n_heads = n_heads;
     cs->row_bytes = quant_packed_bytes((size_t)head_dim, bits);
     cs->unit_bytes = (size_t)cs->unit * cs->row_bytes;
-    cs->codes = calloc((size_t)n_heads * (size_t)cs->units, cs->unit_bytes);
+    cs->codes = NULL;
+    return (size_t)n_heads * (size_t)cs->units * cs->unit_bytes;
+}
+
+int code_store_init(CodeStore *cs, QuantLayout layout, int bits, int n_heads, int head_dim, int capacity) {
+    const size_t bytes = code_store_shape(cs, layout, bits, n_heads, head_dim, capacity);
+    cs->codes = calloc(bytes, 1);
     return cs->codes ? 0 : -1;
 }
 

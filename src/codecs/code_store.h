@@ -25,6 +25,9 @@ typedef struct {
 // numbers, and token groups are OR-ed in). -1 when out of memory. TOKEN_GROUPS needs B = 1, 2, 4
 // and head_dim a multiple of 32, TILES head_dim a multiple of 32.
 int code_store_init(CodeStore *cs, QuantLayout layout, int bits, int n_heads, int head_dim, int capacity);
+// The shape of such a store without its codes: every field but `codes` set, and the bytes the codes
+// take returned, for a family that keeps them in an allocation of its own (int: one per pool block).
+size_t code_store_shape(CodeStore *cs, QuantLayout layout, int bits, int n_heads, int head_dim, int capacity);
 void code_store_free(CodeStore *cs);
 
 // Codes of numbers [32c, 32c + n) of one token, n < 32 only at the tail of a head_dim that is

@@ -38,22 +38,29 @@ enum { LEVELS_SYM, LEVELS_FULL, LEVELS_SIGN };
 // Every product is w · level: the query number (then the token's scale), or p · scale.
 static const AffineForm INT_FORM = {0, 0, 0, 0};
 
-// What the kernels read of a state (a pool has one per block) lies in its first 64 bytes.
+// A state is one allocation, 64-byte aligned: this struct, then the codes (at INT_CODES_AT), then
+// the scales (at scales_at). In a pool every block is a state, and a block's codes and scales are
+// then found from its pointer alone (the kernels read only the first block's struct: the shape is
+// every block's) and lie together, so that head 0 asks for all of a block at once (affine_prefetch)
+// instead of the scales missing later in their own allocation; whole cache lines hold a tile.
 typedef struct {
-    CodeStore cs;      // the codes (unit: 16 tokens for tiles, 4/B for groups, 1 for rows); first (code_store_chunk)
+    CodeStore cs;      // the codes (unit: 16 tokens for tiles, 4/B for groups, 1 for rows)
     int slots;         // scale slots per head: capacity rounded up to whole tiles
     int scale_fp32;
     uint16_t *scale16; // [head][slots] with scale=fp16 (zero past the last token)
     float *scale32;    // [head][slots] with scale=fp32
+    size_t scales_at;  // the scales' offset from the state
+    size_t block_bytes; // codes and scales: what head 0 of a block asks for
     int n_heads, head_dim, capacity, length;
     int bits, levels;
 } IntState;
 
-static void int_destroy(void *state) {
-    IntState *s = state;
-    if (s) code_store_free(&s->cs), free(s->scale16), free(s->scale32);
-    free(s);
-}
+#define INT_LINE 64
+#define INT_CODES_AT ((sizeof(IntState) + INT_LINE - 1) / INT_LINE * INT_LINE)
+
+static size_t int_round_line(size_t bytes) { return (bytes + INT_LINE - 1) / INT_LINE * INT_LINE; }
+
+static void int_destroy(void *state) { free(state); }
 
 static void int_read(const void *state, int head, int token, float *out);
 
@@ -78,26 +85,35 @@ static void *int_create(CodecSpec *spec, int n_heads, int head_dim, int capacity
         spec_choice(spec, "scale", (const char *const[]){"fp16", "fp32", NULL}, &scale_fp32, err, errlen))
         return NULL;
     if (codec_check_shape("int", n_heads, head_dim, capacity, 2, err, errlen)) return NULL;
-    IntState *s = calloc(1, sizeof *s);
-    if (!s) return codec_created(s, 0, int_destroy, err, errlen);
-    s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
-    s->bits = bits, s->levels = levels, s->scale_fp32 = scale_fp32;
     const int is_value = spec_is_value(spec);
     QuantLayout layout = QUANT_ROWS;
     if (head_dim % 32 == 0 && !is_value)
         layout = QUANT_TILES;
     else if (head_dim % 32 == 0 && (bits == 1 || bits == 2 || bits == 4))
         layout = QUANT_GROUPS;
-    s->slots = (capacity + TILE - 1) / TILE * TILE;
-    const size_t slots = (size_t)n_heads * (size_t)s->slots;
+    CodeStore cs;
+    const size_t codes = code_store_shape(&cs, layout, bits, n_heads, head_dim, capacity);
+    const int slots = (capacity + TILE - 1) / TILE * TILE;
+    const size_t scales_at = INT_CODES_AT + int_round_line(codes);
+    const size_t scales = (size_t)n_heads * (size_t)slots * (scale_fp32 ? sizeof(float) : sizeof(uint16_t));
+    const size_t total = scales_at + int_round_line(scales);
+    IntState *s = aligned_alloc(INT_LINE, total);
+    if (!s) return codec_created(s, 0, int_destroy, err, errlen);
+    memset(s, 0, total);
+    s->cs = cs;
+    s->cs.codes = (uint8_t *)s + INT_CODES_AT;
+    s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
+    s->bits = bits, s->levels = levels, s->scale_fp32 = scale_fp32;
+    s->slots = slots;
+    s->scales_at = scales_at;
+    s->block_bytes = scales_at + scales - INT_CODES_AT;
     if (scale_fp32)
-        s->scale32 = calloc(slots, sizeof(float));
+        s->scale32 = (float *)(void *)((uint8_t *)s + scales_at);
     else
-        s->scale16 = calloc(slots, sizeof(uint16_t));
+        s->scale16 = (uint16_t *)(void *)((uint8_t *)s + scales_at);
     snprintf(normalised, normalised_len, "int:bits=%d,levels=%s,scale=%s", bits, levels_name[levels],
              scale_fp32 ? "fp32" : "fp16");
-    const int ok = !code_store_init(&s->cs, layout, bits, n_heads, head_dim, capacity) && (s->scale32 || s->scale16);
-    return codec_created(s, ok, int_destroy, err, errlen);
+    return s;
 }
 
 static inline size_t int_slot(const IntState *s, int head, int token) {
@@ -175,29 +191,45 @@ static void int_append(void *state, const float *vec) {
 // chunks in order, times the token's scale. The kernels walk the stream's blocks: the tables are
 // made once per query, and each tile, scale and row is read from its own block.
 
-// The scales of the 16 tokens from t (a multiple of 16), from t's block.
+// Token t's block (its state) and t's place in it.
+static ALWAYS_INLINE const uint8_t *int_block(const CodecBlocks *b, int t, int *local) {
+    return (const uint8_t *)codec_block(b, t, local);
+}
+
+// The scales of the 16 tokens from t (a multiple of 16), from t's block: found from the block's
+// pointer and the first block's shape, so that no block's state is read.
 static ALWAYS_INLINE void int_scales(const CodecBlocks *b, int head, int t, float *sc) {
+    const IntState *s = b->states[0];
     int local;
-    const IntState *s = codec_block(b, t, &local);
+    const uint8_t *scales = int_block(b, t, &local) + s->scales_at;
     const size_t slot = int_slot(s, head, local);
     if (s->scale_fp32) {
-        for (int l = 0; l < TILE; l++) sc[l] = s->scale32[slot + l];
+        const float *s32 = (const float *)(const void *)scales + slot;
+        for (int l = 0; l < TILE; l++) sc[l] = s32[l];
     } else {
-        quant_fp16_to_fp32_16(s->scale16 + slot, sc);
+        quant_fp16_to_fp32_16((const uint16_t *)(const void *)scales + slot, sc);
     }
 }
 
-// Asks for the scales of the 16 tokens from t ahead of their use (when t < n): in a pool they lie
-// in their block's own allocation, a cache miss the codes' prefetches do not cover. Head 0 asks for
-// every head's scales of a block it enters, as for the codes (affine_prefetch).
+// Asks for a head's scales of the 16 tokens from t ahead of their use (when t < n). Head 0 has asked
+// for its blocks whole, scales included (int_chunk); the other heads ask for theirs, which their
+// codes' prefetches do not cover, in case head 0 ran elsewhere (one head per task).
 static ALWAYS_INLINE void int_prefetch_scales(const CodecBlocks *b, int head, int t, int n) {
-    if (t >= n || n <= b->block) return; // one block: the scales are one stream the hardware follows
+    if (t >= n || n <= b->block || head == 0) return; // one block: the scales are one stream the hardware follows
+    const IntState *s = b->states[0];
     int local;
-    const IntState *s = codec_block(b, t, &local);
-    const size_t slot = int_slot(s, head, local), size = s->scale_fp32 ? sizeof(float) : sizeof(uint16_t);
-    const char *at = s->scale_fp32 ? (const char *)(s->scale32 + slot) : (const char *)(s->scale16 + slot);
-    const size_t bytes = head == 0 && local == 0 ? size * (size_t)s->n_heads * (size_t)s->slots : size * TILE;
-    for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch(at + i);
+    const uint8_t *scales = int_block(b, t, &local) + s->scales_at;
+    __builtin_prefetch(scales + int_slot(s, head, local) * (s->scale_fp32 ? sizeof(float) : sizeof(uint16_t)));
+}
+
+// The head's codes of one chunk (from `offset` in a unit) in every block of the n tokens; head 0
+// asks for each block's codes and scales of every head as it reaches it.
+static inline AffineChunk int_chunk(const CodecBlocks *b, int head, int n, size_t offset, const uint8_t **blocks) {
+    const IntState *s = b->states[0];
+    const CodeStore *cs = &s->cs;
+    const size_t head_at = (size_t)head * (size_t)cs->units * cs->unit_bytes;
+    return affine_chunk_at(b, head, n, INT_CODES_AT + head_at + offset, cs->unit_bytes, cs->unit, cs->units,
+                           s->block_bytes - offset, blocks);
 }
 
 typedef struct {
@@ -243,7 +275,7 @@ static ALWAYS_INLINE void int_scores_tiled(const CodecBlocks *b, int head, const
                                            const int hd, const int bits) {
     IntKeys k = {.b = b, .head = head, .n = n, .chunks = hd / 32, .q = q};
     const uint8_t *stack[AFFINE_STACK_BLOCKS], **blocks = affine_blocks(b, n, stack);
-    affine_score_tiles(code_store_chunk(b, head, n, 0, blocks), n, hd, bits, AFFINE_SIGNED, 0, bits <= 4, 1, INT_FORM, q, int_key_job, int_key_finish, &k,
+    affine_score_tiles(int_chunk(b, head, n, 0, blocks), n, hd, bits, AFFINE_SIGNED, 0, bits <= 4, 1, INT_FORM, q, int_key_job, int_key_finish, &k,
                        out);
     if (blocks != stack) free(blocks);
 }
@@ -275,7 +307,7 @@ static ALWAYS_INLINE void int_mix_hd(const CodecBlocks *b, int head, const float
     const uint8_t *stack[AFFINE_STACK_BLOCKS], **blocks = affine_blocks(b, n, stack);
     for (int c = 0; c < hd / 32; c++) {
         const int groups = bits == 1 || bits == 2 || bits == 4; // else rows
-        const AffineChunk ch = code_store_chunk(b, head, n, (size_t)c * (groups ? 16 : 4 * bits), blocks);
+        const AffineChunk ch = int_chunk(b, head, n, (size_t)c * (groups ? 16 : 4 * bits), blocks);
         if (groups) {
             float acc[2][2][16] __attribute__((aligned(64)));
             affine_mix_groups(ch, 4 / bits, (const float(*)[16])lv, INT_FORM, int_weights, b, head, c, p, n, acc);
