@@ -211,25 +211,38 @@ static ALWAYS_INLINE void int_scales(const CodecBlocks *b, int head, int t, floa
     }
 }
 
-// Asks for a head's scales of the 16 tokens from t ahead of their use (when t < n). Head 0 has asked
-// for its blocks whole, scales included (int_chunk); the other heads ask for theirs, which their
-// codes' prefetches do not cover, in case head 0 ran elsewhere (one head per task).
+// Asks for a head's scales of the 16 tokens from t ahead of their use (when t < n): in a pool they
+// lie in their block, which the hardware prefetcher does not find.
 static ALWAYS_INLINE void int_prefetch_scales(const CodecBlocks *b, int head, int t, int n) {
-    if (t >= n || n <= b->block || head == 0) return; // one block: the scales are one stream the hardware follows
+    if (t >= n || n <= b->block) return; // one block: the scales are one stream the hardware follows
     const IntState *s = b->states[0];
     int local;
     const uint8_t *scales = int_block(b, t, &local) + s->scales_at;
     __builtin_prefetch(scales + int_slot(s, head, local) * (s->scale_fp32 ? sizeof(float) : sizeof(uint16_t)));
 }
 
-// The head's codes of one chunk (from `offset` in a unit) in every block of the n tokens; head 0
-// asks for each block's codes and scales of every head as it reaches it.
+// Asks for the next head's codes and scales of the 16 tokens from t (t < n, a multiple of 16) while
+// this head reads its own: the decoder runs a row's heads one after another (forward.c), so they are
+// in cache a head's pass later. Spread over the heads' passes, a stream's bytes come from DRAM at
+// the rate the kernels use them; head 0 asking for whole blocks left heads 1.. computing on what
+// it had already fetched, and head 0 waiting on six times its share.
+static ALWAYS_INLINE void int_prefetch_next_head(const CodecBlocks *b, int head, int t, int n) {
+    const IntState *s = b->states[0];
+    if (t >= n || n <= b->block || head + 1 >= s->n_heads) return;
+    int local;
+    const uint8_t *block = int_block(b, t, &local);
+    const CodeStore *cs = &s->cs;
+    const uint8_t *codes = block + INT_CODES_AT + ((size_t)(head + 1) * (size_t)cs->units + (size_t)(local / cs->unit)) * cs->unit_bytes;
+    for (size_t i = 0; i < TILE * cs->row_bytes; i += INT_LINE) __builtin_prefetch(codes + i);
+    __builtin_prefetch(block + s->scales_at + int_slot(s, head + 1, local) * (s->scale_fp32 ? sizeof(float) : sizeof(uint16_t)));
+}
+
+// The head's codes of one chunk (from `offset` in a unit) in every block of the n tokens.
 static inline AffineChunk int_chunk(const CodecBlocks *b, int head, int n, size_t offset, const uint8_t **blocks) {
     const IntState *s = b->states[0];
     const CodeStore *cs = &s->cs;
     const size_t head_at = (size_t)head * (size_t)cs->units * cs->unit_bytes;
-    return affine_chunk_at(b, head, n, INT_CODES_AT + head_at + offset, cs->unit_bytes, cs->unit, cs->units,
-                           s->block_bytes - offset, blocks);
+    return affine_chunk_at(b, head, n, INT_CODES_AT + head_at + offset, cs->unit_bytes, cs->unit, cs->units, 0, blocks);
 }
 
 typedef struct {
@@ -243,6 +256,7 @@ static inline void int_key_job(void *ctx, int c, int t0, int nt, int bits, Affin
     IntKeys *k = ctx;
     (void)nt;
     for (int i = 20; i < 24; i++) int_prefetch_scales(k->b, k->head, t0 + i * TILE, k->n); // five groups ahead
+    for (int i = 0; i < 4 && c == 0; i++) int_prefetch_next_head(k->b, k->head, t0 + i * TILE, k->n);
     if (t0 == 0 && bits <= 4) { // a chunk's tables serve every token
         float lv[4][16] __attribute__((aligned(64)));
         affine_levels(bits, 1, lv);
@@ -285,6 +299,7 @@ static const float *int_weights(const void *ctx, int head, int c, const float *p
     const CodecBlocks *b = ctx;
     (void)c, (void)sm;
     for (int i = 16 * TILE; i < 20 * TILE; i += TILE) int_prefetch_scales(b, head, j0 + i, n); // 256 tokens ahead
+    for (int i = 0; i < 4 * TILE && c == 0; i += TILE) int_prefetch_next_head(b, head, j0 + i, n);
     for (int i = 0; i < 4 * TILE && j0 + i < n; i += TILE) {
         int_scales(b, head, j0 + i, w + i);
         if (n - j0 - i >= TILE) {
