@@ -232,7 +232,10 @@ static ALWAYS_INLINE void int_prefetch_next_head(const CodecBlocks *b, int head,
     int local;
     const uint8_t *block = int_block(b, t, &local);
     const CodeStore *cs = &s->cs;
-    const uint8_t *codes = block + INT_CODES_AT + ((size_t)(head + 1) * (size_t)cs->units + (size_t)(local / cs->unit)) * cs->unit_bytes;
+    // local is a multiple of 16, which every unit (16, 4/B or 1 tokens) divides: its codes begin
+    // local · row_bytes into the head's (no division by the unit)
+    const uint8_t *codes =
+        block + INT_CODES_AT + (size_t)(head + 1) * (size_t)cs->units * cs->unit_bytes + (size_t)local * cs->row_bytes;
     for (size_t i = 0; i < TILE * cs->row_bytes; i += INT_LINE) __builtin_prefetch(codes + i);
     __builtin_prefetch(block + s->scales_at + int_slot(s, head + 1, local) * (s->scale_fp32 ? sizeof(float) : sizeof(uint16_t)));
 }
