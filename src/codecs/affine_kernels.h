@@ -124,16 +124,15 @@ static inline AffineChunk affine_chunk_of(const CodecBlocks *b, int head, int n,
     return (AffineChunk){blocks[0], unit_bytes, (n + unit - 1) / unit, blocks, b->block / unit, whole};
 }
 
-// The same for a family whose codes lie `at` bytes from each block's state (its state and codes one
-// allocation): no block's state is read to find them, a miss per block in a pool. whole: the bytes
-// head 0 asks for of each block it reaches, from that head's codes on (the family's codes and
-// whatever follows them that its kernels read, its scales).
-static inline AffineChunk affine_chunk_at(const CodecBlocks *b, int head, int n, size_t at, size_t unit_bytes, int unit,
-                                          int units_one, size_t whole, const uint8_t **blocks) {
+// The same for a family whose codes lie `at` bytes from each block's state (state and codes one
+// allocation): no block's state is read to find them, which in a pool was a cache miss per block.
+// No whole-block prefetch (whole = 0): such a family asks for what its kernels read itself.
+static inline AffineChunk affine_chunk_at(const CodecBlocks *b, int n, size_t at, size_t unit_bytes, int unit,
+                                          int units_one, const uint8_t **blocks) {
     const int nb = (n + b->block - 1) / b->block;
     for (int i = 0; i < nb; i++) blocks[i] = (const uint8_t *)b->states[i] + at;
     if (nb <= 1) return (AffineChunk){blocks[0], unit_bytes, units_one, NULL, 0, 0};
-    return (AffineChunk){blocks[0], unit_bytes, (n + unit - 1) / unit, blocks, b->block / unit, head == 0 ? whole : 0};
+    return (AffineChunk){blocks[0], unit_bytes, (n + unit - 1) / unit, blocks, b->block / unit, 0};
 }
 
 // Room for the block pointers of affine_chunk_of: on the stack up to AFFINE_STACK_BLOCKS blocks,

@@ -39,10 +39,10 @@ enum { LEVELS_SYM, LEVELS_FULL, LEVELS_SIGN };
 static const AffineForm INT_FORM = {0, 0, 0, 0};
 
 // A state is one allocation, 64-byte aligned: this struct, then the codes (at INT_CODES_AT), then
-// the scales (at scales_at). In a pool every block is a state, and a block's codes and scales are
-// then found from its pointer alone (the kernels read only the first block's struct: the shape is
-// every block's) and lie together, so that head 0 asks for all of a block at once (affine_prefetch)
-// instead of the scales missing later in their own allocation; whole cache lines hold a tile.
+// the scales (at scales_at). In a pool every block is a state: the kernels find a block's codes and
+// scales from its pointer alone (they read only the first block's struct, whose shape is every
+// block's), where reading each block's struct was a cache miss per block, and a tile is whole cache
+// lines (calloc's 16 mod 64 split every load of a tile and left its last line out of the prefetches).
 typedef struct {
     CodeStore cs;      // the codes (unit: 16 tokens for tiles, 4/B for groups, 1 for rows)
     int slots;         // scale slots per head: capacity rounded up to whole tiles
@@ -50,7 +50,6 @@ typedef struct {
     uint16_t *scale16; // [head][slots] with scale=fp16 (zero past the last token)
     float *scale32;    // [head][slots] with scale=fp32
     size_t scales_at;  // the scales' offset from the state
-    size_t block_bytes; // codes and scales: what head 0 of a block asks for
     int n_heads, head_dim, capacity, length;
     int bits, levels;
 } IntState;
@@ -106,7 +105,6 @@ static void *int_create(CodecSpec *spec, int n_heads, int head_dim, int capacity
     s->bits = bits, s->levels = levels, s->scale_fp32 = scale_fp32;
     s->slots = slots;
     s->scales_at = scales_at;
-    s->block_bytes = scales_at + scales - INT_CODES_AT;
     if (scale_fp32)
         s->scale32 = (float *)(void *)((uint8_t *)s + scales_at);
     else
@@ -115,6 +113,9 @@ static void *int_create(CodecSpec *spec, int n_heads, int head_dim, int capacity
              scale_fp32 ? "fp32" : "fp16");
     return s;
 }
+
+// Bytes of one stored scale.
+static inline size_t int_scale_size(const IntState *s) { return s->scale_fp32 ? sizeof(float) : sizeof(uint16_t); }
 
 static inline size_t int_slot(const IntState *s, int head, int token) {
     return (size_t)head * (size_t)s->slots + (size_t)token;
@@ -218,7 +219,7 @@ static ALWAYS_INLINE void int_prefetch_scales(const CodecBlocks *b, int head, in
     const IntState *s = b->states[0];
     int local;
     const uint8_t *scales = int_block(b, t, &local) + s->scales_at;
-    __builtin_prefetch(scales + int_slot(s, head, local) * (s->scale_fp32 ? sizeof(float) : sizeof(uint16_t)));
+    __builtin_prefetch(scales + int_slot(s, head, local) * int_scale_size(s));
 }
 
 // Asks for the next head's codes and scales of the 16 tokens from t (t < n, a multiple of 16) while
@@ -237,7 +238,7 @@ static ALWAYS_INLINE void int_prefetch_next_head(const CodecBlocks *b, int head,
     const uint8_t *codes =
         block + INT_CODES_AT + (size_t)(head + 1) * (size_t)cs->units * cs->unit_bytes + (size_t)local * cs->row_bytes;
     for (size_t i = 0; i < TILE * cs->row_bytes; i += INT_LINE) __builtin_prefetch(codes + i);
-    __builtin_prefetch(block + s->scales_at + int_slot(s, head + 1, local) * (s->scale_fp32 ? sizeof(float) : sizeof(uint16_t)));
+    __builtin_prefetch(block + s->scales_at + int_slot(s, head + 1, local) * int_scale_size(s));
 }
 
 // The head's codes of one chunk (from `offset` in a unit) in every block of the n tokens.
@@ -245,7 +246,7 @@ static inline AffineChunk int_chunk(const CodecBlocks *b, int head, int n, size_
     const IntState *s = b->states[0];
     const CodeStore *cs = &s->cs;
     const size_t head_at = (size_t)head * (size_t)cs->units * cs->unit_bytes;
-    return affine_chunk_at(b, head, n, INT_CODES_AT + head_at + offset, cs->unit_bytes, cs->unit, cs->units, 0, blocks);
+    return affine_chunk_at(b, n, INT_CODES_AT + head_at + offset, cs->unit_bytes, cs->unit, cs->units, blocks);
 }
 
 typedef struct {
