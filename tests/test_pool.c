@@ -14,7 +14,8 @@ enum { LAYERS = 2, HEADS = 3, HD = 32, BLOCK = 16, CONTEXT = 256, T = 150 };
 
 static const char *specs[] = {
     "fp32", "fp16", "bf16", "fp8:e4m3", "fp8:e5m2,scale=token", "int:bits=8", "int:bits=4", "int:bits=3",
-    "int:bits=2", "int:bits=4,levels=full", "kivi:bits=2,group=16,residual=32", "kivi:bits=4,group=16,residual=16",
+    "int:bits=2", "int:bits=4,levels=full", "int:bits=4,scale=fp32", "int:bits=1", "int:bits=6",
+    "kivi:bits=2,group=16,residual=32", "kivi:bits=4,group=16,residual=16",
     "kivi:bits=3,group=16,residual=64", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl",
     // The transforms over blocks: sink tokens spanning two blocks, outliers, rotations.
     "int:bits=4,rot=hadamard", "int:bits=3,rot=random:5,sink=20,outliers=2", "q4_0:sink=1,outliers=3",
