@@ -59,9 +59,8 @@ static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10
                                         1,    13,   25,  38,  53,  69,  89,  113};
 
 typedef struct {
-    // qs (or q8_0's codes) as 4-bit (8-bit) codes of a code store, first (code_store_chunk): keys in
-    // token tiles, [head][tile][block][code_bytes / 4 words][16 lanes]; values in rows,
-    // [head][token][block][code_bytes]
+    // qs (or q8_0's codes) as 4-bit (8-bit) codes of a code store: keys in token tiles,
+    // [head][tile][block][code_bytes / 4 words][16 lanes]; values in rows, [head][token][block][code_bytes]
     CodeStore cs;
     BlockFormat format;
     int n_heads, head_dim, capacity, length, is_key;
@@ -71,15 +70,20 @@ typedef struct {
     size_t code_bytes;    // of a block's qs (16) or q8_0's codes (32)
     uint16_t *d, *m;      // [head][block][slot]; m for q4_1 and q5_1
     uint32_t *qh;         // [head][block][slot] for q5_0 and q5_1
+    size_t d_at, m_at, qh_at; // where d, m and qh lie from the state
     int search;           // iq4_nl:search (else llama.cpp's reference quantiser)
     int qround;           // qround=q8: keys are scored against the query rounded to q8_0 / q8_1
 } BlockState;
 
-static void block_destroy(void *state) {
-    BlockState *s = state;
-    if (s) code_store_free(&s->cs), free(s->d), free(s->m), free(s->qh);
-    free(s);
-}
+// A state is one allocation, 64-byte aligned: this struct, then the codes (at BLOCK_CODES_AT), d, m
+// and qh. In a pool every block is a state, and the kernels find a block's codes and fields from its
+// pointer and the first block's shape: reading each block's struct for its pointers was a cache miss,
+// waited on, before the codes' own.
+#define BLOCK_LINE 64
+#define BLOCK_CODES_AT ((sizeof(BlockState) + BLOCK_LINE - 1) / BLOCK_LINE * BLOCK_LINE)
+static size_t block_round_line(size_t bytes) { return (bytes + BLOCK_LINE - 1) / BLOCK_LINE * BLOCK_LINE; }
+
+static void block_destroy(void *state) { free(state); }
 
 // ---- Block layout helpers -------------------------------------------------------------------
 static inline float load_f16(const uint8_t *p) {
@@ -288,30 +292,36 @@ static void *block_create(BlockFormat f, CodecSpec *spec, int n_heads, int head_
     if (codec_check_shape(name, n_heads, head_dim, capacity, QK, err, errlen)) return NULL; // blocks of 32
     int search, qround;
     if (block_options(f, spec, &search, &qround, err, errlen)) return NULL;
-    BlockState *s = calloc(1, sizeof *s);
-    if (s) {
-        s->format = f;
-        s->search = search;
-        s->qround = qround;
-        s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
-        s->is_key = !spec_is_value(spec);
-        s->block_bytes = block_info[f].block_bytes;
-        s->blocks = head_dim / QK;
-        s->slots = (capacity + TILE - 1) / TILE * TILE;
-        s->code_bytes = f == FMT_Q8_0 ? 32 : 16;
-        const size_t meta = (size_t)n_heads * (size_t)s->blocks * (size_t)s->slots;
-        // Zeroed: the lanes of a partial tile, and scales past the last token, hold finite numbers.
-        code_store_init(&s->cs, s->is_key ? QUANT_TILES : QUANT_ROWS, f == FMT_Q8_0 ? 8 : 4, n_heads, head_dim,
-                        capacity); // cs.codes NULL when out of memory, checked below
-        s->d = calloc(meta, sizeof(uint16_t));
-        if (block_has_m(f)) s->m = calloc(meta, sizeof(uint16_t));
-        if (block_has_qh(f)) s->qh = calloc(meta, sizeof(uint32_t));
-    }
-    if (!s || !s->cs.codes || !s->d || (block_has_m(f) && !s->m) || (block_has_qh(f) && !s->qh)) {
-        block_destroy(s);
+    const int is_key = !spec_is_value(spec), slots = (capacity + TILE - 1) / TILE * TILE;
+    CodeStore cs;
+    const size_t codes = code_store_shape(&cs, is_key ? QUANT_TILES : QUANT_ROWS, f == FMT_Q8_0 ? 8 : 4, n_heads,
+                                          head_dim, capacity),
+                 meta = (size_t)n_heads * (size_t)(head_dim / QK) * (size_t)slots,
+                 d_at = BLOCK_CODES_AT + block_round_line(codes),
+                 m_at = d_at + block_round_line(meta * sizeof(uint16_t)),
+                 qh_at = m_at + (block_has_m(f) ? block_round_line(meta * sizeof(uint16_t)) : 0),
+                 total = qh_at + (block_has_qh(f) ? block_round_line(meta * sizeof(uint32_t)) : 0);
+    BlockState *s = aligned_alloc(BLOCK_LINE, total);
+    if (!s) {
         snprintf(err, errlen, "out of memory allocating a %s cache stream", name);
         return NULL;
     }
+    memset(s, 0, total); // the lanes of a partial tile, and scales past the last token, hold finite numbers
+    s->cs = cs;
+    s->cs.codes = (uint8_t *)s + BLOCK_CODES_AT;
+    s->format = f;
+    s->search = search;
+    s->qround = qround;
+    s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
+    s->is_key = is_key;
+    s->block_bytes = block_info[f].block_bytes;
+    s->blocks = head_dim / QK;
+    s->slots = slots;
+    s->code_bytes = f == FMT_Q8_0 ? 32 : 16;
+    s->d_at = d_at, s->m_at = m_at, s->qh_at = qh_at;
+    s->d = (uint16_t *)(void *)((uint8_t *)s + d_at);
+    if (block_has_m(f)) s->m = (uint16_t *)(void *)((uint8_t *)s + m_at);
+    if (block_has_qh(f)) s->qh = (uint32_t *)(void *)((uint8_t *)s + qh_at);
     // Options that are not the default show (so that `q4_0` stays `q4_0`).
     snprintf(normalised, normalised_len, "%s%s%s%s", name, search || qround ? ":" : "", search ? "search" : "",
              qround ? (search ? ",qround=q8" : "qround=q8") : "");
@@ -417,12 +427,39 @@ typedef struct {
     float tables[32][16] __attribute__((aligned(64)));
 } BlockKeys;
 
-// Token t's place in its block's arrays (block_meta) for llama.cpp block i, and that block's state.
-static ALWAYS_INLINE const BlockState *block_at(const CodecBlocks *b, int head, int i, int t, size_t *at) {
+// Token t's entry (d, m or qh: `field_at` from the state, entries of `size` bytes) for llama.cpp block
+// i, in t's block, found from the block's pointer and the first block's shape.
+static ALWAYS_INLINE const void *block_field(const CodecBlocks *b, size_t field_at, size_t size, int head, int i, int t) {
     int local;
-    const BlockState *s = codec_block(b, t, &local);
-    *at = block_meta(s, head, i, local);
-    return s;
+    const uint8_t *block = codec_block(b, t, &local);
+    return block + field_at + block_meta(b->states[0], head, i, local) * size;
+}
+
+// The head's codes of one chunk (from `offset` in a unit) in every block of the n tokens.
+static inline AffineChunk block_chunk(const CodecBlocks *b, int head, int n, size_t offset, const uint8_t **blocks) {
+    const CodeStore *cs = &((const BlockState *)b->states[0])->cs;
+    const size_t head_at = (size_t)head * (size_t)cs->units * cs->unit_bytes;
+    return affine_chunk_at(b, n, BLOCK_CODES_AT + head_at + offset, cs->unit_bytes, cs->unit, cs->units, blocks);
+}
+
+// Asks for the d and m (and qh) of llama.cpp block i of the 16 tokens from t ahead of their use
+// (when t < n), and the next head's codes and fields there while this head reads its own: the
+// decoder runs a row's heads one after another, and a pool's blocks lie where the hardware
+// prefetcher does not look (as int's kernels do).
+static ALWAYS_INLINE void block_prefetch(const CodecBlocks *b, int head, int i, int t, int n, int next_head) {
+    const BlockState *s0 = b->states[0];
+    if (t >= n || head + next_head >= s0->n_heads) return;
+    int local;
+    const uint8_t *block = codec_block(b, t, &local);
+    const size_t at = block_meta(s0, head + next_head, i, local);
+    __builtin_prefetch(block + s0->d_at + 2 * at);
+    if (s0->m) __builtin_prefetch(block + s0->m_at + 2 * at);
+    if (s0->qh) __builtin_prefetch(block + s0->qh_at + 4 * at);
+    if (!next_head) return;
+    const CodeStore *cs = &s0->cs; // local is a multiple of 16, which every unit (16 or 1 tokens) divides
+    const uint8_t *codes = block + BLOCK_CODES_AT + (size_t)(head + 1) * (size_t)cs->units * cs->unit_bytes +
+                           (size_t)local * cs->row_bytes;
+    for (size_t k = 0; k < TILE * cs->row_bytes; k += BLOCK_LINE) __builtin_prefetch(codes + k);
 }
 
 static inline void block_key_job(void *ctx, int i, int t0, int nt, int bits, AffineTileJob *job) {
@@ -436,13 +473,14 @@ static inline void block_key_job(void *ctx, int i, int t0, int nt, int bits, Aff
         for (int st = 0; st < QK; st++) qs[st] = k->q[i * QK + st / 2 + 16 * (st % 2)];
         if (block_tabled(f)) affine_step_tables(qs, NULL, bits, (const float(*)[16])lv, (AffineForm){0, 0, 0, 0}, k->tables);
     }
+    const BlockState *s0 = k->b->states[0];
+    for (int t = 0; t < 4 && k->n > k->b->block; t++) { // one block: the hardware prefetcher follows it
+        block_prefetch(k->b, k->head, i, t0 + (16 + t) * TILE, k->n, 0); // 256 tokens ahead
+        if (i == 0) block_prefetch(k->b, k->head, i, t0 + t * TILE, k->n, 1);
+    }
     for (int t = 0; t < 4; t++) {
         job->tables[t] = (const float(*)[16])k->tables, job->sm[t] = NULL, job->qh[t] = NULL;
-        if (block_has_qh(f) && t < nt) {
-            size_t at;
-            const BlockState *s = block_at(k->b, k->head, i, t0 + t * TILE, &at);
-            job->qh[t] = s->qh + at;
-        }
+        if (block_has_qh(f) && t < nt) job->qh[t] = block_field(k->b, s0->qh_at, 4, k->head, i, t0 + t * TILE);
     }
     job->shared = 1;
 }
@@ -450,15 +488,14 @@ static inline void block_key_job(void *ctx, int i, int t0, int nt, int bits, Aff
 static inline void block_key_finish(void *ctx, int i, int t0, int nt, float (*acc)[TILE], float *out) {
     const BlockKeys *k = ctx;
     for (int t = 0; t < nt; t++) {
+        const BlockState *s0 = k->b->states[0];
         float d[TILE], m[TILE], *o = out + t0 + t * TILE;
-        size_t at;
-        const BlockState *s = block_at(k->b, k->head, i, t0 + t * TILE, &at);
         const int cnt = k->n - t0 - t * TILE < TILE ? k->n - t0 - t * TILE : TILE;
-        block_scales16(s->d + at, TILE, d);
-        if (s->m) block_scales16(s->m + at, TILE, m);
+        block_scales16(block_field(k->b, s0->d_at, 2, k->head, i, t0 + t * TILE), TILE, d);
+        if (s0->m) block_scales16(block_field(k->b, s0->m_at, 2, k->head, i, t0 + t * TILE), TILE, m);
         for (int l = 0; l < cnt; l++) {
             const float sum = i == 0 ? 0.0f : o[l]; // the blocks before
-            o[l] = s->m ? sum + (acc[t][l] * d[l] + m[l] * k->qsum) : sum + acc[t][l] * d[l];
+            o[l] = s0->m ? sum + (acc[t][l] * d[l] + m[l] * k->qsum) : sum + acc[t][l] * d[l];
         }
     }
 }
@@ -467,7 +504,7 @@ static ALWAYS_INLINE void block_scores_impl(const CodecBlocks *b, int head, cons
                                             const BlockFormat f, const int hd) {
     BlockKeys k = {.b = b, .f = f, .head = head, .n = n, .q = q};
     const uint8_t *stack[AFFINE_STACK_BLOCKS], **blocks = affine_blocks(b, n, stack);
-    affine_score_tiles(code_store_chunk(b, head, n, 0, blocks), n, hd, f == FMT_Q8_0 ? 8 : 4,
+    affine_score_tiles(block_chunk(b, head, n, 0, blocks), n, hd, f == FMT_Q8_0 ? 8 : 4,
                        f == FMT_Q8_0 ? AFFINE_SIGNED : AFFINE_Q5, f == FMT_Q5_0 ? 16 : 0, block_tabled(f), 0,
                        (AffineForm){0, 0, 0, 0}, q, block_key_job, block_key_finish, &k, out);
     if (blocks != stack) free(blocks);
@@ -478,11 +515,13 @@ static ALWAYS_INLINE void block_scores_impl(const CodecBlocks *b, int head, cons
 static const float *block_prep(const void *ctx, int head, int i, const float *p, int n, int j0, float *w, float *sm) {
     const CodecBlocks *b = ctx;
     const BlockState *s0 = b->states[0];
+    for (int l = 0; l < 4 * TILE && n > b->block; l += TILE) { // one block: the hardware prefetcher follows it
+        block_prefetch(b, head, i, j0 + l + 16 * TILE, n, 0); // 256 tokens ahead
+        if (i == 0) block_prefetch(b, head, i, j0 + l, n, 1);
+    }
     for (int l = 0; l < 4 * TILE && j0 + l < n; l += TILE) {
-        size_t at;
-        const BlockState *s = block_at(b, head, i, j0 + l, &at);
-        block_scales16(s->d + at, n - j0 - l, sm + l);
-        if (s->m) block_scales16(s->m + at, n - j0 - l, sm + 4 * TILE + l);
+        block_scales16(block_field(b, s0->d_at, 2, head, i, j0 + l), n - j0 - l, sm + l);
+        if (s0->m) block_scales16(block_field(b, s0->m_at, 2, head, i, j0 + l), n - j0 - l, sm + 4 * TILE + l);
     }
     if (s0->format != FMT_Q8_0) return p + j0;
     for (int k = 0; k < 4 * TILE && j0 + k < n; k++) w[k] = p[j0 + k] * sm[k];
@@ -502,7 +541,7 @@ static ALWAYS_INLINE void block_mix_impl(const CodecBlocks *b, int head, const f
     const AffineForm form = {f != FMT_Q8_0, block_has_m(f), 1, 4 * TILE};
     const uint8_t *stack[AFFINE_STACK_BLOCKS], **blocks = affine_blocks(b, n, stack);
     for (int i = 0; i < hd / QK; i++) {
-        const AffineChunk ch = code_store_chunk(b, head, n, (size_t)i * s0->code_bytes, blocks);
+        const AffineChunk ch = block_chunk(b, head, n, (size_t)i * s0->code_bytes, blocks);
         float sums[2][32] __attribute__((aligned(64)));
         if (block_tabled(f))
             affine_mix_groups(ch, 1, (const float(*)[16])lv, form, block_prep, b, head, i, p, n, (float(*)[2][16])sums);
@@ -584,6 +623,19 @@ static void block_scores_qround(const void *state, int head, const float *q, flo
     }
 }
 
+// What the per-block kernels read of one head in a state (codes, d, m, qh), asked for two blocks ahead
+// (codec_core.h): a pool's blocks lie where the hardware prefetcher does not look.
+static void block_ahead(const void *state, int head) {
+    const BlockState *s = state;
+    const uint8_t *base = state;
+    const size_t meta = (size_t)s->blocks * (size_t)s->slots, at = (size_t)head * meta;
+    const uint8_t *codes = code_store_unit(&s->cs, head, 0);
+    for (size_t k = 0; k < (size_t)s->cs.units * s->cs.unit_bytes; k += BLOCK_LINE) __builtin_prefetch(codes + k);
+    for (size_t k = 0; k < 2 * meta; k += BLOCK_LINE) __builtin_prefetch(base + s->d_at + 2 * at + k);
+    for (size_t k = 0; s->m && k < 2 * meta; k += BLOCK_LINE) __builtin_prefetch(base + s->m_at + 2 * at + k);
+    for (size_t k = 0; s->qh && k < 4 * meta; k += BLOCK_LINE) __builtin_prefetch(base + s->qh_at + 4 * at + k);
+}
+
 static void block_mix_q5_state(const void *state, int head, const float *p, float *out, int n) {
     const BlockState *s = state;
     block_mix_fn[s->format](CODEC_ONE_BLOCK(state, s->head_dim), head, p, out, n);
@@ -604,7 +656,7 @@ static void block_mix(const CodecBlocks *b, int head, const float *p, float *out
     if (s->is_key)
         codec_mix_by_read(b, block_read, s->head_dim, head, p, out, n);
     else if (s->qh && n > b->block) // q5's fifth bits are one array per block: block by block
-        codec_mix_per_block(b, block_mix_q5_state, NULL, s->head_dim, head, p, out, n);
+        codec_mix_per_block(b, block_mix_q5_state, block_ahead, s->head_dim, head, p, out, n);
     else
         block_mix_fn[s->format](b, head, p, out, n);
 }
