@@ -99,43 +99,28 @@ typedef const float *(*AffinePrep)(const void *state, int head, int c, const flo
 // (a token tile, a token group or a row), a unit `unit_bytes` further on is the next; `units` (the
 // units the n tokens take) bounds the prefetches. A stream spread over blocks (a pool's sequence)
 // gives block i's such pointer in blocks[i], `block_units` units to a block; a contiguous stream
-// leaves blocks NULL. whole: for head 0 of a stream over blocks, the bytes of every head's codes in a
-// block from blocks[i] (else 0), which head 0 asks for as it reaches the block (affine_prefetch).
+// leaves blocks NULL.
 typedef struct {
     const uint8_t *codes;
     size_t unit_bytes;
     int units;
     const uint8_t *const *blocks;
     int block_units;
-    size_t whole;
 } AffineChunk;
 
-// The chunk of a stream over blocks: each block's unit 0 of the head (unit0(state, head)) plus
-// `offset`, in blocks[] (room for every block of the n tokens); one block is a contiguous chunk of
-// `units_one` units (its store's, whatever its capacity), of n_heads heads. unit: tokens per unit.
-typedef const uint8_t *(*AffineUnit0)(const void *state, int head);
-static inline AffineChunk affine_chunk_of(const CodecBlocks *b, int head, int n, size_t offset, AffineUnit0 unit0,
-                                          size_t unit_bytes, int unit, int units_one, int n_heads,
-                                          const uint8_t **blocks) {
-    const int nb = (n + b->block - 1) / b->block;
-    for (int i = 0; i < nb; i++) blocks[i] = unit0(b->states[i], head) + offset;
-    if (nb <= 1) return (AffineChunk){blocks[0], unit_bytes, units_one, NULL, 0, 0};
-    const size_t whole = head == 0 ? (size_t)n_heads * (size_t)units_one * unit_bytes : 0;
-    return (AffineChunk){blocks[0], unit_bytes, (n + unit - 1) / unit, blocks, b->block / unit, whole};
-}
-
-// The same for a family whose codes lie `at` bytes from each block's state (state and codes one
-// allocation): no block's state is read to find them, which in a pool was a cache miss per block.
-// No whole-block prefetch (whole = 0): such a family asks for what its kernels read itself.
+// The chunk of a stream over blocks whose codes lie `at` bytes from each block's state (a family's
+// state and codes are one allocation: no block's state is read to find them, which in a pool was a
+// cache miss per block), in blocks[] (room for every block of the n tokens); one block is a
+// contiguous chunk of `units_one` units (its store's, whatever its capacity). unit: tokens per unit.
 static inline AffineChunk affine_chunk_at(const CodecBlocks *b, int n, size_t at, size_t unit_bytes, int unit,
                                           int units_one, const uint8_t **blocks) {
     const int nb = (n + b->block - 1) / b->block;
     for (int i = 0; i < nb; i++) blocks[i] = (const uint8_t *)b->states[i] + at;
-    if (nb <= 1) return (AffineChunk){blocks[0], unit_bytes, units_one, NULL, 0, 0};
-    return (AffineChunk){blocks[0], unit_bytes, (n + unit - 1) / unit, blocks, b->block / unit, 0};
+    if (nb <= 1) return (AffineChunk){blocks[0], unit_bytes, units_one, NULL, 0};
+    return (AffineChunk){blocks[0], unit_bytes, (n + unit - 1) / unit, blocks, b->block / unit};
 }
 
-// Room for the block pointers of affine_chunk_of: on the stack up to AFFINE_STACK_BLOCKS blocks,
+// Room for the block pointers of affine_chunk_at: on the stack up to AFFINE_STACK_BLOCKS blocks,
 // else from the heap (a stream longer than 4,096 tokens in blocks of 16).
 #define AFFINE_STACK_BLOCKS 256
 static inline const uint8_t **affine_blocks(const CodecBlocks *b, int n, const uint8_t **stack) {
@@ -163,11 +148,8 @@ static QUANT_ALWAYS_INLINE const uint8_t *affine_unit(const AffineChunk *ch, int
 // Asks for units [u, u + count) ahead of their use (within the stream): a pool's blocks lie anywhere,
 // and the hardware prefetcher loses the way at each. The kernels ask 256 tokens ahead: in a pool of
 // 32 long conversations (micro bench --batch 32) every block is a trip to DRAM, and 128 tokens
-// ahead left the adds waiting on it (fp16's step was ~10% slower).
-// Head 0 asks for every head's codes of each block it reaches (ch->whole): the decoder runs a row's
-// heads one after another (forward.c), so heads 1.. find them in cache, and DRAM serves a block's
-// contiguous bytes at once instead of six runs of a sixth (the attention of a batch of 32 long
-// conversations ~15% faster).
+// ahead left the adds waiting on it (fp16's step was ~10% slower). (The families also ask for the
+// next head's codes as they read their own: int_prefetch_next_head, block_prefetch.)
 #define AFFINE_AHEAD 256
 static QUANT_ALWAYS_INLINE void affine_prefetch(const AffineChunk *ch, int u, int count) {
     if (u + count > ch->units) count = ch->units - u;
@@ -176,7 +158,7 @@ static QUANT_ALWAYS_INLINE void affine_prefetch(const AffineChunk *ch, int u, in
         const int run = ch->blocks ? ch->block_units - at : count;
         const int m = run < count ? run : count;
         const uint8_t *p = affine_unit(ch, u);
-        const size_t bytes = ch->whole && at == 0 ? ch->whole : (size_t)m * ch->unit_bytes;
+        const size_t bytes = (size_t)m * ch->unit_bytes;
         for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
         u += m, count -= m;
     }

@@ -40,12 +40,4 @@ static inline uint8_t *code_store_unit(const CodeStore *cs, int head, int unit) 
     return cs->codes + ((size_t)head * (size_t)cs->units + (size_t)unit) * cs->unit_bytes;
 }
 
-// For the kernels (affine_kernels.h), of a stream whose states each begin with their CodeStore:
-// the head's codes at `offset` in a unit, in every block the n tokens lie in.
-static inline const uint8_t *code_store_unit0(const void *state, int head) { return code_store_unit(state, head, 0); }
-static inline AffineChunk code_store_chunk(const CodecBlocks *b, int head, int n, size_t offset, const uint8_t **blocks) {
-    const CodeStore *cs = b->states[0];
-    return affine_chunk_of(b, head, n, offset, code_store_unit0, cs->unit_bytes, cs->unit, cs->units, cs->n_heads, blocks);
-}
-
 #endif
