@@ -439,9 +439,16 @@ static const float *kivi_value_params(const void *state, int head, int c, const 
     const KiviState *s = state;
     const int ng = s->head_dim / s->group, g = 32 * c / s->group;
     const uint16_t *meta = s->meta + (size_t)head * s->meta_per_head;
-    if (ng == 1 && j0 + 4 * TILE <= nq) { // (scale, minimum) pairs of 64 tokens side by side
-        for (int i = 0; i < 8 * TILE; i += TILE) quant_fp16_to_fp32_16(meta + (size_t)j0 * 2 + i, sm + i);
-        return p + j0;
+    if (ng == 1) { // (scale, minimum) pairs side by side, converted 8 tokens' at a time (a pool's
+                   // blocks of 32 tokens are never 64 in one call: one by one was a sixth of the step)
+        const int pairs = 2 * (nq - j0 < 4 * TILE ? nq - j0 : 4 * TILE);
+        int i = 0;
+        for (; i + TILE <= pairs; i += TILE) quant_fp16_to_fp32_16(meta + (size_t)j0 * 2 + i, sm + i);
+        for (; i < pairs; i++) sm[i] = quant_fp16_to_fp32(meta[(size_t)j0 * 2 + i]);
+        for (; i < 8 * TILE; i++) sm[i] = 0.0f;
+        if (pairs == 8 * TILE) return p + j0;
+        for (int k = 0; k < 4 * TILE; k++) pw[k] = 2 * k < pairs ? p[j0 + k] : 0.0f;
+        return pw;
     }
     for (int i = 0; i < 4 * TILE; i++) {
         const int j = j0 + i;
