@@ -236,6 +236,14 @@ static QUANT_ALWAYS_INLINE void quant_tile_lookup(const uint32_t *const *tiles, 
                                                   float (*acc)[16]) {
     const int steps = quant_tile_steps(bits);
 #ifdef QUANT_AVX512
+    // Step s looks up the 4 bits (B = 3: 3) from bit 4s (3s) of each lane's stream, shifted down (a
+    // lookup reads only an index's low four bits); at B = 3 a number may continue in the next word.
+    // With constant steps the loads of a word are one load and the shifts constants.
+    const int sb = bits == 3 ? 3 : 4;
+#define QUANT_INDEX(tp)                                                                            \
+    (sh + sb <= 32 ? _mm512_srli_epi32(_mm512_loadu_si512(tp + g * QUANT_TILE), (unsigned)sh)      \
+                   : _mm512_or_si512(_mm512_srli_epi32(_mm512_loadu_si512(tp + g * QUANT_TILE), (unsigned)sh), \
+                                     _mm512_slli_epi32(_mm512_loadu_si512(tp + (g + 1) * QUANT_TILE), (unsigned)(32 - sh))))
     if (nt == 4) {
         __m512 a0 = _mm512_loadu_ps(acc[0]), a1 = _mm512_loadu_ps(acc[1]), a2 = _mm512_loadu_ps(acc[2]),
                a3 = _mm512_loadu_ps(acc[3]);
@@ -254,24 +262,30 @@ static QUANT_ALWAYS_INLINE void quant_tile_lookup(const uint32_t *const *tiles, 
         const float(*tb0)[16] = tables[0], (*tb1)[16] = tables[shared ? 0 : 1], (*tb2)[16] = tables[shared ? 0 : 2],
                    (*tb3)[16] = tables[shared ? 0 : 3];
         __asm__("" : "+r"(tb0), "+r"(tb1), "+r"(tb2), "+r"(tb3));
-        // Step s looks up the 4 bits (B = 3: 3) from bit 4s (3s) of each lane's stream, shifted down
-        // (a lookup reads only an index's low four bits); at B = 3 a number may continue in the
-        // next word. With constant steps the loads of a word are one load and the shifts constants.
-        const int sb = bits == 3 ? 3 : 4;
 QUANT_UNROLL(32)
         for (int s = 0; s < steps; s++) {
             const int bit = sb * s, g = bit >> 5, sh = bit & 31;
-#define QUANT_INDEX(tp)                                                                            \
-    (sh + sb <= 32 ? _mm512_srli_epi32(_mm512_loadu_si512(tp + g * QUANT_TILE), (unsigned)sh)      \
-                   : _mm512_or_si512(_mm512_srli_epi32(_mm512_loadu_si512(tp + g * QUANT_TILE), (unsigned)sh), \
-                                     _mm512_slli_epi32(_mm512_loadu_si512(tp + (g + 1) * QUANT_TILE), (unsigned)(32 - sh))))
             QUANT_STEP(QUANT_INDEX(t0), QUANT_INDEX(t1), QUANT_INDEX(t2), QUANT_INDEX(t3), s)
-#undef QUANT_INDEX
         }
 #undef QUANT_STEP
         quant_store4(acc[0], acc[2], a0, a1, a2, a3); // acc[k] follows acc[k - 1]
         return;
     }
+    // Fewer tiles (a stream's last ones; every block of KIVI's, which its kernels read block by
+    // block): one at a time, the same lookups and sums (gcc made the portable loop's lookups scalar).
+    for (int k = 0; k < nt; k++) {
+        const uint32_t *tp = tiles[k];
+        const float(*table)[16] = tables[shared ? 0 : k];
+        __m512 a = _mm512_loadu_ps(acc[k]);
+QUANT_UNROLL(32)
+        for (int s = 0; s < steps; s++) {
+            const int bit = sb * s, g = bit >> 5, sh = bit & 31;
+            a = _mm512_add_ps(a, _mm512_permutexvar_ps(QUANT_INDEX(tp), _mm512_loadu_ps(table[s])));
+        }
+        _mm512_storeu_ps(acc[k], a);
+    }
+#undef QUANT_INDEX
+    return;
 #endif
     for (int k = 0; k < nt; k++) {
         const uint32_t *t = tiles[k];
