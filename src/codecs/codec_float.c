@@ -58,13 +58,8 @@ typedef struct {
     size_t scales_at; // the scales' offset from the state
 } FloatState;
 
-// A state is one allocation, 64-byte aligned: this struct, then the codes (at FLOAT_CODES_AT), then
-// the scales (at scales_at). In a pool every block is a state, and the kernels find a block's codes
-// and scales from its pointer and the first block's shape (every block's): reading each block's
-// struct for its pointers was a cache miss, waited on, before the codes' own.
-#define FLOAT_LINE 64
-#define FLOAT_CODES_AT ((sizeof(FloatState) + FLOAT_LINE - 1) / FLOAT_LINE * FLOAT_LINE)
-static size_t float_round_line(size_t bytes) { return (bytes + FLOAT_LINE - 1) / FLOAT_LINE * FLOAT_LINE; }
+// A state is one allocation (codec_core.h): this struct, the codes, the scales.
+#define FLOAT_CODES_AT codec_line(sizeof(FloatState))
 
 static void float_destroy(void *state) {
     FloatState *s = state;
@@ -122,11 +117,10 @@ static void *float_create(const char *family, CodecSpec *spec, int n_heads, int 
     const int is_key = !spec_is_value(spec), tiles = (capacity + TILE - 1) / TILE;
     const size_t codes = (size_t)n_heads * (size_t)(is_key ? tiles * TILE : capacity) * (size_t)head_dim *
                          (size_t)formats[f].bytes,
-                 scales_at = FLOAT_CODES_AT + float_round_line(codes),
-                 total = scales_at + float_round_line(scaled ? (size_t)n_heads * (size_t)tiles * TILE * 2 : 0);
-    FloatState *s = aligned_alloc(FLOAT_LINE, total);
+                 scales_at = FLOAT_CODES_AT + codec_line(codes);
+    // zeroed: the lanes of a partial tile hold finite numbers
+    FloatState *s = codec_alloc_lines(scales_at + (scaled ? (size_t)n_heads * (size_t)tiles * TILE * 2 : 0));
     if (!s) return codec_created(s, 0, float_destroy, err, errlen);
-    memset(s, 0, total); // the lanes of a partial tile hold finite numbers
     s->format = f;
     s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
     s->scaled = scaled;

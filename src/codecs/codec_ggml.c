@@ -75,13 +75,8 @@ typedef struct {
     int qround;           // qround=q8: keys are scored against the query rounded to q8_0 / q8_1
 } BlockState;
 
-// A state is one allocation, 64-byte aligned: this struct, then the codes (at BLOCK_CODES_AT), d, m
-// and qh. In a pool every block is a state, and the kernels find a block's codes and fields from its
-// pointer and the first block's shape: reading each block's struct for its pointers was a cache miss,
-// waited on, before the codes' own.
-#define BLOCK_LINE 64
-#define BLOCK_CODES_AT ((sizeof(BlockState) + BLOCK_LINE - 1) / BLOCK_LINE * BLOCK_LINE)
-static size_t block_round_line(size_t bytes) { return (bytes + BLOCK_LINE - 1) / BLOCK_LINE * BLOCK_LINE; }
+// A state is one allocation (codec_core.h): this struct, the codes, d, m, qh.
+#define BLOCK_CODES_AT codec_line(sizeof(BlockState))
 
 static void block_destroy(void *state) { free(state); }
 
@@ -297,16 +292,11 @@ static void *block_create(BlockFormat f, CodecSpec *spec, int n_heads, int head_
     const size_t codes = code_store_shape(&cs, is_key ? QUANT_TILES : QUANT_ROWS, f == FMT_Q8_0 ? 8 : 4, n_heads,
                                           head_dim, capacity),
                  meta = (size_t)n_heads * (size_t)(head_dim / QK) * (size_t)slots,
-                 d_at = BLOCK_CODES_AT + block_round_line(codes),
-                 m_at = d_at + block_round_line(meta * sizeof(uint16_t)),
-                 qh_at = m_at + (block_has_m(f) ? block_round_line(meta * sizeof(uint16_t)) : 0),
-                 total = qh_at + (block_has_qh(f) ? block_round_line(meta * sizeof(uint32_t)) : 0);
-    BlockState *s = aligned_alloc(BLOCK_LINE, total);
-    if (!s) {
-        snprintf(err, errlen, "out of memory allocating a %s cache stream", name);
-        return NULL;
-    }
-    memset(s, 0, total); // the lanes of a partial tile, and scales past the last token, hold finite numbers
+                 d_at = BLOCK_CODES_AT + codec_line(codes), m_at = d_at + codec_line(meta * sizeof(uint16_t)),
+                 qh_at = m_at + (block_has_m(f) ? codec_line(meta * sizeof(uint16_t)) : 0);
+    // zeroed: the lanes of a partial tile, and scales past the last token, hold finite numbers
+    BlockState *s = codec_alloc_lines(qh_at + (block_has_qh(f) ? meta * sizeof(uint32_t) : 0));
+    if (!s) return codec_created(s, 0, block_destroy, err, errlen);
     s->cs = cs;
     s->cs.codes = (uint8_t *)s + BLOCK_CODES_AT;
     s->format = f;
@@ -459,7 +449,7 @@ static ALWAYS_INLINE void block_prefetch(const CodecBlocks *b, int head, int i, 
     const CodeStore *cs = &s0->cs; // local is a multiple of 16, which every unit (16 or 1 tokens) divides
     const uint8_t *codes = block + BLOCK_CODES_AT + (size_t)(head + 1) * (size_t)cs->units * cs->unit_bytes +
                            (size_t)local * cs->row_bytes;
-    for (size_t k = 0; k < TILE * cs->row_bytes; k += BLOCK_LINE) __builtin_prefetch(codes + k);
+    for (size_t k = 0; k < TILE * cs->row_bytes; k += CODEC_LINE) __builtin_prefetch(codes + k);
 }
 
 static inline void block_key_job(void *ctx, int i, int t0, int nt, int bits, AffineTileJob *job) {
@@ -630,10 +620,10 @@ static void block_ahead(const void *state, int head) {
     const uint8_t *base = state;
     const size_t meta = (size_t)s->blocks * (size_t)s->slots, at = (size_t)head * meta;
     const uint8_t *codes = code_store_unit(&s->cs, head, 0);
-    for (size_t k = 0; k < (size_t)s->cs.units * s->cs.unit_bytes; k += BLOCK_LINE) __builtin_prefetch(codes + k);
-    for (size_t k = 0; k < 2 * meta; k += BLOCK_LINE) __builtin_prefetch(base + s->d_at + 2 * at + k);
-    for (size_t k = 0; s->m && k < 2 * meta; k += BLOCK_LINE) __builtin_prefetch(base + s->m_at + 2 * at + k);
-    for (size_t k = 0; s->qh && k < 4 * meta; k += BLOCK_LINE) __builtin_prefetch(base + s->qh_at + 4 * at + k);
+    for (size_t k = 0; k < (size_t)s->cs.units * s->cs.unit_bytes; k += CODEC_LINE) __builtin_prefetch(codes + k);
+    for (size_t k = 0; k < 2 * meta; k += CODEC_LINE) __builtin_prefetch(base + s->d_at + 2 * at + k);
+    for (size_t k = 0; s->m && k < 2 * meta; k += CODEC_LINE) __builtin_prefetch(base + s->m_at + 2 * at + k);
+    for (size_t k = 0; s->qh && k < 4 * meta; k += CODEC_LINE) __builtin_prefetch(base + s->qh_at + 4 * at + k);
 }
 
 static void block_mix_q5_state(const void *state, int head, const float *p, float *out, int n) {

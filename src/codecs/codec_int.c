@@ -38,11 +38,7 @@ enum { LEVELS_SYM, LEVELS_FULL, LEVELS_SIGN };
 // Every product is w · level: the query number (then the token's scale), or p · scale.
 static const AffineForm INT_FORM = {0, 0, 0, 0};
 
-// A state is one allocation, 64-byte aligned: this struct, then the codes (at INT_CODES_AT), then
-// the scales (at scales_at). In a pool every block is a state: the kernels find a block's codes and
-// scales from its pointer alone (they read only the first block's struct, whose shape is every
-// block's), where reading each block's struct was a cache miss per block, and a tile is whole cache
-// lines (calloc's 16 mod 64 split every load of a tile and left its last line out of the prefetches).
+// A state is one allocation (codec_core.h): this struct, the codes, the scales.
 typedef struct {
     CodeStore cs;      // the codes (unit: 16 tokens for tiles, 4/B for groups, 1 for rows)
     int slots;         // scale slots per head: capacity rounded up to whole tiles
@@ -54,10 +50,7 @@ typedef struct {
     int bits, levels;
 } IntState;
 
-#define INT_LINE 64
-#define INT_CODES_AT ((sizeof(IntState) + INT_LINE - 1) / INT_LINE * INT_LINE)
-
-static size_t int_round_line(size_t bytes) { return (bytes + INT_LINE - 1) / INT_LINE * INT_LINE; }
+#define INT_CODES_AT codec_line(sizeof(IntState))
 
 static void int_destroy(void *state) { free(state); }
 
@@ -93,12 +86,10 @@ static void *int_create(CodecSpec *spec, int n_heads, int head_dim, int capacity
     CodeStore cs;
     const size_t codes = code_store_shape(&cs, layout, bits, n_heads, head_dim, capacity);
     const int slots = (capacity + TILE - 1) / TILE * TILE;
-    const size_t scales_at = INT_CODES_AT + int_round_line(codes);
+    const size_t scales_at = INT_CODES_AT + codec_line(codes);
     const size_t scales = (size_t)n_heads * (size_t)slots * (scale_fp32 ? sizeof(float) : sizeof(uint16_t));
-    const size_t total = scales_at + int_round_line(scales);
-    IntState *s = aligned_alloc(INT_LINE, total);
+    IntState *s = codec_alloc_lines(scales_at + scales);
     if (!s) return codec_created(s, 0, int_destroy, err, errlen);
-    memset(s, 0, total);
     s->cs = cs;
     s->cs.codes = (uint8_t *)s + INT_CODES_AT;
     s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
@@ -237,7 +228,7 @@ static ALWAYS_INLINE void int_prefetch_next_head(const CodecBlocks *b, int head,
     // local · row_bytes into the head's (no division by the unit)
     const uint8_t *codes =
         block + INT_CODES_AT + (size_t)(head + 1) * (size_t)cs->units * cs->unit_bytes + (size_t)local * cs->row_bytes;
-    for (size_t i = 0; i < TILE * cs->row_bytes; i += INT_LINE) __builtin_prefetch(codes + i);
+    for (size_t i = 0; i < TILE * cs->row_bytes; i += CODEC_LINE) __builtin_prefetch(codes + i);
     __builtin_prefetch(block + s->scales_at + int_slot(s, head + 1, local) * int_scale_size(s));
 }
 
