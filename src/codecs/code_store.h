@@ -10,6 +10,7 @@
 
 #include "../quant.h"
 #include "affine_kernels.h" // the kernels that read a store's codes (and llama.cpp's blocks)
+#include "codec_core.h"
 
 typedef struct {
     QuantLayout layout;
@@ -38,6 +39,23 @@ void code_store_get(const CodeStore *cs, int head, int token, int c, uint8_t *q,
 // Unit `unit` of one head (a token tile, token group or row).
 static inline uint8_t *code_store_unit(const CodeStore *cs, int head, int unit) {
     return cs->codes + ((size_t)head * (size_t)cs->units + (size_t)unit) * cs->unit_bytes;
+}
+
+// For a family whose block states are one allocation (codec_core.h) with the codes `codes_at` bytes
+// from the state, shaped as the first block's store `cs`: one head's codes of a chunk (from `offset`
+// in a unit) in every block of the n tokens, found from the blocks' pointers (affine_chunk_at).
+static inline AffineChunk code_store_chunk_at(const CodecBlocks *b, const CodeStore *cs, size_t codes_at, int head,
+                                              int n, size_t offset, const uint8_t **blocks) {
+    const size_t head_at = (size_t)head * (size_t)cs->units * cs->unit_bytes;
+    return affine_chunk_at(b, n, codes_at + head_at + offset, cs->unit_bytes, cs->unit, cs->units, blocks);
+}
+
+// Asks for one head's codes of the 16 tokens from `local` in a block whose codes begin at `codes`.
+// local is a multiple of 16, which every unit (16, 4/B or 1 tokens) divides: the codes begin
+// local · row_bytes into the head's (no division by the unit).
+static inline void code_store_prefetch16(const CodeStore *cs, const uint8_t *codes, int head, int local) {
+    const uint8_t *p = codes + (size_t)head * (size_t)cs->units * cs->unit_bytes + (size_t)local * cs->row_bytes;
+    for (size_t i = 0; i < QUANT_TILE * cs->row_bytes; i += CODEC_LINE) __builtin_prefetch(p + i);
 }
 
 #endif

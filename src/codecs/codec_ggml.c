@@ -427,9 +427,7 @@ static ALWAYS_INLINE const void *block_field(const CodecBlocks *b, size_t field_
 
 // The head's codes of one chunk (from `offset` in a unit) in every block of the n tokens.
 static inline AffineChunk block_chunk(const CodecBlocks *b, int head, int n, size_t offset, const uint8_t **blocks) {
-    const CodeStore *cs = &((const BlockState *)b->states[0])->cs;
-    const size_t head_at = (size_t)head * (size_t)cs->units * cs->unit_bytes;
-    return affine_chunk_at(b, n, BLOCK_CODES_AT + head_at + offset, cs->unit_bytes, cs->unit, cs->units, blocks);
+    return code_store_chunk_at(b, &((const BlockState *)b->states[0])->cs, BLOCK_CODES_AT, head, n, offset, blocks);
 }
 
 // Asks for the d and m (and qh) of llama.cpp block i of the 16 tokens from t ahead of their use
@@ -445,11 +443,7 @@ static ALWAYS_INLINE void block_prefetch(const CodecBlocks *b, int head, int i, 
     __builtin_prefetch(block + s0->d_at + 2 * at);
     if (s0->m) __builtin_prefetch(block + s0->m_at + 2 * at);
     if (s0->qh) __builtin_prefetch(block + s0->qh_at + 4 * at);
-    if (!next_head) return;
-    const CodeStore *cs = &s0->cs; // local is a multiple of 16, which every unit (16 or 1 tokens) divides
-    const uint8_t *codes = block + BLOCK_CODES_AT + (size_t)(head + 1) * (size_t)cs->units * cs->unit_bytes +
-                           (size_t)local * cs->row_bytes;
-    for (size_t k = 0; k < TILE * cs->row_bytes; k += CODEC_LINE) __builtin_prefetch(codes + k);
+    if (next_head) code_store_prefetch16(&s0->cs, block + BLOCK_CODES_AT, head + 1, local);
 }
 
 static inline void block_key_job(void *ctx, int i, int t0, int nt, int bits, AffineTileJob *job) {

@@ -223,21 +223,13 @@ static ALWAYS_INLINE void int_prefetch_next_head(const CodecBlocks *b, int head,
     if (t >= n || n <= b->block || head + 1 >= s->n_heads) return;
     int local;
     const uint8_t *block = int_block(b, t, &local);
-    const CodeStore *cs = &s->cs;
-    // local is a multiple of 16, which every unit (16, 4/B or 1 tokens) divides: its codes begin
-    // local · row_bytes into the head's (no division by the unit)
-    const uint8_t *codes =
-        block + INT_CODES_AT + (size_t)(head + 1) * (size_t)cs->units * cs->unit_bytes + (size_t)local * cs->row_bytes;
-    for (size_t i = 0; i < TILE * cs->row_bytes; i += CODEC_LINE) __builtin_prefetch(codes + i);
+    code_store_prefetch16(&s->cs, block + INT_CODES_AT, head + 1, local);
     __builtin_prefetch(block + s->scales_at + int_slot(s, head + 1, local) * int_scale_size(s));
 }
 
 // The head's codes of one chunk (from `offset` in a unit) in every block of the n tokens.
 static inline AffineChunk int_chunk(const CodecBlocks *b, int head, int n, size_t offset, const uint8_t **blocks) {
-    const IntState *s = b->states[0];
-    const CodeStore *cs = &s->cs;
-    const size_t head_at = (size_t)head * (size_t)cs->units * cs->unit_bytes;
-    return affine_chunk_at(b, n, INT_CODES_AT + head_at + offset, cs->unit_bytes, cs->unit, cs->units, blocks);
+    return code_store_chunk_at(b, &((const IntState *)b->states[0])->cs, INT_CODES_AT, head, n, offset, blocks);
 }
 
 typedef struct {
