@@ -404,11 +404,12 @@ int serve_held_decode(const Model *m, KVPool *pool, const KVRecording *rec, int 
     }
     if (batch_init(&fwd, m, out->held, n_threads, err, errlen)) goto done;
     fwd.track_top = 0;
-    double bytes = 0;
+    double bytes = 0, attended = 0;
     for (int s = 0; s < steps; s++) {
         for (int i = 0; i < out->held; i++) {
             const int pos = end[i] - steps + s;
             rows[i] = (BatchRow){&seqs[i], rec->tokens[pos], pos};
+            attended += pos + 1;
         }
         const double t0 = seconds_now();
         batch_forward(&fwd, rows, out->held);
@@ -418,6 +419,7 @@ int serve_held_decode(const Model *m, KVPool *pool, const KVRecording *rec, int 
     out->steps = steps;
     out->tokens_per_s = (double)out->held * steps / out->seconds;
     out->cache_bytes_per_step = bytes / steps;
+    out->attended_per_step = attended / steps;
     out->weight_bytes = (double)m->n_params * sizeof(float);
     status = 0;
 done:

@@ -100,6 +100,7 @@ typedef struct {
     double seconds;              // all steps
     double tokens_per_s;         // held · steps / seconds
     double cache_bytes_per_step; // mean cache bytes attention read
+    double attended_per_step;    // mean Σ over rows of the tokens each attends over (pos + 1)
     double weight_bytes;
 } HeldDecode;
 

@@ -121,6 +121,15 @@ if [ -f models/micro.bin ]; then
     "$micro" bench --eval --positions 100 --repeat 1 --cache kivi:bits=2,group=16,residual=32 >"$tmp/be.txt" 2>&1
     [ "$(grep -c ' 0.00e+00$' "$tmp/be.txt")" = 2 ] && ok "bench --eval: fast and decode losses equal (fp32, kivi)" ||
         bad "bench --eval: $(tail -2 "$tmp/be.txt")"
+    # bench --batch: the side-by-side table and the floor's, each a row for fp16 and one for the cache,
+    # every figure a positive finite number (the floor's "at best" a share of at most 100%)
+    "$micro" bench --batch 4 --steps 2 --repeat 1 --threads 1 --cache int:bits=4 >"$tmp/bb.txt" 2>&1
+    awk '/ns\/head/ { floor = 1 }
+         /^(fp16|int:bits=4) \// { rows++
+             for (i = 4; i <= NF; i++) { v = $i; sub(/[x%]$/, "", v); if (v != "|" && v != "-" && !(v + 0 > 0)) bad = bad " " $0 }
+             if (floor && $7 + 0 > 100) bad = bad " share " $0 }
+         END { if (rows != 4 || !floor || bad) { print rows, bad; exit 1 } }' "$tmp/bb.txt" >/dev/null &&
+        ok "bench --batch: both tables, positive figures" || bad "bench --batch: $(tail -8 "$tmp/bb.txt")"
     mkdir -p "$tmp/corpus"
     for lang in en zh; do
         { printf '\001'; head -c 200 "data/plates/$lang.txt" | iconv -c -f utf-8 -t utf-8; printf '\001'; head -c 100 data/plates/en.txt; } >"$tmp/corpus/$lang.val.txt"
