@@ -99,13 +99,15 @@ typedef const float *(*AffinePrep)(const void *state, int head, int c, const flo
 // (a token tile, a token group or a row), a unit `unit_bytes` further on is the next; `units` (the
 // units the n tokens take) bounds the prefetches. A stream spread over blocks (a pool's sequence)
 // gives block i's such pointer in blocks[i], `block_units` units to a block; a contiguous stream
-// leaves blocks NULL.
+// leaves blocks NULL. followed: a family that asks for the next head's bytes as it reads its own
+// (int, llama.cpp's blocks) has them in cache by this head's pass, and the kernels do not ask again.
 typedef struct {
     const uint8_t *codes;
     size_t unit_bytes;
     int units;
     const uint8_t *const *blocks;
     int block_units;
+    int followed;
 } AffineChunk;
 
 // The chunk of a stream over blocks whose codes lie `at` bytes from each block's state (a family's
@@ -116,8 +118,8 @@ static inline AffineChunk affine_chunk_at(const CodecBlocks *b, int n, size_t at
                                           int units_one, const uint8_t **blocks) {
     const int nb = (n + b->block - 1) / b->block;
     for (int i = 0; i < nb; i++) blocks[i] = (const uint8_t *)b->states[i] + at;
-    if (nb <= 1) return (AffineChunk){blocks[0], unit_bytes, units_one, NULL, 0};
-    return (AffineChunk){blocks[0], unit_bytes, (n + unit - 1) / unit, blocks, b->block / unit};
+    if (nb <= 1) return (AffineChunk){blocks[0], unit_bytes, units_one, NULL, 0, 0};
+    return (AffineChunk){blocks[0], unit_bytes, (n + unit - 1) / unit, blocks, b->block / unit, 0};
 }
 
 // Room for the block pointers of affine_chunk_at: on the stack up to AFFINE_STACK_BLOCKS blocks,
@@ -152,6 +154,7 @@ static QUANT_ALWAYS_INLINE const uint8_t *affine_unit(const AffineChunk *ch, int
 // next head's codes as they read their own: int_prefetch_next_head, block_prefetch.)
 #define AFFINE_AHEAD 256
 static QUANT_ALWAYS_INLINE void affine_prefetch(const AffineChunk *ch, int u, int count) {
+    if (ch->followed) return;
     if (u + count > ch->units) count = ch->units - u;
     while (count > 0) { // a run of units within one block is contiguous
         const int at = ch->blocks ? affine_in_block(ch, u) : 0;

@@ -44,10 +44,15 @@ static inline uint8_t *code_store_unit(const CodeStore *cs, int head, int unit) 
 // For a family whose block states are one allocation (codec_core.h) with the codes `codes_at` bytes
 // from the state, shaped as the first block's store `cs`: one head's codes of a chunk (from `offset`
 // in a unit) in every block of the n tokens, found from the blocks' pointers (affine_chunk_at).
+// Both such families (int, llama.cpp's blocks) ask for the next head's codes as they read their own
+// (code_store_prefetch16) over blocks: heads after the first find theirs in cache (followed), and
+// asking again cost their kernels a fifth of their time with the bytes at hand.
 static inline AffineChunk code_store_chunk_at(const CodecBlocks *b, const CodeStore *cs, size_t codes_at, int head,
                                               int n, size_t offset, const uint8_t **blocks) {
     const size_t head_at = (size_t)head * (size_t)cs->units * cs->unit_bytes;
-    return affine_chunk_at(b, n, codes_at + head_at + offset, cs->unit_bytes, cs->unit, cs->units, blocks);
+    AffineChunk ch = affine_chunk_at(b, n, codes_at + head_at + offset, cs->unit_bytes, cs->unit, cs->units, blocks);
+    ch.followed = head > 0 && n > b->block;
+    return ch;
 }
 
 // Asks for one head's codes of the 16 tokens from `local` in a block whose codes begin at `codes`.

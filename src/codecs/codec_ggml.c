@@ -433,7 +433,8 @@ static inline AffineChunk block_chunk(const CodecBlocks *b, int head, int n, siz
 // Asks for the d and m (and qh) of llama.cpp block i of the 16 tokens from t ahead of their use
 // (when t < n), and the next head's codes and fields there while this head reads its own: the
 // decoder runs a row's heads one after another, and a pool's blocks lie where the hardware
-// prefetcher does not look (as int's kernels do).
+// prefetcher does not look (as int's kernels do). Heads after the first ask ahead only for the
+// fields of blocks i > 0, which the head before did not ask for.
 static ALWAYS_INLINE void block_prefetch(const CodecBlocks *b, int head, int i, int t, int n, int next_head) {
     const BlockState *s0 = b->states[0];
     if (t >= n || head + next_head >= s0->n_heads) return;
@@ -459,7 +460,7 @@ static inline void block_key_job(void *ctx, int i, int t0, int nt, int bits, Aff
     }
     const BlockState *s0 = k->b->states[0];
     for (int t = 0; t < 4 && k->n > k->b->block; t++) { // one block: the hardware prefetcher follows it
-        block_prefetch(k->b, k->head, i, t0 + (16 + t) * TILE, k->n, 0); // 256 tokens ahead
+        if (k->head == 0 || i > 0) block_prefetch(k->b, k->head, i, t0 + (16 + t) * TILE, k->n, 0); // 256 tokens ahead
         if (i == 0) block_prefetch(k->b, k->head, i, t0 + t * TILE, k->n, 1);
     }
     for (int t = 0; t < 4; t++) {
@@ -500,7 +501,7 @@ static const float *block_prep(const void *ctx, int head, int i, const float *p,
     const CodecBlocks *b = ctx;
     const BlockState *s0 = b->states[0];
     for (int l = 0; l < 4 * TILE && n > b->block; l += TILE) { // one block: the hardware prefetcher follows it
-        block_prefetch(b, head, i, j0 + l + 16 * TILE, n, 0); // 256 tokens ahead
+        if (head == 0 || i > 0) block_prefetch(b, head, i, j0 + l + 16 * TILE, n, 0); // 256 tokens ahead
         if (i == 0) block_prefetch(b, head, i, j0 + l, n, 1);
     }
     for (int l = 0; l < 4 * TILE && j0 + l < n; l += TILE) {

@@ -204,9 +204,10 @@ static ALWAYS_INLINE void int_scales(const CodecBlocks *b, int head, int t, floa
 }
 
 // Asks for a head's scales of the 16 tokens from t ahead of their use (when t < n): in a pool they
-// lie in their block, which the hardware prefetcher does not find.
+// lie in their block, which the hardware prefetcher does not find. Heads after the first had theirs
+// asked for by the head before (int_prefetch_next_head).
 static ALWAYS_INLINE void int_prefetch_scales(const CodecBlocks *b, int head, int t, int n) {
-    if (t >= n || n <= b->block) return; // one block: the scales are one stream the hardware follows
+    if (t >= n || n <= b->block || head > 0) return; // one block: the scales are one stream the hardware follows
     const IntState *s = b->states[0];
     int local;
     const uint8_t *scales = int_block(b, t, &local) + s->scales_at;
