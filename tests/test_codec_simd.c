@@ -12,6 +12,7 @@
 
 #include "codecs/codec_dispatch.h"
 #include "kvcache.h"
+#include "kvq_view.h"
 
 #include "check.h"
 
@@ -46,10 +47,14 @@ static void compare(KVStream *lib, KVStream *port, KVRole role, const char *labe
     }
 }
 
+static void test_family_heads(const char *spec, KVRole role, int H, int head_dim, int length);
+static void test_family(const char *spec, KVRole role, int head_dim, int length) {
+    test_family_heads(spec, role, 2, head_dim, length);
+}
+
 static int checkpoint(int n) { return n <= 5 || n % 16 <= 2 || n % 16 == 15 || n % 64 == 63 || n == 2 * 150; }
 
-static void test_family(const char *spec, KVRole role, int head_dim, int length) {
-    enum { H = 2 };
+static void test_family_heads(const char *spec, KVRole role, int H, int head_dim, int length) {
     char label[160];
     snprintf(label, sizeof label, "%s (%s, head_dim %d)", spec, role == KV_ROLE_KEY ? "keys" : "values", head_dim);
     KVStream lib, port;
@@ -68,7 +73,7 @@ static void test_family(const char *spec, KVRole role, int head_dim, int length)
         return;
     }
     CHECK(!codec_simd_supported() || lib.ops != port.ops, "%s: both streams got the same build", label);
-    float vec[H * 64];
+    float vec[6 * 64];
     for (int n = 1; n <= length; n++) {
         const double mag = pow(10.0, -2.0 + 3.0 * urand());
         for (int i = 0; i < H * head_dim; i++) vec[i] = (float)(mag * (2 * urand() - 1) * (1 + (i % 5 == 0) * 4));
@@ -117,6 +122,21 @@ int main(void) {
         "kivi:bits=8,group=32,residual=64",
         "kivi:bits=5,group=16,residual=48",
         "kivi:bits=2,group=8,residual=16",
+        // Rows looked up in level tables (row_kernels.h): up to 16 levels, 32, and gathered beyond.
+        "quarot:bits=2",
+        "quarot:bits=3",
+        "quarot:bits=4",
+        "turboquant:bits=1",
+        "turboquant:bits=2",
+        "turboquant:bits=3",
+        "turboquant:bits=4",
+        "turboquant:bits=5",
+        "turboquant:bits=6",
+        "turboquant:bits=8",
+        "turboquant:bits=2,mode=prod",
+        "turboquant:bits=4,mode=prod",
+        "turboquant:bits=9,mode=prod",
+        "turboquant:preset=k3v4_nc",
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int role = 0; role < 2; role++) {
@@ -124,6 +144,15 @@ int main(void) {
             test_family(cases[i], r, 32, 300);
             test_family(cases[i], r, 64, 100);
         }
+    // kvquant reads models/micro.kvq, made for micro's 6 heads of 32: its values (per head per token,
+    // with and without exact entries) and its keys (per channel, read back).
+    char calib[4096], err[512];
+    const char *root = getenv("MICRO_SOURCE_ROOT");
+    snprintf(calib, sizeof calib, "%s/models/micro.kvq", root ? root : ".");
+    CHECK(!kvq_view_set(calib, NULL, 1, err, sizeof err), "%s", err);
+    static const char *const kvquant[] = {"kvquant:bits=2", "kvquant:bits=3", "kvquant:bits=4,outliers=0"};
+    for (size_t i = 0; i < sizeof kvquant / sizeof kvquant[0]; i++)
+        for (int role = 0; role < 2; role++) test_family_heads(kvquant[i], role ? KV_ROLE_VALUE : KV_ROLE_KEY, 6, 32, 200);
     if (failures) {
         fprintf(stderr, "test_codec_simd: %d failure(s)\n", failures);
         return 1;

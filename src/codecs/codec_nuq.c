@@ -17,8 +17,8 @@
 //                   evenly spaced levels, the range clipped to 0.95 of min and max; the family's
 //                   streams rotate by the Hadamard (`rot=hadamard`) by default.
 // Keys per channel are read back number by number (codec_core's fallback; attention rotates them by
-// RoPE as it reads); per-token streams have plain C kernels. These families are here for what they
-// cost in loss, not for speed.
+// RoPE as it reads); per-token streams have plain C kernels, and at head_dim 32 their AVX-512 forms
+// (row_kernels.h), which the plate's evaluations of these families spend most of their time in.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,6 +30,7 @@
 #include "../quant.h"
 #include "codec_core.h"
 #include "codecs.h"
+#include "row_kernels.h"
 
 typedef struct {
     int n_heads, head_dim, n, capacity, length;
@@ -166,6 +167,16 @@ static void nuq_read(const void *state, int head, int t, float *out) {
 // Per head per token (values, quarot): x̂_d = level(c_d)·r + z, so q·x̂ = r·Σ_d q_d·level(c_d) + z·Σ_d q_d
 // with the products q_d·level(c) tabled once per query; Σ_j p_j·x̂_j[d] = Σ_j (p_j r_j)·level(c_jd) +
 // Σ_j p_j z_j. Keys per channel (kvquant) are read back whole: attention rotates them (prerope).
+static const uint8_t *nuq_row(const CodecBlocks *b, int head, int j, const NuqState **s) {
+    int t;
+    *s = codec_block(b, j, &t);
+    return (*s)->codes + ((size_t)t * (*s)->n_heads + head) * (*s)->row_bytes;
+}
+
+static const uint16_t *nuq_zr(const NuqState *s, const uint8_t *row) {
+    return s->zr + (size_t)(row - s->codes) / s->row_bytes * 2;
+}
+
 static void nuq_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
     const NuqState *s0 = b->states[0];
     const int hd = b->head_dim;
@@ -173,21 +184,50 @@ static void nuq_scores(const CodecBlocks *b, int head, const float *q, float *ou
         codec_scores_by_read(b, nuq_read, hd, head, q, out, n);
         return;
     }
-    float table[1024 * 16], qsum = 0.0f;
-    uint8_t codes[1024];
-    for (int d = 0; d < hd; d++) {
-        qsum += q[d];
-        for (int c = 0; c < s0->n_levels; c++) table[d * s0->n_levels + c] = q[d] * s0->levels[c];
+    float qsum = 0.0f;
+    for (int d = 0; d < hd; d++) qsum += q[d];
+#ifdef ROW_KERNELS
+    if (hd == 32) { // sixteen tokens at a time, each q_d · level summed in order of d
+        RowLevels rl;
+        row_levels_init(&rl, s0->levels, s0->bits);
+        const __m512 q0 = _mm512_loadu_ps(q), q1 = _mm512_loadu_ps(q + 16);
+        for (int j0 = 0; j0 < n; j0 += 16) {
+            const int m = n - j0 < 16 ? n - j0 : 16;
+            float v[16][32] __attribute__((aligned(64))), acc[16] __attribute__((aligned(64)));
+            const uint8_t *rows[16];
+            const NuqState *st[16];
+            for (int t = 0; t < 16; t++) {
+                if (t < m) rows[t] = nuq_row(b, head, j0 + t, &st[t]);
+                _mm512_store_ps(v[t], t < m ? _mm512_mul_ps(q0, row_levels16(&rl, rows[t], 0)) : _mm512_setzero_ps());
+                _mm512_store_ps(v[t] + 16, t < m ? _mm512_mul_ps(q1, row_levels16(&rl, rows[t], 1)) : _mm512_setzero_ps());
+            }
+            _mm512_store_ps(acc, row_sums16((const float(*)[32])v));
+            for (int t = 0; t < m; t++) {
+                const uint16_t *zr = nuq_zr(st[t], rows[t]);
+                out[j0 + t] = quant_fp16_to_fp32(zr[1]) * acc[t] + quant_fp16_to_fp32(zr[0]) * qsum;
+            }
+        }
+        return;
     }
+#endif
+    float table[1024 * 16];
+    uint8_t codes[1024];
+    for (int d = 0; d < hd; d++)
+        for (int c = 0; c < s0->n_levels; c++) table[d * s0->n_levels + c] = q[d] * s0->levels[c];
     for (int j = 0; j < n; j++) {
-        int t;
-        const NuqState *s = codec_block(b, j, &t);
-        quant_unpack(s->codes + ((size_t)t * s->n_heads + head) * s->row_bytes, codes, (size_t)hd, s->bits);
+        const NuqState *s;
+        const uint8_t *row = nuq_row(b, head, j, &s);
+        quant_unpack(row, codes, (size_t)hd, s->bits);
         float acc = 0.0f;
         for (int d = 0; d < hd; d++) acc += table[d * s->n_levels + codes[d]];
-        const uint16_t *zr = s->zr + ((size_t)t * s->n_heads + head) * 2;
+        const uint16_t *zr = nuq_zr(s, row);
         out[j] = quant_fp16_to_fp32(zr[1]) * acc + quant_fp16_to_fp32(zr[0]) * qsum;
     }
+}
+
+// An exact entry's correction to a head's sum: what its code gave at number i taken back.
+static inline float nuq_exact(const NuqState *s, int t, int k, float level, float r, float z) {
+    return quant_fp16_to_fp32(s->out_val[(size_t)t * s->slots + k]) - (level * r + z);
 }
 
 static void nuq_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
@@ -197,7 +237,39 @@ static void nuq_mix(const CodecBlocks *b, int head, const float *p, float *out, 
         codec_mix_by_read(b, nuq_read, hd, head, p, out, n);
         return;
     }
-    float acc[1024] = {0}, zsum = 0.0f;
+    // Exact entries are kept per head (values: slots [head·per, (head+1)·per) hold this head's).
+    const int per = s0->slots / s0->n_heads, k0 = head * per;
+    float acc[1024] __attribute__((aligned(64))) = {0}, zsum = 0.0f;
+#ifdef ROW_KERNELS
+    if (hd == 32) { // the 32 sums in two vectors, token after token as below
+        RowLevels rl;
+        row_levels_init(&rl, s0->levels, s0->bits);
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+        for (int j = 0; j < n; j++) {
+            int t;
+            const NuqState *s = codec_block(b, j, &t);
+            const uint8_t *row = s->codes + ((size_t)t * s->n_heads + head) * s->row_bytes;
+            const uint16_t *zr = s->zr + ((size_t)t * s->n_heads + head) * 2;
+            const float z = quant_fp16_to_fp32(zr[0]), r = quant_fp16_to_fp32(zr[1]);
+            const __m512 w = _mm512_set1_ps(p[j] * r), l0 = row_levels16(&rl, row, 0), l1 = row_levels16(&rl, row, 1);
+            a0 = _mm512_add_ps(a0, _mm512_mul_ps(w, l0));
+            a1 = _mm512_add_ps(a1, _mm512_mul_ps(w, l1));
+            zsum += p[j] * z;
+            for (int k = k0; k < k0 + per; k++) {
+                const int i = get_index(s, t, k) - head * hd;
+                if (i < 0 || i >= hd) continue;
+                float lv[32] __attribute__((aligned(64)));
+                _mm512_store_ps(acc, a0), _mm512_store_ps(acc + 16, a1);
+                _mm512_store_ps(lv, l0), _mm512_store_ps(lv + 16, l1);
+                acc[i] += p[j] * nuq_exact(s, t, k, lv[i], r, z);
+                a0 = _mm512_load_ps(acc), a1 = _mm512_load_ps(acc + 16);
+            }
+        }
+        _mm512_store_ps(acc, a0), _mm512_store_ps(acc + 16, a1);
+        for (int d = 0; d < hd; d++) out[d] = acc[d] + zsum;
+        return;
+    }
+#endif
     uint8_t codes[1024];
     for (int j = 0; j < n; j++) {
         int t;
@@ -207,10 +279,9 @@ static void nuq_mix(const CodecBlocks *b, int head, const float *p, float *out, 
         const float z = quant_fp16_to_fp32(zr[0]), r = quant_fp16_to_fp32(zr[1]), w = p[j] * r;
         for (int d = 0; d < hd; d++) acc[d] += w * s->levels[codes[d]];
         zsum += p[j] * z;
-        for (int k = 0; k < s->slots; k++) { // exact entries: what the codes gave, taken back
+        for (int k = k0; k < k0 + per; k++) { // exact entries: what the codes gave, taken back
             const int i = get_index(s, t, k) - head * hd;
-            if (i >= 0 && i < hd)
-                acc[i] += p[j] * (quant_fp16_to_fp32(s->out_val[(size_t)t * s->slots + k]) - (s->levels[codes[i]] * r + z));
+            if (i >= 0 && i < hd) acc[i] += p[j] * nuq_exact(s, t, k, s->levels[codes[i]], r, z);
         }
     }
     for (int d = 0; d < hd; d++) out[d] = acc[d] + zsum;

@@ -35,6 +35,7 @@
 #include "codec_core.h"
 #include "codecs.h"
 #include "formats.h"
+#include "row_kernels.h"
 
 typedef struct {
     CodecRows r;      // a head at a token, formats.h: [fp16 ‖x‖][codes][fp16 γ][signs] (the last two: prod)
@@ -92,6 +93,12 @@ static const uint8_t *tq_row_at(const CodecBlocks *b, int head, int j) {
     return codec_row(&s->r, head, local);
 }
 
+// A token's score from the sum of its q_d · level: the QJL term (prod), then the norm.
+static inline float tq_score(const TqCoder *c, const uint8_t *row, float acc, float alpha, const float *qs, int hd) {
+    if (c->prod) acc += alpha * fmt_fp16_load(row + tq_gamma_at(c)) * tq_sign_dot(row + tq_signs_at(c), qs, hd);
+    return fmt_fp16_load(row) * acc;
+}
+
 static void tq_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
     if (n <= 0) return;
     const TqCoder *c = tq_direct(b);
@@ -101,17 +108,37 @@ static void tq_scores(const CodecBlocks *b, int head, const float *q, float *out
     }
     const int hd = b->head_dim;
     const float alpha = ((const TqState *)b->states[0])->alpha;
-    float qr[1024], qs[1024];
+    float qr[1024] __attribute__((aligned(64))), qs[1024];
     uint8_t codes[1024];
     tq_project(c->rot, hd, hd, q, qr);
     if (c->prod) tq_project(c->sketch, hd, hd, qr, qs);
+#ifdef ROW_KERNELS
+    if (hd == 32) { // sixteen tokens at a time, each qr_d · level summed in order of d
+        RowLevels rl;
+        row_levels_init(&rl, c->levels, c->cbits);
+        const __m512 q0 = _mm512_load_ps(qr), q1 = _mm512_load_ps(qr + 16);
+        for (int j0 = 0; j0 < n; j0 += 16) {
+            const int m = n - j0 < 16 ? n - j0 : 16;
+            float v[16][32] __attribute__((aligned(64))), acc[16] __attribute__((aligned(64)));
+            const uint8_t *rows[16];
+            for (int t = 0; t < 16; t++) {
+                if (t < m) rows[t] = tq_row_at(b, head, j0 + t);
+                const uint8_t *codes_t = t < m ? rows[t] + tq_codes_at() : NULL;
+                _mm512_store_ps(v[t], t < m ? _mm512_mul_ps(q0, row_levels16(&rl, codes_t, 0)) : _mm512_setzero_ps());
+                _mm512_store_ps(v[t] + 16, t < m ? _mm512_mul_ps(q1, row_levels16(&rl, codes_t, 1)) : _mm512_setzero_ps());
+            }
+            _mm512_store_ps(acc, row_sums16((const float(*)[32])v));
+            for (int t = 0; t < m; t++) out[j0 + t] = tq_score(c, rows[t], acc[t], alpha, qs, hd);
+        }
+        return;
+    }
+#endif
     for (int j = 0; j < n; j++) {
         const uint8_t *row = tq_row_at(b, head, j);
         quant_unpack(row + tq_codes_at(), codes, (size_t)hd, c->cbits);
         float acc = 0.0f;
         for (int d = 0; d < hd; d++) acc += qr[d] * c->levels[codes[d]];
-        if (c->prod) acc += alpha * fmt_fp16_load(row + tq_gamma_at(c)) * tq_sign_dot(row + tq_signs_at(c), qs, hd);
-        out[j] = fmt_fp16_load(row) * acc;
+        out[j] = tq_score(c, row, acc, alpha, qs, hd);
     }
 }
 
@@ -122,19 +149,40 @@ static void tq_mix(const CodecBlocks *b, int head, const float *p, float *out, i
         return;
     }
     uint8_t codes[1024];
-    float ay[1024] = {0}, as[1024] = {0}, back[1024];
+    float ay[1024] __attribute__((aligned(64))) = {0}, as[1024] __attribute__((aligned(64))) = {0}, back[1024];
     const int hd = b->head_dim;
     const float alpha = ((const TqState *)b->states[0])->alpha;
-    for (int j = 0; j < n; j++) {
-        const uint8_t *row = tq_row_at(b, head, j);
-        const float w = p[j] * fmt_fp16_load(row);
-        quant_unpack(row + tq_codes_at(), codes, (size_t)hd, c->cbits);
-        for (int d = 0; d < hd; d++) ay[d] += w * c->levels[codes[d]];
-        if (!c->prod) continue;
-        const float g = w * alpha * fmt_fp16_load(row + tq_gamma_at(c));
-        const uint8_t *signs = row + tq_signs_at(c);
-        for (int d = 0; d < hd; d++) as[d] += tq_sign(signs, d) * g;
-    }
+#ifdef ROW_KERNELS
+    if (hd == 32) { // the sums in vectors, token after token as below; a sign bit picks +g or −g
+        RowLevels rl;
+        row_levels_init(&rl, c->levels, c->cbits);
+        __m512 y0 = _mm512_setzero_ps(), y1 = y0, s0 = y0, s1 = y0;
+        for (int j = 0; j < n; j++) {
+            const uint8_t *row = tq_row_at(b, head, j);
+            const float w = p[j] * fmt_fp16_load(row);
+            const __m512 wv = _mm512_set1_ps(w);
+            y0 = _mm512_add_ps(y0, _mm512_mul_ps(wv, row_levels16(&rl, row + tq_codes_at(), 0)));
+            y1 = _mm512_add_ps(y1, _mm512_mul_ps(wv, row_levels16(&rl, row + tq_codes_at(), 1)));
+            if (!c->prod) continue;
+            const float g = w * alpha * fmt_fp16_load(row + tq_gamma_at(c));
+            const uint8_t *signs = row + tq_signs_at(c);
+            const __m512 pos = _mm512_set1_ps(g), neg = _mm512_set1_ps(-g);
+            s0 = _mm512_add_ps(s0, _mm512_mask_blend_ps((__mmask16)(signs[0] | signs[1] << 8), neg, pos));
+            s1 = _mm512_add_ps(s1, _mm512_mask_blend_ps((__mmask16)(signs[2] | signs[3] << 8), neg, pos));
+        }
+        _mm512_store_ps(ay, y0), _mm512_store_ps(ay + 16, y1), _mm512_store_ps(as, s0), _mm512_store_ps(as + 16, s1);
+    } else
+#endif
+        for (int j = 0; j < n; j++) {
+            const uint8_t *row = tq_row_at(b, head, j);
+            const float w = p[j] * fmt_fp16_load(row);
+            quant_unpack(row + tq_codes_at(), codes, (size_t)hd, c->cbits);
+            for (int d = 0; d < hd; d++) ay[d] += w * c->levels[codes[d]];
+            if (!c->prod) continue;
+            const float g = w * alpha * fmt_fp16_load(row + tq_gamma_at(c));
+            const uint8_t *signs = row + tq_signs_at(c);
+            for (int d = 0; d < hd; d++) as[d] += tq_sign(signs, d) * g;
+        }
     if (c->prod) {
         tq_project_back(c->sketch, hd, hd, as, back);
         for (int d = 0; d < hd; d++) ay[d] += back[d];
