@@ -93,9 +93,10 @@ static const uint8_t *tq_row_at(const CodecBlocks *b, int head, int j) {
     return codec_row(&s->r, head, local);
 }
 
-// A token's score from the sum of its q_d · level: the QJL term (prod), then the norm.
-static inline float tq_score(const TqCoder *c, const uint8_t *row, float acc, float alpha, const float *qs, int hd) {
-    if (c->prod) acc += alpha * fmt_fp16_load(row + tq_gamma_at(c)) * tq_sign_dot(row + tq_signs_at(c), qs, hd);
+// A token's score from the sum of its q_d · level and (prod) its QJL sign dot Σ ±qs_i: the QJL term,
+// then the norm.
+static inline float tq_score(const TqCoder *c, const uint8_t *row, float acc, float alpha, float sign_dot) {
+    if (c->prod) acc += alpha * fmt_fp16_load(row + tq_gamma_at(c)) * sign_dot;
     return fmt_fp16_load(row) * acc;
 }
 
@@ -117,18 +118,27 @@ static void tq_scores(const CodecBlocks *b, int head, const float *q, float *out
         RowLevels rl;
         row_levels_init(&rl, c->levels, c->cbits);
         const __m512 q0 = _mm512_load_ps(qr), q1 = _mm512_load_ps(qr + 16);
+        const __m512 s0 = _mm512_loadu_ps(qs), s1 = _mm512_loadu_ps(qs + 16); // (prod) a sign bit picks +qs or −qs
+        const __m512 minus = _mm512_set1_ps(-0.0f); // −1 · x: x with its sign flipped, −0 from +0 too
+        const __m512 n0 = _mm512_xor_ps(s0, minus), n1 = _mm512_xor_ps(s1, minus);
         for (int j0 = 0; j0 < n; j0 += 16) {
             const int m = n - j0 < 16 ? n - j0 : 16;
-            float v[16][32] __attribute__((aligned(64))), acc[16] __attribute__((aligned(64)));
+            float v[16][32] __attribute__((aligned(64))), sv[16][32] __attribute__((aligned(64)));
+            float acc[16] __attribute__((aligned(64))), dot[16] __attribute__((aligned(64)));
             const uint8_t *rows[16];
             for (int t = 0; t < 16; t++) {
                 if (t < m) rows[t] = tq_row_at(b, head, j0 + t);
                 const uint8_t *codes_t = t < m ? rows[t] + tq_codes_at() : NULL;
                 _mm512_store_ps(v[t], t < m ? _mm512_mul_ps(q0, row_levels16(&rl, codes_t, 0)) : _mm512_setzero_ps());
                 _mm512_store_ps(v[t] + 16, t < m ? _mm512_mul_ps(q1, row_levels16(&rl, codes_t, 1)) : _mm512_setzero_ps());
+                if (!c->prod) continue;
+                const uint8_t *signs = t < m ? rows[t] + tq_signs_at(c) : (const uint8_t[4]){0};
+                _mm512_store_ps(sv[t], _mm512_mask_blend_ps((__mmask16)(signs[0] | signs[1] << 8), n0, s0));
+                _mm512_store_ps(sv[t] + 16, _mm512_mask_blend_ps((__mmask16)(signs[2] | signs[3] << 8), n1, s1));
             }
             _mm512_store_ps(acc, row_sums16((const float(*)[32])v));
-            for (int t = 0; t < m; t++) out[j0 + t] = tq_score(c, rows[t], acc[t], alpha, qs, hd);
+            if (c->prod) _mm512_store_ps(dot, row_sums16((const float(*)[32])sv));
+            for (int t = 0; t < m; t++) out[j0 + t] = tq_score(c, rows[t], acc[t], alpha, c->prod ? dot[t] : 0.0f);
         }
         return;
     }
@@ -138,14 +148,40 @@ static void tq_scores(const CodecBlocks *b, int head, const float *q, float *out
         quant_unpack(row + tq_codes_at(), codes, (size_t)hd, c->cbits);
         float acc = 0.0f;
         for (int d = 0; d < hd; d++) acc += qr[d] * c->levels[codes[d]];
-        out[j] = tq_score(c, row, acc, alpha, qs, hd);
+        out[j] = tq_score(c, row, acc, alpha, c->prod ? tq_sign_dot(row + tq_signs_at(c), qs, hd) : 0.0f);
     }
+}
+
+// A preset's uniform values, read back (codec_mix_by_read's order): out[d] = Σ_j p_j · (zero_j + code · scale_j).
+static void tq_mix_uniform(const CodecBlocks *b, int head, const float *p, float *out, int n) {
+#ifdef ROW_KERNELS
+    const TqState *s0 = b->states[0];
+    if (b->head_dim == 32) { // the codes as levels 0, 1, 2, ... and each token's x̂ in registers
+        float ramp[256];
+        for (int i = 0; i < 256; i++) ramp[i] = (float)i;
+        RowLevels rl;
+        row_levels_init(&rl, ramp, s0->c.cbits);
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+        for (int j = 0; j < n; j++) {
+            const uint8_t *row = tq_row_at(b, head, j);
+            const __m512 scale = _mm512_set1_ps(fmt_fp16_load(row)), zero = _mm512_set1_ps(fmt_fp16_load(row + 2));
+            const __m512 pj = _mm512_set1_ps(p[j]);
+            const __m512 x0 = _mm512_add_ps(zero, _mm512_mul_ps(row_levels16(&rl, row + 4, 0), scale));
+            const __m512 x1 = _mm512_add_ps(zero, _mm512_mul_ps(row_levels16(&rl, row + 4, 1), scale));
+            a0 = _mm512_add_ps(a0, _mm512_mul_ps(pj, x0));
+            a1 = _mm512_add_ps(a1, _mm512_mul_ps(pj, x1));
+        }
+        _mm512_storeu_ps(out, a0), _mm512_storeu_ps(out + 16, a1);
+        return;
+    }
+#endif
+    codec_mix_by_read(b, tq_read, b->head_dim, head, p, out, n);
 }
 
 static void tq_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
     const TqCoder *c = tq_direct(b);
     if (!c) {
-        codec_mix_by_read(b, tq_read, b->head_dim, head, p, out, n);
+        tq_mix_uniform(b, head, p, out, n);
         return;
     }
     uint8_t codes[1024];

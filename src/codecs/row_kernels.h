@@ -4,8 +4,8 @@
 // codes gathered into 32-bit lanes (quant_row_gather) and looked up (vpermps up to 16 levels, two
 // tables up to 32, a gather beyond). The families' kernels keep their plain C arithmetic and order:
 // mix adds w · level number by number, token after token, as the C loop does; scores sum q_d · level
-// in order of d for sixteen tokens at once, one token a lane (row_sums16), where the C loop sums one
-// token at a time. Every product and sum is the same float operation, so both builds give the same
+// in order of d for sixteen tokens at once, one token a lane (row_sums16: the products turned from
+// rows into columns), where the C loop sums one token at a time. Every product and sum is the same float operation, so both builds give the same
 // bits (tests/test_codec_simd.c).
 #ifndef MICRO_ROW_KERNELS_H
 #define MICRO_ROW_KERNELS_H
@@ -43,13 +43,38 @@ static QUANT_ALWAYS_INLINE __m512 row_levels16(const RowLevels *r, const uint8_t
     return _mm512_i32gather_ps(code, r->levels, 4);
 }
 
+// Sixteen rows of 16 numbers become sixteen columns: r[i] lane t = r[t] lane i before.
+static QUANT_ALWAYS_INLINE void row_transpose16(__m512 *r) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    for (int i = 0; i < 16; i += 4) {
+        const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+        const __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c)), r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d)), r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int i = 0; i < 16; i += 8)
+        for (int k = 0; k < 4; k++) {
+            t[i + k] = _mm512_shuffle_f32x4(r[i + k], r[i + k + 4], 0x88);
+            t[i + k + 4] = _mm512_shuffle_f32x4(r[i + k], r[i + k + 4], 0xdd);
+        }
+    for (int k = 0; k < 8; k++) {
+        r[k] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0x88);
+        r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xdd);
+    }
+}
+
 // out lane t = Σ_d v[t][d] over d = 0..31 in order, from 0: sixteen tokens' sums of their products
 // (v[t] the products q_d · level of token t), each the C loop's `acc += ...` one token at a time.
+// Each half of the rows is turned into columns, one a number, and the columns added in order.
 static QUANT_ALWAYS_INLINE __m512 row_sums16(const float (*v)[32]) {
-    const __m512i at = _mm512_setr_epi32(0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448, 480);
     __m512 acc = _mm512_setzero_ps();
-    for (int d = 0; d < 32; d++)
-        acc = _mm512_add_ps(acc, _mm512_i32gather_ps(_mm512_add_epi32(at, _mm512_set1_epi32(d)), &v[0][0], 4));
+    for (int h = 0; h < 2; h++) {
+        __m512 r[16];
+        for (int t = 0; t < 16; t++) r[t] = _mm512_load_ps(v[t] + 16 * h);
+        row_transpose16(r);
+        for (int d = 0; d < 16; d++) acc = _mm512_add_ps(acc, r[d]);
+    }
     return acc;
 }
 #endif
