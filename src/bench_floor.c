@@ -51,7 +51,7 @@ int attention_in_cache(const Model *m, const KVRecording *rec, const char *k_spe
             for (int h = 0; h < H; h++) {
                 // The query: the key this head's stream was given last, a vector of the model's own scale.
                 const float *q = rec->k + ((size_t)(n - 1) * L + l) * rec->kv_dim + (size_t)(h / group) * hd;
-                attention_head(&seq.k[l], &seq.v[l], h / group, q, fwd.rope_cos, fwd.rope_sin, att, out, n);
+                attention_head(&seq.k[l], &seq.v[l], NULL, NULL, h / group, q, fwd.rope_cos, fwd.rope_sin, att, out, n);
             }
             const double dt = seconds_now() - t0;
             if (r == 1 || (r > 1 && dt < best)) best = dt;

@@ -61,14 +61,15 @@ static void rope(float *vec, int n_heads, int head_dim, const float *cos_t, cons
     for (int h = 0; h < n_heads; h++) rope_head(vec + h * head_dim, head_dim, cos_t, sin_t);
 }
 
-void attention_head(const PagedStream *ks, const PagedStream *vs, int kv_head, const float *q, const float *rope_cos,
-                    const float *rope_sin, float *att, float *out, int n) {
+void attention_head(const PagedStream *ks, const PagedStream *vs, const PagedStream *next_k, const PagedStream *next_v,
+                    int kv_head, const float *q, const float *rope_cos, const float *rope_sin, float *att, float *out,
+                    int n) {
     if (ks->blocks[0].prerope) // keys kept before RoPE: rotated as they are read
         paged_scores_rope(ks, kv_head, q, rope_cos, rope_sin, att, n);
     else
-        paged_scores(ks, kv_head, q, att, n);
+        paged_scores_then(ks, next_k, kv_head, q, att, n);
     forward_kernels()->scaled_softmax(att, n, 1.0f / sqrtf((float)ks->blocks[0].head_dim));
-    paged_mix(vs, kv_head, att, out, n);
+    paged_mix_then(vs, next_v, kv_head, att, out, n);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -148,6 +149,14 @@ static void note_attention(BatchForward *b, int r, int layer, int h, const float
     b->top_position[((size_t)r * p->n_layers + layer) * p->n_heads + h] = top;
 }
 
+// Heads per attention task: a row's heads together when there are rows enough to keep every thread
+// busy, so that one core reads a row's cache blocks and its heads after the first find them in cache
+// (the codecs' kernels ask for whole blocks at head 0); else one head per task (a single sequence's
+// heads shared between the threads).
+static int attention_heads_per_task(const StepCtx *c) {
+    return c->n_rows >= 4 * pool_threads(c->b->pool) ? c->b->model->config.n_heads : 1;
+}
+
 // One (row, head): attention over the row's own sequence, read from what its codec stored.
 static void attend(StepCtx *c, int r, int h) {
     BatchForward *b = c->b;
@@ -157,8 +166,13 @@ static void attend(StepCtx *c, int r, int h) {
     const int n = c->rows[r].pos + 1;
     float *att = b->att + ((size_t)r * H + h) * b->context;
     const size_t qd = (size_t)H * hd, xs = qd > (size_t)p->dim ? qd : (size_t)p->dim;
-    attention_head(&seq->k[c->layer], &seq->v[c->layer], h / group, b->q + r * qd + h * hd, b->rope_cos,
-                   b->rope_sin, att, b->xb2 + r * xs + h * hd, n);
+    // The row this thread most likely attends next, when each task is a row: the task queue hands
+    // out rows in order, one to each thread in turn.
+    const int next = attention_heads_per_task(c) == H ? r + pool_threads(b->pool) : c->n_rows;
+    const KVSeq *nseq = next < c->n_rows ? c->rows[next].seq : NULL;
+    attention_head(&seq->k[c->layer], &seq->v[c->layer], nseq ? &nseq->k[c->layer] : NULL,
+                   nseq ? &nseq->v[c->layer] : NULL, h / group, b->q + r * qd + h * hd, b->rope_cos, b->rope_sin, att,
+                   b->xb2 + r * xs + h * hd, n);
     note_attention(b, r, c->layer, h, att, n);
 }
 
@@ -197,14 +211,6 @@ static void task_span_attention(void *arg, int i, int thread) {
     } else
         for (int t = 0; t < nt; t++) paged_mix(&seq->v[l], g, att + t * as, out + t * xs, n0 + t);
     for (int t = 0; t < nt; t++) note_attention(b, r0 + t, l, h, att + t * as, n0 + t);
-}
-
-// Heads per attention task: a row's heads together when there are rows enough to keep every thread
-// busy, so that one core reads a row's cache blocks and its heads after the first find them in cache
-// (the codecs' kernels ask for whole blocks at head 0); else one head per task (a single sequence's
-// heads shared between the threads).
-static int attention_heads_per_task(const StepCtx *c) {
-    return c->n_rows >= 4 * pool_threads(c->b->pool) ? c->b->model->config.n_heads : 1;
 }
 
 static void task_attention(void *arg, int i, int thread) {

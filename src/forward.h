@@ -96,7 +96,10 @@ const char *decoder_spec(const Decoder *d, KVRole role);
 // One head's attention over n cached tokens, read back from the encoded streams: scores, softmax
 // (att holds n weights after), then the weighted sum of values into out[head_dim]. rope_cos/sin:
 // the RoPE tables [position][head_dim/2], for keys a cache keeps before RoPE.
-void attention_head(const PagedStream *ks, const PagedStream *vs, int kv_head, const float *q, const float *rope_cos,
-                    const float *rope_sin, float *att, float *out, int n);
+// next_k, next_v: the streams attention most likely reads next (NULL: unknown), whose first head
+// some codecs' kernels ask for while they read the last one of these.
+void attention_head(const PagedStream *ks, const PagedStream *vs, const PagedStream *next_k, const PagedStream *next_v,
+                    int kv_head, const float *q, const float *rope_cos, const float *rope_sin, float *att, float *out,
+                    int n);
 
 #endif

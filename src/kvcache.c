@@ -345,13 +345,13 @@ void kvstream_append(KVStream *s, const float *vec) {
 
 void kvstream_scores(const KVStream *s, int head, const float *q, float *out, int n) {
     const void *states[1] = {s->state};
-    const CodecBlocks b = {states, s->capacity, s->head_dim};
+    const CodecBlocks b = {states, s->capacity, s->head_dim, NULL, 0};
     s->ops->scores(&b, head, q, out, n);
 }
 
 void kvstream_mix(const KVStream *s, int head, const float *p, float *out, int n) {
     const void *states[1] = {s->state};
-    const CodecBlocks b = {states, s->capacity, s->head_dim};
+    const CodecBlocks b = {states, s->capacity, s->head_dim, NULL, 0};
     s->ops->mix(&b, head, p, out, n);
 }
 

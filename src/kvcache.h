@@ -33,6 +33,11 @@ typedef struct {
     const void *const *states;
     int block;
     int head_dim;
+    // The stream attention will most likely read next (the next row's of the same layer and role,
+    // in a batched step), or NULL: the kernels that ask for the next head's bytes as they read their
+    // own ask, at the last head, for that stream's first head (its tokens [0, next_n)).
+    const void *const *next;
+    int next_n;
 } CodecBlocks;
 
 // Operations on one stream's encoded state. Every call is for one stream (keys or values of one

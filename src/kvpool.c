@@ -272,16 +272,27 @@ size_t kvseq_bytes(const KVSeq *s) {
 
 // ---------------------------------------------------------------------------------------------
 
-void paged_scores(const PagedStream *ps, int head, const float *q, float *out, int n) {
+// The blocks of ps as the kernels walk them, with the stream read next (or NULL).
+static CodecBlocks paged_blocks(const PagedStream *ps, const PagedStream *next) {
     const KVStream *first = &ps->blocks[0];
-    const CodecBlocks b = {ps->states, first->capacity, first->head_dim};
-    first->ops->scores(&b, head, q, out, n);
+    const int next_n = next && next->n_blocks ? next->length : 0;
+    return (CodecBlocks){ps->states, first->capacity, first->head_dim, next_n ? next->states : NULL, next_n};
 }
 
-void paged_mix(const PagedStream *ps, int head, const float *p, float *out, int n) {
-    const KVStream *first = &ps->blocks[0];
-    const CodecBlocks b = {ps->states, first->capacity, first->head_dim};
-    first->ops->mix(&b, head, p, out, n);
+void paged_scores(const PagedStream *ps, int head, const float *q, float *out, int n) {
+    paged_scores_then(ps, NULL, head, q, out, n);
+}
+
+void paged_mix(const PagedStream *ps, int head, const float *p, float *out, int n) { paged_mix_then(ps, NULL, head, p, out, n); }
+
+void paged_scores_then(const PagedStream *ps, const PagedStream *next, int head, const float *q, float *out, int n) {
+    const CodecBlocks b = paged_blocks(ps, next);
+    ps->blocks[0].ops->scores(&b, head, q, out, n);
+}
+
+void paged_mix_then(const PagedStream *ps, const PagedStream *next, int head, const float *p, float *out, int n) {
+    const CodecBlocks b = paged_blocks(ps, next);
+    ps->blocks[0].ops->mix(&b, head, p, out, n);
 }
 
 void paged_read(const PagedStream *ps, int head, int token, float *out) {

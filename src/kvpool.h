@@ -89,6 +89,10 @@ size_t paged_stream_bytes(const PagedStream *ps);
 void paged_scores(const PagedStream *ps, int head, const float *q, float *out, int n);
 // out[d] = Σ_j p[j] · v̂_j[d] over j in [0, n).
 void paged_mix(const PagedStream *ps, int head, const float *p, float *out, int n);
+// The same, told which stream attention reads next (NULL: none), whose first head the kernels of
+// some codecs ask for while they read the last head of this one.
+void paged_scores_then(const PagedStream *ps, const PagedStream *next, int head, const float *q, float *out, int n);
+void paged_mix_then(const PagedStream *ps, const PagedStream *next, int head, const float *p, float *out, int n);
 void paged_read(const PagedStream *ps, int head, int token, float *out);
 // Scores of keys kept before RoPE (KVStream.prerope): each key read back, rotated by RoPE at its
 // position (rope_cos/sin [position][head_dim/2]), then dotted with q.

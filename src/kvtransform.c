@@ -368,7 +368,7 @@ static CodecBlocks inner_blocks(const CodecBlocks *b, int n, InnerStates *is) {
     is->states = nb <= STACK_BLOCKS ? is->stack : malloc(sizeof(void *) * (size_t)nb);
     if (!is->states) abort(); // a few kilobytes once a step: nothing sensible is left to do
     for (int i = 0; i < nb; i++) is->states[i] = ((const Transform *)b->states[i])->inner;
-    return (CodecBlocks){is->states, b->block, b->head_dim};
+    return (CodecBlocks){is->states, b->block, b->head_dim, NULL, 0};
 }
 
 static void inner_blocks_free(InnerStates *is) {

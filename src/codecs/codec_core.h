@@ -117,6 +117,6 @@ void *codec_created(void *state, int allocated, void (*destroy)(void *), char *e
 
 // One state (a contiguous stream, or one block of a pool's) as the blocks the kernels walk: one block
 // longer than any stream, yet small enough that n + block − 1 does not overflow.
-#define CODEC_ONE_BLOCK(state, head_dim) (&(const CodecBlocks){(const void *const[]){(state)}, 1 << 30, (head_dim)})
+#define CODEC_ONE_BLOCK(state, head_dim) (&(const CodecBlocks){(const void *const[]){(state)}, 1 << 30, (head_dim), NULL, 0})
 
 #endif

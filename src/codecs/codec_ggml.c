@@ -433,18 +433,29 @@ static inline AffineChunk block_chunk(const CodecBlocks *b, int head, int n, siz
 // Asks for the d and m (and qh) of llama.cpp block i of the 16 tokens from t ahead of their use
 // (when t < n), and the next head's codes and fields there while this head reads its own: the
 // decoder runs a row's heads one after another, and a pool's blocks lie where the hardware
-// prefetcher does not look (as int's kernels do). Heads after the first ask ahead only for the
-// fields of blocks i > 0, which the head before did not ask for.
+// prefetcher does not look (as int's kernels do); the last head asks for the first head of the
+// stream read next (CodecBlocks.next). Heads after the first ask ahead only for the fields of
+// blocks i > 0, which the head before did not ask for.
 static ALWAYS_INLINE void block_prefetch(const CodecBlocks *b, int head, int i, int t, int n, int next_head) {
     const BlockState *s0 = b->states[0];
-    if (t >= n || head + next_head >= s0->n_heads) return;
+    if (t >= n) return;
     int local;
-    const uint8_t *block = codec_block(b, t, &local);
-    const size_t at = block_meta(s0, head + next_head, i, local);
+    const uint8_t *block;
+    if (!next_head || head + 1 < s0->n_heads) {
+        block = codec_block(b, t, &local);
+        head += next_head;
+    } else if (b->next && t < b->next_n) { // the last head: the first of the stream read next
+        const CodecBlocks next = {b->next, b->block, b->head_dim, NULL, 0};
+        block = codec_block(&next, t, &local);
+        head = 0;
+    } else {
+        return;
+    }
+    const size_t at = block_meta(s0, head, i, local);
     __builtin_prefetch(block + s0->d_at + 2 * at);
     if (s0->m) __builtin_prefetch(block + s0->m_at + 2 * at);
     if (s0->qh) __builtin_prefetch(block + s0->qh_at + 4 * at);
-    if (next_head) code_store_prefetch16(&s0->cs, block + BLOCK_CODES_AT, head + 1, local);
+    if (next_head) code_store_prefetch16(&s0->cs, block + BLOCK_CODES_AT, head, local);
 }
 
 static inline void block_key_job(void *ctx, int i, int t0, int nt, int bits, AffineTileJob *job) {

@@ -216,16 +216,27 @@ static ALWAYS_INLINE void int_prefetch_scales(const CodecBlocks *b, int head, in
 
 // Asks for the next head's codes and scales of the 16 tokens from t (t < n, a multiple of 16) while
 // this head reads its own: the decoder runs a row's heads one after another (forward.c), so they are
-// in cache a head's pass later. Spread over the heads' passes, a stream's bytes come from DRAM at
+// in cache a head's pass later; the last head asks for the first head of the stream attention reads
+// next (CodecBlocks.next: the next row's, which nothing else would ask for ahead of its start). Spread over the heads' passes, a stream's bytes come from DRAM at
 // the rate the kernels use them; head 0 asking for whole blocks left heads 1.. computing on what
 // it had already fetched, and head 0 waiting on six times its share.
 static ALWAYS_INLINE void int_prefetch_next_head(const CodecBlocks *b, int head, int t, int n) {
     const IntState *s = b->states[0];
-    if (t >= n || n <= b->block || head + 1 >= s->n_heads) return;
+    if (t >= n || n <= b->block) return;
     int local;
-    const uint8_t *block = int_block(b, t, &local);
-    code_store_prefetch16(&s->cs, block + INT_CODES_AT, head + 1, local);
-    __builtin_prefetch(block + s->scales_at + int_slot(s, head + 1, local) * int_scale_size(s));
+    const uint8_t *block;
+    if (head + 1 < s->n_heads) {
+        block = int_block(b, t, &local);
+        head++;
+    } else if (b->next && t < b->next_n) { // the last head: the first of the stream read next
+        const CodecBlocks next = {b->next, b->block, b->head_dim, NULL, 0};
+        block = int_block(&next, t, &local);
+        head = 0;
+    } else {
+        return;
+    }
+    code_store_prefetch16(&s->cs, block + INT_CODES_AT, head, local);
+    __builtin_prefetch(block + s->scales_at + int_slot(s, head, local) * int_scale_size(s));
 }
 
 // The head's codes of one chunk (from `offset` in a unit) in every block of the n tokens.
