@@ -164,6 +164,14 @@ static inline void quant_row_gather(int bits, __m512i *ctrl, __m512i *off) {
 }
 #endif
 
+// fmaxf(m, fabsf(x)) for an m that is not NaN (a NaN x leaves m, as fmaxf does), inline: gcc calls
+// libm's fmaxf unless NaNs may be ignored, and an encoder's absmax made that call a tenth of the
+// time filling a pool (micro plate's panel (d)).
+static inline float quant_max_abs(float m, float x) {
+    const float a = fabsf(x);
+    return a > m ? a : m;
+}
+
 // j / per, and j % per in *rem, for j >= 0: a stream's block and place in it. A pool's blocks are a
 // power of two (the default 16, vLLM's) almost always, and the kernels ask this for every tile: a
 // shift and a mask, where an integer division (~10 cycles here) cost the batched step several percent.

@@ -167,7 +167,7 @@ static void float_append(void *state, const float *vec) {
         float sd = 1.0f;
         if (s->scaled) {
             float amax = 0.0f;
-            for (int d = 0; d < hd; d++) amax = fmaxf(amax, fabsf(x[d]));
+            for (int d = 0; d < hd; d++) amax = quant_max_abs(amax, x[d]);
             uint16_t code = quant_fp32_to_fp16_sat(amax / info->max);
             sd = quant_fp16_to_fp32(code);
             // An all-zero vector (or one whose scale underflows fp16) keeps scale 1: no 0/0.

@@ -109,7 +109,7 @@ static inline int trunc_clamp(float v, int hi) {
 // roundf(x/d) (half away from zero) within ±127 (|x/d| <= 127 up to rounding; NaN gives 0).
 static float round_q8(const float *x, int8_t *q) {
     float amax = 0.0f;
-    for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+    for (int j = 0; j < QK; j++) amax = quant_max_abs(amax, x[j]);
     const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int j = 0; j < QK; j++) {
         const float v = x[j] * id;

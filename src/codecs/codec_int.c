@@ -143,7 +143,7 @@ static void int_encode(IntState *s, int head, const float *x) {
         d = sum / (float)hd;
     } else if (s->levels == LEVELS_SYM) {
         float amax = 0.0f;
-        for (int i = 0; i < hd; i++) amax = fmaxf(amax, fabsf(x[i]));
+        for (int i = 0; i < hd; i++) amax = quant_max_abs(amax, x[i]);
         lo = -(half - 1);
         d = amax / (float)hi;
     } else {

@@ -174,10 +174,24 @@ static void kivi_value_chunk_params(const KiviState *s, const uint16_t *meta, in
 // Keys: quantise the residual keys [n_quant, upto) as groups of G, per channel, 32 channels at a
 // time (their scales and minimums converted once; the codes are what kivi_code gives). upto − n_quant
 // is R in a whole-sequence stream, and a multiple of G that fits the residual in a block of a pool.
+// Channels [c, c + n) of window keys [t, t + m) (m <= 16) as floats, xf[i][k] for channel c + i and
+// token t + k. In tiles (the window's layout at head_dim 32) 16 tokens of a channel from a tile's
+// start lie together: one conversion of 16.
+static void kivi_key_floats(const KiviState *s, int h, int t, int m, int c, int n, float (*xf)[16]) {
+    const int whole = s->cs.layout == QUANT_TILES && m == TILE && (t - s->n_quant) % TILE == 0;
+    for (int i = 0; i < n; i++) {
+        if (whole) {
+            quant_fp16_to_fp32_16(kivi_full_at(s, h, t, c + i), xf[i]);
+            continue;
+        }
+        for (int k = 0; k < m; k++) xf[i][k] = quant_fp16_to_fp32(*kivi_full_at(s, h, t + k, c + i));
+    }
+}
+
 static void kivi_flush_keys(KiviState *s, int upto) {
     const int hd = s->head_dim, G = s->group, top = (1 << s->bits) - 1;
     uint8_t q[32];
-    float x[32], sd[32], md[32];
+    float sd[32], md[32], xf[32][16];
     for (int h = 0; h < s->n_heads; h++) {
         for (int t0 = s->n_quant; t0 + G <= upto; t0 += G) {
             uint16_t *meta = kivi_key_meta(s, h, t0 / G);
@@ -185,19 +199,22 @@ static void kivi_flush_keys(KiviState *s, int upto) {
                 const int n = hd - c < 32 ? hd - c : 32;
                 float mn[32], mx[32];
                 for (int i = 0; i < n; i++) mn[i] = INFINITY, mx[i] = -INFINITY;
-                for (int t = t0; t < t0 + G; t++)
-                    for (int i = 0; i < n; i++) {
-                        const float v = quant_fp16_to_fp32(*kivi_full_at(s, h, t, c + i));
-                        mn[i] = kivi_min(mn[i], v);
-                        mx[i] = kivi_max(mx[i], v);
-                    }
+                for (int t = t0; t < t0 + G; t += TILE) { // token after token, as one pass would
+                    const int m = t0 + G - t < TILE ? t0 + G - t : TILE;
+                    kivi_key_floats(s, h, t, m, c, n, xf);
+                    for (int k = 0; k < m; k++)
+                        for (int i = 0; i < n; i++) mn[i] = kivi_min(mn[i], xf[i][k]), mx[i] = kivi_max(mx[i], xf[i][k]);
+                }
                 for (int i = 0; i < n; i++)
                     kivi_params(s, mn[i], mx[i], &meta[c + i], &meta[hd + c + i], &sd[i], &md[i]);
-                for (int t = t0; t < t0 + G; t++) {
-                    for (int i = 0; i < n; i++) x[i] = quant_fp16_to_fp32(*kivi_full_at(s, h, t, c + i));
-                    for (int i = 0; i < n; i++) q[i] = kivi_code(x[i], sd[i], md[i], top);
-                    for (int i = n; i < 32; i++) q[i] = 0;
-                    code_store_put(&s->cs, h, t, c / 32, q, n);
+                for (int t = t0; t < t0 + G; t += TILE) {
+                    const int m = t0 + G - t < TILE ? t0 + G - t : TILE;
+                    kivi_key_floats(s, h, t, m, c, n, xf);
+                    for (int k = 0; k < m; k++) {
+                        for (int i = 0; i < n; i++) q[i] = kivi_code(xf[i][k], sd[i], md[i], top);
+                        for (int i = n; i < 32; i++) q[i] = 0;
+                        code_store_put(&s->cs, h, t + k, c / 32, q, n);
+                    }
                 }
             }
         }

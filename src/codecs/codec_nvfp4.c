@@ -53,7 +53,7 @@ static void nvfp4_append(void *state, const float *x) {
         float s2 = s->s2;
         if (s->token_scale) {
             float amax = 0.0f;
-            for (int d = 0; d < s->head_dim; d++) amax = fmaxf(amax, fabsf(v[d]));
+            for (int d = 0; d < s->head_dim; d++) amax = quant_max_abs(amax, v[d]);
             s2 = nvfp4_second_scale(amax, s->four_over_six);
             memcpy(row, &s2, sizeof s2);
             row += sizeof s2;

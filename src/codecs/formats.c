@@ -103,7 +103,7 @@ void mx_block_encode(MxElem e, const float *x, int n, uint8_t *scale, uint8_t *c
     int nan = 0;
     for (int i = 0; i < n; i++) {
         nan |= isnan(x[i]);
-        amax = fmaxf(amax, fabsf(x[i]));
+        amax = quant_max_abs(amax, x[i]);
     }
     *scale = nan ? 0xff : mx_scale_byte(e, amax);
     const int shift = 127 - (int)*scale; // −X: dividing by 2^X is exact scaling
@@ -129,7 +129,7 @@ static double nvfp4_try(const float *x, int n, float scale, uint8_t *codes) {
 
 uint8_t nvfp4_block_encode(const float *x, int n, float s2, int four_over_six, uint8_t *codes) {
     float amax = 0.0f;
-    for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    for (int i = 0; i < n; i++) amax = quant_max_abs(amax, x[i]);
     uint8_t best = 0, trial[16];
     double best_err = INFINITY;
     for (int k = 0; k < (four_over_six ? 2 : 1); k++) {
