@@ -161,11 +161,11 @@ static void int_encode(IntState *s, int head, const float *x) {
     uint8_t q[32];
     for (int c = 0; c < hd; c += 32) {
         const int n = hd - c < 32 ? hd - c : 32;
-        for (int i = 0; i < n; i++) {
-            const int v = s->levels == LEVELS_SIGN ? x[c + i] < 0.0f
-                        : ds != 0.0f                ? quant_round_clamp(x[c + i] / ds, lo, hi)
-                                                    : 0;
-            q[i] = (uint8_t)((unsigned)v & mask);
+        if (s->levels != LEVELS_SIGN && ds != 0.0f) {
+#pragma omp simd
+            for (int i = 0; i < n; i++) q[i] = (uint8_t)((unsigned)quant_round_clamp(x[c + i] / ds, lo, hi) & mask);
+        } else {
+            for (int i = 0; i < n; i++) q[i] = s->levels == LEVELS_SIGN ? x[c + i] < 0.0f : 0;
         }
         code_store_put(&s->cs, head, s->length, c / 32, q, n);
     }
