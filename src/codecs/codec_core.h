@@ -47,6 +47,20 @@ static inline const void *codec_block(const CodecBlocks *b, int j, int *local) {
     return b->states[quant_divmod(j, b->block, local)];
 }
 
+// What a kernel asks for as "the next head" while it reads head *head at token t: head + 1 of t's
+// block, or at the last head the first head of the stream attention reads next (b->next, at the same
+// token, if it has one). Sets *head and *local; NULL when there is nothing to ask for.
+static inline const void *codec_next_head_block(const CodecBlocks *b, int n_heads, int *head, int t, int *local) {
+    if (*head + 1 < n_heads) {
+        ++*head;
+        return codec_block(b, t, local);
+    }
+    if (!b->next || t >= b->next_n) return NULL;
+    const CodecBlocks next = {b->next, b->block, b->head_dim, NULL, 0};
+    *head = 0;
+    return codec_block(&next, t, local);
+}
+
 // Token j's place in its block.
 static inline int codec_in_block(const CodecBlocks *b, int j) {
     int at;

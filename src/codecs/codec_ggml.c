@@ -440,17 +440,8 @@ static ALWAYS_INLINE void block_prefetch(const CodecBlocks *b, int head, int i, 
     const BlockState *s0 = b->states[0];
     if (t >= n) return;
     int local;
-    const uint8_t *block;
-    if (!next_head || head + 1 < s0->n_heads) {
-        block = codec_block(b, t, &local);
-        head += next_head;
-    } else if (b->next && t < b->next_n) { // the last head: the first of the stream read next
-        const CodecBlocks next = {b->next, b->block, b->head_dim, NULL, 0};
-        block = codec_block(&next, t, &local);
-        head = 0;
-    } else {
-        return;
-    }
+    const uint8_t *block = next_head ? codec_next_head_block(b, s0->n_heads, &head, t, &local) : codec_block(b, t, &local);
+    if (!block) return;
     const size_t at = block_meta(s0, head, i, local);
     __builtin_prefetch(block + s0->d_at + 2 * at);
     if (s0->m) __builtin_prefetch(block + s0->m_at + 2 * at);

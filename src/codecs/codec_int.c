@@ -224,17 +224,8 @@ static ALWAYS_INLINE void int_prefetch_next_head(const CodecBlocks *b, int head,
     const IntState *s = b->states[0];
     if (t >= n || n <= b->block) return;
     int local;
-    const uint8_t *block;
-    if (head + 1 < s->n_heads) {
-        block = int_block(b, t, &local);
-        head++;
-    } else if (b->next && t < b->next_n) { // the last head: the first of the stream read next
-        const CodecBlocks next = {b->next, b->block, b->head_dim, NULL, 0};
-        block = int_block(&next, t, &local);
-        head = 0;
-    } else {
-        return;
-    }
+    const uint8_t *block = codec_next_head_block(b, s->n_heads, &head, t, &local);
+    if (!block) return;
     code_store_prefetch16(&s->cs, block + INT_CODES_AT, head, local);
     __builtin_prefetch(block + s->scales_at + int_slot(s, head, local) * int_scale_size(s));
 }
