@@ -257,10 +257,10 @@ static int bench_batch(const Model *m, const BenchOptions *o, char *err, size_t 
         double other = short_run.seconds / short_run.steps - short_run.attended_per_step * heads * per_ht[0] / threads;
         other = other > 0 ? other : 0;
         printf("\nthe floor: the step's other work (weights, norms, classifier: %.2f ms, timed with the same conversations\n"
-               "at %d positions), then attention, which can go no faster than its kernels with every block in cache\n"
-               "(scores, softmax, mix per head and token, one conversation of up to 1,024 tokens a layer at a time,\n"
-               "shared by %d thread%s) nor than reading the cache at the streaming bandwidth. The two parts run one\n"
-               "after the other: attention needs the layer's products, the next products its output.\n\n",
+               "at %d positions; or reading the weights, if longer), then attention, no faster than its kernels with\n"
+               "every block in cache (scores, softmax, mix per head and token, one conversation of up to 1,024 tokens\n"
+               "a layer at a time, shared by %d thread%s) nor than reading the cache at the streaming bandwidth. The\n"
+               "two parts run one after the other: attention needs the layer's products, the next products its output.\n\n",
                1e3 * other, few, threads, threads == 1 ? "" : "s");
         printf("%-40s %10s %10s %10s %9s | %9s %9s\n", "cache (K / V)", "ns/head.t", "kernels ms", "read ms", "at best",
                "x fp16", "target");
@@ -268,7 +268,9 @@ static int bench_batch(const Model *m, const BenchOptions *o, char *err, size_t 
         for (int s = 0; s < 2; s++) {
             const HeldDecode *h = &held[s];
             const double kernels = h->attended_per_step * heads * per_ht[s] / threads;
-            const double read = h->cache_bytes_per_step / bw, best = other + (kernels > read ? kernels : read);
+            // Neither part is faster than reading its bytes: the weights, then the cache.
+            const double weights = h->weight_bytes / bw, first = other > weights ? other : weights;
+            const double read = h->cache_bytes_per_step / bw, best = first + (kernels > read ? kernels : read);
             char label[2 * SPEC_NORMALISED + 4];
             snprintf(label, sizeof label, "%s / %s", specs[s][0], specs[s][1]);
             char target[16] = "-"; // fp16's own target is the roofline share
