@@ -151,8 +151,8 @@ static void note_attention(BatchForward *b, int r, int layer, int h, const float
 
 // Heads per attention task: a row's heads together when there are rows enough to keep every thread
 // busy, so that one core reads a row's cache blocks and its heads after the first find them in cache
-// (the codecs' kernels ask for whole blocks at head 0); else one head per task (a single sequence's
-// heads shared between the threads).
+// (the codecs' kernels ask for the next head's bytes as they read their own); else one head per task
+// (a single sequence's heads shared between the threads).
 static int attention_heads_per_task(const StepCtx *c) {
     return c->n_rows >= 4 * pool_threads(c->b->pool) ? c->b->model->config.n_heads : 1;
 }

@@ -283,7 +283,9 @@ void paged_scores(const PagedStream *ps, int head, const float *q, float *out, i
     paged_scores_then(ps, NULL, head, q, out, n);
 }
 
-void paged_mix(const PagedStream *ps, int head, const float *p, float *out, int n) { paged_mix_then(ps, NULL, head, p, out, n); }
+void paged_mix(const PagedStream *ps, int head, const float *p, float *out, int n) {
+    paged_mix_then(ps, NULL, head, p, out, n);
+}
 
 void paged_scores_then(const PagedStream *ps, const PagedStream *next, int head, const float *q, float *out, int n) {
     const CodecBlocks b = paged_blocks(ps, next);

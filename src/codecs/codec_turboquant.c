@@ -118,9 +118,10 @@ static void tq_scores(const CodecBlocks *b, int head, const float *q, float *out
         RowLevels rl;
         row_levels_init(&rl, c->levels, c->cbits);
         const __m512 q0 = _mm512_load_ps(qr), q1 = _mm512_load_ps(qr + 16);
-        const __m512 s0 = _mm512_loadu_ps(qs), s1 = _mm512_loadu_ps(qs + 16); // (prod) a sign bit picks +qs or −qs
-        const __m512 minus = _mm512_set1_ps(-0.0f); // −1 · x: x with its sign flipped, −0 from +0 too
-        const __m512 n0 = _mm512_xor_ps(s0, minus), n1 = _mm512_xor_ps(s1, minus);
+        const __m512 zero = _mm512_setzero_ps(); // (prod) a sign bit picks +qs or −qs
+        const __m512 s0 = c->prod ? _mm512_loadu_ps(qs) : zero, s1 = c->prod ? _mm512_loadu_ps(qs + 16) : zero;
+        const __m512 minus = _mm512_set1_ps(-1.0f); // tq_sign's −1 · qs_i, as the C loop multiplies
+        const __m512 n0 = _mm512_mul_ps(minus, s0), n1 = _mm512_mul_ps(minus, s1);
         for (int j0 = 0; j0 < n; j0 += 16) {
             const int m = n - j0 < 16 ? n - j0 : 16;
             float v[16][32] __attribute__((aligned(64))), sv[16][32] __attribute__((aligned(64)));
@@ -202,7 +203,7 @@ static void tq_mix(const CodecBlocks *b, int head, const float *p, float *out, i
             if (!c->prod) continue;
             const float g = w * alpha * fmt_fp16_load(row + tq_gamma_at(c));
             const uint8_t *signs = row + tq_signs_at(c);
-            const __m512 pos = _mm512_set1_ps(g), neg = _mm512_set1_ps(-g);
+            const __m512 pos = _mm512_set1_ps(g), neg = _mm512_mul_ps(_mm512_set1_ps(-1.0f), pos); // tq_sign · g
             s0 = _mm512_add_ps(s0, _mm512_mask_blend_ps((__mmask16)(signs[0] | signs[1] << 8), neg, pos));
             s1 = _mm512_add_ps(s1, _mm512_mask_blend_ps((__mmask16)(signs[2] | signs[3] << 8), neg, pos));
         }
