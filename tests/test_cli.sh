@@ -122,12 +122,12 @@ if [ -f models/micro.bin ]; then
     [ "$(grep -c ' 0.00e+00$' "$tmp/be.txt")" = 2 ] && ok "bench --eval: fast and decode losses equal (fp32, kivi)" ||
         bad "bench --eval: $(tail -2 "$tmp/be.txt")"
     # bench --batch: the side-by-side table and the floor's, each a row for fp16 and one for the cache,
-    # every figure a positive finite number (the floor's "at best" a share of at most 100%)
+    # every figure a positive finite number. (Not how the figures compare: they are timings, and a
+    # loaded machine can put a step below its floor; speed is measured by bench, not by a test.)
     "$micro" bench --batch 4 --steps 2 --repeat 1 --threads 1 --cache int:bits=4 >"$tmp/bb.txt" 2>&1
     awk '/ns\/head/ { floor = 1 }
          /^(fp16|int:bits=4) \// { rows++
-             for (i = 4; i <= NF; i++) { v = $i; sub(/[x%]$/, "", v); if (v != "|" && v != "-" && !(v + 0 > 0)) bad = bad " " $0 }
-             if (floor && $7 + 0 > 100) bad = bad " share " $0 }
+             for (i = 4; i <= NF; i++) { v = $i; sub(/[x%]$/, "", v); if (v != "|" && v != "-" && !(v + 0 > 0)) bad = bad " " $0 } }
          END { if (rows != 4 || !floor || bad) { print rows, bad; exit 1 } }' "$tmp/bb.txt" >/dev/null &&
         ok "bench --batch: both tables, positive figures" || bad "bench --batch: $(tail -8 "$tmp/bb.txt")"
     mkdir -p "$tmp/corpus"
