@@ -36,16 +36,33 @@ static inline float fold_lanes_unrolled(float *part) {
     return part[0] + part[1];
 }
 
-// out[i·os + k] = fold_lanes_unrolled(a[i][k]) for the batched kernel's 4 × 4 outputs. The AVX-512
-// build folds the sixteen vectors together, a transpose tree whose every add is one of
-// fold_lanes_unrolled's (8 + 8, 4 + 4, 0 + 2 and 1 + 3, 0 + 1), two outputs per add at the first step
-// and sixteen at the last: 15 adds and 30 shuffles where sixteen folds one by one took ~130 µops
-// (a quarter of a 4 × 4 block of 192-long rows; a batch of 32's matrix products 20% faster).
-static inline void fold16(float (*a)[4][LANES], float *out, size_t os) {
+// The batched kernel's block: out[i·os + k] = Σ_j w_k[j] · x_i[j] for four weight rows w_k (n apart)
+// and four batch rows x_i (xs apart), each sum dot_row's: 16 lane partials a[i][k][l] over the row,
+// folded by fold_lanes_unrolled.
 #ifdef FORWARD_KERNELS_AVX512
-    __m512 v[16]; // v[4k + i] = a[i][k]: the last step leaves out[i·os + 0..3] in 128-bit lane i
-    for (int i = 0; i < 4; i++)
-        for (int k = 0; k < 4; k++) v[4 * k + i] = _mm512_loadu_ps(a[i][k]);
+// The sixteen partial sums stay in registers from the first product to the fold, where the C
+// loop's array was cleared and read back through memory for every block: at n = 192 that cost as
+// much as the products (~62 G multiply-adds a second against ~85 at n = 512). The fold is a
+// transpose tree whose every add is one of fold_lanes_unrolled's (8 + 8, 4 + 4, 0 + 2 and 1 + 3,
+// 0 + 1), two outputs per add at the first step and sixteen at the last: 15 adds and 30 shuffles.
+static inline __attribute__((always_inline)) void block4x4(float *restrict out, size_t os, const float *restrict w0,
+                                                           const float *restrict x0, size_t xs, int n) {
+    const float *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
+    const float *x1 = x0 + xs, *x2 = x1 + xs, *x3 = x2 + xs;
+    __m512 v[16]; // v[4k + i]: the partials of out[i·os + k]
+    for (int i = 0; i < 16; i++) v[i] = _mm512_setzero_ps();
+    for (int j = 0; j < n; j += LANES) {
+        const __m512 c0 = _mm512_loadu_ps(w0 + j), c1 = _mm512_loadu_ps(w1 + j), c2 = _mm512_loadu_ps(w2 + j),
+                     c3 = _mm512_loadu_ps(w3 + j);
+        const float *xr[4] = {x0 + j, x1 + j, x2 + j, x3 + j};
+        for (int i = 0; i < 4; i++) {
+            const __m512 y = _mm512_loadu_ps(xr[i]);
+            v[i] = _mm512_add_ps(v[i], _mm512_mul_ps(c0, y));
+            v[4 + i] = _mm512_add_ps(v[4 + i], _mm512_mul_ps(c1, y));
+            v[8 + i] = _mm512_add_ps(v[8 + i], _mm512_mul_ps(c2, y));
+            v[12 + i] = _mm512_add_ps(v[12 + i], _mm512_mul_ps(c3, y));
+        }
+    }
     for (int j = 0; j < 8; j++) // lanes 0..7 + 8..15: vector j holds v[2j]'s eight sums, then v[2j+1]'s
         v[j] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], 0x44),
                              _mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], 0xEE));
@@ -60,11 +77,28 @@ static inline void fold16(float (*a)[4][LANES], float *out, size_t os) {
     _mm_storeu_ps(out + os, _mm512_extractf32x4_ps(sum, 1));
     _mm_storeu_ps(out + 2 * os, _mm512_extractf32x4_ps(sum, 2));
     _mm_storeu_ps(out + 3 * os, _mm512_extractf32x4_ps(sum, 3));
+}
 #else
+static inline void block4x4(float *restrict out, size_t os, const float *restrict w0, const float *restrict x0,
+                            size_t xs, int n) {
+    const float *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
+    const float *x1 = x0 + xs, *x2 = x1 + xs, *x3 = x2 + xs;
+    float a[4][4][LANES] = {{{0}}};
+    for (int j = 0; j < n; j += LANES) {
+#pragma omp simd
+        for (int l = 0; l < LANES; l++) {
+            const float v0 = w0[j + l], v1 = w1[j + l], v2 = w2[j + l], v3 = w3[j + l];
+            const float y0 = x0[j + l], y1 = x1[j + l], y2 = x2[j + l], y3 = x3[j + l];
+            a[0][0][l] += v0 * y0, a[0][1][l] += v1 * y0, a[0][2][l] += v2 * y0, a[0][3][l] += v3 * y0;
+            a[1][0][l] += v0 * y1, a[1][1][l] += v1 * y1, a[1][2][l] += v2 * y1, a[1][3][l] += v3 * y1;
+            a[2][0][l] += v0 * y2, a[2][1][l] += v1 * y2, a[2][2][l] += v2 * y2, a[2][3][l] += v3 * y2;
+            a[3][0][l] += v0 * y3, a[3][1][l] += v1 * y3, a[3][2][l] += v2 * y3, a[3][3][l] += v3 * y3;
+        }
+    }
     for (int i = 0; i < 4; i++)
         for (int k = 0; k < 4; k++) out[(size_t)i * os + k] = fold_lanes_unrolled(a[i][k]);
-#endif
 }
+#endif
 
 // One row's dot product: 16 partial sums across the row, folded in a fixed order at the end.
 static float dot_row(const float *restrict w, const float *restrict x, int n) {
@@ -125,26 +159,13 @@ static void matmul_rows_impl(float *restrict out, size_t os, const float *restri
     const int blocks = n_rows / 4 > 0 ? n_rows / 4 : 1;
     const size_t slice = ((size_t)4 * n + (size_t)blocks * LANES - 1) / ((size_t)blocks * LANES) * LANES;
     for (; o + 4 <= o1; o += 4) {
-        const float *w0 = W + (size_t)o * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
+        const float *w0 = W + (size_t)o * n;
         const size_t ahead = o + 8 <= o1 ? 4 * (size_t)n : 0; // the next four rows' floats (none past the tile)
         int r = 0;
         for (; r + 4 <= n_rows; r += 4) {
-            const float *x0 = X + (size_t)r * xs, *x1 = x0 + xs, *x2 = x1 + xs, *x3 = x2 + xs;
             const size_t f1 = (size_t)(r / 4 + 1) * slice < ahead ? (size_t)(r / 4 + 1) * slice : ahead;
             for (size_t f = (size_t)(r / 4) * slice; f < f1; f += LANES) __builtin_prefetch(w0 + 4 * (size_t)n + f);
-            float a[4][4][LANES] = {{{0}}};
-            for (int j = 0; j < n; j += LANES) {
-#pragma omp simd
-                for (int l = 0; l < LANES; l++) {
-                    const float v0 = w0[j + l], v1 = w1[j + l], v2 = w2[j + l], v3 = w3[j + l];
-                    const float y0 = x0[j + l], y1 = x1[j + l], y2 = x2[j + l], y3 = x3[j + l];
-                    a[0][0][l] += v0 * y0, a[0][1][l] += v1 * y0, a[0][2][l] += v2 * y0, a[0][3][l] += v3 * y0;
-                    a[1][0][l] += v0 * y1, a[1][1][l] += v1 * y1, a[1][2][l] += v2 * y1, a[1][3][l] += v3 * y1;
-                    a[2][0][l] += v0 * y2, a[2][1][l] += v1 * y2, a[2][2][l] += v2 * y2, a[2][3][l] += v3 * y2;
-                    a[3][0][l] += v0 * y3, a[3][1][l] += v1 * y3, a[3][2][l] += v2 * y3, a[3][3][l] += v3 * y3;
-                }
-            }
-            fold16(a, out + (size_t)r * os + o, os);
+            block4x4(out + (size_t)r * os + o, os, w0, X + (size_t)r * xs, xs, n);
         }
         for (; r < n_rows; r++) matvec_rows_impl(out + (size_t)r * os, W, X + (size_t)r * xs, n, o, o + 4);
     }
