@@ -61,6 +61,10 @@ typedef struct {
     // 1 when scores and mix are codec_scores_by_read / codec_mix_by_read of read() for every shape
     // (codec_core.h): the fast evaluator may then decode each token once (span_mirror.h).
     int reads_back;
+    // For a family with kernels of its own (NULL: none do): 1 when this stream's scores are still
+    // codec_scores_by_read's sums, Σ_d q_d·x̂_d in order of d from 0 (float's unscaled keys), so the
+    // fast evaluator may decode its keys once too; its mix is its own (not read back).
+    int (*scores_read_back)(const void *state);
     // Exact bytes held for the tokens appended so far: codes, scales, minimums and residuals.
     size_t (*bytes)(const void *state);
     void (*destroy)(void *state);

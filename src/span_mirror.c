@@ -8,8 +8,11 @@
 
 int span_mirror_reads_back(const KVPool *pool, KVRole role) {
     const KVStream *rule = &pool->rule[role];
-    // Keys kept before RoPE are read back and rotated (paged_scores_rope), whatever their codec.
-    return rule->ops->reads_back || (role == KV_ROLE_KEY && rule->prerope);
+    // Keys kept before RoPE are read back and rotated (paged_scores_rope), whatever their codec; keys
+    // whose codec's scores sum as a read back does give the same bits from the mirror.
+    if (rule->ops->reads_back) return 1;
+    return role == KV_ROLE_KEY &&
+           (rule->prerope || (rule->ops->scores_read_back && rule->ops->scores_read_back(rule->state)));
 }
 
 int span_mirror_init(SpanMirror *m, const KVPool *pool, int context) {

@@ -544,7 +544,17 @@ static size_t float_bytes(const void *state) {
     return per_head_token * (size_t)s->length * (size_t)s->n_heads;
 }
 
-CODEC_OPS(float, NULL, NULL);
+// Unscaled keys: float_scores_keys sums q_d · x̂_d in order of d from 0, as a read back does (the
+// AVX-512 kernel's products with the unit moved to the query are the same real numbers). Its mix
+// sums even and odd tokens apart, so values are not read back.
+static int float_scores_read_back(const void *state) {
+    const FloatState *s = state;
+    return s->is_key && !s->scaled;
+}
+
+static const CodecOps float_ops = {.append = float_append, .scores = float_scores, .mix = float_mix,
+                                   .read = float_read, .scores_read_back = float_scores_read_back,
+                                   .bytes = float_bytes, .destroy = float_destroy};
 
 #define FLOAT_FAMILY(id, help_text)                                                                \
     static void *create_##id(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised, \
