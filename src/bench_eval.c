@@ -10,10 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench_eval.h"
 #include "cli.h"
+#include "commands.h"
 #include "eval.h"
+#include "peak.h"
 #include "text.h"
 
 static double now(void) {
@@ -47,6 +50,58 @@ static uint8_t *plate_window(int n, char *err, size_t errlen) {
     return w;
 }
 
+// Multiply-adds of scoring a text of n tokens (n − 1 positions, each predicting the next): every
+// weight matrix once per position, the classifier included, and each position's scores and
+// weighted sum over the p + 1 cached tokens it attends (2 · head_dim per head and token).
+static double text_multiply_adds(const ModelConfig *c, int n, double *weights, double *attention) {
+    const double qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
+    const double per_position =
+        c->n_layers * (c->dim * qd + 2.0 * c->dim * kvd + qd * c->dim + 3.0 * c->dim * c->hidden_dim) +
+        (double)c->vocab_size * c->dim;
+    const double positions = n - 1.0;
+    *weights = positions * per_position;
+    // Σ_{p=0}^{n−2} (p + 1) = (n − 1) · n / 2 tokens attended, 2 · head_dim multiply-adds each, per head
+    *attention = (double)c->n_layers * c->n_heads * 2.0 * c->head_dim * positions * n / 2.0;
+    return *weights + *attention;
+}
+
+// Tokens (BOS included) of `micro plate`'s default text: the first `chars` characters of a plate.
+static int plate_tokens(const char *rel, int chars) {
+    char path[4096], arg[4200], err[256];
+    snprintf(arg, sizeof arg, "%s:%d", cli_default_path(NULL, rel, path, sizeof path), chars);
+    Text t;
+    if (text_load(&t, arg, INT32_MAX, err, sizeof err)) return 0;
+    const int n = t.n_tokens;
+    text_free(&t);
+    return n;
+}
+
+// The arithmetic's floor, under the table: what no evaluator can beat at this machine's peak.
+static void print_floor(const ModelConfig *c, int n, int threads, double decode_fp32) {
+    const char *form;
+    const double peak = peak_multiply_adds(&form);
+    if (!(peak > 0)) return;
+    // Threads run on the online cores (eval caps them there).
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
+    threads = threads < cores ? threads : (int)cores;
+    double w, a;
+    const double total = text_multiply_adds(c, n, &w, &a), floor = total / (peak * threads);
+    printf("\nthe arithmetic's floor: scoring this window is %.2f G multiply-adds (weights %.2f G, attention %.2f G);\n"
+           "one core here peaks at %.1f G a second (%s, nothing else, measured now), so no\n"
+           "evaluator scores the window in under %.1f ms on %d thread%s: at most %.1fx fp32's decode loop above.\n",
+           total * 1e-9, w * 1e-9, a * 1e-9, peak * 1e-9, form, floor * 1e3, threads, threads == 1 ? "" : "s",
+           decode_fp32 / floor);
+    const int tokens[2] = {plate_tokens("data/plates/en.txt", PLATE_EN_CHARS),
+                           plate_tokens("data/plates/zh.txt", PLATE_ZH_CHARS)};
+    double plate = 0;
+    for (int t = 0; t < 2; t++) plate += text_multiply_adds(c, tokens[t], &w, &a);
+    plate *= plate_loss_runs();
+    printf("micro plate's loss runs (%d caches on the two plates, %d + %d tokens): %.0f G multiply-adds, at least\n"
+           "%.2f s on this machine's %ld core%s at that peak.\n",
+           plate_loss_runs(), tokens[0], tokens[1], plate * 1e-9, plate / (peak * (double)cores), cores,
+           cores == 1 ? "" : "s");
+}
+
 int bench_eval(const Model *m, const char *k_spec, const char *v_spec, int n, int threads, int repeat, char *err,
                size_t errlen) {
     uint8_t *window = plate_window(n, err, errlen);
@@ -61,6 +116,7 @@ int bench_eval(const Model *m, const char *k_spec, const char *v_spec, int n, in
     const char *specs[2][2] = {{"fp32", "fp32"}, {k_spec, v_spec}};
     const int n_specs = strcmp(k_spec, "fp32") == 0 && strcmp(v_spec, "fp32") == 0 ? 1 : 2;
     int rc = 0;
+    double decode_fp32 = 0;
     for (int s = 0; s < n_specs && !rc; s++) {
         double best[2] = {INFINITY, INFINITY}, loss[2] = {0, 0};
         for (int r = 0; r < repeat && !rc; r++)
@@ -73,11 +129,13 @@ int bench_eval(const Model *m, const char *k_spec, const char *v_spec, int n, in
                 loss[decode] = res.loss;
             }
         if (rc) break;
+        if (s == 0) decode_fp32 = best[1];
         char label[256];
         snprintf(label, sizeof label, "%s / %s", specs[s][0], specs[s][1]);
         printf("%-44s %10.3f %10.3f %8.2fx %12.6f %12.6f %10.2e\n", label, best[1], best[0], best[1] / best[0], loss[1],
                loss[0], fabs(loss[1] - loss[0]));
     }
+    if (!rc) print_floor(&m->config, n, threads, decode_fp32);
     free(window);
     return rc;
 }

@@ -95,6 +95,8 @@ static const PlateScheme schemes[] = {
     {"beyond", "turboquant 3bit_nc", "turboquant:preset=3bit_nc", "turboquant:preset=3bit_nc", NAN},
 };
 #define N_SCHEMES (int)(sizeof schemes / sizeof schemes[0])
+
+int plate_loss_runs(void) { return 1 + N_SCHEMES; }
 #define N_TEXTS 2
 
 // The plate's capacity figures: Llama 3 8B at these widths, scales ignored, then with each
@@ -732,8 +734,12 @@ int cmd_plate(int argc, char **argv) {
         return rc;
     }
     char path[4096], en_arg[4200], zh_arg[4200];
-    if (!en) snprintf(en_arg, sizeof en_arg, "%s:1500", cli_default_path(NULL, "data/plates/en.txt", path, sizeof path));
-    if (!zh) snprintf(zh_arg, sizeof zh_arg, "%s:500", cli_default_path(NULL, "data/plates/zh.txt", path, sizeof path));
+    if (!en)
+        snprintf(en_arg, sizeof en_arg, "%s:%d", cli_default_path(NULL, "data/plates/en.txt", path, sizeof path),
+                 PLATE_EN_CHARS);
+    if (!zh)
+        snprintf(zh_arg, sizeof zh_arg, "%s:%d", cli_default_path(NULL, "data/plates/zh.txt", path, sizeof path),
+                 PLATE_ZH_CHARS);
     PlateRun *r = calloc(1, sizeof *r);
     if (!r) return cli_error("out of memory");
     pthread_mutex_init(&r->err_lock, NULL);
