@@ -204,10 +204,21 @@ static void task_span_attention(void *arg, int i, int thread) {
     float *att = b->att + ((size_t)r0 * H + h) * b->context, *out = b->xb2 + r0 * xs + h * hd;
     const int n0 = c->rows[r0].pos + 1; // the tile's first row attends over the fewest
     if (mm->mirrored[KV_ROLE_KEY]) {
-        const float *kt = span_mirror_keys(mm, l, g);
-        fk->scores_transposed(att, as, q, qd, nt, kt, (size_t)mm->stride, hd, 0, n0);
+        const float *kt = span_mirror_keys(mm, l, g), *qm = q;
+        size_t qms = qd;
+        float qt[SPAN_TILE * 1024]; // the rows' q̃ (KeyMirrorOps.query); a codec's head_dim is ≤ 1024
+        if (mm->key_ops && mm->key_ops->query) {
+            for (int t = 0; t < nt; t++) mm->key_ops->query(mm->key_rule, q + t * qd, qt + t * hd);
+            qm = qt, qms = (size_t)hd;
+        }
+        fk->scores_transposed(att, as, qm, qms, nt, kt, (size_t)mm->stride, hd, 0, n0);
         for (int t = 1; t < nt; t++)
-            fk->scores_transposed(att + t * as, 0, q + t * qd, 0, 1, kt, (size_t)mm->stride, hd, n0, n0 + t);
+            fk->scores_transposed(att + t * as, 0, qm + t * qms, 0, 1, kt, (size_t)mm->stride, hd, n0, n0 + t);
+        if (mm->factors) { // factor_j · the sum, as the codec's kernel finishes each score
+            const float *fac = span_mirror_factors(mm, l, g);
+            for (int t = 0; t < nt; t++)
+                for (int j = 0; j < n0 + t; j++) att[t * as + j] = fac[j] * att[t * as + j];
+        }
     } else
         for (int t = 0; t < nt; t++) paged_scores(&seq->k[l], g, q + t * qd, att + t * as, n0 + t);
     for (int t = 0; t < nt; t++) fk->scaled_softmax(att + t * as, n0 + t, 1.0f / sqrtf((float)hd));

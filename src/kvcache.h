@@ -40,6 +40,19 @@ typedef struct {
     int next_n;
 } CodecBlocks;
 
+// A key stream whose kernels' scores are factor_j · Σ_d q̃_d · x̃_j,d, summed in order of d from 0,
+// with q̃ made from the query alone and x̃_j, factor_j from token j alone: float's unscaled keys
+// (q̃ = q, x̃ = x̂, no factor), TurboQuant's mse keys (q̃ = R·q, x̃ the centroids, factor the norm).
+// The fast evaluator decodes x̃ and the factor once per token into its mirror and scores with plain
+// products in that order (span_mirror.h): the kernels' bits.
+typedef struct KeyMirrorOps {
+    // x̃ of one head at one token (head_dim numbers), and its factor (left alone without one).
+    void (*read)(const void *state, int head, int token, float *x, float *factor);
+    // q̃ of a query (head_dim numbers); NULL: q itself.
+    void (*query)(const void *state, const float *q, float *out);
+    int has_factor;
+} KeyMirrorOps;
+
 // Operations on one stream's encoded state. Every call is for one stream (keys or values of one
 // layer); scores/mix/read for different heads may run concurrently and must not write state.
 typedef struct {
@@ -61,10 +74,9 @@ typedef struct {
     // 1 when scores and mix are codec_scores_by_read / codec_mix_by_read of read() for every shape
     // (codec_core.h): the fast evaluator may then decode each token once (span_mirror.h).
     int reads_back;
-    // For a family with kernels of its own (NULL: none do): 1 when this stream's scores are still
-    // codec_scores_by_read's sums, Σ_d q_d·x̂_d in order of d from 0 (float's unscaled keys), so the
-    // fast evaluator may decode its keys once too; its mix is its own (not read back).
-    int (*scores_read_back)(const void *state);
+    // For a family with kernels of its own (NULL: none): how the fast evaluator may decode this key
+    // stream once per token (NULL when it may not): see KeyMirrorOps.
+    const struct KeyMirrorOps *(*key_mirror)(const void *state);
     // Exact bytes held for the tokens appended so far: codes, scales, minimums and residuals.
     size_t (*bytes)(const void *state);
     void (*destroy)(void *state);

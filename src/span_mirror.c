@@ -11,8 +11,7 @@ int span_mirror_reads_back(const KVPool *pool, KVRole role) {
     // Keys kept before RoPE are read back and rotated (paged_scores_rope), whatever their codec; keys
     // whose codec's scores sum as a read back does give the same bits from the mirror.
     if (rule->ops->reads_back) return 1;
-    return role == KV_ROLE_KEY &&
-           (rule->prerope || (rule->ops->scores_read_back && rule->ops->scores_read_back(rule->state)));
+    return role == KV_ROLE_KEY && (rule->prerope || (rule->ops->key_mirror && rule->ops->key_mirror(rule->state)));
 }
 
 int span_mirror_init(SpanMirror *m, const KVPool *pool, int context) {
@@ -20,11 +19,17 @@ int span_mirror_init(SpanMirror *m, const KVPool *pool, int context) {
     m->n_layers = pool->n_layers, m->n_heads = pool->n_heads, m->head_dim = pool->head_dim, m->context = context;
     m->stride = context + 16;
     for (int r = 0; r < 2; r++) m->mirrored[r] = span_mirror_reads_back(pool, (KVRole)r);
+    const KVStream *krule = &pool->rule[KV_ROLE_KEY];
+    if (m->mirrored[KV_ROLE_KEY] && !krule->ops->reads_back && !krule->prerope)
+        m->key_ops = krule->ops->key_mirror(krule->state), m->key_rule = krule->state;
     const size_t heads = (size_t)m->n_layers * m->n_heads * m->head_dim;
+    const int factors = m->key_ops && m->key_ops->has_factor;
     m->count = calloc((size_t)m->n_layers * 2, sizeof(int));
     if (m->count && m->mirrored[KV_ROLE_KEY]) m->keys = malloc(sizeof(float) * heads * (size_t)m->stride);
+    if (m->count && factors) m->factors = malloc(sizeof(float) * (size_t)m->n_layers * m->n_heads * (size_t)context);
     if (m->count && m->mirrored[KV_ROLE_VALUE]) m->values = malloc(sizeof(float) * heads * (size_t)context);
-    if (!m->count || (m->mirrored[KV_ROLE_KEY] && !m->keys) || (m->mirrored[KV_ROLE_VALUE] && !m->values)) {
+    if (!m->count || (m->mirrored[KV_ROLE_KEY] && !m->keys) || (factors && !m->factors) ||
+        (m->mirrored[KV_ROLE_VALUE] && !m->values)) {
         span_mirror_free(m);
         return -1;
     }
@@ -34,6 +39,7 @@ int span_mirror_init(SpanMirror *m, const KVPool *pool, int context) {
 void span_mirror_free(SpanMirror *m) {
     free(m->count);
     free(m->keys);
+    free(m->factors);
     free(m->values);
     memset(m, 0, sizeof *m);
 }
@@ -49,8 +55,15 @@ static void read_token(SpanMirror *m, const PagedStream *ps, KVRole role, int la
             paged_read(ps, h, j, (float *)span_mirror_values(m, layer, h) + (size_t)j * hd);
             continue;
         }
-        paged_read(ps, h, j, x);
-        if (ps->blocks[0].prerope) rope_head(x, hd, rope_cos + (size_t)j * half, rope_sin + (size_t)j * half);
+        if (m->key_ops) { // x̃ and the factor, from the token's block
+            const KVStream *blk = &ps->blocks[j / ps->blocks[0].capacity];
+            float factor = 1.0f;
+            m->key_ops->read(blk->state, h, j % blk->capacity, x, &factor);
+            if (m->factors) ((float *)span_mirror_factors(m, layer, h))[j] = factor;
+        } else {
+            paged_read(ps, h, j, x);
+            if (ps->blocks[0].prerope) rope_head(x, hd, rope_cos + (size_t)j * half, rope_sin + (size_t)j * half);
+        }
         float *kt = (float *)span_mirror_keys(m, layer, h);
         for (int d = 0; d < hd; d++) kt[(size_t)d * m->stride + j] = x[d];
     }

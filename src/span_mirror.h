@@ -15,14 +15,19 @@ typedef struct {
     int stride;         // floats from one key channel's row to the next: the context and a cache line,
                         // so that a column of 32 channels does not fall in one set of the L1 cache
     int mirrored[2];    // [role]: this role's streams are mirrored
+    const KeyMirrorOps *key_ops; // keys mirrored as their codec's KeyMirrorOps say (NULL: read back)
+    const void *key_rule; // a key block's state, for key_ops->query (one per pool: its shared coder)
     const KVSeq *seq;   // the sequence mirrored
     int *count;         // [layer][role]: tokens [0, n) are mirrored
-    float *keys;        // [layer][head][head_dim][stride]: keys transposed, one row per channel, RoPE'd
+    float *keys;        // [layer][head][head_dim][stride]: keys transposed (x̃ for key_ops), one row per
+                        // channel, RoPE'd
+    float *factors;     // [layer][head][context]: key_ops' factor of each token (has_factor), else NULL
     float *values;      // [layer][head][context][head_dim]
 } SpanMirror;
 
 // Whether attention over this pool's streams of a role reads every token back whole, in the order
-// span_mirror's products follow: then a span's rows read the mirror.
+// span_mirror's products follow, or (keys) its codec's KeyMirrorOps say how to mirror them: then a
+// span's rows read the mirror.
 int span_mirror_reads_back(const KVPool *pool, KVRole role);
 
 // Buffers for sequences of `pool`'s shape up to `context` tokens, for the roles that read back (none:
@@ -35,6 +40,11 @@ void span_mirror_free(SpanMirror *m);
 // its start).
 void span_mirror_update(SpanMirror *m, const KVSeq *seq, int layer, int first, const float *rope_cos,
                         const float *rope_sin);
+
+// The key factors of one layer and head (key_ops with has_factor).
+static inline const float *span_mirror_factors(const SpanMirror *m, int layer, int head) {
+    return m->factors + ((size_t)layer * m->n_heads + head) * (size_t)m->context;
+}
 
 // The mirrored keys (transposed, rows `stride` apart) and values of one layer and head.
 static inline const float *span_mirror_keys(const SpanMirror *m, int layer, int head) {

@@ -545,15 +545,22 @@ static size_t float_bytes(const void *state) {
 }
 
 // Unscaled keys: float_scores_keys sums q_d · x̂_d in order of d from 0, as a read back does (the
-// AVX-512 kernel's products with the unit moved to the query are the same real numbers). Its mix
-// sums even and odd tokens apart, so values are not read back.
-static int float_scores_read_back(const void *state) {
+// AVX-512 kernel's products with the unit moved to the query are the same real numbers), so they
+// are mirrored as they read back. Its mix sums even and odd tokens apart: values are not.
+static void float_key_read(const void *state, int head, int token, float *x, float *factor) {
+    (void)factor;
+    float_read(state, head, token, x);
+}
+
+static const KeyMirrorOps float_key_mirror_ops = {.read = float_key_read};
+
+static const KeyMirrorOps *float_key_mirror(const void *state) {
     const FloatState *s = state;
-    return s->is_key && !s->scaled;
+    return s->is_key && !s->scaled ? &float_key_mirror_ops : NULL;
 }
 
 static const CodecOps float_ops = {.append = float_append, .scores = float_scores, .mix = float_mix,
-                                   .read = float_read, .scores_read_back = float_scores_read_back,
+                                   .read = float_read, .key_mirror = float_key_mirror,
                                    .bytes = float_bytes, .destroy = float_destroy};
 
 #define FLOAT_FAMILY(id, help_text)                                                                \

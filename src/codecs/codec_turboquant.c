@@ -230,7 +230,33 @@ static void tq_mix(const CodecBlocks *b, int head, const float *p, float *out, i
 // The state begins with its rows: the shared destroy() and bytes() serve it.
 #define tq_destroy codec_rows_destroy
 #define tq_bytes codec_rows_bytes
-CODEC_OPS(tq, NULL, NULL);
+
+// mse keys for the fast evaluator's mirror (KeyMirrorOps): tq_scores sums R·q times the centroids
+// in order of d from 0 and multiplies by the norm; prod's QJL term and a preset's uniform values
+// are not of that form.
+static void tq_key_read(const void *state, int head, int token, float *x, float *factor) {
+    const TqState *s = state;
+    const uint8_t *row = codec_row(&s->r, head, token);
+    uint8_t codes[1024];
+    quant_unpack(row + tq_codes_at(), codes, (size_t)s->c.d, s->c.cbits);
+    for (int d = 0; d < s->c.d; d++) x[d] = s->c.levels[codes[d]];
+    *factor = fmt_fp16_load(row);
+}
+
+static void tq_key_query(const void *state, const float *q, float *out) {
+    const TqState *s = state;
+    tq_project(s->c.rot, s->c.d, s->c.d, q, out);
+}
+
+static const KeyMirrorOps tq_key_mirror_ops = {.read = tq_key_read, .query = tq_key_query, .has_factor = 1};
+
+static const KeyMirrorOps *tq_key_mirror(const void *state) {
+    const TqState *s = state;
+    return s->uniform || s->c.prod ? NULL : &tq_key_mirror_ops;
+}
+
+static const CodecOps tq_ops = {.append = tq_append, .scores = tq_scores, .mix = tq_mix, .read = tq_read,
+                                .key_mirror = tq_key_mirror, .bytes = tq_bytes, .destroy = tq_destroy};
 
 static const struct {
     const char *name;
