@@ -29,6 +29,8 @@ static const char *specs[][2] = {
     {"turboquant:bits=3,mode=prod", "turboquant:bits=2"}, {"turboquant:preset=k3v4_nc", "turboquant:preset=k3v4_nc"},
     {"turboquant:preset=k8v4", "turboquant:preset=k8v4"},
     {"qjl", "fp16"},
+    // Keys mirrored through KeyMirrorOps: unscaled FP8, TurboQuant mse at the widths' edges.
+    {"fp8:e5m2", "fp8:e4m3"}, {"turboquant:bits=1", "turboquant:bits=4"}, {"turboquant:bits=8,nc", "fp32"},
 };
 #define N_SPECS (int)(sizeof specs / sizeof specs[0])
 
