@@ -182,7 +182,8 @@ static int held_best(const Model *m, const KVRecording *rec, const char *k_spec,
                         v_spec, err, errlen))
             return -1;
         HeldDecode hd;
-        int rc = serve_held_decode(m, &pool, rec, o->batch, lo, hi, o->steps, o->threads[0], &hd, err, errlen);
+        int rc = serve_held_decode(m, &pool, rec, o->batch, lo, hi, o->steps, o->threads[0], o->threads[0], &hd, err,
+                                   errlen);
         kvpool_free(&pool);
         if (!rc && hd.held < o->batch) {
             snprintf(err, errlen, "the pool held %d of %d conversations", hd.held, o->batch);

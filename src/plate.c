@@ -186,9 +186,10 @@ static void scheme_task(void *arg, int j, int thread) {
 // The measured panel. The keys and values of one conversation (the plates' bytes, the model's whole
 // context) are recorded once with an fp32 cache; each scheme's pool then holds as many conversations
 // as its budget allows, each encoding that recording through its own blocks, and SERVE_STEPS
-// batched decode steps at the end of the context are timed. Sequential: it is a timing.
-static int run_serve_panel(PlateRun *r, const Model *m, const uint8_t *text, size_t text_len, int threads, char *err,
-                           size_t errlen) {
+// batched decode steps at the end of the context are timed. Sequential: it is a timing (the pools
+// are filled on fill_threads, untimed).
+static int run_serve_panel(PlateRun *r, const Model *m, const uint8_t *text, size_t text_len, int threads,
+                           int fill_threads, char *err, size_t errlen) {
     const ModelConfig *c = &m->config;
     const int n = r->serve_context;
     int *tokens = malloc(sizeof(int) * (size_t)n);
@@ -202,7 +203,7 @@ static int run_serve_panel(PlateRun *r, const Model *m, const uint8_t *text, siz
         tokens[t] = b == MICRO_BOS ? ' ' : b;
     }
     KVRecording rec;
-    int rc = kv_record(m, tokens, n, threads, &rec, err, errlen);
+    int rc = kv_record(m, tokens, n, fill_threads, &rec, err, errlen); // the same numbers on any threads
     free(tokens);
     if (rc) return -1;
     KVPool fp16;
@@ -224,7 +225,8 @@ static int run_serve_panel(PlateRun *r, const Model *m, const uint8_t *text, siz
         row->plain = r->serve_fp16 * 16.0 / serve_schemes[i].nominal_bits;
         row->meta = r->serve_fp16 * 16.0 / row->bits;
         HeldDecode hd;
-        rc = serve_held_decode(m, &pool, &rec, r->serve_fp16 * 16, n, n, SERVE_STEPS, threads, &hd, err, errlen);
+        rc = serve_held_decode(m, &pool, &rec, r->serve_fp16 * 16, n, n, SERVE_STEPS, threads, fill_threads, &hd, err,
+                               errlen);
         kvpool_free(&pool);
         if (rc) break;
         row->held = hd.held;
@@ -795,7 +797,9 @@ int cmd_plate(int argc, char **argv) {
             memcpy(text, r->texts[0].tokens + 1, en_len);
             memcpy(text + en_len, r->texts[1].tokens + 1, zh_len);
             // One thread: a timing, which a second thread spinning on a shared core would only blur.
-            if (run_serve_panel(r, &m, text, en_len + zh_len, 1, err, sizeof err)) status = cli_error("%s", err);
+            // The pools are filled on --threads.
+            if (run_serve_panel(r, &m, text, en_len + zh_len, 1, threads, err, sizeof err))
+                status = cli_error("%s", err);
             free(text);
         }
     }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "forward.h"
+#include "threadpool.h"
 #include "membw.h"
 
 // xorshift64*: the workload's lengths and text offsets, the same for a seed on every machine.
@@ -360,8 +361,28 @@ void kv_recording_free(KVRecording *rec) {
     memset(rec, 0, sizeof *rec);
 }
 
+// Conversation i's cache filled with the recording's first end[i] − steps tokens (its blocks are
+// reserved): a task of held_fill, one per conversation.
+typedef struct {
+    KVSeq *seqs;
+    const int *end;
+    const KVRecording *rec;
+    int steps;
+} HeldFill;
+
+static void held_fill(void *ctx, int i, int thread) {
+    (void)thread;
+    const HeldFill *f = ctx;
+    for (int t = 0; t < f->end[i] - f->steps; t++)
+        for (int l = 0; l < f->rec->n_layers; l++) {
+            const size_t at = ((size_t)t * f->rec->n_layers + l) * f->rec->kv_dim;
+            kvseq_append(&f->seqs[i], l, f->rec->k + at, f->rec->v + at);
+            kvseq_end_step(&f->seqs[i], l);
+        }
+}
+
 int serve_held_decode(const Model *m, KVPool *pool, const KVRecording *rec, int max_conversations, int lo, int hi,
-                      int steps, int n_threads, HeldDecode *out, char *err, size_t errlen) {
+                      int steps, int n_threads, int fill_threads, HeldDecode *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     if (steps < 1 || lo < steps + 1 || hi < lo || hi > rec->n || hi > pool->context || max_conversations < 1) {
         snprintf(err, errlen, "held decode: positions %d..%d with %d steps do not fit a recording of %d tokens", lo,
@@ -380,12 +401,18 @@ int serve_held_decode(const Model *m, KVPool *pool, const KVRecording *rec, int 
     // Admission: conversation after conversation, blocks taken token by token as its cache is filled
     // (so a codec whose tokens settle into fewer bytes, KIVI, is charged what it holds), and then
     // the blocks of the steps to come. The first that does not fit is not held, and the pool is full.
+    // Where no token settles, a block's charge does not depend on what it holds: the blocks are taken
+    // token by token first (the same calls, so the same blocks in the same order of allocation), and
+    // the caches are filled afterwards, a conversation per task on fill_threads threads (what is
+    // timed is only the steps, on n_threads).
+    const int settles = pool->rule[KV_ROLE_KEY].ops->settle || pool->rule[KV_ROLE_VALUE].ops->settle;
+    HeldFill fill = {seqs, end, rec, steps};
     for (int i = 0; i < max_conversations; i++) {
         end[i] = lo == hi ? hi : hi - (int)((long)(hi - lo) * i / max_conversations);
         kvseq_init(&seqs[i], pool);
         int fits = 1;
         for (int t = 0; t < end[i] - steps && fits; t++) {
-            if ((fits = !kvseq_reserve(&seqs[i], t + 1, err, errlen)))
+            if ((fits = !kvseq_reserve(&seqs[i], t + 1, err, errlen)) && settles)
                 for (int l = 0; l < rec->n_layers; l++) {
                     const size_t at = ((size_t)t * rec->n_layers + l) * rec->kv_dim;
                     kvseq_append(&seqs[i], l, rec->k + at, rec->v + at);
@@ -401,6 +428,15 @@ int serve_held_decode(const Model *m, KVPool *pool, const KVRecording *rec, int 
     if (out->held == 0) {
         snprintf(err, errlen, "the pool cannot hold one conversation of %d tokens", hi);
         goto done;
+    }
+    if (!settles) {
+        ThreadPool *fillers = pool_create(fill_threads);
+        if (!fillers) {
+            snprintf(err, errlen, "cannot start %d threads", fill_threads);
+            goto done;
+        }
+        pool_run_tasks(fillers, out->held, held_fill, &fill);
+        pool_destroy(fillers);
     }
     if (batch_init(&fwd, m, out->held, n_threads, err, errlen)) goto done;
     fwd.track_top = 0;

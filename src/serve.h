@@ -93,7 +93,8 @@ void kv_recording_free(KVRecording *rec);
 // (at most max_conversations); conversation i will end at position end_i, from `hi` for the first
 // down to `lo` for the last (all at `hi` when lo == hi), and its cache is filled to end_i − steps
 // tokens by encoding the recording's keys and values through its codec, token by token as decode
-// would (KIVI's window included). Then `steps` batched decode steps are timed.
+// would (KIVI's window included); where no token settles (all but KIVI), conversations are filled
+// at once on fill_threads threads. Then `steps` batched decode steps on n_threads are timed.
 typedef struct {
     int held;                    // conversations the pool held
     int steps;
@@ -105,6 +106,6 @@ typedef struct {
 } HeldDecode;
 
 int serve_held_decode(const Model *m, KVPool *pool, const KVRecording *rec, int max_conversations, int lo, int hi,
-                      int steps, int n_threads, HeldDecode *out, char *err, size_t errlen);
+                      int steps, int n_threads, int fill_threads, HeldDecode *out, char *err, size_t errlen);
 
 #endif
