@@ -66,7 +66,31 @@ static void qjl_mix(const CodecBlocks *b, int head, const float *p, float *out, 
 // The state begins with its rows: the shared destroy() and bytes() serve it.
 #define qjl_destroy codec_rows_destroy
 #define qjl_bytes codec_rows_bytes
-CODEC_OPS(qjl, NULL, NULL);
+
+// Keys for the fast evaluator's mirror (KeyMirrorOps) when the sketch has head_dim rows: a score is
+// (√(π/2)/m · ‖k‖) · Σ_i ±(S·q)_i in order of i from 0 (qjl_estimate, tq_sign_dot), so x̃ is the
+// signs as ±1, q̃ = S·q and the factor √(π/2)/m · ‖k‖, formed as qjl_estimate forms it.
+static void qjl_key_read(const void *state, int head, int token, float *x, float *factor) {
+    const QjlState *s = state;
+    const uint8_t *row = codec_row(&s->r, head, token);
+    for (int i = 0; i < s->m; i++) x[i] = tq_sign(row + 2, i);
+    *factor = (float)(sqrt(M_PI / 2.0) / s->m) * fmt_fp16_load(row);
+}
+
+static void qjl_key_query(const void *state, const float *q, float *out) {
+    const QjlState *s = state;
+    tq_project(s->sketch, s->m, s->head_dim, q, out);
+}
+
+static const KeyMirrorOps qjl_key_mirror_ops = {.read = qjl_key_read, .query = qjl_key_query, .has_factor = 1};
+
+static const KeyMirrorOps *qjl_key_mirror(const void *state) {
+    const QjlState *s = state;
+    return s->m == s->head_dim ? &qjl_key_mirror_ops : NULL;
+}
+
+static const CodecOps qjl_ops = {.append = qjl_append, .scores = qjl_scores, .mix = qjl_mix, .read = qjl_read,
+                                 .key_mirror = qjl_key_mirror, .bytes = qjl_bytes, .destroy = qjl_destroy};
 
 static void *qjl_create(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised,
                         size_t normalised_len, char *err, size_t errlen) {
