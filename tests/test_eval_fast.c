@@ -31,6 +31,7 @@ static const char *specs[][2] = {
     {"qjl", "fp16"},
     // Keys mirrored through KeyMirrorOps: unscaled FP8, TurboQuant mse at the widths' edges.
     {"fp8:e5m2", "fp8:e4m3"}, {"turboquant:bits=1", "turboquant:bits=4"}, {"turboquant:bits=8,nc", "fp32"},
+    {"qjl:m=64", "qjl"}, // a sketch of other than head_dim rows keeps its kernel
 };
 #define N_SPECS (int)(sizeof specs / sizeof specs[0])
 
