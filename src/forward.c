@@ -222,14 +222,26 @@ static void task_span_attention(void *arg, int i, int thread) {
     } else
         for (int t = 0; t < nt; t++) paged_scores(&seq->k[l], g, q + t * qd, att + t * as, n0 + t);
     for (int t = 0; t < nt; t++) fk->scaled_softmax(att + t * as, n0 + t, 1.0f / sqrtf((float)hd));
+    // The weights as they are, before a value mirror's factors scale them in place.
+    for (int t = 0; t < nt; t++) note_attention(b, r0 + t, l, h, att + t * as, n0 + t);
     if (mm->mirrored[KV_ROLE_VALUE]) {
         const float *v = span_mirror_values(mm, l, g);
+        if (mm->value_factors) { // p_j · factor_j, as the codec's kernel forms each token's weight
+            const float *fac = span_mirror_value_factors(mm, l, g);
+            for (int t = 0; t < nt; t++)
+                for (int j = 0; j < n0 + t; j++) att[t * as + j] = att[t * as + j] * fac[j];
+        }
         for (int t = 0; t < nt; t++) memset(out + t * xs, 0, sizeof(float) * (size_t)hd);
         fk->mix_rows(out, xs, att, as, nt, v, hd, 0, n0);
         for (int t = 1; t < nt; t++) fk->mix_rows(out + t * xs, 0, att + t * as, 0, 1, v, hd, n0, n0 + t);
+        if (mm->value_ops && mm->value_ops->post)
+            for (int t = 0; t < nt; t++) {
+                float acc[1024]; // a codec's head_dim is ≤ 1024
+                memcpy(acc, out + t * xs, sizeof(float) * (size_t)hd);
+                mm->value_ops->post(mm->value_rule, acc, out + t * xs);
+            }
     } else
         for (int t = 0; t < nt; t++) paged_mix(&seq->v[l], g, att + t * as, out + t * xs, n0 + t);
-    for (int t = 0; t < nt; t++) note_attention(b, r0 + t, l, h, att + t * as, n0 + t);
 }
 
 static void task_attention(void *arg, int i, int thread) {

@@ -53,6 +53,18 @@ typedef struct KeyMirrorOps {
     int has_factor;
 } KeyMirrorOps;
 
+// A value stream whose kernels' weighted sum is post(Σ_j (p_j · factor_j) · x̃_j), each number's sum
+// in order of j from 0, x̃_j and factor_j from token j alone: TurboQuant's mse values (x̃ the
+// centroids, the norm the factor, post the inverse rotation) and its presets' uniform values (x̂,
+// read back). The fast evaluator mirrors x̃ and the factor as it does keys.
+typedef struct ValueMirrorOps {
+    // x̃ of one head at one token (head_dim numbers), and its factor (left alone without one).
+    void (*read)(const void *state, int head, int token, float *x, float *factor);
+    // out from the sums acc (head_dim numbers each); NULL: out = acc.
+    void (*post)(const void *state, const float *acc, float *out);
+    int has_factor;
+} ValueMirrorOps;
+
 // Operations on one stream's encoded state. Every call is for one stream (keys or values of one
 // layer); scores/mix/read for different heads may run concurrently and must not write state.
 typedef struct {
@@ -77,6 +89,8 @@ typedef struct {
     // For a family with kernels of its own (NULL: none): how the fast evaluator may decode this key
     // stream once per token (NULL when it may not): see KeyMirrorOps.
     const struct KeyMirrorOps *(*key_mirror)(const void *state);
+    // The same for a value stream (NULL, or returning NULL: not mirrored): see ValueMirrorOps.
+    const struct ValueMirrorOps *(*value_mirror)(const void *state);
     // Exact bytes held for the tokens appended so far: codes, scales, minimums and residuals.
     size_t (*bytes)(const void *state);
     void (*destroy)(void *state);

@@ -22,12 +22,15 @@ typedef struct {
     float *keys;        // [layer][head][head_dim][stride]: keys transposed (x̃ for key_ops), one row per
                         // channel, RoPE'd
     float *factors;     // [layer][head][context]: key_ops' factor of each token (has_factor), else NULL
-    float *values;      // [layer][head][context][head_dim]
+    float *values;      // [layer][head][context][head_dim] (x̃ for value_ops)
+    const ValueMirrorOps *value_ops; // values mirrored as their codec's ValueMirrorOps say (NULL: read back)
+    const void *value_rule; // a value block's state, for value_ops->post
+    float *value_factors;   // [layer][head][context]: value_ops' factor of each token (has_factor), else NULL
 } SpanMirror;
 
 // Whether attention over this pool's streams of a role reads every token back whole, in the order
-// span_mirror's products follow, or (keys) its codec's KeyMirrorOps say how to mirror them: then a
-// span's rows read the mirror.
+// span_mirror's products follow, or its codec's KeyMirrorOps / ValueMirrorOps say how to mirror
+// them: then a span's rows read the mirror.
 int span_mirror_reads_back(const KVPool *pool, KVRole role);
 
 // Buffers for sequences of `pool`'s shape up to `context` tokens, for the roles that read back (none:
@@ -44,6 +47,10 @@ void span_mirror_update(SpanMirror *m, const KVSeq *seq, int layer, int first, c
 // The key factors of one layer and head (key_ops with has_factor).
 static inline const float *span_mirror_factors(const SpanMirror *m, int layer, int head) {
     return m->factors + ((size_t)layer * m->n_heads + head) * (size_t)m->context;
+}
+
+static inline const float *span_mirror_value_factors(const SpanMirror *m, int layer, int head) {
+    return m->value_factors + ((size_t)layer * m->n_heads + head) * (size_t)m->context;
 }
 
 // The mirrored keys (transposed, rows `stride` apart) and values of one layer and head.

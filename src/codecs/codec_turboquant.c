@@ -255,8 +255,33 @@ static const KeyMirrorOps *tq_key_mirror(const void *state) {
     return s->uniform || s->c.prod ? NULL : &tq_key_mirror_ops;
 }
 
+// Values for the mirror (ValueMirrorOps): tq_mix sums (p_j · norm_j) · centroid in order of j from 0
+// and rotates the sum back; a preset's uniform values are read back (tq_mix_uniform's order).
+static void tq_value_read(const void *state, int head, int token, float *x, float *factor) {
+    const TqState *s = state;
+    if (s->uniform) {
+        uniform_decode(s, codec_row(&s->r, head, token), x);
+        return;
+    }
+    tq_key_read(state, head, token, x, factor); // the centroids and the norm
+}
+
+static void tq_value_post(const void *state, const float *acc, float *out) {
+    const TqState *s = state;
+    tq_project_back(s->c.rot, s->c.d, s->c.d, acc, out);
+}
+
+static const ValueMirrorOps tq_value_mirror_ops = {.read = tq_value_read, .post = tq_value_post, .has_factor = 1},
+                            tq_uniform_mirror_ops = {.read = tq_value_read};
+
+static const ValueMirrorOps *tq_value_mirror(const void *state) {
+    const TqState *s = state;
+    return s->uniform ? &tq_uniform_mirror_ops : s->c.prod ? NULL : &tq_value_mirror_ops;
+}
+
 static const CodecOps tq_ops = {.append = tq_append, .scores = tq_scores, .mix = tq_mix, .read = tq_read,
-                                .key_mirror = tq_key_mirror, .bytes = tq_bytes, .destroy = tq_destroy};
+                                .key_mirror = tq_key_mirror, .value_mirror = tq_value_mirror, .bytes = tq_bytes,
+                                .destroy = tq_destroy};
 
 static const struct {
     const char *name;
