@@ -206,16 +206,17 @@ static void task_span_attention(void *arg, int i, int thread) {
     if (mm->mirrored[KV_ROLE_KEY]) {
         const float *kt = span_mirror_keys(mm, l, g), *qm = q;
         size_t qms = qd;
-        float qt[SPAN_TILE * 1024]; // the rows' q̃ (KeyMirrorOps.query); a codec's head_dim is ≤ 1024
-        if (mm->key_ops && mm->key_ops->query) {
-            for (int t = 0; t < nt; t++) mm->key_ops->query(mm->key_rule, q + t * qd, qt + t * hd);
+        float qt[SPAN_TILE * 1024]; // the rows' q̃ (MirrorOps.query); a codec's head_dim is ≤ 1024
+        const MirrorOps *ops = mm->ops[KV_ROLE_KEY];
+        if (ops && ops->query) {
+            for (int t = 0; t < nt; t++) ops->query(mm->rule[KV_ROLE_KEY], q + t * qd, qt + t * hd);
             qm = qt, qms = (size_t)hd;
         }
         fk->scores_transposed(att, as, qm, qms, nt, kt, (size_t)mm->stride, hd, 0, n0);
         for (int t = 1; t < nt; t++)
             fk->scores_transposed(att + t * as, 0, qm + t * qms, 0, 1, kt, (size_t)mm->stride, hd, n0, n0 + t);
-        if (mm->factors) { // factor_j · the sum, as the codec's kernel finishes each score
-            const float *fac = span_mirror_factors(mm, l, g);
+        if (mm->factors[KV_ROLE_KEY]) { // factor_j · the sum, as the codec's kernel finishes each score
+            const float *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
             for (int t = 0; t < nt; t++)
                 for (int j = 0; j < n0 + t; j++) att[t * as + j] = fac[j] * att[t * as + j];
         }
@@ -226,19 +227,20 @@ static void task_span_attention(void *arg, int i, int thread) {
     for (int t = 0; t < nt; t++) note_attention(b, r0 + t, l, h, att + t * as, n0 + t);
     if (mm->mirrored[KV_ROLE_VALUE]) {
         const float *v = span_mirror_values(mm, l, g);
-        if (mm->value_factors) { // p_j · factor_j, as the codec's kernel forms each token's weight
-            const float *fac = span_mirror_value_factors(mm, l, g);
+        if (mm->factors[KV_ROLE_VALUE]) { // p_j · factor_j, as the codec's kernel forms each token's weight
+            const float *fac = span_mirror_factors(mm, KV_ROLE_VALUE, l, g);
             for (int t = 0; t < nt; t++)
                 for (int j = 0; j < n0 + t; j++) att[t * as + j] = att[t * as + j] * fac[j];
         }
         for (int t = 0; t < nt; t++) memset(out + t * xs, 0, sizeof(float) * (size_t)hd);
         fk->mix_rows(out, xs, att, as, nt, v, hd, 0, n0);
         for (int t = 1; t < nt; t++) fk->mix_rows(out + t * xs, 0, att + t * as, 0, 1, v, hd, n0, n0 + t);
-        if (mm->value_ops && mm->value_ops->post)
+        const MirrorOps *ops = mm->ops[KV_ROLE_VALUE];
+        if (ops && ops->post)
             for (int t = 0; t < nt; t++) {
                 float acc[1024]; // a codec's head_dim is ≤ 1024
                 memcpy(acc, out + t * xs, sizeof(float) * (size_t)hd);
-                mm->value_ops->post(mm->value_rule, acc, out + t * xs);
+                ops->post(mm->rule[KV_ROLE_VALUE], acc, out + t * xs);
             }
     } else
         for (int t = 0; t < nt; t++) paged_mix(&seq->v[l], g, att + t * as, out + t * xs, n0 + t);

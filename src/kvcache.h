@@ -40,30 +40,23 @@ typedef struct {
     int next_n;
 } CodecBlocks;
 
-// A key stream whose kernels' scores are factor_j · Σ_d q̃_d · x̃_j,d, summed in order of d from 0,
-// with q̃ made from the query alone and x̃_j, factor_j from token j alone: float's unscaled keys
-// (q̃ = q, x̃ = x̂, no factor), TurboQuant's mse keys (q̃ = R·q, x̃ the centroids, factor the norm).
-// The fast evaluator decodes x̃ and the factor once per token into its mirror and scores with plain
-// products in that order (span_mirror.h): the kernels' bits.
-typedef struct KeyMirrorOps {
+// How the fast evaluator may decode a stream once per token into its mirror (span_mirror.h) and
+// still give its kernels' bits: the kernels' sums must be of one of these forms, with x̃_j and
+// factor_j made from token j alone, each sum in order from 0.
+//   keys    score_j = factor_j · Σ_d q̃_d · x̃_j,d, q̃ made from the query alone: float's unscaled
+//           keys (x̃ = x̂), TurboQuant's mse keys (q̃ = R·q, x̃ the centroids, the norm the
+//           factor), QJL's keys (q̃ = S·q, x̃ the signs as ±1, √(π/2)/m·‖k‖ the factor);
+//   values  out = post(Σ_j (p_j · factor_j) · x̃_j): TurboQuant's mse values (post the inverse
+//           rotation) and its presets' uniform values (x̂, read back).
+typedef struct MirrorOps {
     // x̃ of one head at one token (head_dim numbers), and its factor (left alone without one).
     void (*read)(const void *state, int head, int token, float *x, float *factor);
-    // q̃ of a query (head_dim numbers); NULL: q itself.
+    // Keys: q̃ of a query (head_dim numbers); NULL: q itself.
     void (*query)(const void *state, const float *q, float *out);
-    int has_factor;
-} KeyMirrorOps;
-
-// A value stream whose kernels' weighted sum is post(Σ_j (p_j · factor_j) · x̃_j), each number's sum
-// in order of j from 0, x̃_j and factor_j from token j alone: TurboQuant's mse values (x̃ the
-// centroids, the norm the factor, post the inverse rotation) and its presets' uniform values (x̂,
-// read back). The fast evaluator mirrors x̃ and the factor as it does keys.
-typedef struct ValueMirrorOps {
-    // x̃ of one head at one token (head_dim numbers), and its factor (left alone without one).
-    void (*read)(const void *state, int head, int token, float *x, float *factor);
-    // out from the sums acc (head_dim numbers each); NULL: out = acc.
+    // Values: out from the sums acc (head_dim numbers each); NULL: out = acc.
     void (*post)(const void *state, const float *acc, float *out);
     int has_factor;
-} ValueMirrorOps;
+} MirrorOps;
 
 // Operations on one stream's encoded state. Every call is for one stream (keys or values of one
 // layer); scores/mix/read for different heads may run concurrently and must not write state.
@@ -86,11 +79,10 @@ typedef struct {
     // 1 when scores and mix are codec_scores_by_read / codec_mix_by_read of read() for every shape
     // (codec_core.h): the fast evaluator may then decode each token once (span_mirror.h).
     int reads_back;
-    // For a family with kernels of its own (NULL: none): how the fast evaluator may decode this key
-    // stream once per token (NULL when it may not): see KeyMirrorOps.
-    const struct KeyMirrorOps *(*key_mirror)(const void *state);
-    // The same for a value stream (NULL, or returning NULL: not mirrored): see ValueMirrorOps.
-    const struct ValueMirrorOps *(*value_mirror)(const void *state);
+    // For a family with kernels of its own (NULL, or returning NULL: not mirrored): how the fast
+    // evaluator may decode this stream once per token as a key stream, and as a value stream.
+    const struct MirrorOps *(*key_mirror)(const void *state);
+    const struct MirrorOps *(*value_mirror)(const void *state);
     // Exact bytes held for the tokens appended so far: codes, scales, minimums and residuals.
     size_t (*bytes)(const void *state);
     void (*destroy)(void *state);

@@ -6,36 +6,38 @@
 
 #include "rope.h"
 
+// The codec's MirrorOps for a role's streams (NULL: none).
+static const MirrorOps *mirror_ops(const KVStream *rule, KVRole role) {
+    const CodecOps *ops = rule->ops;
+    if (role == KV_ROLE_KEY) return ops->key_mirror ? ops->key_mirror(rule->state) : NULL;
+    return ops->value_mirror ? ops->value_mirror(rule->state) : NULL;
+}
+
 int span_mirror_reads_back(const KVPool *pool, KVRole role) {
     const KVStream *rule = &pool->rule[role];
-    // Keys kept before RoPE are read back and rotated (paged_scores_rope), whatever their codec; keys
-    // whose codec's scores sum as a read back does give the same bits from the mirror.
-    if (rule->ops->reads_back) return 1;
-    if (role == KV_ROLE_VALUE) return rule->ops->value_mirror && rule->ops->value_mirror(rule->state);
-    return rule->prerope || (rule->ops->key_mirror && rule->ops->key_mirror(rule->state));
+    // Keys kept before RoPE are read back and rotated (paged_scores_rope), whatever their codec.
+    return rule->ops->reads_back || (role == KV_ROLE_KEY && rule->prerope) || mirror_ops(rule, role);
 }
 
 int span_mirror_init(SpanMirror *m, const KVPool *pool, int context) {
     memset(m, 0, sizeof *m);
     m->n_layers = pool->n_layers, m->n_heads = pool->n_heads, m->head_dim = pool->head_dim, m->context = context;
     m->stride = context + 16;
-    for (int r = 0; r < 2; r++) m->mirrored[r] = span_mirror_reads_back(pool, (KVRole)r);
-    const KVStream *krule = &pool->rule[KV_ROLE_KEY];
-    if (m->mirrored[KV_ROLE_KEY] && !krule->ops->reads_back && !krule->prerope)
-        m->key_ops = krule->ops->key_mirror(krule->state), m->key_rule = krule->state;
-    const KVStream *vrule = &pool->rule[KV_ROLE_VALUE];
-    if (m->mirrored[KV_ROLE_VALUE] && !vrule->ops->reads_back)
-        m->value_ops = vrule->ops->value_mirror(vrule->state), m->value_rule = vrule->state;
     const size_t heads = (size_t)m->n_layers * m->n_heads * m->head_dim;
-    const size_t per_token = (size_t)m->n_layers * m->n_heads * (size_t)context;
-    const int factors = m->key_ops && m->key_ops->has_factor, vfactors = m->value_ops && m->value_ops->has_factor;
+    const size_t tokens = (size_t)m->n_layers * m->n_heads * (size_t)context;
     m->count = calloc((size_t)m->n_layers * 2, sizeof(int));
-    if (m->count && m->mirrored[KV_ROLE_KEY]) m->keys = malloc(sizeof(float) * heads * (size_t)m->stride);
-    if (m->count && factors) m->factors = malloc(sizeof(float) * per_token);
-    if (m->count && vfactors) m->value_factors = malloc(sizeof(float) * per_token);
-    if (m->count && m->mirrored[KV_ROLE_VALUE]) m->values = malloc(sizeof(float) * heads * (size_t)context);
-    if (!m->count || (m->mirrored[KV_ROLE_KEY] && !m->keys) || (factors && !m->factors) ||
-        (m->mirrored[KV_ROLE_VALUE] && !m->values) || (vfactors && !m->value_factors)) {
+    int failed = !m->count;
+    for (int r = 0; r < 2; r++) {
+        const KVStream *rule = &pool->rule[r];
+        m->mirrored[r] = span_mirror_reads_back(pool, (KVRole)r);
+        // Read back where the codec says so or RoPE must be applied; else as its MirrorOps say.
+        if (m->mirrored[r] && !rule->ops->reads_back && !(r == KV_ROLE_KEY && rule->prerope))
+            m->ops[r] = mirror_ops(rule, (KVRole)r), m->rule[r] = rule->state;
+        if (m->ops[r] && m->ops[r]->has_factor) failed |= !(m->factors[r] = malloc(sizeof(float) * tokens));
+    }
+    if (m->mirrored[KV_ROLE_KEY]) failed |= !(m->keys = malloc(sizeof(float) * heads * (size_t)m->stride));
+    if (m->mirrored[KV_ROLE_VALUE]) failed |= !(m->values = malloc(sizeof(float) * heads * (size_t)context));
+    if (failed) {
         span_mirror_free(m);
         return -1;
     }
@@ -45,40 +47,32 @@ int span_mirror_init(SpanMirror *m, const KVPool *pool, int context) {
 void span_mirror_free(SpanMirror *m) {
     free(m->count);
     free(m->keys);
-    free(m->factors);
     free(m->values);
-    free(m->value_factors);
+    for (int r = 0; r < 2; r++) free(m->factors[r]);
     memset(m, 0, sizeof *m);
 }
 
 // Token j of one stream, every head, decoded: keys into their channel rows (rotated at position j
-// when kept before RoPE, as paged_scores_rope rotates them), values as a row.
+// when kept before RoPE, as paged_scores_rope rotates them), values as a row; or x̃ and its factor
+// as the role's MirrorOps say.
 static void read_token(SpanMirror *m, const PagedStream *ps, KVRole role, int layer, int j, const float *rope_cos,
                        const float *rope_sin) {
     const int hd = m->head_dim, half = hd / 2;
+    const MirrorOps *ops = m->ops[role];
+    const KVStream *blk = &ps->blocks[j / ps->blocks[0].capacity];
     float x[1024];
     for (int h = 0; h < m->n_heads; h++) {
-        if (role == KV_ROLE_VALUE) {
-            float *row = (float *)span_mirror_values(m, layer, h) + (size_t)j * hd;
-            if (m->value_ops) { // x̃ and the factor, from the token's block
-                const KVStream *blk = &ps->blocks[j / ps->blocks[0].capacity];
-                float factor = 1.0f;
-                m->value_ops->read(blk->state, h, j % blk->capacity, row, &factor);
-                if (m->value_factors) ((float *)span_mirror_value_factors(m, layer, h))[j] = factor;
-            } else {
-                paged_read(ps, h, j, row);
-            }
-            continue;
-        }
-        if (m->key_ops) { // x̃ and the factor, from the token's block
-            const KVStream *blk = &ps->blocks[j / ps->blocks[0].capacity];
+        float *row = role == KV_ROLE_VALUE ? (float *)span_mirror_values(m, layer, h) + (size_t)j * hd : x;
+        if (ops) {
             float factor = 1.0f;
-            m->key_ops->read(blk->state, h, j % blk->capacity, x, &factor);
-            if (m->factors) ((float *)span_mirror_factors(m, layer, h))[j] = factor;
+            ops->read(blk->state, h, j % blk->capacity, row, &factor);
+            if (m->factors[role]) ((float *)span_mirror_factors(m, role, layer, h))[j] = factor;
         } else {
-            paged_read(ps, h, j, x);
-            if (ps->blocks[0].prerope) rope_head(x, hd, rope_cos + (size_t)j * half, rope_sin + (size_t)j * half);
+            paged_read(ps, h, j, row);
+            if (role == KV_ROLE_KEY && ps->blocks[0].prerope)
+                rope_head(x, hd, rope_cos + (size_t)j * half, rope_sin + (size_t)j * half);
         }
+        if (role == KV_ROLE_VALUE) continue;
         float *kt = (float *)span_mirror_keys(m, layer, h);
         for (int d = 0; d < hd; d++) kt[(size_t)d * m->stride + j] = x[d];
     }

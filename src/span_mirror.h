@@ -15,22 +15,19 @@ typedef struct {
     int stride;         // floats from one key channel's row to the next: the context and a cache line,
                         // so that a column of 32 channels does not fall in one set of the L1 cache
     int mirrored[2];    // [role]: this role's streams are mirrored
-    const KeyMirrorOps *key_ops; // keys mirrored as their codec's KeyMirrorOps say (NULL: read back)
-    const void *key_rule; // a key block's state, for key_ops->query (one per pool: its shared coder)
+    const MirrorOps *ops[2]; // [role]: mirrored as their codec's MirrorOps say (NULL: read back)
+    const void *rule[2];     // [role]: a block's state, for ops' query and post (the pool's shared coder)
     const KVSeq *seq;   // the sequence mirrored
     int *count;         // [layer][role]: tokens [0, n) are mirrored
-    float *keys;        // [layer][head][head_dim][stride]: keys transposed (x̃ for key_ops), one row per
+    float *keys;        // [layer][head][head_dim][stride]: keys (x̃ for ops) transposed, one row per
                         // channel, RoPE'd
-    float *factors;     // [layer][head][context]: key_ops' factor of each token (has_factor), else NULL
-    float *values;      // [layer][head][context][head_dim] (x̃ for value_ops)
-    const ValueMirrorOps *value_ops; // values mirrored as their codec's ValueMirrorOps say (NULL: read back)
-    const void *value_rule; // a value block's state, for value_ops->post
-    float *value_factors;   // [layer][head][context]: value_ops' factor of each token (has_factor), else NULL
+    float *values;      // [layer][head][context][head_dim] (x̃ for ops)
+    float *factors[2];  // [role][layer][head][context]: ops' factor of each token (has_factor), else NULL
 } SpanMirror;
 
 // Whether attention over this pool's streams of a role reads every token back whole, in the order
-// span_mirror's products follow, or its codec's KeyMirrorOps / ValueMirrorOps say how to mirror
-// them: then a span's rows read the mirror.
+// span_mirror's products follow, or its codec's MirrorOps say how to mirror them: then a span's
+// rows read the mirror.
 int span_mirror_reads_back(const KVPool *pool, KVRole role);
 
 // Buffers for sequences of `pool`'s shape up to `context` tokens, for the roles that read back (none:
@@ -44,13 +41,9 @@ void span_mirror_free(SpanMirror *m);
 void span_mirror_update(SpanMirror *m, const KVSeq *seq, int layer, int first, const float *rope_cos,
                         const float *rope_sin);
 
-// The key factors of one layer and head (key_ops with has_factor).
-static inline const float *span_mirror_factors(const SpanMirror *m, int layer, int head) {
-    return m->factors + ((size_t)layer * m->n_heads + head) * (size_t)m->context;
-}
-
-static inline const float *span_mirror_value_factors(const SpanMirror *m, int layer, int head) {
-    return m->value_factors + ((size_t)layer * m->n_heads + head) * (size_t)m->context;
+// The factors of one role's streams of one layer and head (ops with has_factor).
+static inline const float *span_mirror_factors(const SpanMirror *m, KVRole role, int layer, int head) {
+    return m->factors[role] + ((size_t)layer * m->n_heads + head) * (size_t)m->context;
 }
 
 // The mirrored keys (transposed, rows `stride` apart) and values of one layer and head.

@@ -552,9 +552,9 @@ static void float_key_read(const void *state, int head, int token, float *x, flo
     float_read(state, head, token, x);
 }
 
-static const KeyMirrorOps float_key_mirror_ops = {.read = float_key_read};
+static const MirrorOps float_key_mirror_ops = {.read = float_key_read};
 
-static const KeyMirrorOps *float_key_mirror(const void *state) {
+static const MirrorOps *float_key_mirror(const void *state) {
     const FloatState *s = state;
     // Measured (bench --eval): faster for fp32 (the kernel reads four bytes a number either way, the
     // mirror serves four queries a load) and FP8 (no decode per query); no faster for the 16-bit

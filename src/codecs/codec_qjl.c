@@ -67,7 +67,7 @@ static void qjl_mix(const CodecBlocks *b, int head, const float *p, float *out, 
 #define qjl_destroy codec_rows_destroy
 #define qjl_bytes codec_rows_bytes
 
-// Keys for the fast evaluator's mirror (KeyMirrorOps) when the sketch has head_dim rows: a score is
+// Keys for the fast evaluator's mirror (MirrorOps) when the sketch has head_dim rows: a score is
 // (√(π/2)/m · ‖k‖) · Σ_i ±(S·q)_i in order of i from 0 (qjl_estimate, tq_sign_dot), so x̃ is the
 // signs as ±1, q̃ = S·q and the factor √(π/2)/m · ‖k‖, formed as qjl_estimate forms it.
 static void qjl_key_read(const void *state, int head, int token, float *x, float *factor) {
@@ -82,9 +82,9 @@ static void qjl_key_query(const void *state, const float *q, float *out) {
     tq_project(s->sketch, s->m, s->head_dim, q, out);
 }
 
-static const KeyMirrorOps qjl_key_mirror_ops = {.read = qjl_key_read, .query = qjl_key_query, .has_factor = 1};
+static const MirrorOps qjl_key_mirror_ops = {.read = qjl_key_read, .query = qjl_key_query, .has_factor = 1};
 
-static const KeyMirrorOps *qjl_key_mirror(const void *state) {
+static const MirrorOps *qjl_key_mirror(const void *state) {
     const QjlState *s = state;
     return s->m == s->head_dim ? &qjl_key_mirror_ops : NULL;
 }

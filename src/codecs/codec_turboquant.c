@@ -231,52 +231,45 @@ static void tq_mix(const CodecBlocks *b, int head, const float *p, float *out, i
 #define tq_destroy codec_rows_destroy
 #define tq_bytes codec_rows_bytes
 
-// mse keys for the fast evaluator's mirror (KeyMirrorOps): tq_scores sums R·q times the centroids
-// in order of d from 0 and multiplies by the norm; prod's QJL term and a preset's uniform values
-// are not of that form.
-static void tq_key_read(const void *state, int head, int token, float *x, float *factor) {
+// The fast evaluator's mirror (MirrorOps), for mse: tq_scores sums R·q times the centroids in
+// order of d from 0 and multiplies by the norm; tq_mix sums (p_j · norm_j) · centroid in order of j
+// from 0 and rotates the sum back. A preset's uniform values are read back (tq_mix_uniform's
+// order); prod's QJL term is of neither form.
+static void tq_mirror_read(const void *state, int head, int token, float *x, float *factor) {
     const TqState *s = state;
     const uint8_t *row = codec_row(&s->r, head, token);
+    if (s->uniform) {
+        uniform_decode(s, row, x);
+        return;
+    }
     uint8_t codes[1024];
     quant_unpack(row + tq_codes_at(), codes, (size_t)s->c.d, s->c.cbits);
     for (int d = 0; d < s->c.d; d++) x[d] = s->c.levels[codes[d]];
     *factor = fmt_fp16_load(row);
 }
 
-static void tq_key_query(const void *state, const float *q, float *out) {
+static void tq_mirror_query(const void *state, const float *q, float *out) {
     const TqState *s = state;
     tq_project(s->c.rot, s->c.d, s->c.d, q, out);
 }
 
-static const KeyMirrorOps tq_key_mirror_ops = {.read = tq_key_read, .query = tq_key_query, .has_factor = 1};
-
-static const KeyMirrorOps *tq_key_mirror(const void *state) {
-    const TqState *s = state;
-    return s->uniform || s->c.prod ? NULL : &tq_key_mirror_ops;
-}
-
-// Values for the mirror (ValueMirrorOps): tq_mix sums (p_j · norm_j) · centroid in order of j from 0
-// and rotates the sum back; a preset's uniform values are read back (tq_mix_uniform's order).
-static void tq_value_read(const void *state, int head, int token, float *x, float *factor) {
-    const TqState *s = state;
-    if (s->uniform) {
-        uniform_decode(s, codec_row(&s->r, head, token), x);
-        return;
-    }
-    tq_key_read(state, head, token, x, factor); // the centroids and the norm
-}
-
-static void tq_value_post(const void *state, const float *acc, float *out) {
+static void tq_mirror_post(const void *state, const float *acc, float *out) {
     const TqState *s = state;
     tq_project_back(s->c.rot, s->c.d, s->c.d, acc, out);
 }
 
-static const ValueMirrorOps tq_value_mirror_ops = {.read = tq_value_read, .post = tq_value_post, .has_factor = 1},
-                            tq_uniform_mirror_ops = {.read = tq_value_read};
+static const MirrorOps tq_mirror_ops = {.read = tq_mirror_read, .query = tq_mirror_query, .post = tq_mirror_post,
+                                        .has_factor = 1},
+                       tq_uniform_mirror_ops = {.read = tq_mirror_read};
 
-static const ValueMirrorOps *tq_value_mirror(const void *state) {
+static const MirrorOps *tq_key_mirror(const void *state) {
     const TqState *s = state;
-    return s->uniform ? &tq_uniform_mirror_ops : s->c.prod ? NULL : &tq_value_mirror_ops;
+    return s->uniform || s->c.prod ? NULL : &tq_mirror_ops;
+}
+
+static const MirrorOps *tq_value_mirror(const void *state) {
+    const TqState *s = state;
+    return s->uniform ? &tq_uniform_mirror_ops : s->c.prod ? NULL : &tq_mirror_ops;
 }
 
 static const CodecOps tq_ops = {.append = tq_append, .scores = tq_scores, .mix = tq_mix, .read = tq_read,
