@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "forward.h"
-#include "threadpool.h"
 #include "membw.h"
+#include "threadpool.h"
 
 // xorshift64*: the workload's lengths and text offsets, the same for a seed on every machine.
 static uint64_t next_random(uint64_t *s) {
@@ -361,6 +361,16 @@ void kv_recording_free(KVRecording *rec) {
     memset(rec, 0, sizeof *rec);
 }
 
+// Token t of the recording appended to every layer of a sequence (its block reserved), as a decode
+// step appends it.
+static void fill_token(KVSeq *s, const KVRecording *rec, int t) {
+    for (int l = 0; l < rec->n_layers; l++) {
+        const size_t at = ((size_t)t * rec->n_layers + l) * rec->kv_dim;
+        kvseq_append(s, l, rec->k + at, rec->v + at);
+        kvseq_end_step(s, l);
+    }
+}
+
 // Conversation i's cache filled with the recording's first end[i] − steps tokens (its blocks are
 // reserved): a task of held_fill, one per conversation.
 typedef struct {
@@ -373,12 +383,7 @@ typedef struct {
 static void held_fill(void *ctx, int i, int thread) {
     (void)thread;
     const HeldFill *f = ctx;
-    for (int t = 0; t < f->end[i] - f->steps; t++)
-        for (int l = 0; l < f->rec->n_layers; l++) {
-            const size_t at = ((size_t)t * f->rec->n_layers + l) * f->rec->kv_dim;
-            kvseq_append(&f->seqs[i], l, f->rec->k + at, f->rec->v + at);
-            kvseq_end_step(&f->seqs[i], l);
-        }
+    for (int t = 0; t < f->end[i] - f->steps; t++) fill_token(&f->seqs[i], f->rec, t);
 }
 
 int serve_held_decode(const Model *m, KVPool *pool, const KVRecording *rec, int max_conversations, int lo, int hi,
@@ -412,12 +417,7 @@ int serve_held_decode(const Model *m, KVPool *pool, const KVRecording *rec, int 
         kvseq_init(&seqs[i], pool);
         int fits = 1;
         for (int t = 0; t < end[i] - steps && fits; t++) {
-            if ((fits = !kvseq_reserve(&seqs[i], t + 1, err, errlen)) && settles)
-                for (int l = 0; l < rec->n_layers; l++) {
-                    const size_t at = ((size_t)t * rec->n_layers + l) * rec->kv_dim;
-                    kvseq_append(&seqs[i], l, rec->k + at, rec->v + at);
-                    kvseq_end_step(&seqs[i], l);
-                }
+            if ((fits = !kvseq_reserve(&seqs[i], t + 1, err, errlen)) && settles) fill_token(&seqs[i], rec, t);
         }
         if (!fits || kvseq_reserve(&seqs[i], end[i], err, errlen)) {
             kvseq_release(&seqs[i]);
