@@ -121,6 +121,12 @@ if [ -f models/micro.bin ]; then
     "$micro" bench --eval --positions 100 --repeat 1 --cache kivi:bits=2,group=16,residual=32 >"$tmp/be.txt" 2>&1
     [ "$(grep -c ' 0.00e+00$' "$tmp/be.txt")" = 2 ] && ok "bench --eval: fast and decode losses equal (fp32, kivi)" ||
         bad "bench --eval: $(tail -2 "$tmp/be.txt")"
+    # Its arithmetic floor, against the closed form for the shipped model: 99 positions × 1,818,624
+    # multiply-adds of weights (4 layers × (4·192² + 3·192·512) + 256·192) = 0.18 G, and
+    # 4 · 6 · 2 · 32 · (1 + ... + 99) = 7.6 M of attention; and a positive peak.
+    grep -q "scoring this window is 0.19 G multiply-adds (weights 0.18 G, attention 0.01 G)" "$tmp/be.txt" &&
+        grep -Eq "one core here peaks at [1-9][0-9.]* G a second" "$tmp/be.txt" &&
+        ok "bench --eval: the arithmetic's floor (closed form, a measured peak)" || bad "bench --eval floor: $(tail -6 "$tmp/be.txt")"
     # bench --batch: the side-by-side table and the floor's, each a row for fp16 and one for the cache,
     # every figure a positive finite number. (Not how the figures compare: they are timings, and a
     # loaded machine can put a step below its floor; speed is measured by bench, not by a test.)
