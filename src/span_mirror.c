@@ -13,10 +13,15 @@ static const MirrorOps *mirror_ops(const KVStream *rule, KVRole role) {
     return ops->value_mirror ? ops->value_mirror(rule->state) : NULL;
 }
 
+// Whether a role's streams are read back whole: the codec says so, or keys kept before RoPE, which
+// are read back and rotated (paged_scores_rope) whatever their codec.
+static int read_whole(const KVStream *rule, KVRole role) {
+    return rule->ops->reads_back || (role == KV_ROLE_KEY && rule->prerope);
+}
+
 int span_mirror_reads_back(const KVPool *pool, KVRole role) {
     const KVStream *rule = &pool->rule[role];
-    // Keys kept before RoPE are read back and rotated (paged_scores_rope), whatever their codec.
-    return rule->ops->reads_back || (role == KV_ROLE_KEY && rule->prerope) || mirror_ops(rule, role);
+    return read_whole(rule, role) || mirror_ops(rule, role);
 }
 
 int span_mirror_init(SpanMirror *m, const KVPool *pool, int context) {
@@ -29,10 +34,9 @@ int span_mirror_init(SpanMirror *m, const KVPool *pool, int context) {
     int failed = !m->count;
     for (int r = 0; r < 2; r++) {
         const KVStream *rule = &pool->rule[r];
-        m->mirrored[r] = span_mirror_reads_back(pool, (KVRole)r);
-        // Read back where the codec says so or RoPE must be applied; else as its MirrorOps say.
-        if (m->mirrored[r] && !rule->ops->reads_back && !(r == KV_ROLE_KEY && rule->prerope))
-            m->ops[r] = mirror_ops(rule, (KVRole)r), m->rule[r] = rule->state;
+        const int whole = read_whole(rule, (KVRole)r);
+        m->ops[r] = whole ? NULL : mirror_ops(rule, (KVRole)r), m->rule[r] = rule->state;
+        m->mirrored[r] = whole || m->ops[r];
         if (m->ops[r] && m->ops[r]->has_factor) failed |= !(m->factors[r] = malloc(sizeof(float) * tokens));
     }
     if (m->mirrored[KV_ROLE_KEY]) failed |= !(m->keys = malloc(sizeof(float) * heads * (size_t)m->stride));

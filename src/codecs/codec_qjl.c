@@ -74,7 +74,7 @@ static void qjl_key_read(const void *state, int head, int token, float *x, float
     const QjlState *s = state;
     const uint8_t *row = codec_row(&s->r, head, token);
     for (int i = 0; i < s->m; i++) x[i] = tq_sign(row + 2, i);
-    *factor = (float)(sqrt(M_PI / 2.0) / s->m) * fmt_fp16_load(row);
+    *factor = s->alpha * fmt_fp16_load(row); // alpha: qjl_estimate's (float)(√(π/2)/m)
 }
 
 static void qjl_key_query(const void *state, const float *q, float *out) {
