@@ -136,6 +136,18 @@ if [ -f models/micro.bin ]; then
              for (i = 4; i <= NF; i++) { v = $i; sub(/[x%]$/, "", v); if (v != "|" && v != "-" && !(v + 0 > 0)) bad = bad " " $0 } }
          END { if (rows != 4 || !floor || bad) { print rows, bad; exit 1 } }' "$tmp/bb.txt" >/dev/null &&
         ok "bench --batch: both tables, positive figures" || bad "bench --batch: $(tail -8 "$tmp/bb.txt")"
+    # Both targets at once: fp16 at 80% of its roofline and the cache 0.8 × its bytes ratio r faster
+    # ask the cache for 0.64 · r · (C + W) / (C16 + W) of its roofline (C: cache bytes, W: the
+    # weights', which count in both rooflines and not in r), whatever the timings. (C + W) / bandwidth
+    # is a row's roofline share times its step, so the first table gives the closed form (to ~1%:
+    # the printed figures are rounded).
+    awk '/^(fp16|int:bits=4) \// && !done[$1]++ { load[$1] = $5 * $7; if ($1 != "fp16") { r = $NF; sub(/x$/, "", r) } }
+         /^both targets at once/ { seen = 1 }
+         seen && /% of its roofline/ { for (i = 1; i <= NF; i++) if ($i ~ /%$/) { v = $i; sub(/%$/, "", v); share = v + 0; break } }
+         END { want = 64 * r * load["int:bits=4"] / load["fp16"]
+               exit !(seen && r > 1 && share >= 64 && share > 0.97 * want && share < 1.03 * want) }' "$tmp/bb.txt" &&
+        ok "bench --batch: both targets at once (the closed form of the first table)" ||
+        bad "bench --batch both targets: $(grep -A3 '^both' "$tmp/bb.txt")"
     mkdir -p "$tmp/corpus"
     for lang in en zh; do
         { printf '\001'; head -c 200 "data/plates/$lang.txt" | iconv -c -f utf-8 -t utf-8; printf '\001'; head -c 100 data/plates/en.txt; } >"$tmp/corpus/$lang.val.txt"
