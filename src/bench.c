@@ -196,11 +196,18 @@ static int held_run(const Model *m, const KVRecording *rec, const char *k_spec, 
 
 // The best of `repeat` runs of each scheme, the schemes taking turns (fp16, the cache, fp16, ...):
 // on a shared machine a slow spell then slows both, not one, and the ratio between them holds.
+// The streaming bandwidth is measured after each turn too, and the best kept: a reading taken in a
+// slow spell would make every roofline share look better than it is.
 static int held_best_pair(const Model *m, const KVRecording *rec, const char *const specs[2][2],
-                          const BenchOptions *o, int lo, int hi, HeldDecode best[2], char *err, size_t errlen) {
-    for (int r = 0; r < o->repeat; r++)
+                          const BenchOptions *o, int lo, int hi, HeldDecode best[2], double *bw, char *err,
+                          size_t errlen) {
+    *bw = read_bandwidth((size_t)512 << 20, o->threads[0]);
+    for (int r = 0; r < o->repeat; r++) {
         for (int s = 0; s < 2; s++)
             if (held_run(m, rec, specs[s][0], specs[s][1], o, lo, hi, r == 0, &best[s], err, errlen)) return -1;
+        const double again = read_bandwidth((size_t)512 << 20, o->threads[0]);
+        *bw = again > *bw ? again : *bw;
+    }
     return 0;
 }
 
@@ -252,18 +259,20 @@ static int bench_batch(const Model *m, const BenchOptions *o, char *err, size_t 
     int rc = kv_record(m, tokens, n, threads, &rec, err, errlen);
     free(tokens);
     if (rc) return -1;
-    const double bw = read_bandwidth((size_t)512 << 20, threads);
-    printf("micro bench --batch: %d conversations ending at positions %d..%d, blocks of %d tokens, %d steps, best of "
-           "%d, %d thread%s\n",
-           o->batch, n / 2, n, o->block, o->steps, o->repeat, threads, threads == 1 ? "" : "s");
-    printf("streaming read bandwidth measured here: %.1f GB/s (%d thread%s); roofline = (cache + weights read per step)\n"
-           "/ bandwidth, as a share of the step's time\n\n",
-           bw / 1e9, threads, threads == 1 ? "" : "s");
-    printf("%-40s %10s %10s %10s %9s | %9s %9s\n", "cache (K / V)", "tokens/s", "step ms", "MB/step", "roofline",
-           "x fp16", "bytes /");
     const char *const specs[2][2] = {{"fp16", "fp16"}, {o->k_spec, o->v_spec}};
     HeldDecode held[2];
-    rc = held_best_pair(m, &rec, specs, o, n / 2, n, held, err, errlen);
+    double bw = 0;
+    rc = held_best_pair(m, &rec, specs, o, n / 2, n, held, &bw, err, errlen);
+    if (!rc) {
+        printf("micro bench --batch: %d conversations ending at positions %d..%d, blocks of %d tokens, %d steps, best "
+               "of %d, %d thread%s\n",
+               o->batch, n / 2, n, o->block, o->steps, o->repeat, threads, threads == 1 ? "" : "s");
+        printf("streaming read bandwidth measured here: %.1f GB/s (%d thread%s, the best of %d readings between the\n"
+               "runs); roofline = (cache + weights read per step) / bandwidth, as a share of the step's time\n\n",
+               bw / 1e9, threads, threads == 1 ? "" : "s", o->repeat + 1);
+        printf("%-40s %10s %10s %10s %9s | %9s %9s\n", "cache (K / V)", "tokens/s", "step ms", "MB/step", "roofline",
+               "x fp16", "bytes /");
+    }
     for (int s = 0; s < 2 && !rc; s++) {
         const HeldDecode *h = &held[s];
         const double step = h->seconds / h->steps, bytes = h->cache_bytes_per_step;
