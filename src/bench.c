@@ -262,12 +262,13 @@ static int bench_batch(const Model *m, const BenchOptions *o, char *err, size_t 
     const char *const specs[2][2] = {{"fp16", "fp16"}, {o->k_spec, o->v_spec}};
     HeldDecode held[2];
     double bw = 0;
+    printf("micro bench --batch: %d conversations ending at positions %d..%d, blocks of %d tokens, %d steps, best of "
+           "%d, %d thread%s\n",
+           o->batch, n / 2, n, o->block, o->steps, o->repeat, threads, threads == 1 ? "" : "s");
+    fflush(stdout); // the runs take a while
     rc = held_best_pair(m, &rec, specs, o, n / 2, n, held, &bw, err, errlen);
     if (!rc) {
-        printf("micro bench --batch: %d conversations ending at positions %d..%d, blocks of %d tokens, %d steps, best "
-               "of %d, %d thread%s\n",
-               o->batch, n / 2, n, o->block, o->steps, o->repeat, threads, threads == 1 ? "" : "s");
-        printf("streaming read bandwidth measured here: %.1f GB/s (%d thread%s, the best of %d readings between the\n"
+        printf("streaming read bandwidth measured here: %.1f GB/s (%d thread%s, the best of %d readings taken around the\n"
                "runs); roofline = (cache + weights read per step) / bandwidth, as a share of the step's time\n\n",
                bw / 1e9, threads, threads == 1 ? "" : "s", o->repeat + 1);
         printf("%-40s %10s %10s %10s %9s | %9s %9s\n", "cache (K / V)", "tokens/s", "step ms", "MB/step", "roofline",
