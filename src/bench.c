@@ -196,19 +196,23 @@ static int held_run(const Model *m, const KVRecording *rec, const char *k_spec, 
 
 // The best of `repeat` runs of each scheme, the schemes taking turns (fp16, the cache, fp16, ...):
 // on a shared machine a slow spell then slows both, not one, and the ratio between them holds.
-// The streaming bandwidth is measured after each turn too, and the best kept: a reading taken in a
-// slow spell would make every roofline share look better than it is.
+// The streaming bandwidth is read before the runs and after each turn, the best kept.
 static int held_best_pair(const Model *m, const KVRecording *rec, const char *const specs[2][2],
                           const BenchOptions *o, int lo, int hi, HeldDecode best[2], double *bw, char *err,
                           size_t errlen) {
-    *bw = read_bandwidth((size_t)512 << 20, o->threads[0]);
+    *bw = dram_bandwidth_best(0, o->threads[0]);
     for (int r = 0; r < o->repeat; r++) {
         for (int s = 0; s < 2; s++)
             if (held_run(m, rec, specs[s][0], specs[s][1], o, lo, hi, r == 0, &best[s], err, errlen)) return -1;
-        const double again = read_bandwidth((size_t)512 << 20, o->threads[0]);
-        *bw = again > *bw ? again : *bw;
+        *bw = dram_bandwidth_best(*bw, o->threads[0]);
     }
     return 0;
+}
+
+// The part of a step before attention at its floor: the other work (weights, norms, classifier), or
+// reading the weights at the streaming bandwidth if that is longer.
+static double other_or_weights(double other, double weight_bytes, double bw) {
+    return other > weight_bytes / bw ? other : weight_bytes / bw;
 }
 
 // Issue 8's two speed targets at once, as a closed form of the run's figures. fp16 at 80% of its
@@ -220,7 +224,7 @@ static int held_best_pair(const Model *m, const KVRecording *rec, const char *co
 static void print_both_targets(const HeldDecode held[2], double bw, double other) {
     const double c16 = held[0].cache_bytes_per_step, c = held[1].cache_bytes_per_step, w = held[1].weight_bytes;
     const double fp16_step = (c16 + w) / bw / 0.8, step = fp16_step * c / (0.8 * c16);
-    const double first = other > w / bw ? other : w / bw, free_kernels = first + c / bw;
+    const double free_kernels = other_or_weights(other, w, bw) + c / bw;
     printf("\nboth targets at once: fp16 at 80%% of its roofline is a step of %.2f ms; 0.8 x the bytes ratio faster\n"
            "than that is %.2f ms for this cache, %.1f%% of its roofline. Its other work and the reading of its cache\n"
            "at the streaming bandwidth take %.2f ms (%.1f%%) with kernels that cost nothing: ",
@@ -311,7 +315,7 @@ static int bench_batch(const Model *m, const BenchOptions *o, char *err, size_t 
             const HeldDecode *h = &held[s];
             const double kernels = h->attended_per_step * heads * per_ht[s] / threads;
             // Neither part is faster than reading its bytes: the weights, then the cache.
-            const double weights = h->weight_bytes / bw, first = other > weights ? other : weights;
+            const double first = other_or_weights(other, h->weight_bytes, bw);
             const double read = h->cache_bytes_per_step / bw, best = first + (kernels > read ? kernels : read);
             char label[2 * SPEC_NORMALISED + 4];
             snprintf(label, sizeof label, "%s / %s", specs[s][0], specs[s][1]);

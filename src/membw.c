@@ -70,3 +70,8 @@ double read_bandwidth(size_t bytes, int threads) {
     for (int t = 0; t < threads; t++) free(readers[t].buf);
     return ok ? best : 0;
 }
+
+double dram_bandwidth_best(double best, int threads) {
+    const double now = read_bandwidth((size_t)512 << 20, threads);
+    return now > best ? now : best;
+}

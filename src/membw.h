@@ -11,6 +11,11 @@
 // cache level that step really reads from. 0 when the buffers cannot be had.
 double read_bandwidth(size_t bytes, int threads);
 
+// The DRAM bandwidth (a 512 MiB buffer) read once more, and the larger of it and `best` returned:
+// the commands read it before and after their runs and keep the best, since one reading taken in a
+// slow spell of a shared machine would make every roofline share look better than it is.
+double dram_bandwidth_best(double best, int threads);
+
 // Monotonic seconds.
 double seconds_now(void);
 

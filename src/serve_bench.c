@@ -283,9 +283,7 @@ int cmd_serve_bench(int argc, char **argv) {
         budget = (double)kvpool_budget_for(&fp16, o.pool_fp16, o.length);
         kvpool_free(&fp16);
     }
-    // The streaming bandwidth is read again after each scheme and the best kept: one reading taken
-    // in a slow spell of a shared machine would make every roofline share look better than it is.
-    double bw = read_bandwidth((size_t)512 << 20, o.threads);
+    double bw = dram_bandwidth_best(0, o.threads); // and after each scheme, the best kept
     if (!o.csv && !o.json) {
         printf("micro serve-bench: %d conversations, %s, seed %llu; pool %.2f MB in blocks of %d tokens; at most %d "
                "running; %d thread%s\n",
@@ -314,8 +312,7 @@ int cmd_serve_bench(int argc, char **argv) {
         const int failed = serve_run(&m, &pool, &w, &cfg, &r->st, NULL, err, sizeof err);
         kvpool_free(&pool);
         if (failed) goto fail;
-        const double again = read_bandwidth((size_t)512 << 20, o.threads);
-        bw = again > bw ? again : bw;
+        bw = dram_bandwidth_best(bw, o.threads);
     }
     for (int i = 0; i < o.n_schemes; i++) {
         SchemeResult *r = &results[i];
