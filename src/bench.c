@@ -196,17 +196,25 @@ static int held_run(const Model *m, const KVRecording *rec, const char *k_spec, 
 
 // The best of `repeat` runs of each scheme, the schemes taking turns (fp16, the cache, fp16, ...):
 // on a shared machine a slow spell then slows both, not one, and the ratio between them holds.
-// The streaming bandwidth is read before the runs and after each turn, the best kept.
+// The streaming bandwidth (DRAM: a 512 MiB buffer) is read before the runs and again after each
+// turn, the best kept.
 static int held_best_pair(const Model *m, const KVRecording *rec, const char *const specs[2][2],
                           const BenchOptions *o, int lo, int hi, HeldDecode best[2], double *bw, char *err,
                           size_t errlen) {
-    *bw = dram_bandwidth_best(0, o->threads[0]);
-    for (int r = 0; r < o->repeat; r++) {
-        for (int s = 0; s < 2; s++)
-            if (held_run(m, rec, specs[s][0], specs[s][1], o, lo, hi, r == 0, &best[s], err, errlen)) return -1;
-        *bw = dram_bandwidth_best(*bw, o->threads[0]);
+    BandwidthProbe *probe = bandwidth_probe_open((size_t)512 << 20, o->threads[0]);
+    *bw = probe ? bandwidth_probe_read(probe, 5, 0) : 0;
+    int rc = 0;
+    for (int r = 0; r < o->repeat && !rc; r++) {
+        for (int s = 0; s < 2 && !rc; s++)
+            rc = held_run(m, rec, specs[s][0], specs[s][1], o, lo, hi, r == 0, &best[s], err, errlen);
+        if (probe && *bw > 0) *bw = bandwidth_probe_read(probe, 1, *bw);
     }
-    return 0;
+    bandwidth_probe_close(probe);
+    if (!rc && !(*bw > 0)) {
+        snprintf(err, errlen, "could not measure the streaming bandwidth (512 MiB, %d threads)", o->threads[0]);
+        rc = -1;
+    }
+    return rc;
 }
 
 // The part of a step before attention at its floor: the other work (weights, norms, classifier), or

@@ -2,6 +2,8 @@
 #include "membw.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -15,12 +17,14 @@ typedef struct {
     float *buf;
     size_t n, passes;
     float sink;
-    pthread_barrier_t *start;
+    atomic_int *go; // 1: read; -1: a thread could not start, give up
 } Reader;
 
 static void *read_passes(void *arg) {
     Reader *r = arg;
-    pthread_barrier_wait(r->start);
+    int go;
+    while ((go = atomic_load_explicit(r->go, memory_order_acquire)) == 0) sched_yield();
+    if (go < 0) return NULL;
     float sink = 0;
     for (size_t p = 0; p < r->passes; p++) {
         float part[16] = {0};
@@ -33,45 +37,68 @@ static void *read_passes(void *arg) {
     return NULL;
 }
 
-double read_bandwidth(size_t bytes, int threads) {
+// The readers' buffers, written once: a buffer only allocated would read as the kernel's one zero
+// page, from cache.
+struct BandwidthProbe {
+    int threads;
+    Reader readers[64];
+};
+
+BandwidthProbe *bandwidth_probe_open(size_t bytes, int threads) {
     if (threads < 1) threads = 1;
     if (threads > 64) threads = 64;
+    BandwidthProbe *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->threads = threads;
     size_t n = bytes / (size_t)threads / sizeof(float) / 64 * 64;
     if (n < 64) n = 64;
     const size_t passes = ((size_t)256 << 20) / (n * sizeof(float)) + 1;
-    Reader readers[64] = {{0}};
-    pthread_t tid[64];
-    pthread_barrier_t start;
-    double best = 0;
-    int ok = 1;
-    for (int t = 0; t < threads && ok; t++) {
-        readers[t].buf = malloc(n * sizeof(float));
-        ok = readers[t].buf != NULL;
-        for (size_t i = 0; ok && i < n; i++) readers[t].buf[i] = (float)(i & 7);
-        readers[t].n = n, readers[t].passes = passes, readers[t].start = &start;
-    }
-    for (int round = 0; ok && round < 5; round++) {
-        pthread_barrier_init(&start, NULL, (unsigned)threads);
-        int started = 1;
-        for (int t = 1; t < threads; t++)
-            if (pthread_create(&tid[t], NULL, read_passes, &readers[t]) == 0) started++;
-        if (started < threads) { // fewer threads than asked: do not report a wrong figure
-            ok = 0;
-            pthread_barrier_destroy(&start);
-            break;
+    for (int t = 0; t < threads; t++) {
+        Reader *r = &p->readers[t];
+        if (!(r->buf = malloc(n * sizeof(float)))) {
+            bandwidth_probe_close(p);
+            return NULL;
         }
-        const double t0 = seconds_now();
-        read_passes(&readers[0]);
-        for (int t = 1; t < threads; t++) pthread_join(tid[t], NULL);
-        const double bw = (double)threads * (double)(passes * n * sizeof(float)) / (seconds_now() - t0);
-        pthread_barrier_destroy(&start);
-        if (bw > best) best = bw;
+        for (size_t i = 0; i < n; i++) r->buf[i] = (float)(i & 7);
+        r->n = n, r->passes = passes;
     }
-    for (int t = 0; t < threads; t++) free(readers[t].buf);
-    return ok ? best : 0;
+    return p;
 }
 
-double dram_bandwidth_best(double best, int threads) {
-    const double now = read_bandwidth((size_t)512 << 20, threads);
-    return now > best ? now : best;
+double bandwidth_probe_read(BandwidthProbe *p, int rounds, double best) {
+    const int threads = p->threads;
+    pthread_t tid[64];
+    for (int round = 0; round < rounds; round++) {
+        atomic_int go = 0;
+        int started = 1;
+        for (int t = 0; t < threads; t++) p->readers[t].go = &go;
+        for (int t = 1; t < threads && started == t; t++)
+            if (pthread_create(&tid[t], NULL, read_passes, &p->readers[t]) == 0) started++;
+        if (started < threads) { // fewer threads than asked: do not report a wrong figure
+            atomic_store_explicit(&go, -1, memory_order_release);
+            for (int t = 1; t < started; t++) pthread_join(tid[t], NULL);
+            return 0;
+        }
+        const double t0 = seconds_now();
+        atomic_store_explicit(&go, 1, memory_order_release);
+        read_passes(&p->readers[0]);
+        for (int t = 1; t < threads; t++) pthread_join(tid[t], NULL);
+        const Reader *r = &p->readers[0];
+        const double bw = (double)threads * (double)(r->passes * r->n * sizeof(float)) / (seconds_now() - t0);
+        if (bw > best) best = bw;
+    }
+    return best;
+}
+
+void bandwidth_probe_close(BandwidthProbe *p) {
+    if (!p) return;
+    for (int t = 0; t < p->threads; t++) free(p->readers[t].buf);
+    free(p);
+}
+
+double read_bandwidth(size_t bytes, int threads) {
+    BandwidthProbe *p = bandwidth_probe_open(bytes, threads);
+    const double bw = p ? bandwidth_probe_read(p, 5, 0) : 0;
+    bandwidth_probe_close(p);
+    return bw;
 }

@@ -11,10 +11,15 @@
 // cache level that step really reads from. 0 when the buffers cannot be had.
 double read_bandwidth(size_t bytes, int threads);
 
-// The DRAM bandwidth (a 512 MiB buffer) read once more, and the larger of it and `best` returned:
-// the commands read it before and after their runs and keep the best, since one reading taken in a
-// slow spell of a shared machine would make every roofline share look better than it is.
-double dram_bandwidth_best(double best, int threads);
+// The same measurement kept open, for commands that read the bandwidth again around their runs and
+// keep the best (one reading taken in a slow spell of a shared machine would make every roofline
+// share look better than it is): the buffers are written once, at open, and each read is only the
+// passes. read returns the larger of `best` and its best of `rounds` rounds (0 when the threads could
+// not be started); open returns NULL when the buffers cannot be had.
+typedef struct BandwidthProbe BandwidthProbe;
+BandwidthProbe *bandwidth_probe_open(size_t bytes, int threads);
+double bandwidth_probe_read(BandwidthProbe *p, int rounds, double best);
+void bandwidth_probe_close(BandwidthProbe *p);
 
 // Monotonic seconds.
 double seconds_now(void);

@@ -247,6 +247,7 @@ int cmd_serve_bench(int argc, char **argv) {
     uint8_t *text = NULL;
     size_t text_len = 0;
     Workload w = {0};
+    BandwidthProbe *probe = NULL;
     SchemeResult *results = calloc((size_t)o.n_schemes, sizeof *results);
     if (!results) {
         snprintf(err, sizeof err, "out of memory");
@@ -283,7 +284,9 @@ int cmd_serve_bench(int argc, char **argv) {
         budget = (double)kvpool_budget_for(&fp16, o.pool_fp16, o.length);
         kvpool_free(&fp16);
     }
-    double bw = dram_bandwidth_best(0, o.threads); // and after each scheme, the best kept
+    // The streaming bandwidth (DRAM: a 512 MiB buffer), read again after each scheme, the best kept.
+    probe = bandwidth_probe_open((size_t)512 << 20, o.threads);
+    double bw = probe ? bandwidth_probe_read(probe, 5, 0) : 0;
     if (!o.csv && !o.json) {
         printf("micro serve-bench: %d conversations, %s, seed %llu; pool %.2f MB in blocks of %d tokens; at most %d "
                "running; %d thread%s\n",
@@ -312,7 +315,7 @@ int cmd_serve_bench(int argc, char **argv) {
         const int failed = serve_run(&m, &pool, &w, &cfg, &r->st, NULL, err, sizeof err);
         kvpool_free(&pool);
         if (failed) goto fail;
-        bw = dram_bandwidth_best(bw, o.threads);
+        if (probe && bw > 0) bw = bandwidth_probe_read(probe, 1, bw);
     }
     for (int i = 0; i < o.n_schemes; i++) {
         SchemeResult *r = &results[i];
@@ -330,6 +333,7 @@ int cmd_serve_bench(int argc, char **argv) {
     status = 0;
 fail:
     if (status) status = cli_error("%s", err);
+    bandwidth_probe_close(probe);
     free(results);
     free(text);
     workload_free(&w);
