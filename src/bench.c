@@ -196,13 +196,14 @@ static int held_run(const Model *m, const KVRecording *rec, const char *k_spec, 
 
 // The best of `repeat` runs of each scheme, the schemes taking turns (fp16, the cache, fp16, ...):
 // on a shared machine a slow spell then slows both, not one, and the ratio between them holds.
-// The streaming bandwidth (DRAM: a 512 MiB buffer) is read before the runs and again after each
-// turn, the best kept.
+// The streaming bandwidth (DRAM: a 512 MiB buffer) is read before the runs (best of two rounds) and
+// again after each turn (one round), the best kept: as many rounds as one reading of five took when
+// the runs are three, spread over the run.
 static int held_best_pair(const Model *m, const KVRecording *rec, const char *const specs[2][2],
                           const BenchOptions *o, int lo, int hi, HeldDecode best[2], double *bw, char *err,
                           size_t errlen) {
     BandwidthProbe *probe = bandwidth_probe_open((size_t)512 << 20, o->threads[0]);
-    *bw = probe ? bandwidth_probe_read(probe, 5, 0) : 0;
+    *bw = probe ? bandwidth_probe_read(probe, 2, 0) : 0;
     int rc = 0;
     for (int r = 0; r < o->repeat && !rc; r++) {
         for (int s = 0; s < 2 && !rc; s++)

@@ -284,9 +284,10 @@ int cmd_serve_bench(int argc, char **argv) {
         budget = (double)kvpool_budget_for(&fp16, o.pool_fp16, o.length);
         kvpool_free(&fp16);
     }
-    // The streaming bandwidth (DRAM: a 512 MiB buffer), read again after each scheme, the best kept.
+    // The streaming bandwidth (DRAM: a 512 MiB buffer): best of two rounds, then a round after each
+    // scheme, the best kept.
     probe = bandwidth_probe_open((size_t)512 << 20, o.threads);
-    double bw = probe ? bandwidth_probe_read(probe, 5, 0) : 0;
+    double bw = probe ? bandwidth_probe_read(probe, 2, 0) : 0;
     if (!o.csv && !o.json) {
         printf("micro serve-bench: %d conversations, %s, seed %llu; pool %.2f MB in blocks of %d tokens; at most %d "
                "running; %d thread%s\n",
