@@ -167,9 +167,11 @@ static int fit_positions(BenchOptions *o, int context, char *err, size_t errlen)
 
 // One run of `steps` batched decode steps, conversations ending from hi down to lo, in a pool of the
 // schemes' blocks sized to hold `batch` of them at hi (and a block per stream of slack); kept in
-// *best when it is the first run or faster. -1 with one line in err, also when the pool held fewer.
+// *best when it is the first run or faster; the run's own tokens/s in *run (if not NULL). -1 with one
+// line in err, also when the pool held fewer.
 static int held_run(const Model *m, const KVRecording *rec, const char *k_spec, const char *v_spec,
-                    const BenchOptions *o, int lo, int hi, int first, HeldDecode *best, char *err, size_t errlen) {
+                    const BenchOptions *o, int lo, int hi, int first, HeldDecode *best, double *run, char *err,
+                    size_t errlen) {
     const ModelConfig *c = &m->config;
     KVPool sizing;
     if (kvpool_init(&sizing, c->n_layers, c->n_kv_heads, c->head_dim, o->block, c->max_seq_len, SIZE_MAX / 2, k_spec,
@@ -190,6 +192,7 @@ static int held_run(const Model *m, const KVRecording *rec, const char *k_spec, 
         rc = -1;
     }
     if (rc) return -1;
+    if (run) *run = hd.tokens_per_s;
     if (first || hd.tokens_per_s > best->tokens_per_s) *best = hd;
     return 0;
 }
@@ -198,20 +201,28 @@ static int held_run(const Model *m, const KVRecording *rec, const char *k_spec, 
 // on a shared machine a slow spell then slows both, not one, and the ratio between them holds.
 // The streaming bandwidth (DRAM: a 512 MiB buffer) is read before the runs (best of two rounds) and
 // again after each turn (one round), the best kept: as many rounds as one reading of five took when
-// the runs are three, spread over the run.
+// the runs are three, spread over the run. The noise beside the best figures: the lowest of those
+// readings, and in turn_ratio the lowest and highest ratio of a turn (the cache's run over the fp16
+// run just before it).
 static int held_best_pair(const Model *m, const KVRecording *rec, const char *const specs[2][2],
-                          const BenchOptions *o, int lo, int hi, HeldDecode best[2], double *bw, char *err,
-                          size_t errlen) {
+                          const BenchOptions *o, int lo, int hi, HeldDecode best[2], BandwidthReadings *bw,
+                          double turn_ratio[2], char *err, size_t errlen) {
     BandwidthProbe *probe = bandwidth_probe_open((size_t)512 << 20, o->threads[0]);
-    *bw = probe ? bandwidth_probe_read(probe, 2, 0) : 0;
+    bandwidth_probe_note(probe, 2, bw);
     int rc = 0;
     for (int r = 0; r < o->repeat && !rc; r++) {
+        double run[2] = {0, 0};
         for (int s = 0; s < 2 && !rc; s++)
-            rc = held_run(m, rec, specs[s][0], specs[s][1], o, lo, hi, r == 0, &best[s], err, errlen);
-        if (probe && *bw > 0) *bw = bandwidth_probe_read(probe, 1, *bw);
+            rc = held_run(m, rec, specs[s][0], specs[s][1], o, lo, hi, r == 0, &best[s], &run[s], err, errlen);
+        if (!rc) {
+            const double ratio = run[1] / run[0];
+            if (r == 0 || ratio < turn_ratio[0]) turn_ratio[0] = ratio;
+            if (r == 0 || ratio > turn_ratio[1]) turn_ratio[1] = ratio;
+        }
+        bandwidth_probe_note(probe, 1, bw);
     }
     bandwidth_probe_close(probe);
-    if (!rc && !(*bw > 0)) {
+    if (!rc && !(bw->best > 0)) {
         snprintf(err, errlen, "could not measure the streaming bandwidth (512 MiB, %d threads)", o->threads[0]);
         rc = -1;
     }
@@ -274,16 +285,19 @@ static int bench_batch(const Model *m, const BenchOptions *o, char *err, size_t 
     if (rc) return -1;
     const char *const specs[2][2] = {{"fp16", "fp16"}, {o->k_spec, o->v_spec}};
     HeldDecode held[2];
-    double bw = 0;
+    BandwidthReadings readings = {0};
+    double turn_ratio[2] = {0, 0};
     printf("micro bench --batch: %d conversations ending at positions %d..%d, blocks of %d tokens, %d steps, best of "
            "%d, %d thread%s\n",
            o->batch, n / 2, n, o->block, o->steps, o->repeat, threads, threads == 1 ? "" : "s");
     fflush(stdout); // the runs take a while
-    rc = held_best_pair(m, &rec, specs, o, n / 2, n, held, &bw, err, errlen);
+    rc = held_best_pair(m, &rec, specs, o, n / 2, n, held, &readings, turn_ratio, err, errlen);
+    const double bw = readings.best;
     if (!rc) {
         printf("streaming read bandwidth measured here: %.1f GB/s (%d thread%s, the best of %d readings taken around the\n"
-               "runs); roofline = (cache + weights read per step) / bandwidth, as a share of the step's time\n\n",
-               bw / 1e9, threads, threads == 1 ? "" : "s", o->repeat + 1);
+               "runs, the lowest %.1f); roofline = (cache + weights read per step) / bandwidth, as a share of the step's\n"
+               "time\n\n",
+               bw / 1e9, threads, threads == 1 ? "" : "s", readings.count, readings.low / 1e9);
         printf("%-40s %10s %10s %10s %9s | %9s %9s\n", "cache (K / V)", "tokens/s", "step ms", "MB/step", "roofline",
                "x fp16", "bytes /");
     }
@@ -297,8 +311,10 @@ static int bench_batch(const Model *m, const BenchOptions *o, char *err, size_t 
                held[0].cache_bytes_per_step / bytes);
     }
     if (!rc)
-        printf("\nx fp16: tokens/s against fp16's; bytes /: fp16's cache bytes per step over this cache's (the speed-up\n"
-               "that reading fewer bytes alone would give)\n");
+        printf("\nx fp16: tokens/s against fp16's (best against best; turn by turn, each run of the cache against the\n"
+               "fp16 run just before it: %.2fx to %.2fx over %d turns); bytes /: fp16's cache bytes per step over this\n"
+               "cache's (the speed-up that reading fewer bytes alone would give)\n",
+               turn_ratio[0], turn_ratio[1], o->repeat);
     // The floor: attention's cost per head and token with its blocks in cache, and the rest of the
     // step from the same conversations at `few` positions, less their attention at that cost.
     double per_ht[2] = {0, 0};
@@ -306,7 +322,7 @@ static int bench_batch(const Model *m, const BenchOptions *o, char *err, size_t 
     for (int s = 0; s < 2 && !rc; s++)
         rc = attention_in_cache(m, &rec, specs[s][0], specs[s][1], o->block, o->repeat, &per_ht[s], err, errlen);
     for (int r = 0; r < o->repeat && !rc; r++)
-        rc = held_run(m, &rec, "fp16", "fp16", o, few, few, r == 0, &short_run, err, errlen);
+        rc = held_run(m, &rec, "fp16", "fp16", o, few, few, r == 0, &short_run, NULL, err, errlen);
     if (!rc) {
         const double heads = (double)c->n_layers * c->n_heads;
         double other = short_run.seconds / short_run.steps - short_run.attended_per_step * heads * per_ht[0] / threads;

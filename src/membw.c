@@ -90,6 +90,18 @@ double bandwidth_probe_read(BandwidthProbe *p, int rounds, double best) {
     return best;
 }
 
+void bandwidth_probe_note(BandwidthProbe *p, int rounds, BandwidthReadings *r) {
+    if (r->failed) return;
+    const double bw = p ? bandwidth_probe_read(p, rounds, 0) : 0;
+    if (!(bw > 0)) {
+        r->failed = 1, r->best = 0;
+        return;
+    }
+    r->best = r->count == 0 || bw > r->best ? bw : r->best;
+    r->low = r->count == 0 || bw < r->low ? bw : r->low;
+    r->count++;
+}
+
 void bandwidth_probe_close(BandwidthProbe *p) {
     if (!p) return;
     for (int t = 0; t < p->threads; t++) free(p->readers[t].buf);

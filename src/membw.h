@@ -21,6 +21,18 @@ BandwidthProbe *bandwidth_probe_open(size_t bytes, int threads);
 double bandwidth_probe_read(BandwidthProbe *p, int rounds, double best);
 void bandwidth_probe_close(BandwidthProbe *p);
 
+// The readings taken around a run: the best, which the roofline shares use, and the lowest, which
+// says how far the machine moved during the run (printed beside the best); `count` readings. A reading
+// that could not be taken (no probe, or its threads did not start) leaves best at 0 for good: no
+// figure rather than a wrong one.
+typedef struct {
+    double best, low;
+    int count, failed;
+} BandwidthReadings;
+
+// One more reading into r, the best of `rounds` rounds; p may be NULL (a failed reading).
+void bandwidth_probe_note(BandwidthProbe *p, int rounds, BandwidthReadings *r);
+
 // Monotonic seconds.
 double seconds_now(void);
 

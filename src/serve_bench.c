@@ -207,7 +207,8 @@ static void print_json(const SchemeResult *r, int n, const ServeBenchOptions *o,
     printf("\n]}\n");
 }
 
-static void print_table(const SchemeResult *r, int n, const ServeBenchOptions *o, double budget, double bw) {
+static void print_table(const SchemeResult *r, int n, const ServeBenchOptions *o, double budget,
+                        const BandwidthReadings *bw) {
     printf("%-34s %5s %6s %6s %10s %8s %8s %6s %6s %9s %8s | %10s %8s\n", "cache (K / V)", "held", "mean", "preempt",
            "tokens/s", "step p50", "p99 ms", "pool", "waste", "MB/step", "roofline", "long tok/s", "roofline");
     for (int i = 0; i < n; i++) {
@@ -228,10 +229,10 @@ static void print_table(const SchemeResult *r, int n, const ServeBenchOptions *o
     printf("\nheld: conversations running at once (most, mean over steps); pool: share of its %.1f MB holding\n"
            "tokens (mean over steps); waste: bytes charged but not holding tokens, in blocks per running stream\n"
            "(most over steps); MB/step: cache bytes attention read per step (mean); roofline: (cache + %.1f MB of\n"
-           "weights per step) / %.1f GB/s streaming bandwidth measured here, as a share of the time taken; long:\n"
-           "steps with %d conversations running, all past %d positions.\n",
-           budget / 1e6, r[0].st.weight_bytes / 1e6, bw / 1e9, o->max_batch < o->conversations ? o->max_batch : o->conversations,
-           o->long_from);
+           "weights per step) / %.1f GB/s streaming bandwidth measured here (the best of %d readings, the lowest\n"
+           "%.1f), as a share of the time taken; long: steps with %d conversations running, all past %d positions.\n",
+           budget / 1e6, r[0].st.weight_bytes / 1e6, bw->best / 1e9, bw->count, bw->low / 1e9,
+           o->max_batch < o->conversations ? o->max_batch : o->conversations, o->long_from);
 }
 
 int cmd_serve_bench(int argc, char **argv) {
@@ -287,7 +288,8 @@ int cmd_serve_bench(int argc, char **argv) {
     // The streaming bandwidth (DRAM: a 512 MiB buffer): best of two rounds, then a round after each
     // scheme, the best kept.
     probe = bandwidth_probe_open((size_t)512 << 20, o.threads);
-    double bw = probe ? bandwidth_probe_read(probe, 2, 0) : 0;
+    BandwidthReadings readings = {0};
+    bandwidth_probe_note(probe, 2, &readings);
     if (!o.csv && !o.json) {
         printf("micro serve-bench: %d conversations, %s, seed %llu; pool %.2f MB in blocks of %d tokens; at most %d "
                "running; %d thread%s\n",
@@ -316,8 +318,9 @@ int cmd_serve_bench(int argc, char **argv) {
         const int failed = serve_run(&m, &pool, &w, &cfg, &r->st, NULL, err, sizeof err);
         kvpool_free(&pool);
         if (failed) goto fail;
-        if (probe && bw > 0) bw = bandwidth_probe_read(probe, 1, bw);
+        bandwidth_probe_note(probe, 1, &readings);
     }
+    const double bw = readings.best;
     for (int i = 0; i < o.n_schemes; i++) {
         SchemeResult *r = &results[i];
         const ServeStats *s = &r->st;
@@ -330,7 +333,7 @@ int cmd_serve_bench(int argc, char **argv) {
     }
     if (o.csv) print_csv(results, o.n_schemes, &o, budget, bw);
     else if (o.json) print_json(results, o.n_schemes, &o, budget, bw);
-    else print_table(results, o.n_schemes, &o, budget, bw);
+    else print_table(results, o.n_schemes, &o, budget, &readings);
     status = 0;
 fail:
     if (status) status = cli_error("%s", err);

@@ -130,12 +130,20 @@ if [ -f models/micro.bin ]; then
     # bench --batch: the side-by-side table and the floor's, each a row for fp16 and one for the cache,
     # every figure a positive finite number. (Not how the figures compare: they are timings, and a
     # loaded machine can put a step below its floor; speed is measured by bench, not by a test.)
-    "$micro" bench --batch 4 --steps 2 --repeat 1 --threads 1 --cache int:bits=4 >"$tmp/bb.txt" 2>&1
+    "$micro" bench --batch 4 --steps 2 --repeat 2 --threads 1 --cache int:bits=4 >"$tmp/bb.txt" 2>&1
     awk '/ns\/head/ { floor = 1 }
          /^(fp16|int:bits=4) \// { rows++
              for (i = 4; i <= NF; i++) { v = $i; sub(/[x%]$/, "", v); if (v != "|" && v != "-" && !(v + 0 > 0)) bad = bad " " $0 } }
          END { if (rows != 4 || !floor || bad) { print rows, bad; exit 1 } }' "$tmp/bb.txt" >/dev/null &&
         ok "bench --batch: both tables, positive figures" || bad "bench --batch: $(tail -8 "$tmp/bb.txt")"
+    # The noise beside the best figures: the lowest of the 3 bandwidth readings (no higher than the
+    # best) and the range of the 2 turns' ratios (low <= high).
+    tr -s ' \n' ' ' <"$tmp/bb.txt" | grep -Eo 'measured here: [0-9.]+ GB/s .{0,80}the best of 3 readings .{0,40}the lowest [0-9.]+\)|just before it: [0-9.]+x to [0-9.]+x over 2 turns' |
+        awk '/GB/ { best = $3; low = $NF; sub(/\)$/, "", low); b = best > 0 && low > 0 && low <= best }
+             /turns/ { lo = $4; hi = $6; sub(/x$/, "", lo); sub(/x$/, "", hi); t = lo > 0 && lo <= hi }
+             END { exit !(b && t) }' &&
+        ok "bench --batch: the lowest bandwidth reading and the turns' range of ratios" ||
+        bad "bench --batch noise: $(head -12 "$tmp/bb.txt")"
     # Both targets at once: fp16 at 80% of its roofline and the cache 0.8 × its bytes ratio r faster
     # ask the cache for 0.64 · r · (C + W) / (C16 + W) of its roofline (C: cache bytes, W: the
     # weights', which count in both rooflines and not in r), whatever the timings. (C + W) / bandwidth
