@@ -65,8 +65,9 @@ BandwidthProbe *bandwidth_probe_open(size_t bytes, int threads) {
     return p;
 }
 
-double bandwidth_probe_read(BandwidthProbe *p, int rounds, double best) {
+double bandwidth_probe_read(BandwidthProbe *p, int rounds) {
     const int threads = p->threads;
+    double best = 0;
     pthread_t tid[64];
     for (int round = 0; round < rounds; round++) {
         atomic_int go = 0;
@@ -92,7 +93,7 @@ double bandwidth_probe_read(BandwidthProbe *p, int rounds, double best) {
 
 void bandwidth_probe_note(BandwidthProbe *p, int rounds, BandwidthReadings *r) {
     if (r->failed) return;
-    const double bw = p ? bandwidth_probe_read(p, rounds, 0) : 0;
+    const double bw = p ? bandwidth_probe_read(p, rounds) : 0;
     if (!(bw > 0)) {
         r->failed = 1, r->best = 0;
         return;
@@ -110,7 +111,7 @@ void bandwidth_probe_close(BandwidthProbe *p) {
 
 double read_bandwidth(size_t bytes, int threads) {
     BandwidthProbe *p = bandwidth_probe_open(bytes, threads);
-    const double bw = p ? bandwidth_probe_read(p, 5, 0) : 0;
+    const double bw = p ? bandwidth_probe_read(p, 5) : 0;
     bandwidth_probe_close(p);
     return bw;
 }

@@ -14,11 +14,11 @@ double read_bandwidth(size_t bytes, int threads);
 // The same measurement kept open, for commands that read the bandwidth again around their runs and
 // keep the best (one reading taken in a slow spell of a shared machine would make every roofline
 // share look better than it is): the buffers are written once, at open, and each read is only the
-// passes. read returns the larger of `best` and its best of `rounds` rounds (0 when the threads could
-// not be started); open returns NULL when the buffers cannot be had.
+// passes. read returns the best of `rounds` rounds (0 when the threads could not be started); open
+// returns NULL when the buffers cannot be had.
 typedef struct BandwidthProbe BandwidthProbe;
 BandwidthProbe *bandwidth_probe_open(size_t bytes, int threads);
-double bandwidth_probe_read(BandwidthProbe *p, int rounds, double best);
+double bandwidth_probe_read(BandwidthProbe *p, int rounds);
 void bandwidth_probe_close(BandwidthProbe *p);
 
 // The readings taken around a run: the best, which the roofline shares use, and the lowest, which
