@@ -458,9 +458,12 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
         // 16 rows at a time from their block; all the chunk's at once when it lies in one block.
         const int whole = n <= b->block || codec_in_block(b, j0) + cnt <= b->block;
         for (int k0 = 0; k0 < cnt; k0 += whole ? cnt : TILE) {
-            float_prefetch16(b, head, j0 + k0 + 12 * TILE, n); // the rows 192 tokens ahead
-            const uint8_t *row = float_codes_at(b, head, j0 + k0);
             const int k1 = whole || cnt - k0 < TILE ? cnt : k0 + TILE;
+            // The rows 192 tokens ahead of those this pass reads: 16 of them for 16 (a pass within a
+            // block), all 64 for 64 (blocks of 64 tokens and more, where asking for 16 left three
+            // quarters of the rows to DRAM and fp16's step twice as long).
+            for (int k = k0; k < k1; k += TILE) float_prefetch16(b, head, j0 + k + 12 * TILE, n);
+            const uint8_t *row = float_codes_at(b, head, j0 + k0);
 #ifdef QUANT_AVX512
             if (fast) {
                 __asm__("" ::: "memory"); // the weights broadcast from memory
