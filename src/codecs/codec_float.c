@@ -467,7 +467,7 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
         // 16 rows at a time, each 16 asking for the rows 192 tokens ahead as it starts; all the
         // chunk's at once in a stream of one block (which the hardware prefetcher follows). Passes
         // of 64 in blocks of 64 tokens and more, asking for 16 rows of every 64, left fp16's step
-        // 30-60% longer than at blocks of 16; asking for all 64 at once, ~10% longer.
+        // 20-60% longer than at blocks of 16; asking for all 64 at once, ~10% longer.
         const int whole = n <= b->block;
         for (int k0 = 0; k0 < cnt; k0 += whole ? cnt : TILE) {
             const int k1 = whole || cnt - k0 < TILE ? cnt : k0 + TILE;
