@@ -28,7 +28,10 @@ static void parse(const char *cmd, int argc, char **argv) {
     } else if (!strcmp(cmd, "export")) {
         ExportOptions o;
         check_status(status = export_parse(argc, argv, &o, err, sizeof err), err, sizeof err);
-        if (status == OPTS_RUN) FUZZ_REQUIRE(o.llama2c && o.llama2c[0]);
+        if (status == OPTS_RUN) { // one format, a non-empty path
+            FUZZ_REQUIRE(!o.llama2c != !o.gguf);
+            FUZZ_REQUIRE(o.llama2c ? o.llama2c[0] : o.gguf[0]);
+        }
     } else if (!strcmp(cmd, "bench")) {
         BenchOptions o;
         check_status(status = bench_parse(argc, argv, &o, err, sizeof err), err, sizeof err);
