@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "random_model.h"
+#include "forward.h"
 #include "serve.h"
 
 static const uint8_t text[] = "The KV cache holds one key and one value per token, layer and head; a server keeps "
@@ -103,11 +104,51 @@ static void check_preemption(const Model *m, const char *spec) {
     workload_free(&w);
 }
 
+// kv_record pushes the text through the weights in spans: its keys and values are those a
+// token-by-token decode caches, bit for bit (two spans and part of a third, on 2 threads).
+static void check_record(const Model *m) {
+    enum { N = 150 };
+    const ModelConfig *c = &m->config;
+    const int hd = c->head_dim, kvd = c->n_kv_heads * hd;
+    int tokens[N];
+    for (int t = 0; t < N; t++) tokens[t] = text[t % (sizeof text - 1)];
+    char err[256];
+    KVRecording rec;
+    Decoder d;
+    if (kv_record(m, tokens, N, 2, &rec, err, sizeof err)) {
+        CHECK(0, "kv_record: %s", err);
+        return;
+    }
+    if (decoder_init(&d, m, "fp32", "fp32", N, 1, err, sizeof err)) {
+        CHECK(0, "decoder: %s", err);
+        kv_recording_free(&rec);
+        return;
+    }
+    for (int t = 0; t < N; t++) decoder_forward(&d, tokens[t], t);
+    long differ = 0;
+    float x[1024];
+    for (int t = 0; t < N; t++)
+        for (int l = 0; l < c->n_layers; l++)
+            for (int h = 0; h < c->n_kv_heads; h++) {
+                const size_t at = ((size_t)t * c->n_layers + l) * kvd + (size_t)h * hd;
+                paged_read(&d.seq.k[l], h, t, x);
+                differ += memcmp(x, rec.k + at, sizeof(float) * (size_t)hd) != 0;
+                paged_read(&d.seq.v[l], h, t, x);
+                differ += memcmp(x, rec.v + at, sizeof(float) * (size_t)hd) != 0;
+            }
+    CHECK(differ == 0, "kv_record: %ld of %d head rows differ from the decode loop's", differ,
+          2 * N * c->n_layers * c->n_kv_heads);
+    if (!differ) printf("ok   kv_record's keys and values are the decode loop's, bit for bit\n");
+    decoder_free(&d);
+    kv_recording_free(&rec);
+}
+
 int main(void) {
     check_workloads();
     ModelConfig c = small_config();
     Model m;
     random_model(&m, &c, 3);
+    check_record(&m);
     const char *specs[] = {"fp16", "int:bits=4", "kivi:bits=2,group=16,residual=32", "q4_0"};
     for (int i = 0; i < 4; i++) check_preemption(&m, specs[i]);
     // A pool that cannot hold the longest conversation alone is refused, not spun on.
