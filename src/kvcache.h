@@ -85,6 +85,10 @@ typedef struct {
     const struct MirrorOps *(*value_mirror)(const void *state);
     // Exact bytes held for the tokens appended so far: codes, scales, minimums and residuals.
     size_t (*bytes)(const void *state);
+    // For a family whose state is one allocation (codec_core.h: a pool block's struct, codes and
+    // metadata together): its bytes from the state on, what reading the whole block touches (micro
+    // bench --batch's read of a pool alone, pool_read.h). NULL where a state is several allocations.
+    size_t (*extent)(const void *state);
     void (*destroy)(void *state);
 } CodecOps;
 

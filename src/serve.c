@@ -8,6 +8,7 @@
 
 #include "forward.h"
 #include "membw.h"
+#include "pool_read.h"
 #include "threadpool.h"
 
 // xorshift64*: the workload's lengths and text offsets, the same for a seed on every machine.
@@ -393,7 +394,8 @@ static void held_fill(void *ctx, int i, int thread) {
 }
 
 int serve_held_decode(const Model *m, KVPool *pool, const KVRecording *rec, int max_conversations, int lo, int hi,
-                      int steps, int n_threads, int fill_threads, HeldDecode *out, char *err, size_t errlen) {
+                      int steps, int n_threads, int fill_threads, int read_repeat, HeldDecode *out, char *err,
+                      size_t errlen) {
     memset(out, 0, sizeof *out);
     if (steps < 1 || lo < steps + 1 || hi < lo || hi > rec->n || hi > pool->context || max_conversations < 1) {
         snprintf(err, errlen, "held decode: positions %d..%d with %d steps do not fit a recording of %d tokens", lo,
@@ -458,6 +460,9 @@ int serve_held_decode(const Model *m, KVPool *pool, const KVRecording *rec, int 
         out->seconds += seconds_now() - t0;
         for (int i = 0; i < out->held; i++) bytes += (double)kvseq_bytes(&seqs[i]);
     }
+    if (read_repeat > 0 &&
+        pool_read_time(seqs, out->held, fwd.pool, read_repeat, &out->read_seconds, &out->read_bytes))
+        out->read_seconds = out->read_bytes = 0;
     out->steps = steps;
     out->tokens_per_s = (double)out->held * steps / out->seconds;
     out->cache_bytes_per_step = bytes / steps;

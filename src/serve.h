@@ -103,9 +103,14 @@ typedef struct {
     double cache_bytes_per_step; // mean cache bytes attention read
     double attended_per_step;    // mean Σ over rows of the tokens each attends over (pos + 1)
     double weight_bytes;
+    // With read_repeat > 0, after the steps: the best of read_repeat reads of the held caches alone
+    // (pool_read.h), and the bytes read; 0 when not asked for or not measurable (a codec whose state
+    // is several allocations).
+    double read_seconds, read_bytes;
 } HeldDecode;
 
 int serve_held_decode(const Model *m, KVPool *pool, const KVRecording *rec, int max_conversations, int lo, int hi,
-                      int steps, int n_threads, int fill_threads, HeldDecode *out, char *err, size_t errlen);
+                      int steps, int n_threads, int fill_threads, int read_repeat, HeldDecode *out, char *err,
+                      size_t errlen);
 
 #endif

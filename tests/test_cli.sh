@@ -127,15 +127,15 @@ if [ -f models/micro.bin ]; then
     grep -q "scoring this window is 0.19 G multiply-adds (weights 0.18 G, attention 0.01 G)" "$tmp/be.txt" &&
         grep -Eq "one core here peaks at [1-9][0-9.]* G a second" "$tmp/be.txt" &&
         ok "bench --eval: the arithmetic's floor (closed form, a measured peak)" || bad "bench --eval floor: $(tail -6 "$tmp/be.txt")"
-    # bench --batch: the side-by-side table and the floor's, each a row for fp16 and one for the cache,
+    # bench --batch: the side-by-side table, the floor's and the pool read's, each a row for fp16 and one for the cache,
     # every figure a positive finite number. (Not how the figures compare: they are timings, and a
     # loaded machine can put a step below its floor; speed is measured by bench, not by a test.)
     "$micro" bench --batch 4 --steps 2 --repeat 2 --threads 1 --cache int:bits=4 >"$tmp/bb.txt" 2>&1
     awk '/ns\/head/ { floor = 1 }
          /^(fp16|int:bits=4) \// { rows++
              for (i = 4; i <= NF; i++) { v = $i; sub(/[x%]$/, "", v); if (v != "|" && v != "-" && !(v + 0 > 0)) bad = bad " " $0 } }
-         END { if (rows != 4 || !floor || bad) { print rows, bad; exit 1 } }' "$tmp/bb.txt" >/dev/null &&
-        ok "bench --batch: both tables, positive figures" || bad "bench --batch: $(tail -8 "$tmp/bb.txt")"
+         END { if (rows != 6 || !floor || bad) { print rows, bad; exit 1 } }' "$tmp/bb.txt" >/dev/null &&
+        ok "bench --batch: the three tables, positive figures" || bad "bench --batch: $(tail -8 "$tmp/bb.txt")"
     # The noise beside the best figures: the lowest of the 3 bandwidth readings (no higher than the
     # best) and the range of the 2 turns' ratios (low <= high).
     tr -s ' \n' ' ' <"$tmp/bb.txt" | grep -Eo 'measured here: [0-9.]+ GB/s .{0,80}the best of 3 readings .{0,40}the lowest [0-9.]+\)|just before it: [0-9.]+x to [0-9.]+x over 2 turns' |
@@ -156,6 +156,24 @@ if [ -f models/micro.bin ]; then
                exit !(seen && r > 1 && share >= 64 && share > 0.97 * want && share < 1.03 * want) }' "$tmp/bb.txt" &&
         ok "bench --batch: both targets at once (the closed form of the first table)" ||
         bad "bench --batch both targets: $(grep -A3 '^both' "$tmp/bb.txt")"
+    # The pool read alone: each row's GB/s is its MB over its ms (as rounded) and its share of the
+    # stream that over the bandwidth reading; fp16's other work plus its read is the step of the line under the targets,
+    # whose roofline share is fp16's roofline load (share × step in the first table) over it. To ~2%:
+    # the printed figures are rounded.
+    tr -s ' \n' ' ' <"$tmp/bb.txt" | grep -Eo 'measured here: [0-9.]+ GB/s|classifier: [0-9.]+ ms' >"$tmp/bb_other.txt"
+    awk 'function near(a, b) { return a > 0 && b > 0 && a < 1.02 * b + 0.011 && b < 1.02 * a + 0.011 }
+         FNR == NR { if ($1 == "measured") bw = $3; else other = $2; next }
+         /^(fp16|int:bits=4) \// && !done[$1]++ && $1 == "fp16" { load = $5 * $7 }
+         /of stream/ { pool = 1; next }
+         pool && /^(fp16|int:bits=4) \// { share = $7; sub(/%$/, "", share)
+             if (!($6 > 0.99 * $5 / ($4 + 0.005) && ($4 <= 0.005 || $6 < 1.01 * $5 / ($4 - 0.005))) ||
+                 !near(100 * $6 / bw, share)) bad = 1
+             if ($1 == "fp16") read16 = $4; rows++ }
+         /^fp16 alone/ { x = $(NF - 4); y = $(NF - 2); sub(/%$/, "", y); alone = 1 }
+         END { exit !(rows == 2 && !bad && alone && near(x, other + read16) && near(y, load / x)) }' \
+        "$tmp/bb_other.txt" "$tmp/bb.txt" &&
+        ok "bench --batch: the pool read alone (its rates, and fp16's step at its floor)" ||
+        bad "bench --batch pool read: $(grep -A4 'of stream' "$tmp/bb.txt"; grep -A1 '^fp16 alone' "$tmp/bb.txt")"
     mkdir -p "$tmp/corpus"
     for lang in en zh; do
         { printf '\001'; head -c 200 "data/plates/$lang.txt" | iconv -c -f utf-8 -t utf-8; printf '\001'; head -c 100 data/plates/en.txt; } >"$tmp/corpus/$lang.val.txt"

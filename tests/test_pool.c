@@ -9,6 +9,8 @@
 
 #include "check.h"
 #include "kvpool.h"
+#include "pool_read.h"
+#include "threadpool.h"
 
 enum { LAYERS = 2, HEADS = 3, HD = 32, BLOCK = 16, CONTEXT = 256, T = 150 };
 
@@ -42,6 +44,43 @@ static int pool_open(KVPool *pool, const char *spec, size_t budget) {
 }
 
 // One sequence of T tokens against contiguous streams fed the same vectors and end_steps.
+// A block's extent (CodecOps.extent, for the families whose state is one allocation) holds its codes
+// and metadata: at least its bytes, and a full block's at most those and the state's struct, each
+// part rounded up to a line. The pool read (pool_read.h) reads every block's extent, here under the
+// sanitizers in their build, and counts exactly those bytes; for a family without extents it refuses.
+static void check_extents(const KVSeq *seq, const char *spec) {
+    double extents = 0;
+    int with = 0, without = 0, short_extent = 0, long_extent = 0;
+    for (int l = 0; l < LAYERS; l++)
+        for (int r = 0; r < 2; r++) {
+            const PagedStream *ps = r ? &seq->v[l] : &seq->k[l];
+            for (int b = 0; b < ps->n_blocks; b++) {
+                const KVStream *s = &ps->blocks[b];
+                if (!s->ops->extent) {
+                    without++;
+                    continue;
+                }
+                with++;
+                const size_t e = s->ops->extent(s->state), bytes = s->ops->bytes(s->state);
+                extents += (double)e;
+                short_extent += e < bytes;
+                long_extent += s->length == BLOCK && e > bytes + 1024;
+            }
+        }
+    CHECK(!with || !without, "%s: %d blocks with an extent, %d without", spec, with, without);
+    CHECK(!short_extent && !long_extent, "%s: %d extents shorter than the block's bytes, %d far longer", spec,
+          short_extent, long_extent);
+    ThreadPool *tp = pool_create(2);
+    double seconds = -1, bytes = -1;
+    const int rc = pool_read_time(seq, 1, tp, 1, &seconds, &bytes);
+    pool_destroy(tp);
+    if (with)
+        CHECK(rc == 0 && seconds > 0 && bytes == extents, "%s: the pool read gave %d, %g s, %g of %g bytes", spec, rc,
+              seconds, bytes, extents);
+    else
+        CHECK(rc == -1, "%s: the pool read of blocks without extents gave %d", spec, rc);
+}
+
 static void check_against_contiguous(const char *spec) {
     char err[256];
     KVPool pool;
@@ -107,6 +146,7 @@ static void check_against_contiguous(const char *spec) {
     CHECK(!mixed_far, "%s: %d mixed numbers differ beyond rounding", spec, mixed_far);
     CHECK(!mixed_other, "%s: %d mixes are not a contiguous stream's bits", spec, mixed_other);
     CHECK(!bytes_differ, "%s: bytes differ from a contiguous stream %d times", spec, bytes_differ);
+    check_extents(&seq, spec);
     kvseq_release(&seq);
     CHECK(pool.used == 0 && pool.blocks == 0, "%s: %zu bytes, %ld blocks left after release", spec, pool.used,
           pool.blocks);

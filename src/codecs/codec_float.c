@@ -56,6 +56,7 @@ typedef struct {
     uint8_t *codes;   // keys: [head][tile][d][16 lanes]; values: [head][token][head_dim]
     uint16_t *scales; // [head][slot] fp16, only with scale=token (zero past the last token)
     size_t scales_at; // the scales' offset from the state
+    size_t extent;    // the state's allocation: this struct, the codes, the scales
 } FloatState;
 
 // A state is one allocation (codec_core.h): this struct, the codes, the scales.
@@ -119,8 +120,10 @@ static void *float_create(const char *family, CodecSpec *spec, int n_heads, int 
                          (size_t)formats[f].bytes,
                  scales_at = FLOAT_CODES_AT + codec_line(codes);
     // zeroed: the lanes of a partial tile hold finite numbers
-    FloatState *s = codec_alloc_lines(scales_at + (scaled ? (size_t)n_heads * (size_t)tiles * TILE * 2 : 0));
+    const size_t extent = scales_at + (scaled ? (size_t)n_heads * (size_t)tiles * TILE * 2 : 0);
+    FloatState *s = codec_alloc_lines(extent);
     if (!s) return codec_created(s, 0, float_destroy, err, errlen);
+    s->extent = codec_line(extent);
     s->format = f;
     s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
     s->scaled = scaled;
@@ -574,9 +577,11 @@ static const MirrorOps *float_key_mirror(const void *state) {
     return s->is_key && !s->scaled && s->bytes != 2 ? &float_key_mirror_ops : NULL;
 }
 
+static size_t float_extent(const void *state) { return ((const FloatState *)state)->extent; }
+
 static const CodecOps float_ops = {.append = float_append, .scores = float_scores, .mix = float_mix,
                                    .read = float_read, .key_mirror = float_key_mirror,
-                                   .bytes = float_bytes, .destroy = float_destroy};
+                                   .bytes = float_bytes, .extent = float_extent, .destroy = float_destroy};
 
 #define FLOAT_FAMILY(id, help_text)                                                                \
     static void *create_##id(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised, \

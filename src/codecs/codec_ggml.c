@@ -71,6 +71,7 @@ typedef struct {
     uint16_t *d, *m;      // [head][block][slot]; m for q4_1 and q5_1
     uint32_t *qh;         // [head][block][slot] for q5_0 and q5_1
     size_t d_at, m_at, qh_at; // where d, m and qh lie from the state
+    size_t extent;            // the state's allocation: this struct, the codes, d, m, qh
     int search;           // iq4_nl:search (else llama.cpp's reference quantiser)
     int qround;           // qround=q8: keys are scored against the query rounded to q8_0 / q8_1
 } BlockState;
@@ -295,8 +296,10 @@ static void *block_create(BlockFormat f, CodecSpec *spec, int n_heads, int head_
                  d_at = BLOCK_CODES_AT + codec_line(codes), m_at = d_at + codec_line(meta * sizeof(uint16_t)),
                  qh_at = m_at + (block_has_m(f) ? codec_line(meta * sizeof(uint16_t)) : 0);
     // zeroed: the lanes of a partial tile, and scales past the last token, hold finite numbers
-    BlockState *s = codec_alloc_lines(qh_at + (block_has_qh(f) ? meta * sizeof(uint32_t) : 0));
+    const size_t extent = qh_at + (block_has_qh(f) ? meta * sizeof(uint32_t) : 0);
+    BlockState *s = codec_alloc_lines(extent);
     if (!s) return codec_created(s, 0, block_destroy, err, errlen);
+    s->extent = codec_line(extent);
     s->cs = cs;
     s->cs.codes = (uint8_t *)s + BLOCK_CODES_AT;
     s->format = f;
@@ -653,7 +656,9 @@ static size_t block_bytes(const void *state) {
     return s->block_bytes * (size_t)s->blocks * (size_t)s->length * s->n_heads;
 }
 
-CODEC_OPS(block, NULL, NULL);
+static size_t block_extent(const void *state) { return ((const BlockState *)state)->extent; }
+
+CODEC_OPS_ONE_ALLOCATION(block);
 
 #define BLOCK_FAMILY(id, fmt, help_text)                                                             \
     static void *create_##id(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised, \

@@ -46,6 +46,7 @@ typedef struct {
     uint16_t *scale16; // [head][slots] with scale=fp16 (zero past the last token)
     float *scale32;    // [head][slots] with scale=fp32
     size_t scales_at;  // the scales' offset from the state
+    size_t extent;     // the state's allocation: this struct, the codes, the scales
     int n_heads, head_dim, capacity, length;
     int bits, levels;
 } IntState;
@@ -96,6 +97,7 @@ static void *int_create(CodecSpec *spec, int n_heads, int head_dim, int capacity
     s->bits = bits, s->levels = levels, s->scale_fp32 = scale_fp32;
     s->slots = slots;
     s->scales_at = scales_at;
+    s->extent = codec_line(scales_at + scales);
     if (scale_fp32)
         s->scale32 = (float *)(void *)((uint8_t *)s + scales_at);
     else
@@ -367,7 +369,9 @@ static size_t int_bytes(const void *state) {
     return (s->cs.row_bytes + scale_bytes) * (size_t)s->length * s->n_heads;
 }
 
-CODEC_OPS(int, NULL, NULL);
+static size_t int_extent(const void *state) { return ((const IntState *)state)->extent; }
+
+CODEC_OPS_ONE_ALLOCATION(int);
 
 const CodecFamily CODEC_FAMILY(codec_int) = {.name = "int", .ops = &int_ops, .create = int_create,
     .help = "int:bits=B           round to nearest per head per token, B=1..8, one scale (scale=fp16|fp32), "
