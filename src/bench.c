@@ -260,6 +260,19 @@ static void print_pool_reads(const HeldDecode held[2], const char *const specs[2
     }
 }
 
+// The first target alone, against how fast this machine reads a pool rather than one buffer. Not a
+// bound: the step may overlap some of its reading with its products, and a plain read may not be the
+// fastest way through the blocks; the ratio says how close the step comes to it.
+static void print_fp16_alone(const HeldDecode *fp16, double bw, double other) {
+    if (fp16->read_seconds <= 0) return;
+    const double c16 = fp16->cache_bytes_per_step, w = fp16->weight_bytes;
+    const double fp16_free = other_or_weights(other, w, bw) + fp16->read_seconds;
+    const double measured = fp16->seconds / fp16->steps;
+    printf("\nfp16 alone: its other work and the read of its pool alone (above) add up to %.2f ms, %.1f%% of its\n"
+           "roofline; its measured step, %.2f ms, is %.0f%% of that\n",
+           1e3 * fp16_free, 100.0 * (c16 + w) / bw / fp16_free, 1e3 * measured, 100.0 * measured / fp16_free);
+}
+
 // Issue 8's two speed targets at once, as a closed form of the run's figures. fp16 at 80% of its
 // roofline is a step of R16 / 0.8 (R: the step's cache and weight bytes over the bandwidth); the
 // cache 0.8 × its bytes ratio faster than that is a step of (R16 / 0.8) · C / (0.8 · C16), which is
@@ -279,16 +292,6 @@ static void print_both_targets(const HeldDecode held[2], double bw, double other
         printf("with this step's other work\nthe two targets cannot both be met\n");
     else
         printf("both can be met only if attention\nadds at most %.2f ms to that reading\n", 1e3 * (step - free_kernels));
-    // The first target alone, against how fast this machine reads a pool rather than one buffer. Not
-    // a bound: the step may overlap some of its reading with its products, and a plain read may not be
-    // the fastest way through the blocks; the ratio says how close the step comes to it.
-    if (held[0].read_seconds > 0) {
-        const double fp16_free = other_or_weights(other, w, bw) + held[0].read_seconds;
-        const double measured = held[0].seconds / held[0].steps;
-        printf("fp16 alone: its other work and the read of its pool alone (above) add up to %.2f ms, %.1f%% of its\n"
-               "roofline; its measured step, %.2f ms, is %.0f%% of that\n",
-               1e3 * fp16_free, 100.0 * (c16 + w) / bw / fp16_free, 1e3 * measured, 100.0 * measured / fp16_free);
-    }
 }
 
 // Batched decode at long context, fp16 against the chosen cache in one run: each scheme's pool holds
@@ -388,6 +391,7 @@ static int bench_batch(const Model *m, const BenchOptions *o, char *err, size_t 
                "fp16's measured step over that step (the most this cache can gain with these kernels on fp16 as it\n"
                "runs now); target: 0.8 x the bytes ratio\n");
         print_pool_reads(held, specs, bw);
+        print_fp16_alone(&held[0], bw, other);
         if (held[1].cache_bytes_per_step < held[0].cache_bytes_per_step) print_both_targets(held, bw, other);
     }
     kv_recording_free(&rec);
