@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "kvcache.h"
+#include "msgtext.h"
 #include "safe_file.h"
 
 #ifndef MICRO_VERSION
@@ -58,7 +59,8 @@ static int dispatch(int argc, char **argv) {
     }
     for (int i = 0; i < N_COMMANDS; i++)
         if (!strcmp(cmd, commands[i].name)) return commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "micro: unknown command '%s'\n", cmd);
+    char shown[MSG_TEXT];
+    fprintf(stderr, "micro: unknown command '%s'\n", msg_text(cmd, shown, sizeof shown));
     usage(stderr);
     return 2;
 }

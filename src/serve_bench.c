@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "cmd_options.h"
 #include "commands.h"
+#include "msgtext.h"
 #include "membw.h"
 #include "model_file.h"
 #include "serve.h"
@@ -83,7 +84,10 @@ int serve_bench_parse(int argc, char **argv, ServeBenchOptions *o, char *err, si
             if ((bad = opts_string(&p, &value))) break;
             if (!strcmp(value, "fixed")) o->workload = WORKLOAD_FIXED;
             else if (!strcmp(value, "chat")) o->workload = WORKLOAD_CHAT;
-            else return opts_fail(&p, "--workload: '%s' is not fixed or chat", value);
+            else {
+                char shown[MSG_TEXT];
+                return opts_fail(&p, "--workload: '%s' is not fixed or chat", msg_text(value, shown, sizeof shown));
+            }
         } else if (opts_is(&p, "--csv")) bad = opts_flag(&p), o->csv = 1;
         else if (opts_is(&p, "--json")) bad = opts_flag(&p), o->json = 1;
         else return opts_unknown(&p);

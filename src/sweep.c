@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "cmd_options.h"
 #include "commands.h"
+#include "msgtext.h"
 #include "eval.h"
 #include "membw.h"
 #include "text.h"
@@ -50,7 +51,8 @@ static int expand(const char *pattern, SpecList *out, char *err, size_t errlen) 
     const char *close = strchr(open, '}');
     const char *nested = strchr(open + 1, '{');
     if (!close || (nested && nested < close)) {
-        snprintf(err, errlen, "grid '%s': every '{' needs a '}' (no nesting)", pattern);
+        char shown[MSG_TEXT];
+        snprintf(err, errlen, "grid '%s': every '{' needs a '}' (no nesting)", msg_text(pattern, shown, sizeof shown));
         return -1;
     }
     const size_t head = (size_t)(open - pattern), len = strlen(pattern);
