@@ -536,7 +536,8 @@ static int check_out_dir(const char *dir, char *err, size_t errlen) {
     struct stat st;
     if (stat(dir, &st) == 0) {
         if (!S_ISDIR(st.st_mode)) {
-            snprintf(err, errlen, "--out %s: not a folder", dir);
+            char shown[MSG_TEXT];
+            snprintf(err, errlen, "--out %s: not a folder", msg_text(dir, shown, sizeof shown));
             return -1;
         }
         char path[4200];

@@ -117,9 +117,10 @@ int serve_bench_parse(int argc, char **argv, ServeBenchOptions *o, char *err, si
 
 // The prompts' text: both plates, one after the other (whole files, bytes as they are).
 static int read_text(const char *path, uint8_t **buf, size_t *len, char *err, size_t errlen) {
+    char shown[MSG_TEXT];
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(err, errlen, "cannot open %s for the prompts' text", path);
+        snprintf(err, errlen, "cannot open %s for the prompts' text", msg_text(path, shown, sizeof shown));
         return -1;
     }
     uint8_t chunk[65536];
@@ -128,7 +129,7 @@ static int read_text(const char *path, uint8_t **buf, size_t *len, char *err, si
         uint8_t *grown = realloc(*buf, *len + got);
         if (!grown) {
             fclose(f);
-            snprintf(err, errlen, "out of memory reading %s", path);
+            snprintf(err, errlen, "out of memory reading %s", msg_text(path, shown, sizeof shown));
             return -1;
         }
         memcpy(grown + *len, chunk, got);
@@ -137,7 +138,7 @@ static int read_text(const char *path, uint8_t **buf, size_t *len, char *err, si
     const int failed = ferror(f);
     fclose(f);
     if (failed) {
-        snprintf(err, errlen, "cannot read %s", path);
+        snprintf(err, errlen, "cannot read %s", msg_text(path, shown, sizeof shown));
         return -1;
     }
     return 0;

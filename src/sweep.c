@@ -115,7 +115,8 @@ int sweep_parse(int argc, char **argv, SweepOptions *o, char *err, size_t errlen
         else if (opts_is(&p, "--preset")) {
             bad = opts_string(&p, &preset);
             if (!bad && strcmp(preset, "all") != 0) {
-                snprintf(err, errlen, "--preset %s: the only preset is 'all'", preset);
+                char shown[MSG_TEXT];
+                snprintf(err, errlen, "--preset %s: the only preset is 'all'", msg_text(preset, shown, sizeof shown));
                 return OPTS_ERROR;
             }
             o->preset_all = 1;

@@ -98,11 +98,16 @@ expect 2 "more than 8 options" "nine spec options" -- "$micro" eval --cache int:
 expect 2 "int: unknown option" "eight spec options reach the codec" -- "$micro" eval --cache int:bits=4,a,b,c,d,e,f,g
 expect 2 "bits=99999999999999999999 is out of range" "huge spec value: out of range" -- "$micro" eval --cache int:bits=99999999999999999999
 expect 2 '\\x0A' "a newline in a value stays on one line" -- "$micro" eval --cache $'fp\n32'
-# Values echoed in a message are shortened, so the reason after them is kept (a fuzzer found the
-# workload's cut off at 512 bytes), and a command name's newline is escaped.
+# Values and paths echoed in a message are shortened, so the reason after them is kept (a fuzzer
+# found the workload's cut off at 512 bytes), and a command name's newline is escaped. ($long is
+# the 3,000-byte path above, made here.)
 value=$(printf 'w%.0s' {1..600})
 expect 2 "is not fixed or chat" "long --workload keeps the reason" -- "$micro" serve-bench --workload "$value"
 expect 2 "every '{' needs a '}'" "long open grid keeps the reason" -- "$micro" sweep --grid "int:bits={$value"
+expect 2 "the only preset is 'all'" "long --preset keeps the reason" -- "$micro" sweep --preset "$value"
+mkdir -p "$long" && echo x >"$long/file" && : >"$long/ckpt"
+expect 2 "not a folder" "long --out that is a file keeps the reason" -- "$micro" plate --out "$long/file"
+expect 2 "is unreadable or too short" "long --resume keeps the reason" -- "$micro" train --resume "$long/ckpt"
 expect 2 "unknown command 'ab\\\\x0Acd'" "a newline in a command name is escaped" -- "$micro" $'ab\ncd'
 
 # --- every command: exit 2 for bad arguments, checked before anything is loaded --------------------

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "msgtext.h"
 #include "safe_file.h"
 
 typedef struct {
@@ -61,6 +62,8 @@ void checkpoint_free_arrays(Checkpoint *c) {
 }
 
 int checkpoint_load(const char *path, Checkpoint *c, char *err, size_t errlen) {
+    char shown[MSG_TEXT]; // the path as messages echo it: shortened, escaped
+    msg_text(path, shown, sizeof shown);
     memset(c, 0, sizeof *c);
     long long size = 0;
     FILE *f = safe_open_read(path, &size, err, errlen); // a regular file: a FIFO or a folder is refused
@@ -73,14 +76,14 @@ int checkpoint_load(const char *path, Checkpoint *c, char *err, size_t errlen) {
     size_t head = 8 + 4 + sizeof(RunIdent) + sizeof(RunProgress);
     if (!ok || (size_t)len < head + 8) {
         free(buf);
-        snprintf(err, errlen, "checkpoint %s is unreadable or too short", path);
+        snprintf(err, errlen, "checkpoint %s is unreadable or too short", shown);
         return -1;
     }
     uint32_t version;
     memcpy(&version, buf + 8, 4);
     if (memcmp(buf, CKPT_MAGIC, 8) != 0 || version != CKPT_VERSION) {
         free(buf);
-        snprintf(err, errlen, "%s is not a version-%u micro checkpoint", path, CKPT_VERSION);
+        snprintf(err, errlen, "%s is not a version-%u micro checkpoint", shown, CKPT_VERSION);
         return -1;
     }
     memcpy(&c->id, buf + 12, sizeof c->id);
@@ -89,20 +92,20 @@ int checkpoint_load(const char *path, Checkpoint *c, char *err, size_t errlen) {
     if (n <= 0 || n > ((int64_t)1 << 32) || steps < 0 || steps > ((int64_t)1 << 30) || nv < 0 ||
         nv > ((int64_t)1 << 30) || c->pr.step < 0 || c->pr.step > steps) {
         free(buf);
-        snprintf(err, errlen, "checkpoint %s has impossible sizes", path);
+        snprintf(err, errlen, "checkpoint %s has impossible sizes", shown);
         return -1;
     }
     size_t want = head + 3 * (size_t)n * sizeof(float) + (size_t)steps * sizeof(float) + (size_t)nv * sizeof(ValRecord) + 8;
     if ((size_t)len != want) {
         free(buf);
-        snprintf(err, errlen, "checkpoint %s is %ld bytes, expected %zu (truncated?)", path, len, want);
+        snprintf(err, errlen, "checkpoint %s is %ld bytes, expected %zu (truncated?)", shown, len, want);
         return -1;
     }
     uint64_t stored;
     memcpy(&stored, buf + want - 8, 8);
     if (fnv(FNV_BASIS, buf, want - 8) != stored) {
         free(buf);
-        snprintf(err, errlen, "checkpoint %s fails its checksum", path);
+        snprintf(err, errlen, "checkpoint %s fails its checksum", shown);
         return -1;
     }
     c->params = malloc((size_t)n * sizeof(float));
@@ -113,7 +116,7 @@ int checkpoint_load(const char *path, Checkpoint *c, char *err, size_t errlen) {
     if (!c->params || !c->m || !c->v || !c->train_loss || !c->val) {
         checkpoint_free_arrays(c);
         free(buf);
-        snprintf(err, errlen, "out of memory reading checkpoint %s", path);
+        snprintf(err, errlen, "out of memory reading checkpoint %s", shown);
         return -1;
     }
     const unsigned char *p = buf + head;
