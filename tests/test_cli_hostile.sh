@@ -105,9 +105,13 @@ value=$(printf 'w%.0s' {1..600})
 expect 2 "is not fixed or chat" "long --workload keeps the reason" -- "$micro" serve-bench --workload "$value"
 expect 2 "every '{' needs a '}'" "long open grid keeps the reason" -- "$micro" sweep --grid "int:bits={$value"
 expect 2 "the only preset is 'all'" "long --preset keeps the reason" -- "$micro" sweep --preset "$value"
-mkdir -p "$long" && echo x >"$long/file" && : >"$long/ckpt"
+mkdir -p "$long" "$tmp/small-corpus" && echo x >"$long/file" && : >"$long/ckpt"
 expect 2 "not a folder" "long --out that is a file keeps the reason" -- "$micro" plate --out "$long/file"
-expect 2 "is unreadable or too short" "long --resume keeps the reason" -- "$micro" train --resume "$long/ckpt"
+for f in en.train en.val zh.train zh.val; do # the checkpoint is read after the corpus (a clone has none)
+    { printf '\001'; head -c 4000 data/plates/en.txt | iconv -c -f utf-8 -t utf-8; } >"$tmp/small-corpus/$f.txt"
+done
+expect 2 "is unreadable or too short" "long --resume keeps the reason" -- "$micro" train --corpus "$tmp/small-corpus" \
+    --seq 64 --batch 1 --steps 1 --resume "$long/ckpt"
 expect 2 "unknown command 'ab\\\\x0Acd'" "a newline in a command name is escaped" -- "$micro" $'ab\ncd'
 
 # --- every command: exit 2 for bad arguments, checked before anything is loaded --------------------
