@@ -225,8 +225,8 @@ static int run_serve_panel(PlateRun *r, const Model *m, const uint8_t *text, siz
         row->plain = r->serve_fp16 * 16.0 / serve_schemes[i].nominal_bits;
         row->meta = r->serve_fp16 * 16.0 / row->bits;
         HeldDecode hd;
-        rc = serve_held_decode(m, &pool, &rec, r->serve_fp16 * 16, n, n, SERVE_STEPS, threads, fill_threads, 0, &hd, err,
-                               errlen);
+        rc = serve_held_decode(m, &pool, &rec, r->serve_fp16 * 16, n, n, SERVE_STEPS, threads, fill_threads, 0, &hd,
+                               err, errlen);
         kvpool_free(&pool);
         if (rc) break;
         row->held = hd.held;

@@ -1,7 +1,7 @@
 // Reading a pool alone: every block of some sequences read whole, in the order a batched step's
 // attention reaches them, with nothing computed. micro bench --batch prints it beside the streaming
-// bandwidth (membw.h): a step can read its cache no faster than this, whatever its kernels, and a
-// pool's blocks lie anywhere in memory, where the streaming probe reads one buffer in order.
+// bandwidth (membw.h), which reads one buffer in order where a pool's blocks lie anywhere in memory.
+// A reference for a step's reading, not a bound: a step may overlap some of it with its products.
 #ifndef MICRO_POOL_READ_H
 #define MICRO_POOL_READ_H
 
