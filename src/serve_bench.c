@@ -11,9 +11,9 @@
 #include "cli.h"
 #include "cmd_options.h"
 #include "commands.h"
-#include "msgtext.h"
 #include "membw.h"
 #include "model_file.h"
+#include "msgtext.h"
 #include "serve.h"
 
 static const char *serve_bench_usage =

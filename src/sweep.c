@@ -11,9 +11,9 @@
 #include "cli.h"
 #include "cmd_options.h"
 #include "commands.h"
-#include "msgtext.h"
 #include "eval.h"
 #include "membw.h"
+#include "msgtext.h"
 #include "text.h"
 
 #define SWEEP_MAX_SPECS 4096

@@ -43,7 +43,6 @@ static int pool_open(KVPool *pool, const char *spec, size_t budget) {
     return -1;
 }
 
-// One sequence of T tokens against contiguous streams fed the same vectors and end_steps.
 // A block's extent (CodecOps.extent, for the families whose state is one allocation) holds its codes
 // and metadata: at least its bytes, and a full block's at most those and the state's struct, each
 // part rounded up to a line. The pool read (pool_read.h) reads every block's extent, here under the
@@ -81,6 +80,7 @@ static void check_extents(const KVSeq *seq, const char *spec) {
         CHECK(rc == -1, "%s: the pool read of blocks without extents gave %d", spec, rc);
 }
 
+// One sequence of T tokens against contiguous streams fed the same vectors and end_steps.
 static void check_against_contiguous(const char *spec) {
     char err[256];
     KVPool pool;
