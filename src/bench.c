@@ -37,7 +37,8 @@ static const char *bench_usage =
     "                      by side (tokens/s, cache bytes per step, roofline, the speed ratio against the\n"
     "                      bytes ratio), then each step's floor: its other work plus attention no faster\n"
     "                      than its kernels on a cache in L2 nor than reading the cache at the streaming\n"
-    "                      bandwidth, the pool read alone (every block read whole, nothing computed)\n"
+    "                      bandwidth, what paging costs those kernels (against a cache in one block),\n"
+    "                      the pool read alone (every block read whole, nothing computed)\n"
     "                      against the streaming bandwidth, and what fp16 at 80% of its roofline with the\n"
     "                      cache 0.8 x its bytes ratio faster would ask of the cache; --threads takes the\n"
     "                      first count\n"
@@ -260,6 +261,18 @@ static void print_pool_reads(const HeldDecode held[2], const char *const specs[2
     }
 }
 
+// What reading a cache through a block table costs the kernels, their bytes in cache: vLLM's own
+// measure of its paged kernels (Kwon et al. 2023, section 7.1: 20-26% slower than FasterTransformer's
+// contiguous ones). Here the reference is the same kernels on a cache that is one block.
+static void print_paging_cost(const double per_ht[2], const double per_ht_one[2], const char *const specs[2][2],
+                              int block) {
+    printf("\npaging's cost on the kernels: with each conversation's cache in one block, they take %.2f (%s) and\n"
+           "%.2f (%s) ns per head and token in cache, so blocks of %d tokens cost them %+.0f%% and %+.0f%% (vLLM\n"
+           "measured its paged kernels 20-26%% slower than FasterTransformer's contiguous ones)\n",
+           1e9 * per_ht_one[0], specs[0][0], 1e9 * per_ht_one[1], specs[1][0], block,
+           100.0 * (per_ht[0] / per_ht_one[0] - 1), 100.0 * (per_ht[1] / per_ht_one[1] - 1));
+}
+
 // The first target alone, against how fast this machine reads a pool rather than one buffer. Not a
 // bound: the step may overlap some of its reading with its products, and a plain read may not be the
 // fastest way through the blocks; the ratio says how close the step comes to it.
@@ -355,10 +368,15 @@ static int bench_batch(const Model *m, const BenchOptions *o, char *err, size_t 
                turn_ratio[0], turn_ratio[1], o->repeat);
     // The floor: attention's cost per head and token with its blocks in cache, and the rest of the
     // step from the same conversations at `few` positions, less their attention at that cost.
-    double per_ht[2] = {0, 0};
+    // per_ht_one: the same with each conversation's cache in one block, paging's reference, measured
+    // right after its paged pair (a slow spell on this shared machine then slows both).
+    double per_ht[2] = {0, 0}, per_ht_one[2] = {0, 0};
     HeldDecode short_run;
-    for (int s = 0; s < 2 && !rc; s++)
+    for (int s = 0; s < 2 && !rc; s++) {
         rc = attention_in_cache(m, &rec, specs[s][0], specs[s][1], o->block, o->repeat, &per_ht[s], err, errlen);
+        if (!rc && o->block < n)
+            rc = attention_in_cache(m, &rec, specs[s][0], specs[s][1], n, o->repeat, &per_ht_one[s], err, errlen);
+    }
     for (int r = 0; r < o->repeat && !rc; r++)
         rc = held_run(m, &rec, "fp16", "fp16", o, few, few, r == 0, 0, &short_run, NULL, err, errlen);
     if (!rc) {
@@ -390,6 +408,7 @@ static int bench_batch(const Model *m, const BenchOptions *o, char *err, size_t 
         printf("\nat best: the roofline share of a step of the other work and the larger of kernels and read; x fp16:\n"
                "fp16's measured step over that step (the most this cache can gain with these kernels on fp16 as it\n"
                "runs now); target: 0.8 x the bytes ratio\n");
+        if (o->block < n) print_paging_cost(per_ht, per_ht_one, specs, o->block);
         print_pool_reads(held, specs, bw);
         print_fp16_alone(&held[0], bw, other);
         if (held[1].cache_bytes_per_step < held[0].cache_bytes_per_step) print_both_targets(held, bw, other);

@@ -178,6 +178,18 @@ if [ -f models/micro.bin ]; then
         "$tmp/bb_other.txt" "$tmp/bb.txt" &&
         ok "bench --batch: the pool read alone (its rates; fp16's other work and read against its step)" ||
         bad "bench --batch pool read: $(grep -A4 'of stream' "$tmp/bb.txt"; grep -A1 '^fp16 alone' "$tmp/bb.txt")"
+    # Paging's cost on the kernels: each cache's floor (ns per head and token at blocks of 16) against
+    # the same kernels on a cache in one block, as the percentage printed (to rounding: ~1 point).
+    tr -s ' \n' ' ' <"$tmp/bb.txt" |
+        grep -Eo 'they take [0-9.]+ \(fp16\) and [0-9.]+ \(int:bits=4\) ns per head and token in cache, so blocks of 16 tokens cost them [-+][0-9]+% and [-+][0-9]+%' >"$tmp/bb_paging.txt"
+    awk 'function pct(ns, one, printed) { sub(/%$/, "", printed); return one > 0 && (100 * (ns / one - 1) - printed) ^ 2 < 2.25 }
+         FNR == NR { one16 = $3; one = $6; p16 = $22; p = $24; seen = 1; next }
+         /ns\/head/ { floor = 1; next }
+         floor && /^(fp16|int:bits=4) \// && !done[$1]++ { ns[$1] = $4 }
+         END { exit !(seen && pct(ns["fp16"], one16, p16) && pct(ns["int:bits=4"], one, p)) }' \
+        "$tmp/bb_paging.txt" "$tmp/bb.txt" &&
+        ok "bench --batch: paging's cost on the kernels (the floor's ns against one block's)" ||
+        bad "bench --batch paging: $(grep -A2 '^paging' "$tmp/bb.txt")"
     mkdir -p "$tmp/corpus"
     for lang in en zh; do
         { printf '\001'; head -c 200 "data/plates/$lang.txt" | iconv -c -f utf-8 -t utf-8; printf '\001'; head -c 100 data/plates/en.txt; } >"$tmp/corpus/$lang.val.txt"
