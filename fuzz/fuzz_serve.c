@@ -21,7 +21,7 @@ static const char *const specs[] = {
 #define N_SPECS (int)(sizeof specs / sizeof specs[0])
 
 enum { CONTEXT = 80, MAX_CONVERSATIONS = 6 };
-static const int blocks[4] = {16, 32, 16, CONTEXT};
+static const int blocks[4] = {16, 32, 16, CONTEXT}; // 16, the default, twice as often
 static const uint8_t text[] = "Store it in fewer bits and more users fit: the cache, not the weights, fills a server's "
                               "memory at long contexts, and every decode step reads all of it.";
 
