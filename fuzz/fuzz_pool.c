@@ -57,7 +57,7 @@ static void end_conv(World *w, Conv *c) {
     c->has_ref = 0, c->len = 0;
 }
 
-// Sequence c's attention at its length, against its contiguous streams, and every token read back.
+// Sequence c's attention at its length against its contiguous streams, and its tokens read back.
 static void check_conv(World *w, const Conv *c) {
     const int n = c->len, hd = w->hd;
     if (n == 0) return;
