@@ -25,7 +25,8 @@ static const char *const specs[] = {
 #define N_SPECS (int)(sizeof specs / sizeof specs[0])
 
 enum { SEQS = 4, MAX_LAYERS = 2, MAX_HEADS = 3, MAX_HD = 64, MAX_CONTEXT = 160, MAX_GROW = 24 };
-static const int blocks[4] = {16, 32, 64, 0}, head_dims[4] = {32, 16, 64, 48};
+// The last block is the whole context: kvpool_init cuts a block longer than the context to it.
+static const int blocks[4] = {16, 32, 64, MAX_CONTEXT}, head_dims[4] = {32, 16, 64, 48};
 static const int contexts[8] = {32, 48, 64, 80, 96, 128, 144, 160};
 
 typedef struct {
@@ -160,7 +161,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     w.rng = (uint32_t)data[0] | (uint32_t)data[1] << 8 | (uint32_t)data[2] << 16 | (uint32_t)data[3] << 24;
     char err[512];
     KVPool probe;
-    if (kvpool_init(&probe, w.layers, w.heads, w.hd, block ? block : context, context, SIZE_MAX / 2, w.spec[0],
+    if (kvpool_init(&probe, w.layers, w.heads, w.hd, block, context, SIZE_MAX / 2, w.spec[0],
                     w.spec[1], err, sizeof err)) {
         fuzz_check_message(err, sizeof err); // a codec that does not fit the shape or the blocks
         return 0;
@@ -168,7 +169,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t one = kvpool_block_set_bytes(&probe), first = kvpool_sequence_bytes(&probe, 1) - one;
     kvpool_free(&probe);
     const size_t budget = (size_t)(1 + (data[3] >> 3 & 7)) * one + first + (data[3] >> 6);
-    FUZZ_REQUIRE(kvpool_init(&w.pool, w.layers, w.heads, w.hd, block ? block : context, context, budget, w.spec[0],
+    FUZZ_REQUIRE(kvpool_init(&w.pool, w.layers, w.heads, w.hd, block, context, budget, w.spec[0],
                              w.spec[1], err, sizeof err) == 0);
     for (int i = 0; i < SEQS; i++) kvseq_init(&w.conv[i].seq, &w.pool);
     for (size_t at = 4; at + 1 < size; at += 2) {
