@@ -246,10 +246,36 @@ static void task_span_attention(void *arg, int i, int thread) {
         for (int t = 0; t < nt; t++) paged_mix(&seq->v[l], g, att + t * as, out + t * xs, n0 + t);
 }
 
+// A row's every head (a task of a whole row): the codec may read each block once for all its heads
+// (CodecOps.scores_heads), giving each head the numbers attend() gives it.
+static void attend_row(StepCtx *c, int r) {
+    BatchForward *b = c->b;
+    const ModelConfig *p = &b->model->config;
+    const int H = p->n_heads, hd = p->head_dim, l = c->layer;
+    const KVSeq *seq = c->rows[r].seq;
+    if (p->n_kv_heads != H || seq->k[l].blocks[0].prerope) { // grouped queries, keys rotated as read: by head
+        for (int h = 0; h < H; h++) attend(c, r, h);
+        return;
+    }
+    const int n = c->rows[r].pos + 1;
+    float *att = b->att + (size_t)r * H * b->context;
+    const size_t qd = (size_t)H * hd, xs = qd > (size_t)p->dim ? qd : (size_t)p->dim;
+    const int next = r + pool_threads(b->pool); // the row this thread most likely attends next
+    const KVSeq *nseq = next < c->n_rows ? c->rows[next].seq : NULL;
+    paged_scores_heads(&seq->k[l], nseq ? &nseq->k[l] : NULL, H, b->q + r * qd, att, b->context, n);
+    for (int h = 0; h < H; h++) forward_kernels()->scaled_softmax(att + (size_t)h * b->context, n, 1.0f / sqrtf((float)hd));
+    paged_mix_heads(&seq->v[l], nseq ? &nseq->v[l] : NULL, H, att, b->context, b->xb2 + r * xs, n);
+    for (int h = 0; h < H; h++) note_attention(b, r, l, h, att + (size_t)h * b->context, n);
+}
+
 static void task_attention(void *arg, int i, int thread) {
     (void)thread;
     StepCtx *c = arg;
     const int H = c->b->model->config.n_heads, per = attention_heads_per_task(c);
+    if (per == H) {
+        attend_row(c, i);
+        return;
+    }
     for (int h = i * per % H; h < i * per % H + per; h++) attend(c, i * per / H, h);
 }
 

@@ -74,6 +74,13 @@ typedef struct {
     void (*scores)(const CodecBlocks *b, int head, const float *q, float *out, int n);
     // out[d] = Σ_j p[j] · v̂_j[d] over j in [0, n) of one head; out is overwritten.
     void (*mix)(const CodecBlocks *b, int head, const float *p, float *out, int n);
+    // Every head of one row at once (NULL: attention calls scores and mix head by head): each head's
+    // numbers are scores' and mix's own bits, but the blocks are read in token order with all their
+    // heads, so that a pool's bytes come from memory as one stream rather than a head's 1 KB of
+    // each block per pass. Head h's query is q + h·head_dim and its scores go to out + h·stride;
+    // its weights are p + h·stride and its mix goes to out + h·head_dim.
+    void (*scores_heads)(const CodecBlocks *b, const float *q, float *out, size_t stride, int n);
+    void (*mix_heads)(const CodecBlocks *b, const float *p, size_t stride, float *out, int n);
     // The decoded vector of one head at one token (tests and inspection).
     void (*read)(const void *state, int head, int token, float *out);
     // 1 when scores and mix are codec_scores_by_read / codec_mix_by_read of read() for every shape

@@ -297,6 +297,28 @@ void paged_mix_then(const PagedStream *ps, const PagedStream *next, int head, co
     ps->blocks[0].ops->mix(&b, head, p, out, n);
 }
 
+void paged_scores_heads(const PagedStream *ps, const PagedStream *next, int n_heads, const float *q, float *out,
+                        size_t stride, int n) {
+    const CodecBlocks b = paged_blocks(ps, next);
+    const CodecOps *ops = ps->blocks[0].ops;
+    const int hd = b.head_dim;
+    if (ops->scores_heads)
+        ops->scores_heads(&b, q, out, stride, n);
+    else
+        for (int h = 0; h < n_heads; h++) ops->scores(&b, h, q + (size_t)h * hd, out + (size_t)h * stride, n);
+}
+
+void paged_mix_heads(const PagedStream *ps, const PagedStream *next, int n_heads, const float *p, size_t stride,
+                     float *out, int n) {
+    const CodecBlocks b = paged_blocks(ps, next);
+    const CodecOps *ops = ps->blocks[0].ops;
+    const int hd = b.head_dim;
+    if (ops->mix_heads)
+        ops->mix_heads(&b, p, stride, out, n);
+    else
+        for (int h = 0; h < n_heads; h++) ops->mix(&b, h, p + (size_t)h * stride, out + (size_t)h * hd, n);
+}
+
 void paged_read(const PagedStream *ps, int head, int token, float *out) {
     const KVStream *blk = &ps->blocks[token / ps->blocks[0].capacity];
     blk->ops->read(blk->state, head, token % blk->capacity, out);

@@ -93,6 +93,13 @@ void paged_mix(const PagedStream *ps, int head, const float *p, float *out, int 
 // some codecs ask for while they read the last head of this one.
 void paged_scores_then(const PagedStream *ps, const PagedStream *next, int head, const float *q, float *out, int n);
 void paged_mix_then(const PagedStream *ps, const PagedStream *next, int head, const float *p, float *out, int n);
+// Every head of one row (n_heads queries of head_dim, scores of head h to out + h·stride; weights
+// of head h at p + h·stride, mixes to out + h·head_dim): the codec's scores_heads / mix_heads where
+// it has them, else head by head. The same numbers either way.
+void paged_scores_heads(const PagedStream *ps, const PagedStream *next, int n_heads, const float *q, float *out,
+                        size_t stride, int n);
+void paged_mix_heads(const PagedStream *ps, const PagedStream *next, int n_heads, const float *p, size_t stride,
+                     float *out, int n);
 void paged_read(const PagedStream *ps, int head, int token, float *out);
 // Scores of keys kept before RoPE (KVStream.prerope): each key read back, rotated by RoPE at its
 // position (rope_cos/sin [position][head_dim/2]), then dotted with q.

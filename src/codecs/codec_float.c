@@ -513,6 +513,167 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
     for (int d = 0; d < hd; d++) out[d] = even[d] + odd[d];
 }
 
+// ---- Every head of a row at once (CodecOps.scores_heads, mix_heads) ---------------------------
+// A pool's block holds each head's tile (or 16 rows) one after another. The kernels above read a
+// head at a time, 1 KB of each 6 KB fp16 block per pass, and a pool of 32 long conversations read
+// so left one core's DRAM reading at ~60% of its streaming rate. These go tile by tile through
+// every head, so each block's bytes are read in order, and ask for the tile FLOAT_HEADS_AHEAD
+// tiles on a line for each line they read (asking for a whole block at once left the arithmetic
+// waiting behind the requests). Each head's sums are the per-head kernels' own, in their order:
+// the same bits. Only in the AVX-512 build, micro's head_dim 32, unscaled formats and up to eight
+// heads; everything else (and the portable build) goes head by head.
+#define FLOAT_HEADS_AHEAD 2
+#define FLOAT_HEADS_MAX 8
+
+// The block holding tile k of the stream, or past its end tile k − tiles of the stream attention
+// reads next (b->next, its first tokens), and the tile's first token's place in that block; NULL
+// past both.
+static ALWAYS_INLINE const uint8_t *float_ahead_block(const CodecBlocks *b, int k, int n, int *local) {
+    const int tiles = (n + TILE - 1) / TILE;
+    if (k < tiles) return codec_block(b, k * TILE, local);
+    const int t = (k - tiles) * TILE;
+    if (!b->next || t >= b->next_n) return NULL;
+    const CodecBlocks next = {b->next, b->block, b->head_dim, NULL, 0};
+    return codec_block(&next, t, local);
+}
+
+#ifdef QUANT_AVX512
+static ALWAYS_INLINE void float_scores_heads_fast(const CodecBlocks *b, const float *qu, float *out, size_t stride,
+                                                  int n, const int H, const FloatFormat f) {
+    const FloatState *s0 = b->states[0];
+    const size_t es = (size_t)formats[f].bytes, pair = es == 2 ? 2 : 1;
+    for (int t0 = 0; t0 < n; t0 += TILE) {
+        int local, alocal = 0;
+        const uint8_t *block = codec_block(b, t0, &local), *tiles[FLOAT_HEADS_MAX], *ahead[FLOAT_HEADS_MAX];
+        const uint8_t *ablock = float_ahead_block(b, t0 / TILE + FLOAT_HEADS_AHEAD, n, &alocal);
+        __m512 a[FLOAT_HEADS_MAX];
+        for (int h = 0; h < H; h++) {
+            tiles[h] = block + FLOAT_CODES_AT + float_at(s0, h, local, 0) * es;
+            ahead[h] = ablock ? ablock + FLOAT_CODES_AT + float_at(s0, h, alocal, 0) * es : NULL;
+            a[h] = _mm512_setzero_ps();
+        }
+        for (int d = 0; d < 32; d += (int)pair) {
+            const size_t at = (size_t)d * TILE * es;
+            for (int h = 0; h < H; h++) {
+                if (ablock && at % 64 == 0) __builtin_prefetch(ahead[h] + at);
+                a[h] = float_tile_step(a[h], tiles[h] + at, qu + h * 32 + d, f);
+            }
+        }
+        const int m = n - t0 < TILE ? n - t0 : TILE;
+        for (int h = 0; h < H; h++) {
+            if (m == TILE) {
+                _mm512_storeu_ps(out + (size_t)h * stride + t0, a[h]);
+            } else {
+                float acc[TILE];
+                _mm512_storeu_ps(acc, a[h]);
+                memcpy(out + (size_t)h * stride + t0, acc, sizeof(float) * (size_t)m);
+            }
+        }
+    }
+}
+
+static ALWAYS_INLINE void float_mix_heads_fast(const CodecBlocks *b, const float *p, size_t stride, float *out, int n,
+                                               const int H, const FloatFormat f) {
+    const FloatState *s0 = b->states[0];
+    const size_t es = (size_t)formats[f].bytes, rb = 32 * es;
+    const float unit = formats[f].unit;
+    const int direct = unit == 1.0f; // the weights are p itself
+    float wbuf[2][FLOAT_HEADS_MAX][TILE] __attribute__((aligned(64)));
+    __m512 e0[FLOAT_HEADS_MAX], e1[FLOAT_HEADS_MAX], o0[FLOAT_HEADS_MAX], o1[FLOAT_HEADS_MAX];
+    for (int h = 0; h < H; h++) e0[h] = e1[h] = o0[h] = o1[h] = _mm512_setzero_ps();
+    // The weights of a tile are made a tile ahead of their use: a broadcast that reads a vector
+    // store still in flight would wait for it.
+#define FLOAT_HEADS_WEIGHTS(buf, t)                                                                \
+    for (int h = 0; h < H && !direct && (t) < n; h++) {                                            \
+        const int m_ = n - (t) < TILE ? n - (t) : TILE;                                            \
+        for (int l = 0; l < TILE; l++) (buf)[h][l] = l < m_ ? p[(size_t)h * stride + (t) + l] * unit : 0.0f; \
+    }
+    FLOAT_HEADS_WEIGHTS(wbuf[0], 0)
+    for (int t0 = 0; t0 < n; t0 += TILE) {
+        const int cur = (t0 / TILE) % 2, m = n - t0 < TILE ? n - t0 : TILE;
+        FLOAT_HEADS_WEIGHTS(wbuf[1 - cur], t0 + TILE)
+        int local, alocal = 0;
+        const uint8_t *block = codec_block(b, t0, &local);
+        const uint8_t *ablock = float_ahead_block(b, t0 / TILE + FLOAT_HEADS_AHEAD, n, &alocal);
+        __asm__("" ::: "memory"); // the weights broadcast from memory
+        for (int h = 0; h < H; h++) {
+            const uint8_t *row = block + FLOAT_CODES_AT + float_at(s0, h, local, 0) * es;
+            const uint8_t *arow = ablock ? ablock + FLOAT_CODES_AT + float_at(s0, h, alocal, 0) * es : NULL;
+            const float *w = direct ? p + (size_t)h * stride + t0 : wbuf[cur][h];
+            int k = 0;
+            for (; k + 2 <= m; k += 2) {
+                for (size_t at = (size_t)k * rb; arow && at < (size_t)(k + 2) * rb; at += 64) __builtin_prefetch(arow + at);
+                const __m512 w0 = _mm512_set1_ps(w[k]), w1 = _mm512_set1_ps(w[k + 1]);
+                float_madd(row + (size_t)k * rb, w0, w0, f, &e0[h], &e1[h]);
+                float_madd(row + (size_t)(k + 1) * rb, w1, w1, f, &o0[h], &o1[h]);
+            }
+            if (k < m) float_madd(row + (size_t)k * rb, _mm512_set1_ps(w[k]), _mm512_set1_ps(w[k]), f, &e0[h], &e1[h]);
+        }
+    }
+#undef FLOAT_HEADS_WEIGHTS
+    for (int h = 0; h < H; h++) {
+        float even[32], odd[32], *o = out + (size_t)h * 32;
+        quant_store4(even, odd, e0[h], e1[h], o0[h], o1[h]);
+        if (es == 2) { // lanes i of the first vectors hold number 2i, of the second 2i+1
+            for (int i = 0; i < 16; i++) {
+                o[2 * i] = even[i] + odd[i];
+                o[2 * i + 1] = even[16 + i] + odd[16 + i];
+            }
+        } else {
+            for (int d = 0; d < 32; d++) o[d] = even[d] + odd[d];
+        }
+    }
+}
+#endif
+
+// Whether the every-head kernels take this stream: AVX-512, head_dim 32, no scale, up to eight heads,
+// spread over blocks (one block, the single-sequence decoder's, is one stream already).
+static ALWAYS_INLINE int float_heads_fit(const CodecBlocks *b, int n) {
+    const FloatState *s0 = b->states[0];
+    return QUANT_SIMD && b->head_dim == 32 && !s0->scaled && s0->n_heads <= FLOAT_HEADS_MAX && n > b->block;
+}
+
+// scores_heads and mix_heads of one format: the every-head kernels when the stream and every head's
+// numbers fit them (float_fast, as the per-head kernels ask), else head by head. micro's six heads
+// get an instance of their own (constant loops keep the heads' sums in registers).
+#ifdef QUANT_AVX512
+#define FLOAT_HEADS_INSTANCE(id, fmt)                                                              \
+    static int heads_scores_##id(const CodecBlocks *b, const float *q, float *out, size_t stride, int n) { \
+        const int H = ((const FloatState *)b->states[0])->n_heads;                                 \
+        float qu[FLOAT_HEADS_MAX * 32];                                                             \
+        if (!float_heads_fit(b, n)) return 0;                                                      \
+        for (int h = 0; h < H; h++)                                                                \
+            if (!float_fast(b, h ? 0 : n, q + h * 32, 32, fmt)) return 0;                          \
+        for (int i = 0; i < H * 32; i++) qu[i] = q[i] * formats[fmt].unit;                         \
+        if (H == 6)                                                                                \
+            float_scores_heads_fast(b, qu, out, stride, n, 6, fmt);                                \
+        else                                                                                       \
+            float_scores_heads_fast(b, qu, out, stride, n, H, fmt);                                \
+        return 1;                                                                                  \
+    }                                                                                              \
+    static int heads_mix_##id(const CodecBlocks *b, const float *p, size_t stride, float *out, int n) { \
+        const int H = ((const FloatState *)b->states[0])->n_heads;                                 \
+        if (!float_heads_fit(b, n)) return 0;                                                      \
+        for (int h = 0; h < H; h++)                                                                \
+            if (!float_fast(b, h ? 0 : n, p + (size_t)h * stride, n, fmt)) return 0;               \
+        if (H == 6)                                                                                \
+            float_mix_heads_fast(b, p, stride, out, n, 6, fmt);                                    \
+        else                                                                                       \
+            float_mix_heads_fast(b, p, stride, out, n, H, fmt);                                    \
+        return 1;                                                                                  \
+    }
+#else
+#define FLOAT_HEADS_INSTANCE(id, fmt)                                                              \
+    static int heads_scores_##id(const CodecBlocks *b, const float *q, float *out, size_t stride, int n) { \
+        (void)b, (void)q, (void)out, (void)stride, (void)n;                                        \
+        return 0;                                                                                  \
+    }                                                                                              \
+    static int heads_mix_##id(const CodecBlocks *b, const float *p, size_t stride, float *out, int n) { \
+        (void)b, (void)p, (void)stride, (void)out, (void)n;                                        \
+        return 0;                                                                                  \
+    }
+#endif
+
 // One instance of each kernel per format (a constant format folds the decoder's switch away).
 #define FLOAT_INSTANCE(id, fmt)                                                                    \
     static void scores_##id(const CodecBlocks *b, int head, const float *q, float *out, int n) {   \
@@ -523,7 +684,8 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
     }                                                                                              \
     static void mix_##id(const CodecBlocks *b, int head, const float *p, float *out, int n) {      \
         float_mix_rows(b, head, p, out, n, fmt);                                                   \
-    }
+    }                                                                                              \
+    FLOAT_HEADS_INSTANCE(id, fmt)
 FLOAT_INSTANCE(fp16, FMT_FP16)
 FLOAT_INSTANCE(bf16, FMT_BF16)
 FLOAT_INSTANCE(e4m3, FMT_E4M3)
@@ -534,6 +696,12 @@ FLOAT_INSTANCE(fp32, FMT_FP32)
 typedef void (*FloatKernel)(const CodecBlocks *, int, const float *, float *, int);
 static const FloatKernel float_scores_fn[] = {scores_fp16, scores_bf16, scores_e4m3, scores_e5m2, scores_fp32};
 static const FloatKernel float_mix_fn[] = {mix_fp16, mix_bf16, mix_e4m3, mix_e5m2, mix_fp32};
+typedef int (*FloatHeadsScores)(const CodecBlocks *, const float *, float *, size_t, int);
+typedef int (*FloatHeadsMix)(const CodecBlocks *, const float *, size_t, float *, int);
+static const FloatHeadsScores float_scores_heads_fn[] = {heads_scores_fp16, heads_scores_bf16, heads_scores_e4m3,
+                                                         heads_scores_e5m2, heads_scores_fp32};
+static const FloatHeadsMix float_mix_heads_fn[] = {heads_mix_fp16, heads_mix_bf16, heads_mix_e4m3, heads_mix_e5m2,
+                                                      heads_mix_fp32};
 
 // Scoring a value stream or mixing a key stream is not what attention does: read back. The mix
 // kernel's buffers hold head_dims up to 64.
@@ -551,6 +719,18 @@ static void float_mix(const CodecBlocks *b, int head, const float *p, float *out
         float_mix_fn[s->format](b, head, p, out, n);
     else
         codec_mix_by_read(b, float_read, s->head_dim, head, p, out, n);
+}
+
+static void float_scores_heads(const CodecBlocks *b, const float *q, float *out, size_t stride, int n) {
+    const FloatState *s = b->states[0];
+    if (s->is_key && float_scores_heads_fn[s->format](b, q, out, stride, n)) return;
+    for (int h = 0; h < s->n_heads; h++) float_scores(b, h, q + (size_t)h * s->head_dim, out + (size_t)h * stride, n);
+}
+
+static void float_mix_heads(const CodecBlocks *b, const float *p, size_t stride, float *out, int n) {
+    const FloatState *s = b->states[0];
+    if (!s->is_key && float_mix_heads_fn[s->format](b, p, stride, out, n)) return;
+    for (int h = 0; h < s->n_heads; h++) float_mix(b, h, p + (size_t)h * stride, out + (size_t)h * s->head_dim, n);
 }
 
 static size_t float_bytes(const void *state) {
@@ -580,6 +760,7 @@ static const MirrorOps *float_key_mirror(const void *state) {
 static size_t float_extent(const void *state) { return ((const FloatState *)state)->extent; }
 
 static const CodecOps float_ops = {.append = float_append, .scores = float_scores, .mix = float_mix,
+                                   .scores_heads = float_scores_heads, .mix_heads = float_mix_heads,
                                    .read = float_read, .key_mirror = float_key_mirror,
                                    .bytes = float_bytes, .extent = float_extent, .destroy = float_destroy};
 
