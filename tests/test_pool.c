@@ -222,12 +222,12 @@ static void check_sharing(const char *spec) {
 // read each block's heads together, the rest head by head) against each head alone: the same bits,
 // at every length from one token past a block to whole and partial tiles, with the stream read
 // next given (its first tokens are asked for at the end) and without, with six heads (micro's, an
-// instance of its own) and with three. An infinity stored in a block sends both ways to the
-// portable kernels; a spec with a scale goes head by head.
-static void check_heads_together(const char *spec, int heads) {
+// instance of its own) and with three, in blocks of 16 and in one block per sequence. An infinity
+// stored in a block sends both ways to the portable kernels; a spec with a scale goes head by head.
+static void check_heads_together(const char *spec, int heads, int block) {
     char err[256];
     KVPool pool;
-    if (kvpool_init(&pool, 1, heads, HD, BLOCK, CONTEXT, 1 << 30, spec, spec, err, sizeof err)) {
+    if (kvpool_init(&pool, 1, heads, HD, block, CONTEXT, 1 << 30, spec, spec, err, sizeof err)) {
         CHECK(0, "%s: %s", spec, err);
         return;
     }
@@ -261,10 +261,10 @@ static void check_heads_together(const char *spec, int heads) {
             }
         }
     }
-    CHECK(!scores_differ, "%s, %d heads: %d heads' scores together differ from each head's alone", spec, heads,
-          scores_differ);
-    CHECK(!mixes_differ, "%s, %d heads: %d heads' mixes together differ from each head's alone", spec, heads,
-          mixes_differ);
+    CHECK(!scores_differ, "%s, %d heads, blocks of %d: %d heads' scores together differ from each head's alone", spec,
+          heads, block, scores_differ);
+    CHECK(!mixes_differ, "%s, %d heads, blocks of %d: %d heads' mixes together differ from each head's alone", spec,
+          heads, block, mixes_differ);
     kvseq_release(&seq), kvseq_release(&other);
     kvpool_free(&pool);
 }
@@ -273,8 +273,9 @@ int main(void) {
     for (int i = 0; i < N_SPECS; i++) {
         check_against_contiguous(specs[i]);
         check_sharing(specs[i]);
-        check_heads_together(specs[i], 6);
-        check_heads_together(specs[i], HEADS);
+        check_heads_together(specs[i], 6, BLOCK);
+        check_heads_together(specs[i], HEADS, BLOCK);
+        check_heads_together(specs[i], 6, CONTEXT);
     }
     char err[256];
     KVPool pool;
