@@ -3,8 +3,9 @@
 // classifier) plus attention over the cache, which costs a fixed time per (head, cached token) when
 // the bytes are at hand. Both are measured here, in the same run as the step they bound:
 //   - attention per head and token: every head of one conversation's cache of up to 1,024 tokens,
-//     one layer at a time (a layer's blocks fit in L2), through the step's own attention_head
-//     (scores, softmax, mix), after a pass that brings the blocks in: the kernels' own speed;
+//     one layer at a time (a layer's blocks fit in L2), through the step's own attention_heads
+//     (or attention_head head by head, as the step runs a cache of grouped queries or of keys
+//     rotated as read), after a pass that brings the blocks in: the kernels' own speed;
 //   - the rest of the step: the same conversations decoded at a few positions, less their (small)
 //     attention at that cost.
 // A cache whose floor lies above its roofline time is held back by its kernels, not by DRAM: no
@@ -13,6 +14,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "forward.h"
 #include "kvpool.h"
@@ -29,9 +31,10 @@ int attention_in_cache(const Model *m, const KVRecording *rec, const char *k_spe
     KVSeq seq;
     kvseq_init(&seq, &pool);
     BatchForward fwd = {0}; // for its RoPE tables (a cache that keeps keys before RoPE)
-    float *att = malloc(sizeof(float) * (size_t)n), *out = malloc(sizeof(float) * (size_t)hd);
+    float *att = malloc(sizeof(float) * (size_t)H * n), *out = malloc(sizeof(float) * (size_t)H * hd);
+    float *q_all = malloc(sizeof(float) * (size_t)H * hd);
     int rc = batch_init(&fwd, m, 1, 1, err, errlen);
-    if (!rc && (!att || !out)) {
+    if (!rc && (!att || !out || !q_all)) {
         snprintf(err, errlen, "out of memory");
         rc = -1;
     }
@@ -46,13 +49,18 @@ int attention_in_cache(const Model *m, const KVRecording *rec, const char *k_spe
     double total = 0;
     for (int l = 0; l < L && !rc; l++) {
         double best = 0;
+        // The queries: the keys each head's stream was given last, vectors of the model's own scale.
+        for (int h = 0; h < H; h++)
+            memcpy(q_all + (size_t)h * hd, rec->k + ((size_t)(n - 1) * L + l) * rec->kv_dim + (size_t)(h / group) * hd,
+                   sizeof(float) * (size_t)hd);
+        const int together = group == 1 && !seq.k[l].blocks[0].prerope; // as forward.c's attend_row
         for (int r = 0; r <= repeat; r++) { // pass 0 brings the layer's blocks in
             const double t0 = seconds_now();
-            for (int h = 0; h < H; h++) {
-                // The query: the key this head's stream was given last, a vector of the model's own scale.
-                const float *q = rec->k + ((size_t)(n - 1) * L + l) * rec->kv_dim + (size_t)(h / group) * hd;
-                attention_head(&seq.k[l], &seq.v[l], NULL, NULL, h / group, q, fwd.rope_cos, fwd.rope_sin, att, out, n);
-            }
+            if (together)
+                attention_heads(&seq.k[l], &seq.v[l], NULL, NULL, H, q_all, att, (size_t)n, out, n);
+            for (int h = 0; h < H && !together; h++)
+                attention_head(&seq.k[l], &seq.v[l], NULL, NULL, h / group, q_all + (size_t)h * hd, fwd.rope_cos,
+                               fwd.rope_sin, att, out, n);
             const double dt = seconds_now() - t0;
             if (r == 1 || (r > 1 && dt < best)) best = dt;
         }
@@ -62,6 +70,6 @@ int attention_in_cache(const Model *m, const KVRecording *rec, const char *k_spe
     if (seq.pool) kvseq_release(&seq);
     kvpool_free(&pool);
     if (fwd.model) batch_free(&fwd);
-    free(att), free(out);
+    free(att), free(out), free(q_all);
     return rc;
 }

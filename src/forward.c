@@ -72,6 +72,14 @@ void attention_head(const PagedStream *ks, const PagedStream *vs, const PagedStr
     paged_mix_then(vs, next_v, kv_head, att, out, n);
 }
 
+void attention_heads(const PagedStream *ks, const PagedStream *vs, const PagedStream *next_k, const PagedStream *next_v,
+                     int n_heads, const float *q, float *att, size_t stride, float *out, int n) {
+    const float scale = 1.0f / sqrtf((float)ks->blocks[0].head_dim);
+    paged_scores_heads(ks, next_k, n_heads, q, att, stride, n);
+    for (int h = 0; h < n_heads; h++) forward_kernels()->scaled_softmax(att + (size_t)h * stride, n, scale);
+    paged_mix_heads(vs, next_v, n_heads, att, stride, out, n);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Matrix products for all rows: forward_kernels' matmul_rows, whose every output is matvec_rows's
 // dot product, so a row's numbers are the same in any batch and any split of weight rows between
@@ -262,9 +270,8 @@ static void attend_row(StepCtx *c, int r) {
     const size_t qd = (size_t)H * hd, xs = qd > (size_t)p->dim ? qd : (size_t)p->dim;
     const int next = r + pool_threads(b->pool); // the row this thread most likely attends next
     const KVSeq *nseq = next < c->n_rows ? c->rows[next].seq : NULL;
-    paged_scores_heads(&seq->k[l], nseq ? &nseq->k[l] : NULL, H, b->q + r * qd, att, b->context, n);
-    for (int h = 0; h < H; h++) forward_kernels()->scaled_softmax(att + (size_t)h * b->context, n, 1.0f / sqrtf((float)hd));
-    paged_mix_heads(&seq->v[l], nseq ? &nseq->v[l] : NULL, H, att, b->context, b->xb2 + r * xs, n);
+    attention_heads(&seq->k[l], &seq->v[l], nseq ? &nseq->k[l] : NULL, nseq ? &nseq->v[l] : NULL, H, b->q + r * qd, att,
+                    b->context, b->xb2 + r * xs, n);
     for (int h = 0; h < H; h++) note_attention(b, r, l, h, att + (size_t)h * b->context, n);
 }
 
