@@ -68,6 +68,26 @@ static inline const void *codec_next_head_block(const CodecBlocks *b, int n_head
     return codec_block(&next, t, local);
 }
 
+// For kernels that ask ahead a tile (16 tokens) at a time: the block holding tile k of the n tokens,
+// or past their end tile k − ⌈n/16⌉ of the stream attention reads next (b->next, whose first tokens
+// it reads soon after), and the tile's first token's place in that block; NULL past both.
+static inline const void *codec_ahead_block(const CodecBlocks *b, int k, int n, int *local) {
+    const int tiles = (n + 15) / 16;
+    if (k < tiles) return codec_block(b, k * 16, local);
+    const int t = (k - tiles) * 16;
+    if (!b->next || t >= b->next_n) return NULL;
+    const CodecBlocks next = {b->next, b->block, b->head_dim, NULL, 0};
+    return codec_block(&next, t, local);
+}
+
+// Tiles ahead for such a kernel: CODEC_AHEAD_BYTES of what it reads in a tile, at least one. In
+// micro bench --batch 32, one core read a pool fastest asking about 12 KB ahead, a line for each
+// line read, whatever the block's bytes (pool_read.c, codec_float.c's every-head kernels).
+#define CODEC_AHEAD_BYTES 12288
+static inline int codec_ahead_tiles(size_t tile_bytes) {
+    return tile_bytes >= CODEC_AHEAD_BYTES ? 1 : (int)((CODEC_AHEAD_BYTES + tile_bytes - 1) / tile_bytes);
+}
+
 // Token j's place in its block.
 static inline int codec_in_block(const CodecBlocks *b, int j) {
     int at;

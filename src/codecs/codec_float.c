@@ -517,45 +517,27 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
 // A pool's block holds each head's tile (or 16 rows) one after another. The kernels above read a
 // head at a time, 1 KB of each 6 KB fp16 block per pass, and a pool of 32 long conversations read
 // so left one core's DRAM reading at ~60% of its streaming rate. These go tile by tile through
-// every head, so each block's bytes are read in order, and ask for the tile ~FLOAT_HEADS_AHEAD
-// bytes on a line for each line they read (in a scratch model of this step, asking for a whole
-// block at once was 40-60% slower: the arithmetic waited behind the requests). Each head's sums
+// every head, so each block's bytes are read in order, and ask for the tile ~12 KB on
+// (codec_ahead_tiles) a line for each line they read (in a scratch model of this step, asking for
+// a whole block at once was 40-60% slower: the arithmetic waited behind the requests). Each head's sums
 // are the per-head kernels' own, in their order: the same bits. Only in the AVX-512 build, micro's
 // head_dim 32, unscaled formats and up to eight heads; everything else (and the portable build)
 // goes head by head.
 // 12 KB ahead: two tiles of fp16 at six heads, with which micro bench --batch 32's fp16 step on one
 // thread took 7.3 ms, against 7.9 at one tile, 7.5-7.7 at three or four, 8.1-8.4 at 8 to 20, and
 // 9.0-9.3 head by head (alternating runs); one tile of fp32, 14.0 ms against 15.0 at two.
-#define FLOAT_HEADS_AHEAD 12288
-// Tiles ahead: FLOAT_HEADS_AHEAD bytes of every head's tiles, at least one.
-static ALWAYS_INLINE int float_heads_ahead(int n_heads, size_t code_bytes) {
-    const size_t tile = (size_t)n_heads * TILE * 32 * code_bytes;
-    return tile >= FLOAT_HEADS_AHEAD ? 1 : (int)((FLOAT_HEADS_AHEAD + tile - 1) / tile);
-}
 #define FLOAT_HEADS_MAX 8
-
-// The block holding tile k of the stream, or past its end tile k − tiles of the stream attention
-// reads next (b->next, its first tokens), and the tile's first token's place in that block; NULL
-// past both.
-static ALWAYS_INLINE const uint8_t *float_ahead_block(const CodecBlocks *b, int k, int n, int *local) {
-    const int tiles = (n + TILE - 1) / TILE;
-    if (k < tiles) return codec_block(b, k * TILE, local);
-    const int t = (k - tiles) * TILE;
-    if (!b->next || t >= b->next_n) return NULL;
-    const CodecBlocks next = {b->next, b->block, b->head_dim, NULL, 0};
-    return codec_block(&next, t, local);
-}
 
 #ifdef QUANT_AVX512
 static ALWAYS_INLINE void float_scores_heads_fast(const CodecBlocks *b, const float *qu, float *out, size_t stride,
                                                   int n, const int H, const FloatFormat f) {
     const FloatState *s0 = b->states[0];
     const size_t es = (size_t)formats[f].bytes, pair = es == 2 ? 2 : 1;
-    const int ahead_tiles = float_heads_ahead(H, es);
+    const int ahead_tiles = codec_ahead_tiles((size_t)H * TILE * 32 * es);
     for (int t0 = 0; t0 < n; t0 += TILE) {
         int local, alocal = 0;
         const uint8_t *block = codec_block(b, t0, &local), *tiles[FLOAT_HEADS_MAX], *ahead[FLOAT_HEADS_MAX];
-        const uint8_t *ablock = float_ahead_block(b, t0 / TILE + ahead_tiles, n, &alocal);
+        const uint8_t *ablock = (const uint8_t *)codec_ahead_block(b, t0 / TILE + ahead_tiles, n, &alocal);
         __m512 a[FLOAT_HEADS_MAX];
         for (int h = 0; h < H; h++) {
             tiles[h] = block + FLOAT_CODES_AT + float_at(s0, h, local, 0) * es;
@@ -588,7 +570,7 @@ static ALWAYS_INLINE void float_mix_heads_fast(const CodecBlocks *b, const float
     const size_t es = (size_t)formats[f].bytes, rb = 32 * es;
     const float unit = formats[f].unit;
     const int direct = unit == 1.0f; // the weights are p itself
-    const int ahead_tiles = float_heads_ahead(H, es);
+    const int ahead_tiles = codec_ahead_tiles((size_t)H * TILE * 32 * es);
     float wbuf[2][FLOAT_HEADS_MAX][TILE] __attribute__((aligned(64)));
     __m512 e0[FLOAT_HEADS_MAX], e1[FLOAT_HEADS_MAX], o0[FLOAT_HEADS_MAX], o1[FLOAT_HEADS_MAX];
     for (int h = 0; h < H; h++) e0[h] = e1[h] = o0[h] = o1[h] = _mm512_setzero_ps();
@@ -605,7 +587,7 @@ static ALWAYS_INLINE void float_mix_heads_fast(const CodecBlocks *b, const float
         FLOAT_HEADS_WEIGHTS(wbuf[1 - cur], t0 + TILE)
         int local, alocal = 0;
         const uint8_t *block = codec_block(b, t0, &local);
-        const uint8_t *ablock = float_ahead_block(b, t0 / TILE + ahead_tiles, n, &alocal);
+        const uint8_t *ablock = (const uint8_t *)codec_ahead_block(b, t0 / TILE + ahead_tiles, n, &alocal);
         __asm__("" ::: "memory"); // the weights broadcast from memory
         for (int h = 0; h < H; h++) {
             const uint8_t *row = block + FLOAT_CODES_AT + float_at(s0, h, local, 0) * es;
