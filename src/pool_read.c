@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "codecs/codec_core.h"
 #include "membw.h"
 
 typedef struct {
@@ -12,18 +13,17 @@ typedef struct {
 } PoolRead;
 
 // One word of every 64-byte line of a block brings the line in: what is timed is the memory. The
-// block AHEAD_BYTES further on is asked for meanwhile, a line for each line read (a pool's blocks
+// block ~12 KB further on is asked for meanwhile, a line for each line read (a pool's blocks
 // lie anywhere in memory, and the hardware prefetcher loses the way at each), as the float codecs'
 // every-head kernels do. On the machine here, micro bench --batch 32's pools read (one thread):
 //   fp16 (6 KB blocks): a whole block asked for at once 4 blocks ahead, 52-65% of the streaming
 //     rate; a line per line 1 or 2 blocks ahead 74-81%, 4 or 8 blocks ahead 66-74%;
 //   int4 (1.8 KB blocks): a line per line 1 or 2 blocks ahead 63-75%, 4 ahead 78-87%, 8 ahead 82-91%.
-// About 12 KB ahead, then, whatever the block.
-#define AHEAD_BYTES 12288
+// About 12 KB ahead, then, whatever the block (codec_ahead_tiles, which the kernels use too).
 static uint64_t read_stream(const PagedStream *ps) {
     uint64_t sink = 0;
     const size_t extent = ps->n_blocks ? ps->blocks[0].ops->extent(ps->blocks[0].state) : 1;
-    const int ahead = extent >= AHEAD_BYTES ? 1 : (int)((AHEAD_BYTES + extent - 1) / extent);
+    const int ahead = codec_ahead_tiles(extent);
     for (int b = 0; b < ps->n_blocks; b++) {
         const KVStream *a = b + ahead < ps->n_blocks ? &ps->blocks[b + ahead] : NULL;
         const uint8_t *ap = a ? a->state : NULL;
