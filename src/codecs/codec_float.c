@@ -519,10 +519,10 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
 // so left one core's DRAM reading at ~60% of its streaming rate. These go tile by tile through
 // every head, so each block's bytes are read in order, and ask for the tile ~12 KB on
 // (codec_ahead_tiles) a line for each line they read (in a scratch model of this step, asking for
-// a whole block at once was 40-60% slower: the arithmetic waited behind the requests). Each head's sums
-// are the per-head kernels' own, in their order: the same bits. Only in the AVX-512 build, micro's
-// head_dim 32, unscaled formats and up to eight heads; everything else (and the portable build)
-// goes head by head.
+// a whole block at once was 40-60% slower: the arithmetic waited behind the requests). Each head's
+// sums are the per-head kernels' own, in their order: the same bits. Only in the AVX-512 build,
+// micro's head_dim 32, unscaled formats and up to eight heads; everything else (and the portable
+// build) goes head by head.
 // 12 KB ahead: two tiles of fp16 at six heads, with which micro bench --batch 32's fp16 step on one
 // thread took 7.3 ms, against 7.9 at one tile, 7.5-7.7 at three or four, 8.1-8.4 at 8 to 20, and
 // 9.0-9.3 head by head (alternating runs); one tile of fp32, 14.0 ms against 15.0 at two.
@@ -595,7 +595,8 @@ static ALWAYS_INLINE void float_mix_heads_fast(const CodecBlocks *b, const float
             const float *w = direct ? p + (size_t)h * stride + t0 : wbuf[cur][h];
             int k = 0;
             for (; k + 2 <= m; k += 2) {
-                for (size_t at = (size_t)k * rb; arow && at < (size_t)(k + 2) * rb; at += 64) __builtin_prefetch(arow + at);
+                for (size_t at = (size_t)k * rb; arow && at < (size_t)(k + 2) * rb; at += 64)
+                    __builtin_prefetch(arow + at);
                 const __m512 w0 = _mm512_set1_ps(w[k]), w1 = _mm512_set1_ps(w[k + 1]);
                 float_madd(row + (size_t)k * rb, w0, w0, f, &e0[h], &e1[h]);
                 float_madd(row + (size_t)(k + 1) * rb, w1, w1, f, &o0[h], &o1[h]);
