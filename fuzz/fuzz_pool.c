@@ -4,6 +4,7 @@
 //   - each sequence reads back, scores and counts exactly what one contiguous stream of its codec,
 //     fed the same vectors, holds (its mix finite, and the stream's bits but for KIVI and q5, whose
 //     values sum block by block: to rounding): no sequence reads another's blocks;
+//   - a layer's every head at once (paged_scores_heads, paged_mix_heads) gives each head's bits;
 //   - the pool charges every sequence kvpool_sequence_bytes of its length, so never more than its
 //     budget, and holds exactly its sequences' blocks;
 //   - a refused reservation (the budget, or the context) is one line and changes nothing;
@@ -63,6 +64,7 @@ static void check_conv(World *w, const Conv *c) {
     const int n = c->len, hd = w->hd;
     if (n == 0) return;
     float q[MAX_HD], p[MAX_CONTEXT], a[MAX_CONTEXT], b[MAX_CONTEXT], x[MAX_HD], y[MAX_HD];
+    static float qs[MAX_HEADS * MAX_HD], ps[MAX_HEADS * MAX_CONTEXT], as[MAX_HEADS * MAX_CONTEXT], xs[MAX_HEADS * MAX_HD];
     for (int d = 0; d < hd; d++) q[d] = next_value(w) / 8.0f;
     for (int j = 0; j < n; j++) p[j] = 1.0f / (float)n;
     for (int l = 0; l < w->layers; l++) {
@@ -93,6 +95,21 @@ static void check_conv(World *w, const Conv *c) {
                     c->ref[l][r].ops->read(c->ref[l][r].state, h, j, y);
                     FUZZ_REQUIRE(memcmp(x, y, sizeof(float) * (size_t)hd) == 0);
                 }
+        }
+        // Every head at once, each head's query its own (scaled per head) and the same weights.
+        for (int h = 0; h < w->heads; h++) {
+            for (int d = 0; d < hd; d++) qs[h * hd + d] = q[d] * (float)(h + 1);
+            memcpy(ps + (size_t)h * n, p, sizeof(float) * (size_t)n);
+        }
+        if (!ks->blocks[0].prerope) paged_scores_heads(ks, NULL, w->heads, qs, as, (size_t)n, n);
+        paged_mix_heads(vs, NULL, w->heads, ps, (size_t)n, xs, n);
+        for (int h = 0; h < w->heads; h++) {
+            if (!ks->blocks[0].prerope) {
+                paged_scores(ks, h, qs + h * hd, a, n);
+                FUZZ_REQUIRE(memcmp(a, as + (size_t)h * n, sizeof(float) * (size_t)n) == 0);
+            }
+            paged_mix(vs, h, p, x, n);
+            FUZZ_REQUIRE(memcmp(x, xs + (size_t)h * hd, sizeof(float) * (size_t)hd) == 0);
         }
     }
 }
