@@ -53,7 +53,7 @@ int attention_in_cache(const Model *m, const KVRecording *rec, const char *k_spe
         for (int h = 0; h < H; h++)
             memcpy(q_all + (size_t)h * hd, rec->k + ((size_t)(n - 1) * L + l) * rec->kv_dim + (size_t)(h / group) * hd,
                    sizeof(float) * (size_t)hd);
-        const int together = group == 1 && !seq.k[l].blocks[0].prerope; // as forward.c's attend_row
+        const int together = attention_heads_fit(c, &seq.k[l]); // as the step's rows
         for (int r = 0; r <= repeat; r++) { // pass 0 brings the layer's blocks in
             const double t0 = seconds_now();
             if (together)

@@ -72,6 +72,10 @@ void attention_head(const PagedStream *ks, const PagedStream *vs, const PagedStr
     paged_mix_then(vs, next_v, kv_head, att, out, n);
 }
 
+int attention_heads_fit(const ModelConfig *p, const PagedStream *ks) {
+    return p->n_kv_heads == p->n_heads && !ks->blocks[0].prerope;
+}
+
 void attention_heads(const PagedStream *ks, const PagedStream *vs, const PagedStream *next_k, const PagedStream *next_v,
                      int n_heads, const float *q, float *att, size_t stride, float *out, int n) {
     const float scale = 1.0f / sqrtf((float)ks->blocks[0].head_dim);
@@ -173,6 +177,13 @@ static int attention_heads_per_task(const StepCtx *c) {
     return c->n_rows >= 4 * pool_threads(c->b->pool) ? c->b->model->config.n_heads : 1;
 }
 
+// The sequence of the row this thread most likely attends after row r, when each task is a row: the
+// task queue hands out rows in order, one to each thread in turn (NULL past the last).
+static const KVSeq *next_row_seq(const StepCtx *c, int r) {
+    const int next = r + pool_threads(c->b->pool);
+    return next < c->n_rows ? c->rows[next].seq : NULL;
+}
+
 // One (row, head): attention over the row's own sequence, read from what its codec stored.
 static void attend(StepCtx *c, int r, int h) {
     BatchForward *b = c->b;
@@ -182,10 +193,7 @@ static void attend(StepCtx *c, int r, int h) {
     const int n = c->rows[r].pos + 1;
     float *att = b->att + ((size_t)r * H + h) * b->context;
     const size_t qd = (size_t)H * hd, xs = qd > (size_t)p->dim ? qd : (size_t)p->dim;
-    // The row this thread most likely attends next, when each task is a row: the task queue hands
-    // out rows in order, one to each thread in turn.
-    const int next = attention_heads_per_task(c) == H ? r + pool_threads(b->pool) : c->n_rows;
-    const KVSeq *nseq = next < c->n_rows ? c->rows[next].seq : NULL;
+    const KVSeq *nseq = attention_heads_per_task(c) == H ? next_row_seq(c, r) : NULL;
     attention_head(&seq->k[c->layer], &seq->v[c->layer], nseq ? &nseq->k[c->layer] : NULL,
                    nseq ? &nseq->v[c->layer] : NULL, h / group, b->q + r * qd + h * hd, b->rope_cos, b->rope_sin, att,
                    b->xb2 + r * xs + h * hd, n);
@@ -261,15 +269,14 @@ static void attend_row(StepCtx *c, int r) {
     const ModelConfig *p = &b->model->config;
     const int H = p->n_heads, hd = p->head_dim, l = c->layer;
     const KVSeq *seq = c->rows[r].seq;
-    if (p->n_kv_heads != H || seq->k[l].blocks[0].prerope) { // grouped queries, keys rotated as read: by head
+    if (!attention_heads_fit(p, &seq->k[l])) {
         for (int h = 0; h < H; h++) attend(c, r, h);
         return;
     }
     const int n = c->rows[r].pos + 1;
     float *att = b->att + (size_t)r * H * b->context;
     const size_t qd = (size_t)H * hd, xs = qd > (size_t)p->dim ? qd : (size_t)p->dim;
-    const int next = r + pool_threads(b->pool); // the row this thread most likely attends next
-    const KVSeq *nseq = next < c->n_rows ? c->rows[next].seq : NULL;
+    const KVSeq *nseq = next_row_seq(c, r);
     attention_heads(&seq->k[l], &seq->v[l], nseq ? &nseq->k[l] : NULL, nseq ? &nseq->v[l] : NULL, H, b->q + r * qd, att,
                     b->context, b->xb2 + r * xs, n);
     for (int h = 0; h < H; h++) note_attention(b, r, l, h, att + (size_t)h * b->context, n);

@@ -101,10 +101,12 @@ const char *decoder_spec(const Decoder *d, KVRole role);
 void attention_head(const PagedStream *ks, const PagedStream *vs, const PagedStream *next_k, const PagedStream *next_v,
                     int kv_head, const float *q, const float *rope_cos, const float *rope_sin, float *att, float *out,
                     int n);
-// Every head of one row (a key and value head per query head; keys not kept before RoPE): each
-// head's numbers are attention_head's, att holding head h's n weights at att + h·stride and out
-// the heads' mixes one after another. A codec with CodecOps.scores_heads reads each block once
-// for all heads.
+// Every head of one row, when attention_heads_fit: each head's numbers are attention_head's, att
+// holding head h's n weights at att + h·stride and out the heads' mixes one after another. A codec
+// with CodecOps.scores_heads reads each block once for all heads.
+// attention_heads_fit: a key and value head per query head, and keys not kept before RoPE (which
+// attention_head rotates as it reads them).
+int attention_heads_fit(const ModelConfig *p, const PagedStream *ks);
 void attention_heads(const PagedStream *ks, const PagedStream *vs, const PagedStream *next_k, const PagedStream *next_v,
                      int n_heads, const float *q, float *att, size_t stride, float *out, int n);
 

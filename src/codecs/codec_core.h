@@ -80,9 +80,9 @@ static inline const void *codec_ahead_block(const CodecBlocks *b, int k, int n, 
     return codec_block(&next, t, local);
 }
 
-// Tiles (or blocks) ahead for such a kernel: CODEC_AHEAD_BYTES of what it reads in one, at least one. In
-// micro bench --batch 32, one core read a pool fastest asking about 12 KB ahead, a line for each
-// line read, whatever the block's bytes (pool_read.c, codec_float.c's every-head kernels).
+// Tiles (or blocks) ahead for such a kernel: CODEC_AHEAD_BYTES of what it reads in one, at least
+// one. In micro bench --batch 32, one core read a pool fastest asking about 12 KB ahead, a line for
+// each line read, whatever the block's bytes (pool_read.c, codec_float.c's every-head kernels).
 #define CODEC_AHEAD_BYTES 12288
 static inline int codec_ahead_tiles(size_t bytes) {
     return bytes >= CODEC_AHEAD_BYTES ? 1 : (int)((CODEC_AHEAD_BYTES + bytes - 1) / bytes);
