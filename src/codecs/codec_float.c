@@ -436,6 +436,19 @@ static ALWAYS_INLINE void float_weights(const CodecBlocks *b, int head, const fl
     }
 }
 
+// out = even + odd, the mix's two sums. interleaved: the AVX-512 kernels' sums of 16-bit codes,
+// whose lane i holds number 2i in the first vector and 2i+1 in the second (head_dim 32).
+static ALWAYS_INLINE void float_mix_out(const float *even, const float *odd, int interleaved, int hd, float *out) {
+    if (interleaved) {
+        for (int i = 0; i < 16; i++) {
+            out[2 * i] = even[i] + odd[i];
+            out[2 * i + 1] = even[16 + i] + odd[16 + i];
+        }
+        return;
+    }
+    for (int d = 0; d < hd; d++) out[d] = even[d] + odd[d];
+}
+
 static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const float *p, float *out, int n,
                                          const FloatFormat f) {
     const FloatState *s0 = b->states[0];
@@ -499,18 +512,9 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
         }
     }
 #ifdef QUANT_AVX512
-    if (fast) {
-        quant_store4(even, odd, e0, e1, o0, o1);
-        if (es == 2) { // lanes i of the first vectors hold number 2i, of the second 2i+1
-            for (int i = 0; i < 16; i++) {
-                out[2 * i] = even[i] + odd[i];
-                out[2 * i + 1] = even[16 + i] + odd[16 + i];
-            }
-            return;
-        }
-    }
+    if (fast) quant_store4(even, odd, e0, e1, o0, o1);
 #endif
-    for (int d = 0; d < hd; d++) out[d] = even[d] + odd[d];
+    float_mix_out(even, odd, fast && es == 2, hd, out);
 }
 
 // ---- Every head of a row at once (CodecOps.scores_heads, mix_heads) ---------------------------
@@ -606,16 +610,9 @@ static ALWAYS_INLINE void float_mix_heads_fast(const CodecBlocks *b, const float
     }
 #undef FLOAT_HEADS_WEIGHTS
     for (int h = 0; h < H; h++) {
-        float even[32], odd[32], *o = out + (size_t)h * 32;
+        float even[32], odd[32];
         quant_store4(even, odd, e0[h], e1[h], o0[h], o1[h]);
-        if (es == 2) { // lanes i of the first vectors hold number 2i, of the second 2i+1
-            for (int i = 0; i < 16; i++) {
-                o[2 * i] = even[i] + odd[i];
-                o[2 * i + 1] = even[16 + i] + odd[16 + i];
-            }
-        } else {
-            for (int d = 0; d < 32; d++) o[d] = even[d] + odd[d];
-        }
+        float_mix_out(even, odd, es == 2, 32, out + (size_t)h * 32);
     }
 }
 #endif
