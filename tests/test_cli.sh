@@ -139,8 +139,8 @@ if [ -f models/micro.bin ]; then
     # The noise beside the best figures: the lowest of the 3 bandwidth readings (no higher than the
     # best) and the range of the 2 turns' ratios (low <= high).
     tr -s ' \n' ' ' <"$tmp/bb.txt" | grep -Eo 'measured here: [0-9.]+ GB/s .{0,80}the best of 3 readings .{0,40}the lowest [0-9.]+\)|just before it: [0-9.]+x to [0-9.]+x over 2 turns' |
-        awk '/GB/ { best = $3; low = $NF; sub(/\)$/, "", low); b = best > 0 && low > 0 && low <= best }
-             /turns/ { lo = $4; hi = $6; sub(/x$/, "", lo); sub(/x$/, "", hi); t = lo > 0 && lo <= hi }
+        awk '/GB/ { best = $3; low = $NF; sub(/\)$/, "", low); best += 0; low += 0; b = best > 0 && low > 0 && low <= best }
+             /turns/ { lo = $4; hi = $6; sub(/x$/, "", lo); sub(/x$/, "", hi); lo += 0; hi += 0; t = lo > 0 && lo <= hi }
              END { exit !(b && t) }' &&
         ok "bench --batch: the lowest bandwidth reading and the turns' range of ratios" ||
         bad "bench --batch noise: $(head -12 "$tmp/bb.txt")"
@@ -149,7 +149,7 @@ if [ -f models/micro.bin ]; then
     # weights', which count in both rooflines and not in r), whatever the timings. (C + W) / bandwidth
     # is a row's roofline share times its step, so the first table gives the closed form (to ~1%:
     # the printed figures are rounded).
-    awk '/^(fp16|int:bits=4) \// && !done[$1]++ { load[$1] = $5 * $7; if ($1 != "fp16") { r = $NF; sub(/x$/, "", r) } }
+    awk '/^(fp16|int:bits=4) \// && !done[$1]++ { load[$1] = $5 * $7; if ($1 != "fp16") { r = $NF; sub(/x$/, "", r); r += 0 } }
          /^both targets at once/ { seen = 1 }
          seen && /% of its roofline/ { for (i = 1; i <= NF; i++) if ($i ~ /%$/) { v = $i; sub(/%$/, "", v); share = v + 0; break } }
          END { want = 64 * r * load["int:bits=4"] / load["fp16"]
@@ -164,20 +164,23 @@ if [ -f models/micro.bin ]; then
         grep -Eo 'measured here: [0-9.]+ GB/s|classifier: [0-9.]+ ms|add up to [0-9.]+ ms, [0-9.]+% of its roofline; its measured step, [0-9.]+ ms, is [0-9]+%' >"$tmp/bb_other.txt"
     awk 'function near(a, b) { return a > 0 && b > 0 && a < 1.02 * b + 0.011 && b < 1.02 * a + 0.011 }
          FNR == NR { if ($1 == "measured") bw = $3; else if ($1 == "classifier:") other = $2
-                     else { x = $4; y = $6; sub(/%$/, "", y); step = $13; w = $16; sub(/%$/, "", w); alone = 1 }
+                     else { x = $4; y = $6; sub(/%$/, "", y); step = $13; w = $16; sub(/%$/, "", w); x += 0; y += 0; step += 0; w += 0; alone = 1 }
                      next }
          /^(fp16|int:bits=4) \// && !done[$1]++ && $1 == "fp16" { load = $5 * $7 }
          /of stream/ { pool = 1; next }
-         pool && /^(fp16|int:bits=4) \// { share = $7; sub(/%$/, "", share)
+         pool && /^(fp16|int:bits=4) \// { share = $7; sub(/%$/, "", share); share += 0
              if (!($6 > 0.99 * $5 / ($4 + 0.005) && ($4 <= 0.005 || $6 < 1.01 * $5 / ($4 - 0.005))) ||
                  !near(100 * $6 / bw, share)) bad = 1
              if ($1 == "fp16") read16 = $4; rows++ }
          /^(fp16|int:bits=4) \// && !seen[$1]++ && $1 == "fp16" { step16 = $5 }
-         END { exit !(rows == 2 && !bad && alone && near(x, other + read16) && near(y, load / x) &&
-                      near(step, step16) && (w - 100 * step / x) ^ 2 < 4) }' \
-        "$tmp/bb_other.txt" "$tmp/bb.txt" &&
+         END { if (rows == 2 && !bad && alone && near(x, other + read16) && near(y, load / x) &&
+                   near(step, step16) && (w - 100 * step / x) ^ 2 < 4) exit 0
+               printf "rows %d, rates off %d, other %s + read %s against %s ms, roofline %s against %s%%, step %s against %s ms\n",
+                      rows, bad, other, read16, x, (x > 0 ? load / x : "-"), y, step, step16
+               exit 1 }' \
+        "$tmp/bb_other.txt" "$tmp/bb.txt" >"$tmp/bb_alone.txt" &&
         ok "bench --batch: the pool read alone (its rates; fp16's other work and read against its step)" ||
-        bad "bench --batch pool read: $(grep -A4 'of stream' "$tmp/bb.txt"; grep -A1 '^fp16 alone' "$tmp/bb.txt")"
+        bad "bench --batch pool read: $(cat "$tmp/bb_alone.txt"), in: $(cat "$tmp/bb.txt")"
     # Paging's cost on the kernels: each cache's floor (ns per head and token at blocks of 16) against
     # the same kernels on a cache in one block, as the percentage printed (to rounding: ~1 point).
     tr -s ' \n' ' ' <"$tmp/bb.txt" |
