@@ -111,12 +111,9 @@ static void preempt_newest(Scheduler *s, long *preemptions) {
     (*preemptions)++;
 }
 
-int serve_run(const Model *m, KVPool *pool, const Workload *w, const ServeConfig *cfg, ServeStats *st,
-              ServeTrace *trace, char *err, size_t errlen) {
-    memset(st, 0, sizeof *st);
-    const int vocab = m->config.vocab_size, n = w->n;
+int serve_fits(const KVPool *pool, const Workload *w, char *err, size_t errlen) {
     int longest = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < w->n; i++) {
         const int total = w->conversations[i].prompt + w->conversations[i].reply;
         longest = total > longest ? total : longest;
     }
@@ -135,6 +132,14 @@ int serve_run(const Model *m, KVPool *pool, const Workload *w, const ServeConfig
                  (double)pool->budget / 1e6, longest, pool->cost[0].spec, pool->cost[1].spec, (double)alone / 1e6);
         return -1;
     }
+    return 0;
+}
+
+int serve_run(const Model *m, KVPool *pool, const Workload *w, const ServeConfig *cfg, ServeStats *st,
+              ServeTrace *trace, char *err, size_t errlen) {
+    memset(st, 0, sizeof *st);
+    const int vocab = m->config.vocab_size, n = w->n;
+    if (serve_fits(pool, w, err, errlen)) return -1;
     BatchForward fwd;
     const int max_batch = cfg->max_batch < n ? cfg->max_batch : n > 0 ? n : 1;
     if (batch_init(&fwd, m, max_batch, cfg->n_threads, err, errlen)) return -1;

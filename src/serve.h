@@ -72,6 +72,10 @@ typedef struct {
     void *progress_ctx;
 } ServeConfig;
 
+// Whether every conversation of the workload fits the model's context and, alone, the pool's budget
+// (with a block per stream of slack): 0, else -1 with one line. serve_run checks it first.
+int serve_fits(const KVPool *pool, const Workload *w, char *err, size_t errlen);
+
 // Runs the workload to the end through `pool` (empty, its budget enough for the longest
 // conversation alone: else -1 with one line). trace may be NULL.
 int serve_run(const Model *m, KVPool *pool, const Workload *w, const ServeConfig *cfg, ServeStats *st,

@@ -290,6 +290,16 @@ int cmd_serve_bench(int argc, char **argv) {
         budget = (double)kvpool_budget_for(&fp16, o.pool_fp16, o.length);
         kvpool_free(&fp16);
     }
+    // Every scheme's pool before anything is measured or printed: bad input gets its one line at once.
+    for (int i = 0; i < o.n_schemes; i++) {
+        KVPool pool;
+        if (kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, o.block, c->max_seq_len, (size_t)budget,
+                        o.k_specs[i], o.v_specs[i], err, sizeof err))
+            goto fail;
+        const int fits = serve_fits(&pool, &w, err, sizeof err);
+        kvpool_free(&pool);
+        if (fits) goto fail;
+    }
     // The streaming bandwidth (DRAM: a 512 MiB buffer): best of two rounds, then a round after each
     // scheme, the best kept.
     probe = bandwidth_probe_open((size_t)512 << 20, o.threads);

@@ -203,11 +203,14 @@ if [ -f models/micro.bin ]; then
     [ "$(grep -c '^loss,' "$tmp/long/plate-long.csv")" = 10 ] && ok "plate --long: five schemes on both texts" ||
         bad "plate --long csv: $(head -3 "$tmp/long/plate-long.csv")"
 
-    # serve-bench: the pool's bad sizes, KIVI's groups against the block, and a small run's CSV
-    # interface; two runs agree in everything but their timings.
+    # serve-bench: the pool's bad sizes, KIVI's groups against the block (each a line at once), and
+    # a small run's CSV interface; two runs agree in everything but their timings.
     expect 2 "cannot hold one block" "serve-bench pool below one block per stream" -- "$micro" serve-bench --pool-mb 0.001
     expect 2 "longer than the model's context" "serve-bench conversation beyond the context" -- "$micro" serve-bench --length 4096
     expect 2 "cannot hold one conversation" "serve-bench pool below one conversation" -- "$micro" serve-bench --pool-mb 1
+    # Checked before the bandwidth is measured or the header printed: nothing on stdout.
+    [ ! -s "$tmp/out" ] && ok "serve-bench's bad pool: nothing printed before its line" ||
+        bad "serve-bench's bad pool printed: $(head -c 300 "$tmp/out")"
     expect 2 "--block 32" "serve-bench kivi groups across blocks" -- "$micro" serve-bench --cache kivi:bits=2
     sb=(serve-bench --conversations 5 --length 80 --pool-fp16 2 --cache fp16 --cache int:bits=4 --k q8_0 --v q4_0 --csv)
     "$micro" "${sb[@]}" >"$tmp/sb1.csv" 2>"$tmp/sb.err" && "$micro" "${sb[@]}" --threads 2 >"$tmp/sb2.csv" 2>>"$tmp/sb.err" ||
