@@ -255,7 +255,9 @@ int cmd_serve_bench(int argc, char **argv) {
     Workload w = {0};
     BandwidthProbe *probe = NULL;
     SchemeResult *results = calloc((size_t)o.n_schemes, sizeof *results);
-    if (!results) {
+    KVPool *pools = calloc((size_t)o.n_schemes, sizeof *pools);
+    int n_pools = 0; // initialised
+    if (!results || !pools) {
         snprintf(err, sizeof err, "out of memory");
         goto fail;
     }
@@ -291,14 +293,14 @@ int cmd_serve_bench(int argc, char **argv) {
         kvpool_free(&fp16);
     }
     // Every scheme's pool before anything is measured or printed: bad input gets its one line at once.
-    for (int i = 0; i < o.n_schemes; i++) {
-        KVPool pool;
-        if (kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, o.block, c->max_seq_len, (size_t)budget,
-                        o.k_specs[i], o.v_specs[i], err, sizeof err))
+    for (; n_pools < o.n_schemes; n_pools++) {
+        if (kvpool_init(&pools[n_pools], c->n_layers, c->n_kv_heads, c->head_dim, o.block, c->max_seq_len,
+                        (size_t)budget, o.k_specs[n_pools], o.v_specs[n_pools], err, sizeof err))
             goto fail;
-        const int fits = serve_fits(&pool, &w, err, sizeof err);
-        kvpool_free(&pool);
-        if (fits) goto fail;
+        if (serve_fits(&pools[n_pools], &w, err, sizeof err)) {
+            n_pools++; // to be freed
+            goto fail;
+        }
     }
     // The streaming bandwidth (DRAM: a 512 MiB buffer): best of two rounds, then a round after each
     // scheme, the best kept.
@@ -319,20 +321,15 @@ int cmd_serve_bench(int argc, char **argv) {
     const int terminal = isatty(2);
     for (int i = 0; i < o.n_schemes; i++) {
         SchemeResult *r = &results[i];
-        KVPool pool;
-        if (kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, o.block, c->max_seq_len, (size_t)budget,
-                        o.k_specs[i], o.v_specs[i], err, sizeof err))
-            goto fail;
-        snprintf(r->k, sizeof r->k, "%s", pool.cost[KV_ROLE_KEY].spec);
-        snprintf(r->v, sizeof r->v, "%s", pool.cost[KV_ROLE_VALUE].spec);
-        r->block_bytes_k = pool.cost[KV_ROLE_KEY].settled_bytes;
-        r->block_bytes_v = pool.cost[KV_ROLE_VALUE].settled_bytes;
+        KVPool *pool = &pools[i];
+        snprintf(r->k, sizeof r->k, "%s", pool->cost[KV_ROLE_KEY].spec);
+        snprintf(r->v, sizeof r->v, "%s", pool->cost[KV_ROLE_VALUE].spec);
+        r->block_bytes_k = pool->cost[KV_ROLE_KEY].settled_bytes;
+        r->block_bytes_v = pool->cost[KV_ROLE_VALUE].settled_bytes;
         Progress progress = {r->k, 0};
         ServeConfig cfg = {.max_batch = o.max_batch, .n_threads = o.threads, .long_from = o.long_from,
                            .progress = terminal ? show_progress : NULL, .progress_ctx = &progress};
-        const int failed = serve_run(&m, &pool, &w, &cfg, &r->st, NULL, err, sizeof err);
-        kvpool_free(&pool);
-        if (failed) goto fail;
+        if (serve_run(&m, pool, &w, &cfg, &r->st, NULL, err, sizeof err)) goto fail;
         bandwidth_probe_note(probe, 1, &readings);
     }
     const double bw = readings.best;
@@ -353,6 +350,8 @@ int cmd_serve_bench(int argc, char **argv) {
 fail:
     if (status) status = cli_error("%s", err);
     bandwidth_probe_close(probe);
+    for (int i = 0; i < n_pools; i++) kvpool_free(&pools[i]);
+    free(pools);
     free(results);
     free(text);
     workload_free(&w);
