@@ -7,10 +7,46 @@
 #include <stddef.h>
 
 #include "fastmath.h"
+#include "region_check.h"
 
 #ifdef FORWARD_KERNELS_AVX512
 #include <immintrin.h>
 #endif
+
+// What each kernel reads and writes, handed to ASan at its entry in the sanitizer test build, which
+// compiles these kernels without the sanitizers (region_check.h); nothing in any other build.
+static inline void matvec_contract(const float *out, const float *W, const float *x, int n, int r0, int r1) {
+    REGION_CHECK("matvec_rows: W", W + (ptrdiff_t)r0 * n, (ptrdiff_t)(r1 - r0) * n);
+    REGION_CHECK("matvec_rows: x", x, n);
+    REGION_CHECK("matvec_rows: out", out + r0, r1 - r0);
+}
+
+static inline void matmul_contract(const float *out, size_t os, const float *W, const float *X, size_t xs, int n,
+                                   int n_rows, int o0, int o1) {
+    REGION_CHECK("matmul_rows: W", W + (ptrdiff_t)o0 * n, (ptrdiff_t)(o1 - o0) * n);
+    for (int r = 0; r < n_rows; r++) {
+        REGION_CHECK("matmul_rows: X", X + r * xs, n);
+        REGION_CHECK("matmul_rows: out", out + r * os + o0, o1 - o0);
+    }
+}
+
+static inline void scores_contract(const float *out, size_t os, const float *q, size_t qs, int n_q, const float *kt,
+                                   size_t stride, int head_dim, int j0, int j1) {
+    for (int r = 0; r < n_q; r++) {
+        REGION_CHECK("scores_transposed: q", q + r * qs, head_dim);
+        REGION_CHECK("scores_transposed: out", out + r * os + j0, j1 - j0);
+    }
+    for (int d = 0; d < head_dim; d++) REGION_CHECK("scores_transposed: keys", kt + d * stride + j0, j1 - j0);
+}
+
+static inline void mix_contract(const float *out, size_t os, const float *p, size_t ps, int n_p, const float *v,
+                                int head_dim, int j0, int j1) {
+    for (int r = 0; r < n_p; r++) {
+        REGION_CHECK("mix_rows: p", p + r * ps + j0, j1 - j0);
+        REGION_CHECK("mix_rows: out", out + r * os, head_dim);
+    }
+    REGION_CHECK("mix_rows: values", v + (ptrdiff_t)j0 * head_dim, (ptrdiff_t)(j1 - j0) * head_dim);
+}
 
 // Each output row is a whole dot product computed by one thread in a fixed order, so the result is
 // the same bit for bit whatever the number of threads.
@@ -119,6 +155,7 @@ static float dot_row(const float *restrict w, const float *restrict x, int n) {
 // placement other code left it (bench-compare's whole decode).
 __attribute__((aligned(64))) static void matvec_rows_impl(float *restrict out, const float *restrict W,
                                                           const float *restrict x, int n, int r0, int r1) {
+    matvec_contract(out, W, x, n, r0, r1);
     int r = r0;
     if (n % LANES == 0) {
         for (; r + 4 <= r1; r += 4) {
@@ -147,6 +184,7 @@ __attribute__((aligned(64))) static void matvec_rows_impl(float *restrict out, c
 // rows, where matvec_rows reads the weights again for every row.
 static void matmul_rows_impl(float *restrict out, size_t os, const float *restrict W, const float *restrict X,
                              size_t xs, int n, int n_rows, int o0, int o1) {
+    matmul_contract(out, os, W, X, xs, n, n_rows, o0, o1);
     if (n % LANES) { // no whole lanes: dot_row for each output
         for (int r = 0; r < n_rows; r++)
             for (int o = o0; o < o1; o++) out[(size_t)r * os + o] = dot_row(W + (size_t)o * n, X + (size_t)r * xs, n);
@@ -198,6 +236,7 @@ static float exp_and_sum(float *x, int n, float max, float scale) {
 
 // x = softmax(scale · x), in place.
 static void scaled_softmax_impl(float *x, int n, float scale) {
+    REGION_CHECK("scaled_softmax: x", x, n);
     float max = x[0];
 #pragma omp simd reduction(max : max)
     for (int i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
@@ -231,6 +270,7 @@ static inline __attribute__((always_inline)) void store4(float *out, size_t os, 
 // tile has its own loop of constant bounds, which the compiler keeps in registers.
 static void scores_transposed_impl(float *restrict out, size_t os, const float *restrict q, size_t qs, int n_q,
                                    const float *restrict kt, size_t stride, int head_dim, int j0, int j1) {
+    scores_contract(out, os, q, qs, n_q, kt, stride, head_dim, j0, j1);
     int j = j0;
     for (; n_q == SPAN_TILE && j + LANES <= j1; j += LANES) {
         float acc[SPAN_TILE][SPAN_WIDTH] = {{0}};
@@ -264,6 +304,7 @@ static void scores_transposed_impl(float *restrict out, size_t os, const float *
 // have their own loop of constant bounds (kept in registers); the rest, one vector at a time.
 static void mix_rows_impl(float *restrict out, size_t os, const float *restrict p, size_t ps, int n_p,
                           const float *restrict v, int head_dim, int j0, int j1) {
+    mix_contract(out, os, p, ps, n_p, v, head_dim, j0, j1);
     enum { W = SPAN_WIDTH };
     int d0 = 0;
     for (; n_p == SPAN_TILE && d0 + W <= head_dim; d0 += W) {

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <time.h>
 
 double seconds_now(void) {
@@ -68,12 +69,18 @@ BandwidthProbe *bandwidth_probe_open(size_t bytes, int threads) {
     const size_t passes = ((size_t)256 << 20) / (n * sizeof(float)) + 1;
     for (int t = 0; t < threads; t++) {
         Reader *r = &p->readers[t];
-        if (!(r->buf = malloc(n * sizeof(float)))) {
+        // Mapped with its pages taken at once (MAP_POPULATE), and no huge pages asked for, as none are
+        // for the cache's blocks: faulting 512 MiB in page by page as the fill first wrote it took
+        // 1.4-1.7 s on a virtual machine here against 0.7, in every command that reads the bandwidth.
+        r->n = n, r->passes = passes;
+        void *buf = mmap(NULL, n * sizeof(float), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                         -1, 0);
+        if (buf == MAP_FAILED) {
             bandwidth_probe_close(p);
             return NULL;
         }
+        r->buf = buf;
         fill(r->buf, n);
-        r->n = n, r->passes = passes;
     }
     return p;
 }
@@ -118,7 +125,8 @@ void bandwidth_probe_note(BandwidthProbe *p, int rounds, BandwidthReadings *r) {
 
 void bandwidth_probe_close(BandwidthProbe *p) {
     if (!p) return;
-    for (int t = 0; t < p->threads; t++) free(p->readers[t].buf);
+    for (int t = 0; t < p->threads; t++)
+        if (p->readers[t].buf) munmap(p->readers[t].buf, p->readers[t].n * sizeof(float));
     free(p);
 }
 
