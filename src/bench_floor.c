@@ -33,7 +33,7 @@ int attention_in_cache(const Model *m, const KVRecording *rec, const char *k_spe
     BatchForward fwd = {0}; // for its RoPE tables (a cache that keeps keys before RoPE)
     float *att = malloc(sizeof(float) * (size_t)H * n), *out = malloc(sizeof(float) * (size_t)H * hd);
     float *q_all = malloc(sizeof(float) * (size_t)H * hd);
-    int rc = batch_init(&fwd, m, 1, 1, err, errlen);
+    int rc = batch_init(&fwd, m, 1, c->max_seq_len, 1, err, errlen);
     if (!rc && (!att || !out || !q_all)) {
         snprintf(err, errlen, "out of memory");
         rc = -1;

@@ -374,6 +374,11 @@ float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
         fprintf(stderr, "micro: batch_forward: a span without batch_enable_spans\n");
         abort();
     }
+    for (int r = 0; r < n_rows; r++)
+        if (rows[r].pos < 0 || rows[r].pos >= b->context) { // its attention row and RoPE angles are not there
+            fprintf(stderr, "micro: batch_forward: position %d outside the %d served\n", rows[r].pos, b->context);
+            abort();
+        }
 
     for (int r = 0; r < n_rows; r++)
         memcpy(b->x + (size_t)r * dim, w->token_embedding + (size_t)rows[r].token * dim, sizeof(float) * (size_t)dim);
@@ -420,7 +425,7 @@ float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
 
 // ---------------------------------------------------------------------------------------------
 
-int batch_init(BatchForward *b, const Model *m, int max_rows, int n_threads, char *err, size_t errlen) {
+int batch_init(BatchForward *b, const Model *m, int max_rows, int context, int n_threads, char *err, size_t errlen) {
     memset(b, 0, sizeof *b);
     const ModelConfig *p = &m->config;
     if (max_rows < 1 || max_rows > 4096) {
@@ -431,15 +436,19 @@ int batch_init(BatchForward *b, const Model *m, int max_rows, int n_threads, cha
         snprintf(err, errlen, "thread count %d is outside 1..256", n_threads);
         return -1;
     }
+    if (context < 1 || context > p->max_seq_len) {
+        snprintf(err, errlen, "context of %d positions is outside 1..%d (the model's)", context, p->max_seq_len);
+        return -1;
+    }
     b->model = m;
     b->track_top = 1;
     b->keep_layer = -1;
     b->max_rows = max_rows;
-    b->context = p->max_seq_len;
+    b->context = context;
     b->n_threads = n_threads;
     const size_t R = (size_t)max_rows, dim = (size_t)p->dim;
     const size_t qd = (size_t)p->n_heads * p->head_dim, kvd = (size_t)p->n_kv_heads * p->head_dim;
-    const size_t half = (size_t)p->head_dim / 2, ctx = (size_t)p->max_seq_len;
+    const size_t half = (size_t)p->head_dim / 2, ctx = (size_t)context;
     const size_t hid = (size_t)p->hidden_dim > dim ? (size_t)p->hidden_dim : dim;
     b->x = calloc(R * dim, sizeof(float));
     b->xb = calloc(R * dim, sizeof(float));
@@ -524,7 +533,7 @@ static int decoder_init_rows(Decoder *d, const Model *m, const char *k_spec, con
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    if (batch_init(&d->fwd, m, rows, n_threads, err, errlen) ||
+    if (batch_init(&d->fwd, m, rows, capacity, n_threads, err, errlen) ||
         (rows > 1 && batch_enable_spans(&d->fwd, &d->cache, err, errlen))) {
         if (d->fwd.model) batch_free(&d->fwd);
         kvpool_free(&d->cache);

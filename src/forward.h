@@ -21,7 +21,8 @@ typedef struct {
     int pos;    // its position: the tokens seq holds before this row
 } BatchRow;
 
-// Every buffer a step needs, sized once for at most max_rows rows (no allocation per step).
+// Every buffer a step needs, sized once for at most max_rows rows at positions below `context` (no
+// allocation per step).
 typedef struct {
     const Model *model;
     int max_rows, context, n_threads;
@@ -45,7 +46,9 @@ typedef struct {
     SpanMirror mirror;
 } BatchForward;
 
-int batch_init(BatchForward *b, const Model *m, int max_rows, int n_threads, char *err, size_t errlen);
+// context: the positions served, 1..the model's; a short text's evaluator need not pay for the
+// attention rows, RoPE tables and decoded mirror of the whole context.
+int batch_init(BatchForward *b, const Model *m, int max_rows, int context, int n_threads, char *err, size_t errlen);
 // One step: rows[r] appends to rows[r].seq at position rows[r].pos and attends over its first
 // pos + 1 tokens, each sequence reserved for its rows (kvseq_reserve). Returns logits [n_rows][vocab].
 // Either one row per sequence (serving: each row's attention reads its packed codes), or a span:

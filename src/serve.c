@@ -142,7 +142,7 @@ int serve_run(const Model *m, KVPool *pool, const Workload *w, const ServeConfig
     if (serve_fits(pool, w, err, errlen)) return -1;
     BatchForward fwd;
     const int max_batch = cfg->max_batch < n ? cfg->max_batch : n > 0 ? n : 1;
-    if (batch_init(&fwd, m, max_batch, cfg->n_threads, err, errlen)) return -1;
+    if (batch_init(&fwd, m, max_batch, m->config.max_seq_len, cfg->n_threads, err, errlen)) return -1;
     fwd.track_top = 0;
     Scheduler s = {0};
     s.seqs = calloc((size_t)(n > 0 ? n : 1), sizeof *s.seqs);
@@ -451,7 +451,7 @@ int serve_held_decode(const Model *m, KVPool *pool, const KVRecording *rec, int 
         pool_run_tasks(fillers, out->held, held_fill, &fill);
         pool_destroy(fillers);
     }
-    if (batch_init(&fwd, m, out->held, n_threads, err, errlen)) goto done;
+    if (batch_init(&fwd, m, out->held, m->config.max_seq_len, n_threads, err, errlen)) goto done;
     fwd.track_top = 0;
     double bytes = 0, attended = 0;
     for (int s = 0; s < steps; s++) {

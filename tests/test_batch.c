@@ -48,7 +48,7 @@ static int alone(const Model *m, const char *spec, const int *tokens, float *log
         return -1;
     }
     BatchForward fwd;
-    if (batch_init(&fwd, m, 1, 1, err, sizeof err)) return -1;
+    if (batch_init(&fwd, m, 1, m->config.max_seq_len, 1, err, sizeof err)) return -1;
     KVSeq s;
     kvseq_init(&s, &pool);
     for (int t = 0; t < T; t++) {
@@ -71,7 +71,7 @@ static int differing_steps(const Model *m, const char *spec, const int *tokens, 
     KVPool pool;
     if (open_pool(&pool, c, spec, err, sizeof err)) return -1;
     BatchForward fwd;
-    if (batch_init(&fwd, m, 1 + COMPANIONS, threads, err, sizeof err)) return -1;
+    if (batch_init(&fwd, m, 1 + COMPANIONS, m->config.max_seq_len, threads, err, sizeof err)) return -1;
     KVSeq seqs[1 + COMPANIONS];
     int start[1 + COMPANIONS] = {0, 0, 9, 23}, stop[1 + COMPANIONS] = {T, 40, T, 61}, pos[1 + COMPANIONS] = {0};
     int other[1 + COMPANIONS][T];
