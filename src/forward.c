@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 
+#include "calloc_lines.h"
 #include "forward_kernels.h"
 #include "rope.h"
 #include "threadpool.h"
@@ -450,20 +451,20 @@ int batch_init(BatchForward *b, const Model *m, int max_rows, int context, int n
     const size_t qd = (size_t)p->n_heads * p->head_dim, kvd = (size_t)p->n_kv_heads * p->head_dim;
     const size_t half = (size_t)p->head_dim / 2, ctx = (size_t)context;
     const size_t hid = (size_t)p->hidden_dim > dim ? (size_t)p->hidden_dim : dim;
-    b->x = calloc(R * dim, sizeof(float));
-    b->xb = calloc(R * dim, sizeof(float));
-    b->xb2 = calloc(R * (qd > dim ? qd : dim), sizeof(float));
-    b->q = calloc(R * qd, sizeof(float));
-    b->k = calloc(R * kvd, sizeof(float));
-    b->v = calloc(R * kvd, sizeof(float));
-    b->hb = calloc(R * hid, sizeof(float));
-    b->hb2 = calloc(R * (size_t)p->hidden_dim, sizeof(float));
-    b->att = calloc(R * (size_t)p->n_heads * ctx, sizeof(float));
-    b->logits = calloc(R * (size_t)p->vocab_size, sizeof(float));
-    b->top_position = calloc(R * (size_t)p->n_layers * p->n_heads, sizeof(int));
-    b->kept_att = calloc((size_t)p->n_heads * ctx, sizeof(float));
-    b->rope_cos = calloc(ctx * half, sizeof(float));
-    b->rope_sin = calloc(ctx * half, sizeof(float));
+    b->x = calloc_lines(R * dim, sizeof(float));
+    b->xb = calloc_lines(R * dim, sizeof(float));
+    b->xb2 = calloc_lines(R * (qd > dim ? qd : dim), sizeof(float));
+    b->q = calloc_lines(R * qd, sizeof(float));
+    b->k = calloc_lines(R * kvd, sizeof(float));
+    b->v = calloc_lines(R * kvd, sizeof(float));
+    b->hb = calloc_lines(R * hid, sizeof(float));
+    b->hb2 = calloc_lines(R * (size_t)p->hidden_dim, sizeof(float));
+    b->att = calloc_lines(R * (size_t)p->n_heads * ctx, sizeof(float));
+    b->logits = calloc_lines(R * (size_t)p->vocab_size, sizeof(float));
+    b->top_position = calloc_lines(R * (size_t)p->n_layers * p->n_heads, sizeof(int));
+    b->kept_att = calloc_lines((size_t)p->n_heads * ctx, sizeof(float));
+    b->rope_cos = calloc_lines(ctx * half, sizeof(float));
+    b->rope_sin = calloc_lines(ctx * half, sizeof(float));
     b->pool = pool_create(n_threads);
     if (!b->x || !b->xb || !b->xb2 || !b->q || !b->k || !b->v || !b->hb || !b->hb2 || !b->att ||
         !b->logits || !b->top_position || !b->kept_att || !b->rope_cos || !b->rope_sin || !b->pool) {

@@ -1,6 +1,8 @@
 // micro's configuration, tensor layout and the checks every config must pass.
 #include "model.h"
 
+#include "calloc_lines.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,7 +114,7 @@ int model_alloc(Model *m, const ModelConfig *c) {
     memset(m, 0, sizeof *m);
     size_t n = model_param_count(c);
     if (n == 0 || n > SIZE_MAX / sizeof(float)) return -1;
-    m->params = calloc(n, sizeof(float));
+    m->params = calloc_lines(n, sizeof(float));
     if (!m->params) return -1;
     m->config = *c;
     m->n_params = n;
