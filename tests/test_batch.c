@@ -3,6 +3,7 @@
 // batch, and the thread count (1 or 2), for every codec family in blocks of 16. And the paged
 // single-sequence decoder agrees with the one-block decoder to rounding.
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,6 +141,23 @@ int main(void) {
         CHECK(worst < 1e-4, "paged and one-block decoders differ by %.3g", worst);
         decoder_free(&one);
         decoder_free(&paged);
+    }
+    // The forward pass's buffers serve the positions asked, 1..the model's context (else one line),
+    // and start on a cache line, as the weights do (calloc_lines.h).
+    BatchForward fwd;
+    CHECK(batch_init(&fwd, &m, 1, 0, 1, err, sizeof err) != 0 && !strchr(err, '\n'), "a context of 0 was taken");
+    CHECK(batch_init(&fwd, &m, 1, c.max_seq_len + 1, 1, err, sizeof err) != 0, "a context beyond the model's was taken");
+    if (batch_init(&fwd, &m, 3, 40, 1, err, sizeof err)) {
+        CHECK(0, "%s", err);
+    } else {
+        const void *buffers[] = {m.params, fwd.x,   fwd.xb,     fwd.xb2,          fwd.q,        fwd.k,        fwd.v,
+                                 fwd.hb,   fwd.hb2, fwd.att,    fwd.top_position, fwd.kept_att, fwd.rope_cos, fwd.rope_sin,
+                                 fwd.logits};
+        for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
+            CHECK((uintptr_t)buffers[i] % 64 == 0, "buffer %zu starts %zu bytes into a cache line", i,
+                  (size_t)((uintptr_t)buffers[i] % 64));
+        CHECK(fwd.context == 40, "context %d, not the 40 asked", fwd.context);
+        batch_free(&fwd);
     }
     free(want);
     model_free(&m);
