@@ -71,12 +71,6 @@ void codec_mix_by_read(const CodecBlocks *b, CodecReadFn read, int head_dim, int
     }
 }
 
-void *codec_alloc_lines(size_t bytes) {
-    void *p = aligned_alloc(CODEC_LINE, codec_line(bytes));
-    if (p) memset(p, 0, codec_line(bytes));
-    return p;
-}
-
 void *codec_created(void *state, int allocated, void (*destroy)(void *), char *err, size_t errlen) {
     if (state && allocated) return state;
     destroy(state);

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../calloc_lines.h"
 #include "../kvcache.h"
 #include "../quant.h"
 
@@ -147,10 +148,10 @@ size_t codec_rows_bytes(const void *state);
 // (codes, scales, ...), each from a cache line on (codec_line). In a pool every block is a state, and
 // the kernels find a block's arrays from its pointer and the first block's shape (every block's):
 // reading each block's struct for its pointers was a cache miss, waited on before the codes' own, and
-// a calloc'd tile began 16 bytes into a line. codec_alloc_lines: zeroed, NULL when out of memory.
+// a calloc'd tile began 16 bytes into a line. A state is allocated with calloc_lines (zeroed, NULL
+// when out of memory).
 #define CODEC_LINE 64
 static inline size_t codec_line(size_t bytes) { return (bytes + CODEC_LINE - 1) / CODEC_LINE * CODEC_LINE; }
-void *codec_alloc_lines(size_t bytes);
 
 // The end of a family's create(): the state when its allocations succeeded; else the state
 // destroyed, one line in err, and NULL.

@@ -121,7 +121,7 @@ static void *float_create(const char *family, CodecSpec *spec, int n_heads, int 
                  scales_at = FLOAT_CODES_AT + codec_line(codes);
     // zeroed: the lanes of a partial tile hold finite numbers
     const size_t extent = scales_at + (scaled ? (size_t)n_heads * (size_t)tiles * TILE * 2 : 0);
-    FloatState *s = codec_alloc_lines(extent);
+    FloatState *s = calloc_lines(1, extent);
     if (!s) return codec_created(s, 0, float_destroy, err, errlen);
     s->extent = codec_line(extent);
     s->format = f;

@@ -297,7 +297,7 @@ static void *block_create(BlockFormat f, CodecSpec *spec, int n_heads, int head_
                  qh_at = m_at + (block_has_m(f) ? codec_line(meta * sizeof(uint16_t)) : 0);
     // zeroed: the lanes of a partial tile, and scales past the last token, hold finite numbers
     const size_t extent = qh_at + (block_has_qh(f) ? meta * sizeof(uint32_t) : 0);
-    BlockState *s = codec_alloc_lines(extent);
+    BlockState *s = calloc_lines(1, extent);
     if (!s) return codec_created(s, 0, block_destroy, err, errlen);
     s->extent = codec_line(extent);
     s->cs = cs;

@@ -89,7 +89,7 @@ static void *int_create(CodecSpec *spec, int n_heads, int head_dim, int capacity
     const int slots = (capacity + TILE - 1) / TILE * TILE;
     const size_t scales_at = INT_CODES_AT + codec_line(codes);
     const size_t scales = (size_t)n_heads * (size_t)slots * (scale_fp32 ? sizeof(float) : sizeof(uint16_t));
-    IntState *s = codec_alloc_lines(scales_at + scales);
+    IntState *s = calloc_lines(1, scales_at + scales);
     if (!s) return codec_created(s, 0, int_destroy, err, errlen);
     s->cs = cs;
     s->cs.codes = (uint8_t *)s + INT_CODES_AT;

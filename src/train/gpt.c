@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "calloc_lines.h"
+
 #define ROW_CHUNK 256   // tokens per row task (fixed, so results do not depend on the thread count)
 #define WROW_CHUNK 96   // output rows per weight-gradient task
 #define ATT_BLOCK TRAIN_ATT_BLOCK
@@ -345,8 +347,8 @@ int train_net_init(TrainNet *n, Model *m, int B, int T, int n_threads, char *err
     };
     size_t total = 0, nslots = sizeof slots / sizeof slots[0];
     for (size_t i = 0; i < nslots; i++) total += (slots[i].count + 15) & ~(size_t)15; // 64-byte aligned
-    n->act_memory = aligned_alloc(64, total * sizeof(float));
-    n->grads = aligned_alloc(64, ((m->n_params * sizeof(float) + 63) / 64) * 64);
+    n->act_memory = calloc_lines(total, sizeof(float));
+    n->grads = calloc_lines(m->n_params, sizeof(float));
     n->pool = pool_create(n->n_threads);
     if (!n->act_memory || !n->grads || !n->pool) {
         snprintf(err, errlen, "out of memory for %zu activation floats (batch %d x seq %d)", total, B, T);
