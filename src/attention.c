@@ -1,7 +1,7 @@
 // micro attention: the plate's "the rounded keys no longer pick out the right positions", as a
 // picture. One text is decoded twice, with the fp32 cache and with the chosen one; for a window of
 // query positions, one layer and head, the attention weights of both are drawn side by side
-// (DIR/attention.svg and .png, by scripts/attention), each query's most-attended position marked,
+// (DIR/attention.svg and .png, by src/figures/attention.gp), each query's most-attended position marked,
 // the queries where the two disagree in another colour.
 #include <errno.h>
 #include <limits.h>
@@ -13,7 +13,9 @@
 #include "cli.h"
 #include "cmd_options.h"
 #include "commands.h"
+#include "figure.h"
 #include "finite.h"
+#include "msgtext.h"
 #include "forward.h"
 #include "text.h"
 
@@ -79,12 +81,40 @@ static int top_of(const float *w, int n) {
 }
 
 // Writes the weights of queries [from, to] over keys [0, to] as a matrix (zeros beyond each query).
-static int write_matrix(const char *path, const float *w, int rows, int cols) {
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
+static void write_matrix(FILE *f, const float *w, int rows, int cols) {
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) fprintf(f, "%.6g%c", w[(size_t)r * cols + c], c + 1 < cols ? ' ' : '\n');
-    return fclose(f);
+}
+
+// The figure's data to a private folder, then DIR/attention.svg and .png (figure.h). An exit status.
+static int draw(const char *out_dir, const char *title, int from, const char *spec, const float *w_ref,
+                const float *w_sch, const int *top_ref, const int *top_sch, int rows, int cols) {
+    char err[600], first[16];
+    FigureData d;
+    if (figure_data_open(&d, err, sizeof err)) return cli_error("%s", err);
+    FILE *f;
+    int status = 0;
+    if (!(f = figure_data_file(&d, "fp32.mat", err, sizeof err))) goto fail;
+    write_matrix(f, w_ref, rows, cols);
+    if (figure_data_done(f, "fp32.mat", err, sizeof err)) goto fail;
+    if (!(f = figure_data_file(&d, "scheme.mat", err, sizeof err))) goto fail;
+    write_matrix(f, w_sch, rows, cols);
+    if (figure_data_done(f, "scheme.mat", err, sizeof err)) goto fail;
+    if (!(f = figure_data_file(&d, "top.dat", err, sizeof err))) goto fail;
+    for (int r = 0; r < rows; r++) fprintf(f, "%d %d %d %d\n", r, top_ref[r], top_sch[r], top_ref[r] == top_sch[r]);
+    if (figure_data_done(f, "top.dat", err, sizeof err)) goto fail;
+    snprintf(first, sizeof first, "%d", from);
+    const FigureSpec fig = {"attention", out_dir, "attention", 1200, 560, 12, 10, {title, first, spec, NULL}};
+    const int rc = figure_draw(&d, &fig, err, sizeof err);
+    if (rc == FIGURE_FAILED) goto fail;
+    if (rc == FIGURE_NO_GNUPLOT) printf("figure: %s\n", err);
+    else printf("figure: %s/attention.svg and .png\n", msg_text(out_dir, (char[MSG_TEXT]){0}, MSG_TEXT));
+    figure_data_close(&d);
+    return 0;
+fail:
+    status = cli_error("%s", err);
+    figure_data_close(&d);
+    return status;
 }
 
 int cmd_attention(int argc, char **argv) {
@@ -114,10 +144,11 @@ int cmd_attention(int argc, char **argv) {
     int from = o.from, to = o.to;
     if (to < 0) to = n - 1;
     if (from < 0) from = to - 63 > 0 ? to - 63 : 0;
-    if (!status && (to >= n || to - from + 1 > ATTENTION_MAX_QUERIES))
+    if (!status && (from > to || to >= n || to - from + 1 > ATTENTION_MAX_QUERIES))
         status = cli_error("queries %d..%d: the text has positions 0..%d, and at most %d queries are drawn", from, to,
                            n - 1, ATTENTION_MAX_QUERIES);
     if (!status) status = cli_out_dir(out_dir);
+    if (!status && figure_check_outputs(out_dir, "attention", err, sizeof err)) status = cli_error("%s", err);
     Decoder ref = {0}, sch = {0};
     const int rows = to - from + 1, cols = to + 1;
     float *w_ref = NULL, *w_sch = NULL;
@@ -153,42 +184,9 @@ int cmd_attention(int argc, char **argv) {
         printf("micro attention: %s, layer %d head %d, queries %d..%d: the most-attended position agrees with "
                "fp32's for %d of %d queries (%.0f%%)\n",
                decoder_spec(&sch, KV_ROLE_KEY), o.layer, o.head, from, to, agree, rows, 100.0 * agree / rows);
-        // The data for the drawing goes to a private folder; scripts/attention writes the figures
-        // beside their final names and renames them.
-        char dir[] = "/tmp/micro-attention-XXXXXX", file[4200];
-        if (!mkdtemp(dir)) {
-            status = cli_error("cannot make a temporary folder: %s", strerror(errno));
-        } else {
-            int bad = 0;
-            snprintf(file, sizeof file, "%s/fp32.mat", dir);
-            bad |= write_matrix(file, w_ref, rows, cols);
-            snprintf(file, sizeof file, "%s/scheme.mat", dir);
-            bad |= write_matrix(file, w_sch, rows, cols);
-            snprintf(file, sizeof file, "%s/top.dat", dir);
-            FILE *f = fopen(file, "w");
-            for (int r = 0; f && r < rows; r++)
-                fprintf(f, "%d %d %d %d\n", r, top_ref[r], top_sch[r], top_ref[r] == top_sch[r]);
-            bad |= !f || fclose(f);
-            char *outp = realpath(out_dir, NULL);
-            if (bad || !outp) {
-                status = cli_error("cannot write the figure's data in %s", bad ? dir : out_dir);
-            } else {
-                char title[300], first[16], spec[200], drawn[4200];
-                snprintf(title, sizeof title, "layer %d, head %d, %s", o.layer, o.head, text.name);
-                snprintf(first, sizeof first, "%d", from);
-                snprintf(spec, sizeof spec, "%s", decoder_spec(&sch, KV_ROLE_KEY));
-                snprintf(drawn, sizeof drawn, "%s/attention.svg and .png", out_dir);
-                char *args[] = {NULL, dir, outp, title, first, spec, NULL};
-                status = cli_draw("scripts/attention", args, drawn);
-            }
-            free(outp);
-            const char *names[] = {"fp32.mat", "scheme.mat", "top.dat"};
-            for (int i = 0; i < 3; i++) {
-                snprintf(file, sizeof file, "%s/%s", dir, names[i]);
-                remove(file);
-            }
-            rmdir(dir);
-        }
+        char title[300];
+        snprintf(title, sizeof title, "layer %d, head %d, %s", o.layer, o.head, text.name);
+        status = draw(out_dir, title, from, decoder_spec(&sch, KV_ROLE_KEY), w_ref, w_sch, top_ref, top_sch, rows, cols);
     }
     if (ref.fwd.model) decoder_free(&ref);
     if (sch.fwd.model) decoder_free(&sch);

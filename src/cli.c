@@ -16,7 +16,6 @@
 #include "model_file.h"
 #include "msgtext.h"
 #include "opts.h"
-#include "subprocess.h"
 #include "text.h"
 
 #ifndef MICRO_DATADIR
@@ -127,33 +126,10 @@ int cli_load_model(Model *m, const char *given, const char *calib, char *err, si
     return 0;
 }
 
-int cli_draw(const char *script_rel, char **args, const char *drawn) {
-    char path[4096], err[600];
-    const char *script = cli_default_path(NULL, script_rel, path, sizeof path);
-    if (access(script, X_OK) != 0) {
-        printf("figure: %s is not here (run from the repository root to draw it)\n", script_rel);
-        return 0;
-    }
-    if (!spawn_in_path("gnuplot")) {
-        printf("figure: gnuplot is missing: apt-get install gnuplot-nox\n");
-        return 0;
-    }
-    // Scripts work from the repository root: an absolute path to the script (and the callers give
-    // absolute paths to their files).
-    if (!(args[0] = realpath(script, NULL))) return cli_error("%s: %s", script, strerror(errno));
-    fflush(stdout);
-    const int rc = spawn_wait(args, 1, err, sizeof err);
-    free(args[0]);
-    args[0] = NULL;
-    if (rc == 0) {
-        printf("figure: %s\n", drawn);
-        return 0;
-    }
-    return cli_error("%s failed (%s)", script_rel, rc > 0 ? "run it by hand to see why" : err);
-}
-
 int cli_out_dir(const char *dir) {
     struct stat st;
     if (mkdir(dir, 0777) == 0 || (errno == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode))) return 0;
-    return cli_error("--out %s: not a folder we can write (%s)", dir, strerror(errno == EEXIST ? ENOTDIR : errno));
+    char shown[MSG_TEXT];
+    return cli_error("--out %s: not a folder we can write (%s)", msg_text(dir, shown, sizeof shown),
+                     strerror(errno == EEXIST ? ENOTDIR : errno));
 }

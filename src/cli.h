@@ -22,13 +22,6 @@ int cli_load_model(Model *m, const char *given, const char *calib, char *err, si
 // folder that can be made.
 int cli_out_dir(const char *dir);
 
-// Draws a figure with a script of the repository (script_rel, as cli_default_path finds it),
-// never through a shell: args[1..] are its arguments (absolute paths where they are files) and
-// NULL ends them; args[0] is set here.
-// Where the script or gnuplot is missing, one line says so and 0 is returned; when the script
-// fails, one line and 2. On success prints "figure: <drawn>".
-int cli_draw(const char *script_rel, char **args, const char *drawn);
-
 // After a command's parse function (cmd_options.h): -1 to go on; else the exit status, after printing
 // the usage to stdout (--help, 0) or the error line and, for an unknown option, the usage (2).
 int cli_after_parse(int status, const char *err, const char *usage);

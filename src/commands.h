@@ -20,5 +20,6 @@ int cmd_serve_bench(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_attention(int argc, char **argv);
+int cmd_figure(int argc, char **argv);
 
 #endif

@@ -12,10 +12,12 @@
 #include "cli.h"
 #include "cmd_options.h"
 #include "commands.h"
+#include "figure.h"
 #include "finite.h"
 #include "forward.h"
 #include "kvtransform.h"
 #include "model_file.h"
+#include "msgtext.h"
 #include "text.h"
 
 enum { K_PRE_ROPE, K_CACHED, V_CACHED, N_STREAMS };
@@ -90,16 +92,11 @@ static void read_head(const Decoder *d, const PagedStream *st, int h, int n, int
 }
 
 // The figure's data: per layer, keys as cached and values, every channel's max |x| over the text,
-// without and with the rotation; scripts/channels draws DIR/channels.svg and .png from it.
-static int write_profiles(const Decoder *d, const ModelConfig *p, int n, const float *rot, const char *path) {
+// without and with the rotation; src/figures/channels.gp draws DIR/channels.svg and .png from it.
+static int write_profiles(const Decoder *d, const ModelConfig *p, int n, const float *rot, FILE *f) {
     const int hd = p->head_dim, H = p->n_kv_heads;
     float *x = malloc(sizeof(float) * (size_t)n * hd);
-    FILE *f = fopen(path, "w");
-    if (!x || !f) {
-        free(x);
-        if (f) fclose(f);
-        return -1;
-    }
+    if (!x) return -1;
     for (int l = 0; l < p->n_layers; l++)
         for (int s = K_CACHED; s <= V_CACHED; s++)
             for (int h = 0; h < H; h++) {
@@ -114,32 +111,38 @@ static int write_profiles(const Decoder *d, const ModelConfig *p, int n, const f
                     fprintf(f, "%d %d %d %g %g\n", l, s == V_CACHED, h * hd + c, plain[c], turned[c]);
             }
     free(x);
-    return fclose(f);
+    return 0;
 }
 
-// Writes the profiles to a private folder and has scripts/channels draw them into out_dir (paths
-// as arguments, never through a shell). 0, or an exit status after one line.
+// Writes the profiles to a private folder and draws them into out_dir (figure.h). 0, or an exit
+// status after one line.
 static int draw_profiles(const Decoder *d, const ModelConfig *p, int n, const float *rot, const char *rot_name,
                          const char *text_name, const char *out_dir) {
-    char dir[] = "/tmp/micro-channels-XXXXXX", file[4200], title[400];
-    if (!mkdtemp(dir)) return cli_error("cannot make a temporary folder: %s", strerror(errno));
-    snprintf(file, sizeof file, "%s/profiles.dat", dir);
+    char err[600], title[400], layers[16], hd[16];
+    FigureData data;
+    if (figure_data_open(&data, err, sizeof err)) return cli_error("%s", err);
+    FILE *f = figure_data_file(&data, "profiles.dat", err, sizeof err);
     int status = 0;
-    char *outp = realpath(out_dir, NULL);
-    if (!outp || write_profiles(d, p, n, rot, file)) {
-        status = cli_error("cannot write the figure's data in %s", outp ? dir : out_dir);
-    } else {
-        char layers[16], hd[16], drawn[4200];
-        snprintf(title, sizeof title, "%s: every channel's max |x|, without and with rot=%s", text_name, rot_name);
-        snprintf(layers, sizeof layers, "%d", p->n_layers);
-        snprintf(hd, sizeof hd, "%d", p->head_dim);
-        snprintf(drawn, sizeof drawn, "%s/channels.svg and .png", out_dir);
-        char *args[] = {NULL, file, outp, title, layers, hd, NULL};
-        status = cli_draw("scripts/channels", args, drawn);
+    if (!f) goto fail;
+    if (write_profiles(d, p, n, rot, f)) {
+        fclose(f);
+        snprintf(err, sizeof err, "out of memory");
+        goto fail;
     }
-    free(outp);
-    remove(file);
-    rmdir(dir);
+    if (figure_data_done(f, "profiles.dat", err, sizeof err)) goto fail;
+    snprintf(title, sizeof title, "%s: every channel's max |x|, without and with rot=%s", text_name, rot_name);
+    snprintf(layers, sizeof layers, "%d", p->n_layers);
+    snprintf(hd, sizeof hd, "%d", p->head_dim);
+    const FigureSpec fig = {"channels", out_dir, "channels", 1200, 220 * p->n_layers + 60, 11, 9, {title, layers, hd, NULL}};
+    const int rc = figure_draw(&data, &fig, err, sizeof err);
+    if (rc == FIGURE_FAILED) goto fail;
+    if (rc == FIGURE_NO_GNUPLOT) printf("figure: %s\n", err);
+    else printf("figure: %s/channels.svg and .png\n", msg_text(out_dir, (char[MSG_TEXT]){0}, MSG_TEXT));
+    figure_data_close(&data);
+    return 0;
+fail:
+    status = cli_error("%s", err);
+    figure_data_close(&data);
     return status;
 }
 
@@ -232,7 +235,8 @@ int cmd_inspect(int argc, char **argv) {
         return cli_error("--plot: the Hadamard rotation needs head_dim a power of two, or out of memory");
     }
     const char *out_dir = o.out_dir ? o.out_dir : "out";
-    if (o.plot && cli_out_dir(out_dir)) { // before any decoding
+    if (o.plot && (cli_out_dir(out_dir) || (figure_check_outputs(out_dir, "channels", err, sizeof err) &&
+                                            cli_error("%s", err)))) { // before any decoding
         model_free(&m);
         return 2;
     }

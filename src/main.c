@@ -24,6 +24,7 @@ static const struct {
     {"serve-bench", cmd_serve_bench, "many conversations through one paged cache pool: users held and tokens/s per width"},
     {"capacity", cmd_capacity, "conversations that fit beside a model on a GPU at each cache width"},
     {"attention", cmd_attention, "a picture: fp32's attention beside a cache's, the most-attended positions marked"},
+    {"figure", cmd_figure, "draw the figures again from a CSV micro plate or micro sweep wrote"},
     {"sweep", cmd_sweep, "a grid of cache specs on the same texts: bits, increase with its interval, top-1, KL"},
     {"calibrate", cmd_calibrate, "KVQuant's calibration: key ranges, outlier thresholds and codebooks (.kvq)"},
     {"train", cmd_train, "train micro from the corpus (batched forward/backward, AdamW)"},
@@ -66,6 +67,8 @@ static int dispatch(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    // No temporary outlives micro, and no figure helper either, when it is interrupted or killed.
+    safe_cleanup_on_signals();
     int status = dispatch(argc, argv);
     // A result that never reached standard output (a full disk, /dev/full) is a failure, not a
     // success: every command ends here, so none can forget to check.

@@ -16,11 +16,12 @@
 #include "cmd_options.h"
 #include "commands.h"
 #include "eval.h"
+#include "figure.h"
+#include "figure_csv.h"
 #include "model_file.h"
 #include "msgtext.h"
 #include "safe_file.h"
 #include "serve.h"
-#include "subprocess.h"
 #include "text.h"
 #include "threadpool.h"
 
@@ -497,7 +498,7 @@ static const char *plate_usage =
     "  --corpus DIR      the corpus folder for --long (default data/corpus)\n"
     "  --csv | --json    machine-readable output instead of the panels\n"
     "  --out DIR         also write DIR/plate.csv and DIR/plate.json, and draw DIR/plate.svg and\n"
-    "                    DIR/plate.png with scripts/plot when gnuplot is present (default out)\n"
+    "                    DIR/plate.png (and serve, frontier) when gnuplot is present (default out)\n"
     "  --no-files        write nothing\n"
     "  --serve-fp16 N    panel (d)'s pool holds N fp16 conversations (default 16)\n"
     "  --serve-length N  panel (d)'s conversations, tokens: 2..context (default the model's context)\n"
@@ -524,11 +525,11 @@ static int write_json(FILE *f, void *ctx, char *why, size_t whylen) {
     return 0;
 }
 
-static const char *const out_files[] = {"plate.csv", "plate.json", "plate.svg", "plate.png"};
+static const char *const out_files[] = {"plate.csv", "plate.json"};
 
 // --out DIR, checked before any work: not empty (it would name /plate.csv), a folder if it exists
 // (else its parent must exist, to make it in), and no file it will hold may be a device or FIFO.
-static int check_out_dir(const char *dir, char *err, size_t errlen) {
+static int check_out_dir(const char *dir, int figures, char *err, size_t errlen) {
     if (!*dir) {
         snprintf(err, errlen, "--out: an empty folder name");
         return -1;
@@ -541,14 +542,14 @@ static int check_out_dir(const char *dir, char *err, size_t errlen) {
             return -1;
         }
         char path[4200];
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 2; i++) {
             if (snprintf(path, sizeof path, "%s/%s", dir, out_files[i]) >= (int)sizeof path) {
                 snprintf(err, errlen, "--out: the folder name is too long");
                 return -1;
             }
             if (safe_check_output(path, err, errlen)) return -1;
         }
-        return 0;
+        return figures ? figure_check_csv_outputs(dir, 1, err, errlen) : 0;
     }
     // Not there yet: it is made beside its parent, which must be a folder we can write in.
     char probe[4200];
@@ -579,37 +580,18 @@ static int write_outputs(const char *dir, const PlateRun *r, const CapacityModel
     return safe_write(path, write_json, &o, err, errlen);
 }
 
-// Draws DIR/plate.svg and .png with scripts/plot, given the paths as arguments (never through a
-// shell, so any character in them is just a character). Prints one line saying what happened.
-static void draw_figure(const char *csv_path, const char *out_dir) {
-    char path[4096], err[600];
-    const char *plot = cli_default_path(NULL, "scripts/plot", path, sizeof path);
-    if (access(plot, X_OK) != 0) {
-        printf("figure: scripts/plot is not here (run from the repository root to draw it)\n");
-        return;
+// Draws DIR/plate, serve and frontier (.svg and .png) from the CSV just written (figure_csv.h).
+// One line says what happened: 0, or 1 when a figure could not be written.
+static int draw_figure(const char *csv_path, const char *out_dir) {
+    char err[600], drawn[800];
+    fflush(stdout);
+    const int rc = figure_from_csv(csv_path, out_dir, NULL, drawn, sizeof drawn, err, sizeof err);
+    if (rc == FIGURE_FAILED) {
+        fprintf(stderr, "micro: %s\n", err);
+        return 1;
     }
-    if (!spawn_in_path("gnuplot")) {
-        printf("figure: gnuplot is missing: apt-get install gnuplot-nox, or run scripts/plot, which installs it\n");
-        return;
-    }
-    // scripts/plot works from the repository root: give it absolute paths.
-    char *script = realpath(plot, NULL), *csv = realpath(csv_path, NULL), *dir = realpath(out_dir, NULL);
-    if (!script || !csv || !dir) {
-        printf("figure: cannot resolve %s: %s\n", !script ? plot : !csv ? csv_path : out_dir, strerror(errno));
-    } else {
-        char *argv[] = {script, "--csv", csv, "--out", dir, NULL};
-        fflush(stdout);
-        int rc = spawn_wait(argv, 1, err, sizeof err);
-        if (rc == 0)
-            printf("figure: %s/plate.svg and .png, %s/serve.svg and .png, %s/frontier.svg and .png\n", out_dir, out_dir, out_dir);
-        else if (rc < 0)
-            printf("figure: %s\n", err);
-        else
-            printf("figure: scripts/plot failed with status %d (run it by hand to see why)\n", rc);
-    }
-    free(script);
-    free(csv);
-    free(dir);
+    printf("figure: %s\n", rc == FIGURE_DRAWN ? drawn : err);
+    return 0;
 }
 
 // plate --long: one text's windows through fp32 and every scheme of panel (a) (eval_windows).
@@ -637,7 +619,7 @@ static int plate_long(const PlateOptions *o, PlateRun *r) {
     char err[600], path[4096], arg[4200];
     const char *dir = cli_default_path(o->corpus, "data/corpus", path, sizeof path);
     static const char *const names[N_TEXTS] = {"en.val.txt", "zh.val.txt"};
-    if (o->files && check_out_dir(o->out_dir, err, sizeof err)) return cli_error("%s", err);
+    if (o->files && check_out_dir(o->out_dir, 0, err, sizeof err)) return cli_error("%s", err);
     for (int t = 0; t < N_TEXTS; t++) {
         snprintf(arg, sizeof arg, "%s/%s", dir, names[t]);
         if (access(arg, F_OK) != 0)
@@ -724,7 +706,7 @@ int cmd_plate(int argc, char **argv) {
     const char *model_path = o.model_path, *en = o.en, *zh = o.zh, *out_dir = o.out_dir;
     const int threads = o.threads, csv = o.csv, json = o.json, files = o.files;
     char out_err[600];
-    if (files && check_out_dir(out_dir, out_err, sizeof out_err)) return cli_error("%s", out_err);
+    if (files && check_out_dir(out_dir, 1, out_err, sizeof out_err)) return cli_error("%s", out_err);
 
     if (o.long_run) {
         PlateRun *lr = calloc(1, sizeof *lr);
@@ -842,7 +824,7 @@ int cmd_plate(int argc, char **argv) {
         print_frontier(r);
         if (files) {
             printf("\nwritten: %s and %s/plate.json\n", csv_path, out_dir);
-            draw_figure(csv_path, out_dir);
+            status = draw_figure(csv_path, out_dir);
         }
     }
     for (int t = 0; t < N_TEXTS; t++) {

@@ -5,6 +5,8 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -12,6 +14,55 @@
 
 // A path inside a message, escaped and shortened so that the reason after it always fits.
 #define SHOWN(p) msg_text((p), (char[MSG_TEXT]){0}, MSG_TEXT)
+
+#define TRACKED_MAX 64
+static _Atomic(const char *) tracked[TRACKED_MAX];
+static atomic_int helper_pid;
+
+int safe_track(const char *path) {
+    for (int i = 0; i < TRACKED_MAX; i++) {
+        const char *none = NULL;
+        if (atomic_compare_exchange_strong(&tracked[i], &none, path)) return 0;
+    }
+    return -1;
+}
+
+void safe_untrack(const char *path) {
+    for (int i = 0; i < TRACKED_MAX; i++) {
+        const char *mine = path;
+        if (atomic_compare_exchange_strong(&tracked[i], &mine, NULL)) return;
+    }
+}
+
+void safe_track_helper(int pid) { atomic_store(&helper_pid, pid); }
+
+// Only async-signal-safe calls: kill, unlink, rmdir, signal, raise.
+static void on_signal(int sig) {
+    const int pid = atomic_load(&helper_pid);
+    if (pid > 0) kill(pid, SIGKILL);
+    for (int i = 0; i < TRACKED_MAX; i++) {
+        const char *p = atomic_load(&tracked[i]);
+        if (p) unlink(p);
+    }
+    for (int i = 0; i < TRACKED_MAX; i++) {
+        const char *p = atomic_load(&tracked[i]);
+        if (p) rmdir(p);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void safe_cleanup_on_signals(void) {
+    const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (int i = 0; i < 3; i++) {
+        struct sigaction sa = {0}, old;
+        // A signal the caller chose to ignore (nohup, a shell's background job) stays ignored.
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+        sa.sa_handler = on_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
 
 // The target a write really replaces: a symbolic link is followed, so that the file it names is
 // updated and the link itself survives (renaming over it would swap the link for a copy).
@@ -157,6 +208,7 @@ static int sink_close(void *cookie) {
 }
 
 static void release(SafeFile *s) {
+    if (s->tmp) safe_untrack(s->tmp);
     free(s->path);
     free(s->tmp);
     free(s->sink);
@@ -183,6 +235,8 @@ int safe_open(SafeFile *s, const char *path, char *err, size_t errlen) {
         return -1;
     }
     snprintf(s->tmp, n, "%s.tmp-XXXXXX", s->path);
+    // Tracked before it exists, so that no signal can come between its creation and its tracking.
+    safe_track(s->tmp);
     int fd = mkstemp(s->tmp);
     if (fd < 0) {
         snprintf(err, errlen, "cannot write %s: %s", SHOWN(path), strerror(errno));
@@ -241,9 +295,17 @@ int safe_commit(SafeFile *s, char *err, size_t errlen) {
     if (!e && fsync(k->fd) != 0 && errno != EINVAL) e = errno; // EINVAL: a file system without fsync
     if (fclose(s->f) != 0 && !e) e = k->error ? k->error : EIO;
     s->f = NULL;
+    // The target is checked again at the end: a slow writer (a figure) gives time to put a FIFO,
+    // a device or a folder in its place, which must not be replaced either.
+    struct stat st;
+    const int replaced = !e && lstat(s->path, &st) == 0 && !S_ISREG(st.st_mode);
+    if (replaced) e = EEXIST;
     if (!e && rename(s->tmp, s->path) != 0) e = errno;
     if (e) {
-        snprintf(err, errlen, "cannot write %s: %s", SHOWN(s->path), strerror(e));
+        if (replaced)
+            snprintf(err, errlen, "cannot write %s: it is no longer a regular file (not replaced)", SHOWN(s->path));
+        else
+            snprintf(err, errlen, "cannot write %s: %s", SHOWN(s->path), strerror(e));
         unlink(s->tmp);
         release(s);
         return -1;

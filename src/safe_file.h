@@ -45,6 +45,18 @@ void safe_abort(SafeFile *s);
 typedef int (*SafeWriter)(FILE *f, void *ctx, char *why, size_t whylen);
 int safe_write(const char *path, SafeWriter write, void *ctx, char *err, size_t errlen);
 
+// Temporaries a signal must not leave behind. safe_open tracks its temporary until the commit or
+// the abort; a private folder of figure data and the files in it are tracked by their owner. The
+// handler safe_cleanup_on_signals installs (for SIGINT, SIGTERM, SIGHUP) kills the helper program
+// that is running, removes every tracked file, then every tracked folder, and dies of the signal.
+// A tracked path must stay valid until safe_untrack. -1 when all slots are taken (the path then
+// stays untracked, which only matters if a signal comes).
+int safe_track(const char *path);
+void safe_untrack(const char *path);
+// The helper that is running (0 for none): a signal passed to micro ends it too.
+void safe_track_helper(int pid);
+void safe_cleanup_on_signals(void);
+
 // Standard output at the end of a command: flushes it and returns 0, or -1 with err set
 // ("cannot write standard output: reason") when any write to it failed (a full disk, a closed pipe).
 int safe_check_stdout(char *err, size_t errlen);

@@ -166,11 +166,11 @@ fi
 if [ -f models/micro.bin ]; then
     "$micro" sweep --grid "int:bits={2|4}" --grid q4_0 --text data/plates/en.txt:40 >"$tmp/sweep.csv"
     if command -v gnuplot >/dev/null; then
-        bash scripts/frontier --csv "$tmp/sweep.csv" --out "$tmp/frontier" >"$tmp/frontier.out" 2>&1 &&
+        "$micro" figure --csv "$tmp/sweep.csv" --out "$tmp/frontier" >"$tmp/frontier.out" 2>&1 &&
             [ -s "$tmp/frontier/frontier.svg" ] && [ -s "$tmp/frontier/frontier.png" ] &&
             grep -q "^frontier, en: " "$tmp/frontier.out" && ok "frontier drawn from sweep rows" ||
             bad "frontier: $(tail -3 "$tmp/frontier.out")"
-        bash scripts/frontier --csv "$tmp/frontier.out" --out "$tmp/frontier" >/dev/null 2>&1 &&
+        "$micro" figure --csv "$tmp/frontier.out" --out "$tmp/frontier" >/dev/null 2>&1 &&
             bad "frontier took a file that is not sweep's CSV" || ok "frontier refuses a file that is not sweep's CSV"
     else
         echo "skip frontier figure: gnuplot is not installed"
@@ -196,13 +196,22 @@ if [ -f models/micro.bin ] && command -v gnuplot >/dev/null; then
         ok "inspect --plot: channel profiles drawn" || bad "inspect --plot: $(tail -2 "$tmp/ch.out")"
 fi
 
-# Where scripts/plot cannot be found, one clear line and the files all the same.
+# From another folder micro still draws (its gnuplot programs are built in); without gnuplot on
+# PATH, one clear line and the files all the same.
 if [ -f models/micro.bin ]; then
     (cd "$tmp" && "$micro" plate --model "$root/models/micro.bin" --en "$root/data/plates/en.txt:40" \
+        --zh "$root/data/plates/zh.txt:10" --serve-length 64 --serve-fp16 2 --out "$tmp/elsewhere") >"$tmp/plate.out" 2>&1
+    st=$?
+    if command -v gnuplot >/dev/null; then
+        [ $st -eq 0 ] && [ -s "$tmp/elsewhere/plate.png" ] && [ -s "$tmp/elsewhere/frontier.svg" ] &&
+            ok "plate from another folder: figures drawn" || bad "plate from another folder: $(tail -2 "$tmp/plate.out")"
+    fi
+    (cd "$tmp" && PATH=/nonexistent "$micro" plate --model "$root/models/micro.bin" --en "$root/data/plates/en.txt:40" \
         --zh "$root/data/plates/zh.txt:10" --serve-length 64 --serve-fp16 2 --out "$tmp/noplot") >"$tmp/plate.out" 2>&1
     st=$?
-    [ $st -eq 0 ] && grep -q "^figure: scripts/plot is not here" "$tmp/plate.out" && [ -s "$tmp/noplot/plate.csv" ] &&
-        ok "plate without scripts/plot: one clear line" || bad "plate without scripts/plot: $(tail -2 "$tmp/plate.out")"
+    [ $st -eq 0 ] && grep -q "^figure: gnuplot is missing" "$tmp/plate.out" && [ -s "$tmp/noplot/plate.csv" ] &&
+        [ ! -e "$tmp/noplot/plate.svg" ] && ok "plate without gnuplot: one clear line" ||
+        bad "plate without gnuplot: $(tail -2 "$tmp/plate.out")"
 fi
 
 # --- A model that overflows float: an error, never a result ---
