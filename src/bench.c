@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "kvpool.h"
 #include "cmd_options.h"
 #include "commands.h"
 #include "forward.h"
@@ -42,8 +43,9 @@ static const char *bench_usage =
     "                      against the streaming bandwidth, and what fp16 at 80% of its roofline with the\n"
     "                      cache 0.8 x its bytes ratio faster would ask of the cache; --threads takes the\n"
     "                      first count\n"
-    "  --block N           the batched pool's block in tokens (default 16)\n"
-    "  --steps N           batched decode steps timed (default 8)\n"
+    "  --block N           with --batch: the pool's block in tokens, a multiple of 16 or the whole\n"
+    "                      context (default 16)\n"
+    "  --steps N           with --batch: decode steps timed (default 8)\n"
     "  --eval              instead: scoring one window (the longest of the positions) with the fast\n"
     "                      evaluator against the decode loop, fp32 and the chosen cache, side by side\n"
     "                      (seconds, speed-up, both losses); --threads takes the first count\n"
@@ -131,8 +133,8 @@ int bench_parse(int argc, char **argv, BenchOptions *o, char *err, size_t errlen
         else if (opts_is(&p, "--repeat")) bad = opts_int(&p, 1, 100, &o->repeat);
         else if (opts_is(&p, "--threads")) bad = opts_int_list(&p, 1, 256, o->threads, BENCH_MAX_LIST, &o->n_threads);
         else if (opts_is(&p, "--batch")) bad = opts_int(&p, 1, 4096, &o->batch);
-        else if (opts_is(&p, "--block")) bad = opts_int(&p, 1, 1 << 20, &o->block);
-        else if (opts_is(&p, "--steps")) bad = opts_int(&p, 1, 1000, &o->steps);
+        else if (opts_is(&p, "--block")) bad = opts_int(&p, 1, 1 << 20, &o->block), o->block_given = 1;
+        else if (opts_is(&p, "--steps")) bad = opts_int(&p, 1, 1000, &o->steps), o->steps_given = 1;
         else if (opts_is(&p, "--eval")) bad = opts_flag(&p), o->eval = 1;
         else if (opts_is(&p, "--positions")) {
             // The model's context bounds them too; that is checked once the model is loaded.
@@ -142,6 +144,7 @@ int bench_parse(int argc, char **argv, BenchOptions *o, char *err, size_t errlen
         if (bad) return OPTS_ERROR;
     }
     if (o->eval && o->batch) return opts_fail(&p, "choose one of --batch and --eval");
+    if (!o->batch && (o->block_given || o->steps_given)) return opts_fail(&p, "--block and --steps go with --batch");
     if (!o->k_spec) o->k_spec = cache;
     if (!o->v_spec) o->v_spec = cache;
     return cmd_check_specs(o->k_spec, o->v_spec, err, errlen) ? OPTS_ERROR : OPTS_RUN;
@@ -315,6 +318,7 @@ static void print_both_targets(const HeldDecode held[2], double bw, double other
 static int bench_batch(const Model *m, const BenchOptions *o, char *err, size_t errlen) {
     const ModelConfig *c = &m->config;
     const int n = c->max_seq_len, threads = o->threads[0], few = o->steps + 16;
+    if (kvpool_check_block(o->block, n, err, errlen)) return -1;
     if (o->block > n || n / 2 < o->steps + 1 || few > n) {
         snprintf(err, errlen, "--block %d / --steps %d do not fit the model's context of %d", o->block, o->steps, n);
         return -1;

@@ -47,6 +47,7 @@ typedef struct {
     int batch;           // > 0: batched decode of this many conversations at 1024..2048 positions instead
     int block;           // the batched pool's block, tokens
     int steps;           // batched decode steps timed
+    int block_given, steps_given; // --block and --steps belong to --batch
     int eval;            // the fast evaluator against the decode loop instead (bench_eval.h)
 } BenchOptions;
 int bench_parse(int argc, char **argv, BenchOptions *o, char *err, size_t errlen);

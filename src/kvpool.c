@@ -67,6 +67,15 @@ static size_t first_extra_bytes(const KVPool *p) {
     return (size_t)p->n_layers * (p->cost[0].first_extra + p->cost[1].first_extra);
 }
 
+int kvpool_check_block(int block, int context, char *err, size_t errlen) {
+    if (block >= 1 && (block >= context || block % 16 == 0)) return 0;
+    snprintf(err, errlen,
+             "a block of %d tokens: blocks hold a multiple of 16 tokens (the kernels' token tiles), or the whole "
+             "context of %d",
+             block, context);
+    return -1;
+}
+
 int kvpool_init(KVPool *p, int n_layers, int n_heads, int head_dim, int block, int context, size_t budget,
                 const char *k_spec, const char *v_spec, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
@@ -75,13 +84,7 @@ int kvpool_init(KVPool *p, int n_layers, int n_heads, int head_dim, int block, i
                  n_heads, head_dim, context);
         return -1;
     }
-    if (block < 1 || (block < context && block % 16)) {
-        snprintf(err, errlen,
-                 "a block of %d tokens: blocks hold a multiple of 16 tokens (the kernels' token tiles), or the whole "
-                 "context of %d",
-                 block, context);
-        return -1;
-    }
+    if (kvpool_check_block(block, context, err, errlen)) return -1;
     if (block > context) block = context;
     p->n_layers = n_layers, p->n_heads = n_heads, p->head_dim = head_dim;
     p->block = block, p->context = context, p->budget = budget;

@@ -56,6 +56,8 @@ typedef struct {
 // A pool that cannot hold one block of every layer and stream is refused (-1, one line in err).
 // block: tokens per block, a multiple of 16 (the kernels' token tiles lie whole in a block) or the
 // whole context. The specs are checked here (and must fit blocks of `block` tokens: kivi's groups).
+// The block rule alone (kvpool_init's first check), for commands to check before any work.
+int kvpool_check_block(int block, int context, char *err, size_t errlen);
 int kvpool_init(KVPool *p, int n_layers, int n_heads, int head_dim, int block, int context, size_t budget,
                 const char *k_spec, const char *v_spec, char *err, size_t errlen);
 void kvpool_free(KVPool *p);

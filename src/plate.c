@@ -501,7 +501,7 @@ static const char *plate_usage =
     "                    DIR/plate.png (and serve, frontier) when gnuplot is present (default out)\n"
     "  --no-files        write nothing\n"
     "  --serve-fp16 N    panel (d)'s pool holds N fp16 conversations (default 16)\n"
-    "  --serve-length N  panel (d)'s conversations, tokens: 2..context (default the model's context)\n"
+    "  --serve-length N  panel (d)'s conversations, tokens: 6..context (default the model's context)\n"
     "  -h, --help        this help\n";
 
 // What the printers need, for safe_write's callbacks.
@@ -689,7 +689,7 @@ int plate_parse(int argc, char **argv, PlateOptions *o, char *err, size_t errlen
         else if (opts_is(&p, "--long")) bad = opts_flag(&p), o->long_run = 1;
         else if (opts_is(&p, "--corpus")) bad = opts_path(&p, &o->corpus);
         else if (opts_is(&p, "--serve-fp16")) bad = opts_int(&p, 1, 1024, &o->serve_fp16);
-        else if (opts_is(&p, "--serve-length")) bad = opts_int(&p, 2, 1 << 20, &o->serve_length);
+        else if (opts_is(&p, "--serve-length")) bad = opts_int(&p, SERVE_STEPS + 2, 1 << 20, &o->serve_length);
         else return opts_unknown(&p);
         if (bad) return OPTS_ERROR;
     }
@@ -735,6 +735,9 @@ int cmd_plate(int argc, char **argv) {
         if (text_load(&r->texts[t], text_args[t], INT32_MAX, err, sizeof err)) status = cli_error("%s", err);
     if (!status && cli_load_model(&m, model_path, o.calib_path, err, sizeof err))
         status = cli_error("%s", err);
+    if (!status && o.serve_length > m.config.max_seq_len) // before any work
+        status = cli_error("--serve-length %d is outside %d..%d (the model's context)", o.serve_length, SERVE_STEPS + 2,
+                           m.config.max_seq_len);
     for (int t = 0; t < N_TEXTS && !status; t++) {
         if (r->texts[t].n_tokens > m.config.max_seq_len) {
             text_context_error(r->texts[t].path, (size_t)r->texts[t].n_tokens, m.config.max_seq_len, err, sizeof err);

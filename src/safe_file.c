@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 // A path inside a message, escaped and shortened so that the reason after it always fits.
@@ -36,10 +37,11 @@ void safe_untrack(const char *path) {
 
 void safe_track_helper(int pid) { atomic_store(&helper_pid, pid); }
 
-// Only async-signal-safe calls: kill, unlink, rmdir, signal, raise.
+// Only async-signal-safe calls: kill, waitpid, unlink, rmdir, signal, raise. The helper is reaped
+// here, so that it is gone, not a zombie, when micro's own death is reported.
 static void on_signal(int sig) {
     const int pid = atomic_load(&helper_pid);
-    if (pid > 0) kill(pid, SIGKILL);
+    if (pid > 0 && kill(pid, SIGKILL) == 0) waitpid(pid, NULL, 0);
     for (int i = 0; i < TRACKED_MAX; i++) {
         const char *p = atomic_load(&tracked[i]);
         if (p) unlink(p);
@@ -90,6 +92,10 @@ static char *folder_of(const char *path) {
 int safe_check_output(const char *path, char *err, size_t errlen) {
     if (!path || !*path) {
         snprintf(err, errlen, "an output path is empty");
+        return -1;
+    }
+    if (path[strlen(path) - 1] == '/') {
+        snprintf(err, errlen, "cannot write %s: a file's name cannot end in '/'", SHOWN(path));
         return -1;
     }
     char *target = resolve_target(path, err, errlen);

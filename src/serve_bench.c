@@ -14,7 +14,9 @@
 #include "membw.h"
 #include "model_file.h"
 #include "msgtext.h"
+#include "safe_file.h"
 #include "serve.h"
+#include "text.h"
 
 static const char *serve_bench_usage =
     "usage: micro serve-bench [options]\n"
@@ -115,32 +117,34 @@ int serve_bench_parse(int argc, char **argv, ServeBenchOptions *o, char *err, si
     return OPTS_RUN;
 }
 
-// The prompts' text: both plates, one after the other (whole files, bytes as they are).
+// The prompts' text: both plates, one after the other (whole files, bytes as they are): regular
+// files only (a FIFO would block forever), at most a text's limit each (text.h).
 static int read_text(const char *path, uint8_t **buf, size_t *len, char *err, size_t errlen) {
     char shown[MSG_TEXT];
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "cannot open %s for the prompts' text", msg_text(path, shown, sizeof shown));
+    long long size;
+    FILE *f = safe_open_read(path, &size, err, errlen);
+    if (!f) return -1;
+    if (size > TEXT_MAX_BYTES) {
+        fclose(f);
+        snprintf(err, errlen, "%s: %lld bytes, more than the %d MiB a text may hold", msg_text(path, shown, sizeof shown),
+                 size, TEXT_MAX_BYTES >> 20);
         return -1;
     }
-    uint8_t chunk[65536];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        uint8_t *grown = realloc(*buf, *len + got);
-        if (!grown) {
-            fclose(f);
-            snprintf(err, errlen, "out of memory reading %s", msg_text(path, shown, sizeof shown));
-            return -1;
-        }
-        memcpy(grown + *len, chunk, got);
-        *buf = grown, *len += got;
+    uint8_t *grown = realloc(*buf, *len + (size_t)size + 1);
+    if (!grown) {
+        fclose(f);
+        snprintf(err, errlen, "out of memory reading %s", msg_text(path, shown, sizeof shown));
+        return -1;
     }
+    *buf = grown;
+    const size_t got = fread(grown + *len, 1, (size_t)size, f);
     const int failed = ferror(f);
     fclose(f);
     if (failed) {
         snprintf(err, errlen, "cannot read %s", msg_text(path, shown, sizeof shown));
         return -1;
     }
+    *len += got;
     return 0;
 }
 
@@ -289,8 +293,17 @@ int cmd_serve_bench(int argc, char **argv) {
         if (kvpool_init(&fp16, c->n_layers, c->n_kv_heads, c->head_dim, o.block, c->max_seq_len, SIZE_MAX / 2, "fp16",
                         "fp16", err, sizeof err))
             goto fail;
-        budget = (double)kvpool_budget_for(&fp16, o.pool_fp16, o.length);
+        // and the block set a step takes before the previous one's tokens settle, so that one
+        // conversation fits a pool of one
+        budget = (double)(kvpool_budget_for(&fp16, o.pool_fp16, o.length) + kvpool_block_set_bytes(&fp16));
         kvpool_free(&fp16);
+    }
+    // A pool is allocated as it fills: one larger than the machine's memory would fail part way.
+    const double memory = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (memory > 0 && budget > memory) {
+        snprintf(err, sizeof err, "a pool of %.0f MB is more than this machine's memory (%.0f MB): give a smaller --pool-mb",
+                 budget / 1e6, memory / 1e6);
+        goto fail;
     }
     // Every scheme's pool before anything is measured or printed: bad input gets its one line at once.
     for (; n_pools < o.n_schemes; n_pools++) {

@@ -12,6 +12,7 @@
 #include "cmd_options.h"
 #include "commands.h"
 #include "eval.h"
+#include "grid.h"
 #include "membw.h"
 #include "msgtext.h"
 #include "text.h"
@@ -26,58 +27,6 @@ static const char *const preset_all[] = {
     "mx:elem={e2m1|e2m3|e3m2|e4m3|e5m2|int8}", "nvfp4{|:4over6|:scale2=none|:scale2=calib}", "turboquant:bits={1|2|3|4|5|6|7|8}",
     "turboquant:bits={2|3|4|5},mode=prod", "turboquant:preset={k8v4|4bit_nc|k3v4_nc|3bit_nc}",
 };
-
-typedef struct {
-    char **specs;
-    int n;
-} SpecList;
-
-// Appends every expansion of pattern (braces, innermost alternatives left to right). -1 with err on
-// an unbalanced brace or too many specs.
-static int expand(const char *pattern, SpecList *out, char *err, size_t errlen) {
-    const char *open = strchr(pattern, '{');
-    if (!open) {
-        if (out->n == SWEEP_MAX_SPECS) {
-            snprintf(err, errlen, "the grid makes more than %d specs", SWEEP_MAX_SPECS);
-            return -1;
-        }
-        if (!(out->specs[out->n] = strdup(pattern))) {
-            snprintf(err, errlen, "out of memory");
-            return -1;
-        }
-        out->n++;
-        return 0;
-    }
-    const char *close = strchr(open, '}');
-    const char *nested = strchr(open + 1, '{');
-    if (!close || (nested && nested < close)) {
-        char shown[MSG_TEXT];
-        snprintf(err, errlen, "grid '%s': every '{' needs a '}' (no nesting)", msg_text(pattern, shown, sizeof shown));
-        return -1;
-    }
-    const size_t head = (size_t)(open - pattern), len = strlen(pattern);
-    char *one = malloc(len + 1);
-    if (!one) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    int rc = 0;
-    for (const char *alt = open + 1; !rc;) {
-        const char *end = alt;
-        while (end < close && *end != '|') end++;
-        snprintf(one, len + 1, "%.*s%.*s%s", (int)head, pattern, (int)(end - alt), alt, close + 1);
-        // "x:{|a},b" gives "x:,b": tidy the separators an empty choice leaves
-        char *p;
-        while ((p = strstr(one, ":,")) || (p = strstr(one, ",,"))) memmove(p + 1, p + 2, strlen(p + 2) + 1);
-        size_t n = strlen(one);
-        if (n && (one[n - 1] == ',' || one[n - 1] == ':')) one[n - 1] = '\0';
-        rc = expand(one, out, err, errlen);
-        if (end == close) break;
-        alt = end + 1;
-    }
-    free(one);
-    return rc;
-}
 
 static const char *sweep_usage =
     "usage: micro sweep [options]\n"
@@ -137,11 +86,6 @@ int sweep_parse(int argc, char **argv, SweepOptions *o, char *err, size_t errlen
     return OPTS_RUN;
 }
 
-static void free_specs(SpecList *l) {
-    for (int i = 0; i < l->n; i++) free(l->specs[i]);
-    free(l->specs);
-}
-
 static void print_row(int json, int first, const char *text, const EvalResult *r, double delta) {
     if (json) {
         printf("%s\n  {\"text\": ", first ? "" : ",");
@@ -170,13 +114,13 @@ int cmd_sweep(int argc, char **argv) {
     char err[512], path[4096], default_en[4200], default_zh[4200];
     int done = cli_after_parse(sweep_parse(argc, argv, &o, err, sizeof err), err, sweep_usage);
     if (done >= 0) return done;
-    SpecList specs = {calloc(SWEEP_MAX_SPECS, sizeof(char *)), 0};
+    SpecList specs = {calloc(SWEEP_MAX_SPECS, sizeof(char *)), 0, SWEEP_MAX_SPECS};
     if (!specs.specs) return cli_error("out of memory");
     int status = 0;
     for (size_t i = 0; o.preset_all && i < sizeof preset_all / sizeof preset_all[0] && !status; i++)
-        if (expand(preset_all[i], &specs, err, sizeof err)) status = cli_error("%s", err);
+        if (grid_expand(preset_all[i], &specs, err, sizeof err)) status = cli_error("%s", err);
     for (int i = 0; i < o.n_grids && !status; i++)
-        if (expand(o.grids[i], &specs, err, sizeof err)) status = cli_error("--grid: %s", err);
+        if (grid_expand(o.grids[i], &specs, err, sizeof err)) status = cli_error("--grid: %s", err);
     // Every spec's form before any work, so that a typo in the 40th does not cost the first 39.
     for (int i = 0; i < specs.n && !status; i++)
         if (cmd_check_specs(specs.specs[i], specs.specs[i], err, sizeof err)) status = cli_error("%s", err);
@@ -237,6 +181,6 @@ int cmd_sweep(int argc, char **argv) {
     if (!status && o.json) printf("\n]\n");
     for (int i = 0; i < o.n_texts; i++) text_free(&texts[i]);
     model_free(&m);
-    free_specs(&specs);
+    grid_free(&specs);
     return status;
 }

@@ -122,16 +122,32 @@ int text_load(Text *t, const char *arg, int max_tokens, char *err, size_t errlen
     long long size = 0;
     FILE *f = safe_open_read(t->path, &size, err, errlen); // a regular file: never block on a FIFO
     if (!f) return -1;
-    size_t n = (size_t)size;
-    uint8_t *bytes = malloc(n + 1);
-    size_t got = bytes ? fread(bytes, 1, n, f) : 0;
-    fclose(f);
-    if (!bytes || got != n) {
-        free(bytes);
-        snprintf(err, errlen, "%s: read failed", path);
+    // Only as far as the cut needs: CHARS characters span at most 4 bytes each.
+    long long need = size;
+    if (limit > 0 && limit < TEXT_MAX_BYTES / 4 && 4 * (long long)limit < size) need = 4 * (long long)limit;
+    if (need > TEXT_MAX_BYTES) {
+        fclose(f);
+        if (limit > 0)
+            snprintf(err, errlen, "%s: %ld characters may need more than the %d MiB a text may hold; give fewer", path,
+                     limit, TEXT_MAX_BYTES >> 20);
+        else
+            snprintf(err, errlen, "%s: %lld bytes, more than the %d MiB a text may hold; give FILE:CHARS to read its start",
+                     path, size, TEXT_MAX_BYTES >> 20);
         return -1;
     }
-    int status = text_from_bytes(t, bytes, n, limit, max_tokens, err, errlen);
+    size_t n = (size_t)need;
+    uint8_t *bytes = malloc(n + 1);
+    size_t got = bytes ? fread(bytes, 1, n, f) : 0;
+    const int failed = f && ferror(f);
+    fclose(f);
+    if (!bytes || failed) {
+        free(bytes);
+        snprintf(err, errlen, "%s: %s", path, bytes ? "read failed" : "out of memory");
+        return -1;
+    }
+    // A file that shrank while read is taken as it now is; the cut's characters are the ones checked.
+    if (limit > 0) got = utf8_prefix_bytes(bytes, got, limit, NULL);
+    int status = text_from_bytes(t, bytes, got, limit, max_tokens, err, errlen);
     free(bytes);
     return status;
 }

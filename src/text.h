@@ -21,6 +21,10 @@ long utf8_first_invalid(const uint8_t *s, size_t n);
 // Bytes spanned by the first `chars` characters of valid UTF-8 (all of it when shorter).
 size_t utf8_prefix_bytes(const uint8_t *s, size_t n, long chars, long *chars_found);
 
+// The most a text may take in memory: a file longer than this is read only with a cut (FILE:CHARS)
+// short enough to fit, and only as far as the cut needs.
+#define TEXT_MAX_BYTES (64 << 20)
+
 // arg is FILE or FILE:CHARS. max_tokens is the model's context. One line in err on failure.
 int text_load(Text *t, const char *arg, int max_tokens, char *err, size_t errlen);
 void text_free(Text *t);

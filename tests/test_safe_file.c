@@ -140,6 +140,19 @@ int main(void) {
     free(got);
     unlink(other);
 
+    // A target that becomes a FIFO while its writer is busy (a figure takes seconds) is not replaced
+    // at the commit, and the temporary goes; a name ending in '/' is refused before anything.
+    snprintf(other, sizeof other, "%s/late", dir);
+    CHECK(safe_open(&sf, other, err, sizeof err) == 0, "late: %s", err);
+    fputs("figure\n", sf.f);
+    CHECK(mkfifo(other, 0600) == 0, "mkfifo late");
+    CHECK(safe_commit(&sf, err, sizeof err) == -1 && strstr(err, "no longer a regular file"), "late FIFO: %s", err);
+    CHECK(lstat(other, &st) == 0 && S_ISFIFO(st.st_mode), "the late FIFO was replaced");
+    CHECK(count_files() == 2, "a temporary left after a refused commit");
+    unlink(other);
+    snprintf(other, sizeof other, "%s/new.gguf/", dir);
+    CHECK(safe_check_output(other, err, sizeof err) == -1 && strstr(err, "cannot end in '/'"), "trailing slash: %s", err);
+
     // Inputs: a FIFO is refused at once (opening it plainly blocks until a writer comes), a folder
     // too (checkpoint_load used to ask malloc for 2^63 bytes for one).
     snprintf(other, sizeof other, "%s/fifo", dir);

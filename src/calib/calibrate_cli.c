@@ -171,8 +171,9 @@ int cmd_calibrate(int argc, char **argv) {
     if (model_load(&m, model_path, err, sizeof err)) return cli_error("%s", err);
     int len = o.length ? o.length : (m.config.max_seq_len < DEFAULT_LENGTH ? m.config.max_seq_len : DEFAULT_LENGTH);
     if (len > m.config.max_seq_len) {
+        const int context = m.config.max_seq_len;
         model_free(&m);
-        return cli_error("--length %d exceeds the model's context %d", len, m.config.max_seq_len);
+        return cli_error("--length %d exceeds the model's context %d", len, context);
     }
     const char *dir = o.corpus ? o.corpus : "data/corpus";
     char probe[4200];

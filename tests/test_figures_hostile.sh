@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# A hostile-input probe's second pass: no path is ever code (gnuplot gets it as data), every figure
+# is written as safely as a CSV (a FIFO, device or folder in its place is refused, a symbolic link
+# written through), the grid parser survives any command line, bad options are refused before any
+# work, a text is read only as far as its cut, and a signal leaves no temporary and no helper.
+. "$(dirname "$0")/lib.sh"
+make_model=${MICRO_MAKE_MODEL:?}
+
+if ! command -v gnuplot >/dev/null; then
+    # The figures are what this test is about: without gnuplot it cannot check them, and says so.
+    bad "gnuplot is not installed (scripts/test installs it): the figure checks cannot run"
+    finish
+    exit 1
+fi
+"$make_model" "$tmp/tiny.bin" 16 1 2 2 16 64 || bad "make_model tiny"
+work="$tmp/work"
+mkdir "$work"
+export TMPDIR="$tmp/tmpdir"
+mkdir "$TMPDIR"
+# Whatever a path smuggled in would run here or in the folders it names: PWNED must never appear.
+pwned() { [ -n "$(find "$tmp" "$root" -maxdepth 3 -name 'PWNED*' 2>/dev/null)" ]; }
+leftovers() { find "$1" "$TMPDIR" -mindepth 1 \( -name '*.tmp-*' -o -name 'micro-figure-*' \) 2>/dev/null; }
+plate_small=(--en data/plates/en.txt:20 --zh data/plates/zh.txt:5 --serve-length 64 --serve-fp16 2)
+
+# --- 1. a path is never code: every path option of every command that draws ----------------------
+names=($'nl\n!touch PWNED #' "ap'!touch PWNED" 'dq"!touch PWNED' 'sub$(touch PWNED)' 'bq`touch PWNED`' 'semi;touch PWNED;')
+for name in "${names[@]}"; do
+    shown=$(printf '%q' "$name")
+    dir="$tmp/$name"
+    cp data/plates/en.txt "$tmp/$name.txt"
+    (cd "$work" && "$micro" plate --model "$root/models/micro.bin" "${plate_small[@]/#data/$root/data}" --out "$dir") \
+        >"$tmp/out" 2>&1
+    st=$?
+    [ $st -eq 0 ] && [ -s "$dir/plate.svg" ] && [ -s "$dir/plate.png" ] && [ -s "$dir/serve.png" ] &&
+        [ -s "$dir/frontier.svg" ] && ok "plate --out $shown: drawn" || bad "plate --out $shown: exit $st, $(tail -2 "$tmp/out")"
+    (cd "$work" && "$micro" attention --model "$root/models/micro.bin" --cache int:bits=2 --text "$tmp/$name.txt:40" \
+        --out "$dir") >"$tmp/out" 2>&1
+    st=$?
+    [ $st -eq 0 ] && [ -s "$dir/attention.svg" ] && [ -s "$dir/attention.png" ] &&
+        ok "attention --out and --text $shown: drawn" || bad "attention $shown: exit $st, $(tail -2 "$tmp/out")"
+    (cd "$work" && "$micro" inspect --model "$root/models/micro.bin" --plot --text "$tmp/$name.txt:30" --out "$dir") \
+        >"$tmp/out" 2>&1
+    st=$?
+    [ $st -eq 0 ] && [ -s "$dir/channels.svg" ] && [ -s "$dir/channels.png" ] &&
+        ok "inspect --plot --out and --text $shown: drawn" || bad "inspect --plot $shown: exit $st, $(tail -2 "$tmp/out")"
+    (cd "$work" && "$micro" figure --csv "$dir/plate.csv" --out "$dir/again") >"$tmp/out" 2>&1
+    st=$?
+    [ $st -eq 0 ] && [ -s "$dir/again/frontier.png" ] && ok "figure --csv and --out $shown: drawn" ||
+        bad "figure $shown: exit $st, $(tail -2 "$tmp/out")"
+    pwned && bad "a path ran a command: $shown" || ok "nothing run for $shown"
+    [ -z "$(leftovers "$dir")" ] && ok "no temporaries for $shown" || bad "left behind for $shown: $(leftovers "$dir")"
+    rm -f "$tmp"/PWNED* "$root"/PWNED* "$work"/PWNED*
+done
+
+# --- 2. figures refuse what is not a regular file, and write through a symbolic link ----------------
+# The plate's three figures through micro figure (no model run), then attention's and inspect's.
+"$micro" plate "${plate_small[@]}" --out "$tmp/base" >/dev/null 2>&1 || bad "plate for the CSV"
+mknod "$tmp/devnull" c 1 3 2>/dev/null || mkfifo "$tmp/devnull" # a private device node where allowed
+targets() { # DIR FILE: makes FILE in DIR each kind in turn and runs the check given as the rest
+    local d=$1 f=$2
+    shift 2
+    for kind in fifo device folder symlink; do
+        rm -rf "${d:?}"
+        mkdir -p "$d"
+        case $kind in
+            fifo) mkfifo "$d/$f" ;;
+            device) cp -a "$tmp/devnull" "$d/$f" ;;
+            folder) mkdir "$d/$f" ;;
+            symlink) echo old >"$tmp/linked.$f" && ln -s "$tmp/linked.$f" "$d/$f" ;;
+        esac
+        timeout 120 "$@" >"$tmp/out" 2>"$tmp/err"
+        local st=$?
+        if [ $kind = symlink ]; then
+            [ $st -eq 0 ] && [ -L "$d/$f" ] && [ "$(readlink "$d/$f")" = "$tmp/linked.$f" ] &&
+                [ "$(head -c 3 "$tmp/linked.$f")" != old ] && [ -s "$tmp/linked.$f" ] &&
+                ok "$f a symbolic link: written through it, the link kept" ||
+                bad "$f a symbolic link: exit $st, $(cat "$tmp/err")"
+        else
+            local same=0
+            case $kind in
+                fifo) [ -p "$d/$f" ] && same=1 ;;
+                device) [ -c "$d/$f" ] || [ -p "$d/$f" ] && same=1 ;;
+                folder) [ -d "$d/$f" ] && same=1 ;;
+            esac
+            [ $st -eq 2 ] && [ $same = 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "^micro: " "$tmp/err" &&
+                ok "$f a $kind: refused in one line, left as it was" ||
+                bad "$f a $kind: exit $st, $(cat "$tmp/err")"
+        fi
+        [ -z "$(leftovers "$d")" ] || bad "$f a $kind: left $(leftovers "$d")"
+    done
+}
+for f in plate.svg plate.png serve.svg serve.png frontier.svg frontier.png; do
+    targets "$tmp/fig" "$f" "$micro" figure --csv "$tmp/base/plate.csv" --out "$tmp/fig"
+done
+for f in attention.svg attention.png; do
+    targets "$tmp/att" "$f" "$micro" attention --cache int:bits=2 --text data/plates/en.txt:20 --out "$tmp/att"
+done
+for f in channels.svg channels.png; do
+    targets "$tmp/ch" "$f" "$micro" inspect --plot --text data/plates/en.txt:20 --out "$tmp/ch"
+done
+# plate checks every file it will write before any work.
+rm -rf "$tmp/pl" && mkdir "$tmp/pl" && mkfifo "$tmp/pl/frontier.svg"
+expect 2 "frontier.svg: not a regular file" "plate: a FIFO at frontier.svg, refused before any work" -- \
+    "$micro" plate "${plate_small[@]}" --out "$tmp/pl"
+[ ! -s "$tmp/out" ] && [ ! -e "$tmp/pl/plate.csv" ] && ok "plate wrote nothing" || bad "plate wrote: $(ls "$tmp/pl")"
+
+# --- 3. micro's own words for the figure helper's failures; helpers die with micro ---------------------
+mkdir "$tmp/fake"
+cat >"$tmp/fake/gnuplot" <<'EOF'
+#!/bin/sh
+echo "line 7: gnuplot's own complaint" >&2
+echo "raw helper output" >&2
+exit 1
+EOF
+chmod +x "$tmp/fake/gnuplot"
+PATH="$tmp/fake:$PATH" "$micro" figure --csv "$tmp/base/plate.csv" --out "$tmp/failed" >"$tmp/out" 2>"$tmp/err"
+st=$?
+[ $st -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "^micro: cannot draw .*plate.svg: gnuplot failed: raw helper output" "$tmp/err" &&
+    [ -z "$(ls -A "$tmp/failed")" ] && ok "a failing gnuplot: micro's one line, nothing written" ||
+    bad "a failing gnuplot: exit $st, $(cat "$tmp/err"), $(ls -A "$tmp/failed")"
+PATH= "$micro" inspect --plot --text data/plates/en.txt:20 --out "$tmp/nopath" >"$tmp/out" 2>"$tmp/err"
+st=$?
+[ $st -eq 0 ] && ! grep -q "env\|bash" "$tmp/err" && ok "PATH empty: inspect --plot draws, no helper's words" ||
+    bad "PATH empty: exit $st, $(cat "$tmp/err")"
+
+# A gnuplot that hangs: a signal to micro ends it too and leaves no temporary (SIGINT through a
+# wrapper, since a background job of a script ignores SIGINT, and micro keeps an ignored signal so).
+cat >"$tmp/fake/gnuplot" <<EOF
+#!/bin/sh
+echo \$\$ >"$tmp/helper.pid"
+exec sleep 120
+EOF
+chmod +x "$tmp/fake/gnuplot"
+for sig in TERM HUP INT; do
+    rm -rf "$tmp/sig" "$tmp/helper.pid"
+    if [ $sig = INT ]; then
+        PATH="$tmp/fake:$PATH" python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
+            "$micro" figure --csv "$tmp/base/plate.csv" --out "$tmp/sig" >/dev/null 2>&1 &
+    else
+        PATH="$tmp/fake:$PATH" "$micro" figure --csv "$tmp/base/plate.csv" --out "$tmp/sig" >/dev/null 2>&1 &
+    fi
+    pid=$!
+    for _ in $(seq 100); do [ -s "$tmp/helper.pid" ] && break; sleep 0.1; done
+    helper=$(cat "$tmp/helper.pid" 2>/dev/null)
+    kill -$sig $pid
+    wait $pid
+    st=$?
+    sleep 0.2
+    if [ -n "$helper" ] && ! kill -0 "$helper" 2>/dev/null && [ $st -gt 128 ] && [ -z "$(leftovers "$tmp/sig")" ] &&
+        [ -z "$(ls -A "$tmp/sig")" ]; then
+        ok "SIG$sig while drawing: micro ($st) and its helper ended, nothing left"
+    else
+        bad "SIG$sig while drawing: exit $st, helper ${helper:-never started} $(kill -0 "$helper" 2>/dev/null && echo alive),"\
+" left: $(leftovers "$tmp/sig") $(ls -A "$tmp/sig" 2>/dev/null)"
+        [ -n "$helper" ] && kill "$helper" 2>/dev/null
+    fi
+done
+
+# --- 4. the grid parser: any command line, one line and exit 2, in moments --------------------------
+grid_bomb() { # LABEL NEEDLE PATTERN
+    local start=$SECONDS
+    expect 2 "$2" "sweep --grid: $1" -- "$micro" sweep --model "$tmp/tiny.bin" --text data/plates/en.txt:10 --grid "$3"
+    [ $((SECONDS - start)) -lt 20 ] || bad "sweep --grid $1 took $((SECONDS - start)) s"
+    [ "$(wc -c <"$tmp/err")" -lt 600 ] || bad "sweep --grid $1: a message of $(wc -c <"$tmp/err") bytes"
+}
+grid_bomb "fp16{}{}... x 43,000 (one spec, a bad one for this model)" "" "$(printf 'fq16'; printf '{}%.0s' $(seq 43000))"
+grid_bomb "{f}{f}... x 20,000" "codec name longer" "$(printf '{f}%.0s' $(seq 20000))"
+grid_bomb "{a|b} x 13" "more than 4096 specs" "$(printf '{a|b}%.0s' $(seq 13))"
+grid_bomb "400 alternatives, 110,000 commas" "bits" "int:bits={$(printf '9|%.0s' $(seq 399))9}$(head -c 110000 /dev/zero | tr '\0' ,)"
+grid_bomb "an unclosed brace after 100,000 characters" "needs a '}'" "$(head -c 100000 /dev/zero | tr '\0' x){"
+
+# --- 5. bounded by design: ranges, pools, blocks, texts ---------------------------------------------
+expect 2 "go with --batch" "bench --block 7 without --batch" -- "$micro" bench --block 7
+expect 2 "multiple of 16" "bench --batch --block 7: refused before any work" -- "$micro" bench --batch 2 --block 7
+expect 2 "do not fit" "bench --batch --block 99999" -- "$micro" bench --batch 2 --block 99999
+expect 2 "multiple of 16" "serve-bench --block 7" -- "$micro" serve-bench --block 7
+expect 2 "more than this machine's memory" "serve-bench --pool-mb 1e7 (10 TB)" -- "$micro" serve-bench --pool-mb 1e7
+expect 0 "" "serve-bench --pool-fp16 1 runs (in its documented range)" -- \
+    "$micro" serve-bench --model "$tmp/tiny.bin" --pool-fp16 1 --conversations 2 --length 32 --csv
+mkdir -p "$tmp/fifoplates/data/plates"
+mkfifo "$tmp/fifoplates/data/plates/en.txt" "$tmp/fifoplates/data/plates/zh.txt"
+expect 2 "not a regular file" "serve-bench: the plates a FIFO, refused at once" -- \
+    env -C "$tmp/fifoplates" timeout 20 "$micro" serve-bench --model "$root/models/micro.bin"
+for v in 2 5; do
+    expect 2 "--serve-length" "plate --serve-length $v: refused when parsed" -- "$micro" plate --serve-length $v --no-files
+done
+start=$SECONDS
+expect 2 "outside 6..2048" "plate --serve-length 5000: refused before any work" -- "$micro" plate --serve-length 5000 --no-files
+[ ! -s "$tmp/out" ] && [ $((SECONDS - start)) -lt 10 ] || bad "plate --serve-length 5000 worked first"
+expect 2 "context 2048" "calibrate --length 2049 names the context" -- "$micro" calibrate --length 2049 --out "$tmp/x.kvq"
+expect 2 "cannot end in '/'" "export --gguf DIR/new.gguf/" -- "$micro" export --gguf "$tmp/new.gguf/"
+expect 2 "queries 11..10" "attention --from 11 on an 11-token text" -- "$micro" attention --cache int:bits=2 --text data/plates/en.txt:10 --from 11
+expect 2 "queries 400..10" "attention --from 400 without --to" -- "$micro" attention --cache int:bits=2 --text data/plates/en.txt:10 --from 400
+# A 4 GiB sparse text: its cut is read alone; whole, it is refused at its stated cap.
+if truncate -s 4G "$tmp/big.txt" 2>/dev/null; then
+    start=$SECONDS
+    expect 0 "" "eval --text BIG:10 reads 10 characters" -- "$micro" eval --model "$tmp/tiny.bin" --csv --text "$tmp/big.txt:10"
+    [ $((SECONDS - start)) -lt 10 ] || bad "eval --text BIG:10 took $((SECONDS - start)) s"
+    for cmd in "eval --csv" "sweep --grid fp16" "inspect" "attention --cache fp16"; do
+        expect 2 "more than the 64 MiB a text may hold" "$cmd --text BIG: refused at the cap" -- \
+            "$micro" $cmd --model "$tmp/tiny.bin" --text "$tmp/big.txt"
+    done
+    rm -f "$tmp/big.txt"
+else
+    bad "cannot make a sparse 4 GiB file in $tmp"
+fi
+
+finish
