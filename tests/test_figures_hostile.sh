@@ -24,15 +24,21 @@ plate_small=(--en data/plates/en.txt:20 --zh data/plates/zh.txt:5 --serve-length
 
 # --- 1. a path is never code: every path option of every command that draws ----------------------
 names=($'nl\n!touch PWNED #' "ap'!touch PWNED" 'dq"!touch PWNED' 'sub$(touch PWNED)' 'bq`touch PWNED`' 'semi;touch PWNED;')
-for name in "${names[@]}"; do
+# plate (the slowest to run) with the first name alone, as reported, and with every one at once.
+every=$(printf '%s' "${names[@]}")
+for name in "${names[0]}" "$every"; do
     shown=$(printf '%q' "$name")
     dir="$tmp/$name"
-    cp data/plates/en.txt "$tmp/$name.txt"
     (cd "$work" && "$micro" plate --model "$root/models/micro.bin" "${plate_small[@]/#data/$root/data}" --out "$dir") \
         >"$tmp/out" 2>&1
     st=$?
     [ $st -eq 0 ] && [ -s "$dir/plate.svg" ] && [ -s "$dir/plate.png" ] && [ -s "$dir/serve.png" ] &&
         [ -s "$dir/frontier.svg" ] && ok "plate --out $shown: drawn" || bad "plate --out $shown: exit $st, $(tail -2 "$tmp/out")"
+done
+for name in "${names[@]}" "$every"; do
+    shown=$(printf '%q' "$name")
+    dir="$tmp/$name"
+    cp data/plates/en.txt "$tmp/$name.txt"
     (cd "$work" && "$micro" attention --model "$root/models/micro.bin" --cache int:bits=2 --text "$tmp/$name.txt:40" \
         --out "$dir") >"$tmp/out" 2>&1
     st=$?
@@ -43,61 +49,76 @@ for name in "${names[@]}"; do
     st=$?
     [ $st -eq 0 ] && [ -s "$dir/channels.svg" ] && [ -s "$dir/channels.png" ] &&
         ok "inspect --plot --out and --text $shown: drawn" || bad "inspect --plot $shown: exit $st, $(tail -2 "$tmp/out")"
-    (cd "$work" && "$micro" figure --csv "$dir/plate.csv" --out "$dir/again") >"$tmp/out" 2>&1
-    st=$?
-    [ $st -eq 0 ] && [ -s "$dir/again/frontier.png" ] && ok "figure --csv and --out $shown: drawn" ||
-        bad "figure $shown: exit $st, $(tail -2 "$tmp/out")"
+    cp "$tmp/$name.txt" "$tmp/$name.csv" # not a CSV: refused with micro's line, its name echoed safely
+    expect 2 "not micro sweep's or plate's CSV" "figure --csv $shown (not a CSV)" -- "$micro" figure --csv "$tmp/$name.csv" --out "$dir/again"
     pwned && bad "a path ran a command: $shown" || ok "nothing run for $shown"
     [ -z "$(leftovers "$dir")" ] && ok "no temporaries for $shown" || bad "left behind for $shown: $(leftovers "$dir")"
     rm -f "$tmp"/PWNED* "$root"/PWNED* "$work"/PWNED*
 done
+(cd "$work" && "$micro" figure --csv "$tmp/$every/plate.csv" --out "$tmp/$every/again") >"$tmp/out" 2>&1 &&
+    [ -s "$tmp/$every/again/frontier.png" ] && [ -s "$tmp/$every/again/plate.png" ] &&
+    ok "figure --csv and --out with every character: drawn" || bad "figure with every character: $(tail -2 "$tmp/out")"
+pwned && bad "micro figure ran a command" || ok "micro figure: nothing run"
 
 # --- 2. figures refuse what is not a regular file, and write through a symbolic link ----------------
-# The plate's three figures through micro figure (no model run), then attention's and inspect's.
-"$micro" plate "${plate_small[@]}" --out "$tmp/base" >/dev/null 2>&1 || bad "plate for the CSV"
+# The plate's three figures through micro figure on the plate's CSV above (no model run), then
+# attention's and inspect's. A FIFO, a device or a folder at one figure's name is refused before
+# anything is drawn; symbolic links at every name of a command are written through in one run.
+base="$tmp/$every"
 mknod "$tmp/devnull" c 1 3 2>/dev/null || mkfifo "$tmp/devnull" # a private device node where allowed
-targets() { # DIR FILE: makes FILE in DIR each kind in turn and runs the check given as the rest
+refuses() { # DIR FILE CMD...: each kind at DIR/FILE in turn, refused in one line and left as it was
     local d=$1 f=$2
     shift 2
-    for kind in fifo device folder symlink; do
+    for kind in fifo device folder; do
         rm -rf "${d:?}"
         mkdir -p "$d"
         case $kind in
             fifo) mkfifo "$d/$f" ;;
             device) cp -a "$tmp/devnull" "$d/$f" ;;
             folder) mkdir "$d/$f" ;;
-            symlink) echo old >"$tmp/linked.$f" && ln -s "$tmp/linked.$f" "$d/$f" ;;
         esac
         timeout 120 "$@" >"$tmp/out" 2>"$tmp/err"
-        local st=$?
-        if [ $kind = symlink ]; then
-            [ $st -eq 0 ] && [ -L "$d/$f" ] && [ "$(readlink "$d/$f")" = "$tmp/linked.$f" ] &&
-                [ "$(head -c 3 "$tmp/linked.$f")" != old ] && [ -s "$tmp/linked.$f" ] &&
-                ok "$f a symbolic link: written through it, the link kept" ||
-                bad "$f a symbolic link: exit $st, $(cat "$tmp/err")"
-        else
-            local same=0
-            case $kind in
-                fifo) [ -p "$d/$f" ] && same=1 ;;
-                device) [ -c "$d/$f" ] || [ -p "$d/$f" ] && same=1 ;;
-                folder) [ -d "$d/$f" ] && same=1 ;;
-            esac
-            [ $st -eq 2 ] && [ $same = 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "^micro: " "$tmp/err" &&
-                ok "$f a $kind: refused in one line, left as it was" ||
-                bad "$f a $kind: exit $st, $(cat "$tmp/err")"
-        fi
+        local st=$? same=0
+        case $kind in
+            fifo) [ -p "$d/$f" ] && same=1 ;;
+            device) { [ -c "$d/$f" ] || [ -p "$d/$f" ]; } && same=1 ;;
+            folder) [ -d "$d/$f" ] && same=1 ;;
+        esac
+        [ $st -eq 2 ] && [ $same = 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "^micro: " "$tmp/err" &&
+            [ "$(ls -A "$d")" = "$f" ] && ok "$f a $kind: refused in one line, left as it was, nothing else written" ||
+            bad "$f a $kind: exit $st, $(cat "$tmp/err"), in the folder: $(ls -A "$d")"
         [ -z "$(leftovers "$d")" ] || bad "$f a $kind: left $(leftovers "$d")"
     done
 }
+links() { # DIR CMD... with FILE... after --: every FILE a symbolic link, all written through in one run
+    local d=$1 files=() cmd=()
+    shift
+    while [ "$1" != -- ]; do cmd+=("$1"); shift; done
+    shift
+    files=("$@")
+    rm -rf "${d:?}"
+    mkdir -p "$d"
+    for f in "${files[@]}"; do echo old >"$tmp/linked.$f" && ln -s "$tmp/linked.$f" "$d/$f"; done
+    timeout 120 "${cmd[@]}" >"$tmp/out" 2>"$tmp/err"
+    local st=$?
+    for f in "${files[@]}"; do
+        [ $st -eq 0 ] && [ -L "$d/$f" ] && [ "$(readlink "$d/$f")" = "$tmp/linked.$f" ] &&
+            [ "$(head -c 3 "$tmp/linked.$f")" != old ] && [ -s "$tmp/linked.$f" ] &&
+            ok "$f a symbolic link: written through it, the link kept" || bad "$f a symbolic link: exit $st, $(cat "$tmp/err")"
+    done
+    [ -z "$(leftovers "$d")" ] || bad "symbolic links: left $(leftovers "$d")"
+}
 for f in plate.svg plate.png serve.svg serve.png frontier.svg frontier.png; do
-    targets "$tmp/fig" "$f" "$micro" figure --csv "$tmp/base/plate.csv" --out "$tmp/fig"
+    refuses "$tmp/fig" "$f" "$micro" figure --csv "$base/plate.csv" --out "$tmp/fig"
 done
-for f in attention.svg attention.png; do
-    targets "$tmp/att" "$f" "$micro" attention --cache int:bits=2 --text data/plates/en.txt:20 --out "$tmp/att"
-done
-for f in channels.svg channels.png; do
-    targets "$tmp/ch" "$f" "$micro" inspect --plot --text data/plates/en.txt:20 --out "$tmp/ch"
-done
+links "$tmp/fig" "$micro" figure --csv "$base/plate.csv" --out "$tmp/fig" -- \
+    plate.svg plate.png serve.svg serve.png frontier.svg frontier.png
+attention=("$micro" attention --cache int:bits=2 --text data/plates/en.txt:20 --out "$tmp/att")
+inspect=("$micro" inspect --plot --text data/plates/en.txt:20 --out "$tmp/ch")
+for f in attention.svg attention.png; do refuses "$tmp/att" "$f" "${attention[@]}"; done
+links "$tmp/att" "${attention[@]}" -- attention.svg attention.png
+for f in channels.svg channels.png; do refuses "$tmp/ch" "$f" "${inspect[@]}"; done
+links "$tmp/ch" "${inspect[@]}" -- channels.svg channels.png
 # plate checks every file it will write before any work.
 rm -rf "$tmp/pl" && mkdir "$tmp/pl" && mkfifo "$tmp/pl/frontier.svg"
 expect 2 "frontier.svg: not a regular file" "plate: a FIFO at frontier.svg, refused before any work" -- \
@@ -113,7 +134,7 @@ echo "raw helper output" >&2
 exit 1
 EOF
 chmod +x "$tmp/fake/gnuplot"
-PATH="$tmp/fake:$PATH" "$micro" figure --csv "$tmp/base/plate.csv" --out "$tmp/failed" >"$tmp/out" 2>"$tmp/err"
+PATH="$tmp/fake:$PATH" "$micro" figure --csv "$base/plate.csv" --out "$tmp/failed" >"$tmp/out" 2>"$tmp/err"
 st=$?
 [ $st -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "^micro: cannot draw .*plate.svg: gnuplot failed: raw helper output" "$tmp/err" &&
     [ -z "$(ls -A "$tmp/failed")" ] && ok "a failing gnuplot: micro's one line, nothing written" ||
@@ -135,9 +156,9 @@ for sig in TERM HUP INT; do
     rm -rf "$tmp/sig" "$tmp/helper.pid"
     if [ $sig = INT ]; then
         PATH="$tmp/fake:$PATH" python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
-            "$micro" figure --csv "$tmp/base/plate.csv" --out "$tmp/sig" >/dev/null 2>&1 &
+            "$micro" figure --csv "$base/plate.csv" --out "$tmp/sig" >/dev/null 2>&1 &
     else
-        PATH="$tmp/fake:$PATH" "$micro" figure --csv "$tmp/base/plate.csv" --out "$tmp/sig" >/dev/null 2>&1 &
+        PATH="$tmp/fake:$PATH" "$micro" figure --csv "$base/plate.csv" --out "$tmp/sig" >/dev/null 2>&1 &
     fi
     pid=$!
     for _ in $(seq 100); do [ -s "$tmp/helper.pid" ] && break; sleep 0.1; done
