@@ -5,7 +5,7 @@
 
 #include "cmd_options.h"
 #include "fuzz.h"
-#include "train/gpt.h"
+#include "gpt.h"
 
 #define MAX_ARGS 64
 

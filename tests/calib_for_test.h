@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "calib/calibrate.h"
+#include "calibrate.h"
 #include "check.h"
 #include "kvq_view.h"
 

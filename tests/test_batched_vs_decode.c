@@ -11,9 +11,9 @@
 
 #include "forward.h"
 #include "model.h"
-#include "train/adamw.h"
-#include "train/gpt.h"
-#include "train/rng.h"
+#include "adamw.h"
+#include "gpt.h"
+#include "rng.h"
 
 #define BOUND 1e-4
 

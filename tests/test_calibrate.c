@@ -7,14 +7,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "calib/calibrate.h"
-#include "calib/codebook.h"
-#include "calib/wkmeans.h"
+#include "calibrate.h"
+#include "value_outliers.h"
+#include "codebook.h"
+#include "wkmeans.h"
 #include "check.h"
 #include "kvq_file.h"
 #include "model_file.h"
 #include "random_model.h"
-#include "train/gpt.h"
+#include "gpt.h"
 
 #define SEQ 3
 #define LEN 40

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "codecs/formats.h"
+#include "formats.h"
 #include "kvcache.h"
 
 #include "check.h"

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codecs/codec_dispatch.h"
+#include "codec_dispatch.h"
 #include "kvcache.h"
 #include "kvq_view.h"
 

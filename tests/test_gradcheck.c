@@ -18,9 +18,9 @@
 #include <string.h>
 
 #include "model.h"
-#include "train/adamw.h"
-#include "train/gpt.h"
-#include "train/rng.h"
+#include "adamw.h"
+#include "gpt.h"
+#include "rng.h"
 
 #define REL_BOUND 1e-3
 #define LOSS_BOUND 1e-5

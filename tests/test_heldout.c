@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "stb_ds_setup.h"
-#include "train/sha256.h"
+#include "sha256.h"
 
 #define WINDOW 64
 #define BASE 1099511628211ull

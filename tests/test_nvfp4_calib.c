@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "codecs/formats.h"
+#include "formats.h"
 #include "kvcache.h"
 #include "kvq_file.h"
 #include "kvq_view.h"

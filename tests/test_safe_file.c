@@ -14,7 +14,7 @@
 
 #include "check.h"
 #include "safe_file.h"
-#include "train/checkpoint.h"
+#include "checkpoint.h"
 
 static char dir[] = "/tmp/micro-safe-file-XXXXXX";
 

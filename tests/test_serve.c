@@ -10,6 +10,7 @@
 #include "check.h"
 #include "random_model.h"
 #include "forward.h"
+#include "held_decode.h"
 #include "serve.h"
 
 static const uint8_t text[] = "The KV cache holds one key and one value per token, layer and head; a server keeps "

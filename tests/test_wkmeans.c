@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "calib/wkmeans.h"
+#include "wkmeans.h"
 #include "check.h"
 
 static int cmp_double(const void *a, const void *b) {

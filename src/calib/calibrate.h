@@ -39,10 +39,4 @@ int calibrate_model(Model *m, const int *inputs, const int *targets, int n_seq, 
 // The outlier rules, exposed for the tests. Key thresholds: of the n numbers of one channel sorted
 // ascending, s[m] and s[n−1−m] with m = round(n·P/200) for P percent (at most (n−1)/2).
 void calib_key_thresholds(float *sorted, size_t n, uint32_t percent_hundredths, float *lo, float *hi);
-// Value outliers of one vector of n numbers: the m = ceil(n·P/100) numbers farthest from the
-// vector's median (the mean of its two middle numbers; ties: the lower index first) are flagged in
-// is_outlier[n]; scratch holds n floats. Returns m.
-int calib_value_outliers(const float *v, int n, uint32_t percent_hundredths, unsigned char *is_outlier,
-                         float *scratch);
-
 #endif

@@ -1,9 +1,9 @@
-#include "calib/codebook.h"
+#include "codebook.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-#include "calib/wkmeans.h"
+#include "wkmeans.h"
 
 int normhist_init(NormHist *h) {
     double *all = calloc(4 * (size_t)CODEBOOK_BINS, sizeof(double));

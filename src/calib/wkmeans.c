@@ -1,7 +1,7 @@
 // Weighted 1-D k-means on sorted points. Clusters are runs of consecutive points split at the
 // midpoints between neighbouring centres, so prefix sums of w and w·x give each cluster's weight
 // and mean in O(1) and an iteration costs O(k log n): calibration feeds tens of thousands of points.
-#include "calib/wkmeans.h"
+#include "wkmeans.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,10 +1,10 @@
-#include "train/adamw.h"
+#include "adamw.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/rng.h"
+#include "rng.h"
 
 int adamw_init(AdamW *o, const ModelConfig *c, AdamWConfig cfg) {
     memset(o, 0, sizeof *o);

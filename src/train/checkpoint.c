@@ -1,4 +1,4 @@
-#include "train/checkpoint.h"
+#include "checkpoint.h"
 
 #include <limits.h>
 #include <stdio.h>

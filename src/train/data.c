@@ -1,4 +1,4 @@
-#include "train/data.h"
+#include "data.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 #include "model.h"
 #include "msgtext.h"
 #include "safe_file.h"
-#include "train/sha256.h"
+#include "sha256.h"
 
 static int read_file(const char *path, unsigned char **out, size_t *len, char *err, size_t errlen) {
     FILE *f = safe_open_read(path, NULL, err, errlen); // a regular file: never block on a FIFO

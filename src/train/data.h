@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "train/rng.h"
+#include "rng.h"
 
 enum { LANG_EN = 0, LANG_ZH = 1 };
 

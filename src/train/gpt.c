@@ -1,5 +1,5 @@
 // Batched forward and backward of micro (see gpt.h). Each layer's backward sits beside its forward.
-#include "train/gpt.h"
+#include "gpt.h"
 
 #include <cblas.h>
 #include <math.h>

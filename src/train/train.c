@@ -1,5 +1,5 @@
 // The training loop: batches, forward/backward, clipping, AdamW, validation, checkpoints, record.
-#include "train/train.h"
+#include "train.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -11,11 +11,11 @@
 
 #include "model_file.h"
 #include "safe_file.h"
-#include "train/adamw.h"
-#include "train/checkpoint.h"
-#include "train/data.h"
-#include "train/gpt.h"
-#include "train/rng.h"
+#include "adamw.h"
+#include "checkpoint.h"
+#include "data.h"
+#include "gpt.h"
+#include "rng.h"
 
 void train_options_default(TrainOptions *o) {
     memset(o, 0, sizeof *o);

@@ -1,0 +1,76 @@
+// micro bench --batch's floor: what a batched decode step would take if no read of the cache waited
+// on DRAM. A step is the work every row does whatever its cache (weight products, norms, the
+// classifier) plus attention over the cache, which costs a fixed time per (head, cached token) when
+// the bytes are at hand. Both are measured here, in the same run as the step they bound:
+//   - attention per head and token: every head of one conversation's cache of up to 1,024 tokens,
+//     one layer at a time (a layer's blocks fit in L2), through the step's own attention_heads
+//     (or attention_head head by head, as the step runs a cache of grouped queries or of keys
+//     rotated as read), after a pass that brings the blocks in: the kernels' own speed;
+//   - the rest of the step: the same conversations decoded at a few positions, less their (small)
+//     attention at that cost.
+// A cache whose floor lies above its roofline time is held back by its kernels, not by DRAM: no
+// prefetching makes it faster than its floor.
+#include "bench_floor.h"
+#include "clock.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "forward.h"
+#include "kvpool.h"
+#include "membw.h"
+
+int attention_in_cache(const Model *m, const KVRecording *rec, const char *k_spec, const char *v_spec, int block,
+                       int repeat, double *seconds, char *err, size_t errlen) {
+    const ModelConfig *c = &m->config;
+    const int L = c->n_layers, H = c->n_heads, hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    const int n = rec->n < 1024 ? rec->n : 1024;
+    KVPool pool;
+    if (kvpool_init(&pool, L, c->n_kv_heads, hd, block, c->max_seq_len, SIZE_MAX / 2, k_spec, v_spec, err, errlen))
+        return -1;
+    KVSeq seq;
+    kvseq_init(&seq, &pool);
+    BatchForward fwd = {0}; // for its RoPE tables (a cache that keeps keys before RoPE)
+    float *att = malloc(sizeof(float) * (size_t)H * n), *out = malloc(sizeof(float) * (size_t)H * hd);
+    float *q_all = malloc(sizeof(float) * (size_t)H * hd);
+    int rc = batch_init(&fwd, m, 1, c->max_seq_len, 1, err, errlen);
+    if (!rc && (!att || !out || !q_all)) {
+        snprintf(err, errlen, "out of memory");
+        rc = -1;
+    }
+    for (int t = 0; t < n && !rc; t++) {
+        if ((rc = kvseq_reserve(&seq, t + 1, err, errlen))) break;
+        for (int l = 0; l < L; l++) {
+            const size_t at = ((size_t)t * L + l) * rec->kv_dim;
+            kvseq_append(&seq, l, rec->k + at, rec->v + at);
+            kvseq_end_step(&seq, l);
+        }
+    }
+    double total = 0;
+    for (int l = 0; l < L && !rc; l++) {
+        double best = 0;
+        // The queries: the keys each head's stream was given last, vectors of the model's own scale.
+        for (int h = 0; h < H; h++)
+            memcpy(q_all + (size_t)h * hd, rec->k + ((size_t)(n - 1) * L + l) * rec->kv_dim + (size_t)(h / group) * hd,
+                   sizeof(float) * (size_t)hd);
+        const int together = attention_heads_fit(c, &seq.k[l]); // as the step's rows
+        for (int r = 0; r <= repeat; r++) { // pass 0 brings the layer's blocks in
+            const double t0 = seconds_now();
+            if (together)
+                attention_heads(&seq.k[l], &seq.v[l], NULL, NULL, H, q_all, att, (size_t)n, out, n);
+            for (int h = 0; h < H && !together; h++)
+                attention_head(&seq.k[l], &seq.v[l], NULL, NULL, h / group, q_all + (size_t)h * hd, fwd.rope_cos,
+                               fwd.rope_sin, att, out, n);
+            const double dt = seconds_now() - t0;
+            if (r == 1 || (r > 1 && dt < best)) best = dt;
+        }
+        total += best;
+    }
+    if (!rc) *seconds = total / ((double)L * H * n);
+    if (seq.pool) kvseq_release(&seq);
+    kvpool_free(&pool);
+    if (fwd.model) batch_free(&fwd);
+    free(att), free(out), free(q_all);
+    return rc;
+}

@@ -1,0 +1,842 @@
+// micro plate: the plate's loss table reproduced on our micro, every other scheme beside it, what the
+// widths mean for a real server, and a bar chart. The main job, and the README's first command.
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "capacity.h"
+#include "cli.h"
+#include "cmd_options.h"
+#include "commands.h"
+#include "eval.h"
+#include "figure.h"
+#include "figure_csv.h"
+#include "held_decode.h"
+#include "model_file.h"
+#include "msgtext.h"
+#include "safe_file.h"
+#include "serve.h"
+#include "text.h"
+#include "threadpool.h"
+
+typedef struct {
+    const char *panel; // "loss" (the plate's scheme) or "beyond"
+    const char *label;
+    const char *k_spec, *v_spec;
+    double published; // the plate's published increase, NAN where it has none
+} PlateScheme;
+
+// The plate's scheme at each width (16 bits is bf16, as a server stores it), then the schemes people use or cite.
+static const PlateScheme schemes[] = {
+    {"loss", "int 16 (bf16)", "bf16", "bf16", NAN},
+    {"loss", "int 8", "int:bits=8", "int:bits=8", 0.0008},
+    {"loss", "int 4", "int:bits=4", "int:bits=4", 0.044},
+    {"loss", "int 3", "int:bits=3", "int:bits=3", 0.238},
+    {"loss", "int 2", "int:bits=2", "int:bits=2", 0.96},
+    {"beyond", "fp16", "fp16", "fp16", NAN},
+    {"beyond", "bf16", "bf16", "bf16", NAN},
+    {"beyond", "fp8 e4m3", "fp8:e4m3", "fp8:e4m3", NAN},
+    {"beyond", "fp8 e5m2", "fp8:e5m2", "fp8:e5m2", NAN},
+    {"beyond", "fp8 e4m3 + token scale", "fp8:e4m3,scale=token", "fp8:e4m3,scale=token", NAN},
+    {"beyond", "kivi 4", "kivi:bits=4", "kivi:bits=4", NAN},
+    {"beyond", "kivi 3", "kivi:bits=3", "kivi:bits=3", NAN},
+    {"beyond", "kivi 2", "kivi:bits=2", "kivi:bits=2", NAN},
+    {"beyond", "q8_0", "q8_0", "q8_0", NAN},
+    {"beyond", "q4_0", "q4_0", "q4_0", NAN},
+    {"beyond", "iq4_nl", "iq4_nl", "iq4_nl", NAN},
+    {"beyond", "K int 8 / V int 4", "int:bits=8", "int:bits=4", NAN},
+    {"beyond", "K int 4 / V int 2", "int:bits=4", "int:bits=2", NAN},
+    {"beyond", "K int 2 / V int 4", "int:bits=2", "int:bits=4", NAN},
+    // The careful ideas, each one option on the plate's scheme (kvtransform.h).
+    {"beyond", "int 4 + hadamard", "int:bits=4,rot=hadamard", "int:bits=4,rot=hadamard", NAN},
+    {"beyond", "int 3 + hadamard", "int:bits=3,rot=hadamard", "int:bits=3,rot=hadamard", NAN},
+    {"beyond", "int 2 + hadamard", "int:bits=2,rot=hadamard", "int:bits=2,rot=hadamard", NAN},
+    {"beyond", "int 4 + sink 1", "int:bits=4,sink=1", "int:bits=4,sink=1", NAN},
+    {"beyond", "int 3 + sink 1", "int:bits=3,sink=1", "int:bits=3,sink=1", NAN},
+    {"beyond", "int 2 + sink 1", "int:bits=2,sink=1", "int:bits=2,sink=1", NAN},
+    {"beyond", "int 4 + 1% outliers", "int:bits=4,outliers=1", "int:bits=4,outliers=1", NAN},
+    {"beyond", "int 3 + 1% outliers", "int:bits=3,outliers=1", "int:bits=3,outliers=1", NAN},
+    {"beyond", "int 2 + 1% outliers", "int:bits=2,outliers=1", "int:bits=2,outliers=1", NAN},
+    // The schemes the plate cites for low widths (codec_nuq.c; kvquant reads models/micro.kvq).
+    {"beyond", "kvquant 4 1%", "kvquant:bits=4", "kvquant:bits=4", NAN},
+    {"beyond", "kvquant 3 1%", "kvquant:bits=3", "kvquant:bits=3", NAN},
+    {"beyond", "kvquant 2 1%", "kvquant:bits=2", "kvquant:bits=2", NAN},
+    {"beyond", "kvquant 4", "kvquant:bits=4,outliers=0", "kvquant:bits=4,outliers=0", NAN},
+    {"beyond", "kvquant 3", "kvquant:bits=3,outliers=0", "kvquant:bits=3,outliers=0", NAN},
+    {"beyond", "kvquant 2", "kvquant:bits=2,outliers=0", "kvquant:bits=2,outliers=0", NAN},
+    {"beyond", "quarot 4", "quarot:bits=4", "quarot:bits=4", NAN},
+    {"beyond", "quarot 3", "quarot:bits=3", "quarot:bits=3", NAN},
+    {"beyond", "quarot 2", "quarot:bits=2", "quarot:bits=2", NAN},
+    // The 2025 formats (src/codecs/formats.h): microscaling blocks, NVFP4, TurboQuant, QJL.
+    {"beyond", "MXFP4 (e2m1)", "mx:elem=e2m1", "mx:elem=e2m1", NAN},
+    {"beyond", "MXFP6 (e2m3)", "mx:elem=e2m3", "mx:elem=e2m3", NAN},
+    {"beyond", "MXFP8 (e4m3)", "mx:elem=e4m3", "mx:elem=e4m3", NAN},
+    {"beyond", "NVFP4 (token scale2)", "nvfp4", "nvfp4", NAN},
+    {"beyond", "NVFP4 (calib scale2)", "nvfp4:scale2=calib", "nvfp4:scale2=calib", NAN},
+    {"beyond", "NVFP4 4over6", "nvfp4:4over6", "nvfp4:4over6", NAN},
+    {"beyond", "turboquant mse 4", "turboquant:bits=4", "turboquant:bits=4", NAN},
+    {"beyond", "turboquant mse 3", "turboquant:bits=3", "turboquant:bits=3", NAN},
+    {"beyond", "turboquant mse 2", "turboquant:bits=2", "turboquant:bits=2", NAN},
+    {"beyond", "turboquant prod 4", "turboquant:bits=4,mode=prod", "turboquant:bits=4,mode=prod", NAN},
+    {"beyond", "turboquant prod 3", "turboquant:bits=3,mode=prod", "turboquant:bits=3,mode=prod", NAN},
+    {"beyond", "K qjl m=32 / V fp16", "qjl", "fp16", NAN},
+    // vLLM's TurboQuant cache types: keys mse (with nc but for k8v4), values uniform. k8v4's keys are
+    // TurboQuant's 8-bit codebook as SCHEMES.md describes it; vLLM itself stores them as plain FP8
+    // E4M3, the row after it.
+    {"beyond", "turboquant k8v4", "turboquant:preset=k8v4", "turboquant:preset=k8v4", NAN},
+    {"beyond", "K fp8 e4m3 / V uniform 4", "fp8:e4m3", "turboquant:preset=k8v4", NAN},
+    {"beyond", "turboquant 4bit_nc", "turboquant:preset=4bit_nc", "turboquant:preset=4bit_nc", NAN},
+    {"beyond", "turboquant k3v4_nc", "turboquant:preset=k3v4_nc", "turboquant:preset=k3v4_nc", NAN},
+    {"beyond", "turboquant 3bit_nc", "turboquant:preset=3bit_nc", "turboquant:preset=3bit_nc", NAN},
+};
+#define N_SCHEMES (int)(sizeof schemes / sizeof schemes[0])
+
+int plate_loss_runs(void) { return 1 + N_SCHEMES; }
+#define N_TEXTS 2
+
+// The plate's capacity figures: Llama 3 8B at these widths, scales ignored, then with each
+// scheme's real metadata at head_dim 128.
+static const int capacity_bits[] = {16, 8, 4, 3, 2};
+static const char *capacity_schemes[] = {"int:bits=8", "int:bits=4", "int:bits=2", "kivi:bits=2", "q4_0"};
+// The plate's right panel measured on micro: its scheme at 16 (bf16, as a server stores it), 8, 4, 3
+// and 2 bits, KIVI-2 and q4_0, each in a pool that holds SERVE_FP16 fp16 conversations of the
+// model's context exactly. Blocks of 32 tokens: KIVI-2 quantises keys in groups of 32, which must
+// lie whole in a block.
+typedef struct {
+    const char *label, *spec;
+    double nominal_bits; // the width the arithmetic without metadata assumes
+} ServeScheme;
+static const ServeScheme serve_schemes[] = {
+    {"fp16", "fp16", 16},           {"int 16 (bf16)", "bf16", 16}, {"int 8", "int:bits=8", 8},
+    {"int 4", "int:bits=4", 4},     {"int 3", "int:bits=3", 3},    {"int 2", "int:bits=2", 2},
+    {"kivi 2", "kivi:bits=2", 2},   {"q4_0", "q4_0", 4},
+};
+#define N_SERVE (int)(sizeof serve_schemes / sizeof serve_schemes[0])
+#define SERVE_BLOCK 32
+#define SERVE_STEPS 4
+
+typedef struct {
+    int held;
+    double plain, meta;   // conversations the arithmetic predicts without and with metadata
+    double bits;          // bits per cached number of a whole conversation, metadata included
+    double tokens_per_s;  // aggregate decode, every held conversation at the end of the context
+    double bytes_per_token; // cache bytes one conversation's step reads
+} ServeRow;
+
+#define N_CAP_BITS (int)(sizeof capacity_bits / sizeof capacity_bits[0])
+#define N_CAP_SCHEMES (int)(sizeof capacity_schemes / sizeof capacity_schemes[0])
+
+typedef struct {
+    const Model *model;
+    Text texts[N_TEXTS];
+    EvalTrace traces[N_TEXTS];      // the fp32 runs, every scheme is compared against
+    EvalResult reference[N_TEXTS];  // fp32
+    EvalResult results[N_SCHEMES][N_TEXTS];
+    ServeRow serve[N_SERVE];
+    double serve_budget; // bytes
+    int serve_context; // tokens per conversation
+    int serve_fp16;    // the pool holds this many fp16 conversations
+    int threads;
+    int decode; // token by token instead of the fast evaluator's spans
+    int long_run; // panel (a) only, on long texts (plate --long)
+    atomic_int failed;
+    char err[4700];
+    pthread_mutex_t err_lock;
+} PlateRun;
+
+// Keeps the first failure: its message, naming the text, and eval_tokens' status (which decides
+// the exit status: a loss that overflowed is 1, a bad input 2).
+static void fail_run(PlateRun *r, const char *text, const char *err, int code) {
+    pthread_mutex_lock(&r->err_lock);
+    if (!atomic_exchange(&r->failed, code)) snprintf(r->err, sizeof r->err, "%s: %s", text, err);
+    pthread_mutex_unlock(&r->err_lock);
+}
+
+// Phase 1: the fp32 reference of each text. Phase 2: every scheme on every text. Each task has its
+// own single-threaded decoder and writes only its own result, so the order tasks finish in changes
+// nothing.
+static void reference_task(void *arg, int j, int thread) {
+    (void)thread;
+    PlateRun *r = arg;
+    char err[512];
+    int rc = atomic_load(&r->failed) ? 0
+                                     : eval_tokens(r->model, r->texts[j].tokens, r->texts[j].n_tokens, "fp32", "fp32", 1,
+                                                   r->decode, &r->traces[j], NULL, &r->reference[j], err, sizeof err);
+    if (rc) fail_run(r, r->texts[j].path, err, rc);
+}
+
+static void scheme_task(void *arg, int j, int thread) {
+    (void)thread;
+    PlateRun *r = arg;
+    const PlateScheme *s = &schemes[j / N_TEXTS];
+    int t = j % N_TEXTS;
+    char err[512];
+    int rc = atomic_load(&r->failed) ? 0
+                                     : eval_tokens(r->model, r->texts[t].tokens, r->texts[t].n_tokens, s->k_spec,
+                                                   s->v_spec, 1, r->decode, NULL, &r->traces[t], &r->results[j / N_TEXTS][t], err,
+                                                   sizeof err);
+    if (rc) fail_run(r, r->texts[t].path, err, rc);
+}
+
+// The measured panel. The keys and values of one conversation (the plates' bytes, the model's whole
+// context) are recorded once with an fp32 cache; each scheme's pool then holds as many conversations
+// as its budget allows, each encoding that recording through its own blocks, and SERVE_STEPS
+// batched decode steps at the end of the context are timed. Sequential: it is a timing (the pools
+// are filled on fill_threads, untimed).
+static int run_serve_panel(PlateRun *r, const Model *m, const uint8_t *text, size_t text_len, int threads,
+                           int fill_threads, char *err, size_t errlen) {
+    const ModelConfig *c = &m->config;
+    const int n = r->serve_context;
+    int *tokens = malloc(sizeof(int) * (size_t)n);
+    if (!tokens) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    tokens[0] = MICRO_BOS;
+    for (int t = 1; t < n; t++) {
+        const uint8_t b = text[(size_t)(t - 1) % text_len];
+        tokens[t] = b == MICRO_BOS ? ' ' : b;
+    }
+    KVRecording rec;
+    int rc = kv_record(m, tokens, n, fill_threads, &rec, err, errlen); // the same numbers on any threads
+    free(tokens);
+    if (rc) return -1;
+    KVPool fp16;
+    if (kvpool_init(&fp16, c->n_layers, c->n_kv_heads, c->head_dim, SERVE_BLOCK, n, SIZE_MAX / 2, "fp16", "fp16", err,
+                    errlen)) {
+        kv_recording_free(&rec);
+        return -1;
+    }
+    r->serve_budget = (double)kvpool_budget_for(&fp16, r->serve_fp16, n);
+    kvpool_free(&fp16);
+    const double numbers = (double)n * c->n_layers * 2.0 * c->n_kv_heads * c->head_dim;
+    for (int i = 0; i < N_SERVE && !rc; i++) {
+        ServeRow *row = &r->serve[i];
+        KVPool pool;
+        if ((rc = kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, SERVE_BLOCK, n, (size_t)r->serve_budget,
+                              serve_schemes[i].spec, serve_schemes[i].spec, err, errlen)))
+            break;
+        row->bits = 8.0 * (double)kvpool_sequence_bytes(&pool, n) / numbers;
+        row->plain = r->serve_fp16 * 16.0 / serve_schemes[i].nominal_bits;
+        row->meta = r->serve_fp16 * 16.0 / row->bits;
+        HeldDecode hd;
+        rc = serve_held_decode(m, &pool, &rec, r->serve_fp16 * 16, n, n, SERVE_STEPS, threads, fill_threads, 0, &hd,
+                               err, errlen);
+        kvpool_free(&pool);
+        if (rc) break;
+        row->held = hd.held;
+        row->tokens_per_s = hd.tokens_per_s;
+        row->bytes_per_token = hd.cache_bytes_per_step / hd.held;
+    }
+    kv_recording_free(&rec);
+    return rc;
+}
+
+static double delta_of(const PlateRun *r, int s, int t) { return r->results[s][t].loss - r->reference[t].loss; }
+
+// ---------------------------------------------------------------------------------------------
+// Terminal rendering
+
+// An increase with its noise: "+0.0252 ±0.0061", the half-width of its 95% interval, and "~" when the
+// interval holds 0 (no effect shown at this text's length).
+static void print_increase(const EvalResult *e, double delta) {
+    const int holds_zero = e->delta_lo <= 0.0 && e->delta_hi >= 0.0;
+    printf(" %+9.4f ±%-7.4f%s", delta, 0.5 * (e->delta_hi - e->delta_lo), holds_zero ? "~" : " ");
+}
+
+static void print_legend(void) {
+    printf("±: half the 95%% interval of the increase (paired bootstrap over the per-token differences from fp32,\n"
+           "blocks of %d tokens, %d resamples); ~: the interval holds 0, no effect shown at this length\n",
+           BOOTSTRAP_BLOCK, BOOTSTRAP_RESAMPLES);
+}
+
+static void print_scheme_table(const PlateRun *r, const char *panel, int with_published) {
+    // (%19s: "±" is two bytes)
+    printf("%-24s %6s | %8s %19s %6s %8s | %8s %19s %6s %8s", "cache (K / V)", "bits", "loss", "increase  ±95%",
+           "top1", "KL", "loss", "increase  ±95%", "top1", "KL");
+    printf(with_published ? " | %9s\n" : "\n", "plate");
+    printf("%-24s %6s | %8.4f %18s %6s %8s | %8.4f %18s %6s %8s%s\n", "fp32 (reference)", "32.00", r->reference[0].loss,
+           "", "", "", r->reference[1].loss, "", "", "", with_published ? " |" : "");
+    for (int s = 0; s < N_SCHEMES; s++) {
+        if (strcmp(schemes[s].panel, panel) != 0) continue;
+        // Bits per element differ slightly between texts only for KIVI (its residual); show English's.
+        printf("%-24s %6.2f", schemes[s].label, r->results[s][0].bits_per_element);
+        for (int t = 0; t < N_TEXTS; t++) {
+            const EvalResult *e = &r->results[s][t];
+            printf(" | %8.4f", e->loss);
+            print_increase(e, delta_of(r, s, t));
+            printf("%6.3f %8.2e", e->top1_agree, e->kl);
+        }
+        if (with_published) {
+            if (isnan(schemes[s].published))
+                printf(" | %9s", "");
+            else
+                printf(" | %+9.4f", schemes[s].published);
+        }
+        printf("\n");
+    }
+}
+
+static void print_serve_panel(const PlateRun *r) {
+    const ServeRow *ref = &r->serve[0];
+    printf("\n(d) what it buys, measured on micro: one paged pool of %.1f MB (%d fp16 conversations of %d tokens),\n"
+           "blocks of %d tokens; conversations held at once, against the arithmetic without and with metadata;\n"
+           "aggregate decode with every held conversation at the end of its context (%d steps, %d thread%s)\n",
+           r->serve_budget / 1e6, r->serve_fp16, r->serve_context, SERVE_BLOCK, SERVE_STEPS, r->threads,
+           r->threads == 1 ? "" : "s");
+    printf("%-16s %6s %6s %9s %8s | %10s %10s | %12s %10s\n", "cache", "bits", "held", "16/b", "16/bits", "tokens/s",
+           "x fp16", "KB/token/step", "x fewer");
+    for (int i = 0; i < N_SERVE; i++) {
+        const ServeRow *row = &r->serve[i];
+        printf("%-16s %6.2f %6d %9.1f %8.1f | %10.0f %9.2fx | %12.1f %9.2fx\n", serve_schemes[i].label, row->bits,
+               row->held, row->plain, row->meta, row->tokens_per_s, row->tokens_per_s / ref->tokens_per_s,
+               row->bytes_per_token / 1e3, ref->bytes_per_token / row->bytes_per_token);
+    }
+    printf("x fp16: tokens/s gained; x fewer: cache bytes a conversation's decode step reads, saved (both against fp16)\n");
+}
+
+// Bars on a log scale from 1e-4 nats (below: a dot) to the largest increase, so that +0.001 and +1
+// are both visible.
+static void print_bars(const PlateRun *r) {
+    double top = 1e-3;
+    for (int s = 0; s < N_SCHEMES; s++)
+        for (int t = 0; t < N_TEXTS; t++) top = fmax(top, delta_of(r, s, t));
+    const double floor_delta = 1e-4;
+    const int width = 40;
+    printf("increase over the fp32 cache, nats/token (log scale: the left edge is %.0e, the full bar %.2f)\n", floor_delta,
+           top);
+    for (int s = 0; s < N_SCHEMES; s++) {
+        for (int t = 0; t < N_TEXTS; t++) {
+            double d = delta_of(r, s, t);
+            int n = d <= floor_delta ? 0 : (int)lround(width * log(d / floor_delta) / log(top / floor_delta));
+            printf("%-24s %s |", t == 0 ? schemes[s].label : "", t == 0 ? "en" : "zh");
+            for (int i = 0; i < n; i++) fputs(t == 0 ? "#" : "=", stdout);
+            if (n == 0) fputs(".", stdout);
+            printf(" %+.4f\n", d);
+        }
+    }
+}
+
+// (f) The schemes no other beats with fewer or equal bits, per text: by real bits ascending (then
+// increase), each whose increase is below every one before it. Drawn in out/frontier.png.
+static void print_frontier(const PlateRun *r) {
+    printf("\n(f) the frontier: the schemes of (a) and (b) that no other beats at fewer or equal bits\n");
+    for (int t = 0; t < N_TEXTS; t++) {
+        int order[N_SCHEMES], n = 0;
+        for (int s = 0; s < N_SCHEMES; s++) order[n++] = s;
+        for (int i = 1; i < n; i++) // insertion sort: a few dozen schemes
+            for (int j = i; j > 0; j--) {
+                const double ba = r->results[order[j - 1]][t].bits_per_element, bb = r->results[order[j]][t].bits_per_element;
+                if (ba < bb || (ba == bb && delta_of(r, order[j - 1], t) <= delta_of(r, order[j], t))) break;
+                const int x = order[j];
+                order[j] = order[j - 1], order[j - 1] = x;
+            }
+        printf("%s:", r->texts[t].name);
+        double best = INFINITY;
+        for (int i = 0; i < n; i++) {
+            const int s = order[i];
+            const double d = delta_of(r, s, t);
+            if (d >= best) continue;
+            best = d;
+            printf("%s %s %.2f bits %+.4f", best == d && i ? " |" : "", schemes[s].label, r->results[s][t].bits_per_element, d);
+        }
+        printf("\n");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Machine-readable output: one table, a row per (panel, label, text); capacity rows fill their columns.
+
+static const char *csv_header =
+    "panel,label,text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes,top1_agree,kl,published_delta,"
+    "model,conversations,bytes_per_token,predicted_plain,predicted_metadata,tokens_per_s,cache_bytes_per_token_step,"
+    "pool_bytes,delta_lo,delta_hi\n";
+
+static void csv_number(FILE *out, double v, const char *fmt) {
+    fputc(',', out);
+    if (!isnan(v)) fprintf(out, fmt, v);
+}
+
+static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, const double *scheme_bits) {
+    fputs(csv_header, out);
+    for (int t = 0; t < N_TEXTS; t++) {
+        const EvalResult *e = &r->reference[t];
+        fprintf(out, "reference,fp32,%s,fp32,fp32,%d,%.6f,0.000000,%.4f,%zu,1.000000,0,,,,,,,,,,0.000000,0.000000\n",
+                r->texts[t].name, e->tokens,
+                e->loss, e->bits_per_element, e->cache_bytes);
+    }
+    for (int s = 0; s < N_SCHEMES; s++) {
+        if (r->long_run && strcmp(schemes[s].panel, "loss") != 0) continue;
+        for (int t = 0; t < N_TEXTS; t++) {
+            const EvalResult *e = &r->results[s][t];
+            fprintf(out, "%s,", schemes[s].panel);
+            csv_field_to(out, schemes[s].label);
+            fprintf(out, ",%s,", r->texts[t].name);
+            csv_field_to(out, e->k_spec);
+            fputc(',', out);
+            csv_field_to(out, e->v_spec);
+            fprintf(out, ",%d,%.6f,%.6f,%.4f,%zu,%.6f,%.6g", e->tokens, e->loss, delta_of(r, s, t), e->bits_per_element,
+                    e->cache_bytes, e->top1_agree, e->kl);
+            csv_number(out, schemes[s].published, "%.4f");
+            fprintf(out, ",,,,,,,,,%.6f,%.6f\n", e->delta_lo, e->delta_hi);
+        }
+    }
+    for (int i = 0; i < N_CAP_BITS + N_CAP_SCHEMES && !r->long_run; i++) {
+        double bits = i < N_CAP_BITS ? capacity_bits[i] : scheme_bits[i - N_CAP_BITS];
+        CapacityRow row = capacity_row(cap, bits);
+        fprintf(out, "capacity,");
+        if (i < N_CAP_BITS)
+            fprintf(out, "%d-bit", capacity_bits[i]);
+        else
+            csv_field_to(out, capacity_schemes[i - N_CAP_BITS]);
+        fprintf(out, ",,,,,,,%.4f,,,,,%s,%ld,%.1f,,,,,,,\n", bits, cap->name, row.conversations, row.bytes_per_token);
+    }
+    // The measured panel: conversations = held, bytes_per_token = cache bytes one held conversation's
+    // decode step reads (the same as cache_bytes_per_token_step, kept for the capacity rows' meaning).
+    for (int i = 0; i < N_SERVE && !r->long_run; i++) {
+        const ServeRow *row = &r->serve[i];
+        fprintf(out, "serve,%s,,", serve_schemes[i].label);
+        csv_field_to(out, serve_schemes[i].spec);
+        fputc(',', out);
+        csv_field_to(out, serve_schemes[i].spec);
+        fprintf(out, ",%d,,,%.4f,,,,,micro,%d,%.1f,%.2f,%.2f,%.1f,%.1f,%.0f,,\n", r->serve_context, row->bits, row->held,
+                row->bytes_per_token, row->plain, row->meta, row->tokens_per_s, row->bytes_per_token, r->serve_budget);
+    }
+}
+
+static void print_json(FILE *out, const PlateRun *r, const CapacityModel *cap, const double *scheme_bits) {
+    fprintf(out, "{\n  \"reference\": [");
+    for (int t = 0; t < N_TEXTS; t++)
+        fprintf(out, "%s{\"text\": \"%s\", \"tokens\": %d, \"loss\": %.6f, \"cache_bytes\": %zu}", t ? ", " : "",
+                r->texts[t].name, r->reference[t].tokens, r->reference[t].loss, r->reference[t].cache_bytes);
+    fprintf(out, "],\n  \"schemes\": [\n");
+    for (int s = 0; s < N_SCHEMES; s++) {
+        fprintf(out, "    {\"panel\": \"%s\", \"label\": ", schemes[s].panel);
+        json_string_to(out, schemes[s].label);
+        fprintf(out, ", \"k_cache\": ");
+        json_string_to(out, r->results[s][0].k_spec);
+        fprintf(out, ", \"v_cache\": ");
+        json_string_to(out, r->results[s][0].v_spec);
+        if (isnan(schemes[s].published))
+            fprintf(out, ", \"published_delta\": null");
+        else
+            fprintf(out, ", \"published_delta\": %.4f", schemes[s].published);
+        fprintf(out, ", \"texts\": {");
+        for (int t = 0; t < N_TEXTS; t++) {
+            const EvalResult *e = &r->results[s][t];
+            fprintf(out, "%s\"%s\": {\"tokens\": %d, \"loss\": %.6f, \"delta\": %.6f, \"delta_lo\": %.6f, "
+                    "\"delta_hi\": %.6f, \"bits_per_element\": %.4f, \"cache_bytes\": %zu, \"top1_agree\": %.6f, "
+                    "\"kl\": %.6g}",
+                    t ? ", " : "", r->texts[t].name, e->tokens, e->loss, delta_of(r, s, t), e->delta_lo, e->delta_hi,
+                    e->bits_per_element, e->cache_bytes, e->top1_agree, e->kl);
+        }
+        fprintf(out, "}}%s\n", s + 1 < N_SCHEMES ? "," : "");
+    }
+    fprintf(out, "  ],\n  \"capacity\": {\"model\": \"%s\", \"gpu_gb\": %g, \"util\": %g, \"weights_gb\": %g, \"context\": %d, "
+            "\"rows\": [\n",
+            cap->name, cap->gpu_gb, cap->util, cap->weights_gb, cap->context);
+    for (int i = 0; i < N_CAP_BITS + N_CAP_SCHEMES; i++) {
+        double bits = i < N_CAP_BITS ? capacity_bits[i] : scheme_bits[i - N_CAP_BITS];
+        CapacityRow row = capacity_row(cap, bits);
+        fprintf(out, "    {\"cache\": ");
+        if (i < N_CAP_BITS) {
+            char label[32];
+            snprintf(label, sizeof label, "%d-bit", capacity_bits[i]);
+            json_string_to(out, label);
+        } else {
+            json_string_to(out, capacity_schemes[i - N_CAP_BITS]);
+        }
+        fprintf(out, ", \"bits_per_element\": %.4f, \"bytes_per_token\": %.1f, \"conversations\": %ld}%s\n", bits,
+                row.bytes_per_token, row.conversations, i + 1 < N_CAP_BITS + N_CAP_SCHEMES ? "," : "");
+    }
+    fprintf(out, "  ]},\n  \"serve\": {\"pool_bytes\": %.0f, \"fp16_conversations\": %d, \"context\": %d, \"block\": %d, "
+            "\"steps\": %d, \"threads\": %d, \"rows\": [\n",
+            r->serve_budget, r->serve_fp16, r->serve_context, SERVE_BLOCK, SERVE_STEPS, r->threads);
+    for (int i = 0; i < N_SERVE; i++) {
+        const ServeRow *row = &r->serve[i];
+        fprintf(out, "    {\"cache\": ");
+        json_string_to(out, serve_schemes[i].label);
+        fprintf(out, ", \"spec\": ");
+        json_string_to(out, serve_schemes[i].spec);
+        fprintf(out, ", \"bits_per_element\": %.4f, \"held\": %d, \"predicted_plain\": %.2f, \"predicted_metadata\": %.2f, "
+                "\"tokens_per_s\": %.1f, \"cache_bytes_per_token_step\": %.1f}%s\n",
+                row->bits, row->held, row->plain, row->meta, row->tokens_per_s, row->bytes_per_token,
+                i + 1 < N_SERVE ? "," : "");
+    }
+    fprintf(out, "  ]}\n}\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+
+static const char *plate_usage =
+    "usage: micro plate [options]\n"
+    "  The plate, reproduced on micro: (a) the plate's scheme (symmetric round-to-nearest, one fp16\n"
+    "  scale per head per token) at 16, 8, 4, 3 and 2 bits, with the plate's published increases;\n"
+    "  (b) FP8, KIVI, llama.cpp's blocks and mixed K/V widths on the same texts; (c) what each width\n"
+    "  means for Llama 3 8B on an 80 GB GPU; (d) the same measured on micro: conversations one paged\n"
+    "  pool holds per width and the decode tokens/s they reach; (e) a bar chart of the increases. Each\n"
+    "  run takes the text from BOS through the cache (the fast evaluator: the decode loop's numbers,\n"
+    "  64 positions at a time); increases are over the fp32 cache. top1 is the\n"
+    "  share of (layer, head, position) that attend most to the same position as with fp32; KL is the\n"
+    "  mean KL(fp32 || scheme) of the next-token distributions.\n"
+    "options:\n"
+    "  --model FILE      model file (default models/micro.bin)\n"
+    "  --calib FILE      kvquant's calibration (default beside the model: models/micro.kvq)\n"
+    "  --en FILE[:N]     English text (default data/plates/en.txt:1500)\n"
+    "  --zh FILE[:N]     Chinese text (default data/plates/zh.txt:500)\n"
+    "  --threads N       runs at once (default 2); results do not depend on it\n"
+    "  --decode          decode token by token (as a server does) instead of the fast evaluator\n"
+    "  --long            instead: panel (a) on the corpus's validation split (data/corpus/en.val.txt,\n"
+    "                    zh.val.txt; scripts/corpus builds them), each document in windows of the\n"
+    "                    context from BOS; writes DIR/plate-long.csv (a few minutes)\n"
+    "  --corpus DIR      the corpus folder for --long (default data/corpus)\n"
+    "  --csv | --json    machine-readable output instead of the panels\n"
+    "  --out DIR         also write DIR/plate.csv and DIR/plate.json, and draw DIR/plate.svg and\n"
+    "                    DIR/plate.png (and serve, frontier) when gnuplot is present (default out)\n"
+    "  --no-files        write nothing\n"
+    "  --serve-fp16 N    panel (d)'s pool holds N fp16 conversations (default 16)\n"
+    "  --serve-length N  panel (d)'s conversations, tokens: 6..context (default the model's context)\n"
+    "  -h, --help        this help\n";
+
+// What the printers need, for safe_write's callbacks.
+typedef struct {
+    const PlateRun *r;
+    const CapacityModel *cap;
+    const double *scheme_bits;
+} PlateOutput;
+
+static int write_csv(FILE *f, void *ctx, char *why, size_t whylen) {
+    (void)why, (void)whylen;
+    const PlateOutput *o = ctx;
+    print_csv(f, o->r, o->cap, o->scheme_bits);
+    return 0;
+}
+
+static int write_json(FILE *f, void *ctx, char *why, size_t whylen) {
+    (void)why, (void)whylen;
+    const PlateOutput *o = ctx;
+    print_json(f, o->r, o->cap, o->scheme_bits);
+    return 0;
+}
+
+static const char *const out_files[] = {"plate.csv", "plate.json"};
+
+// --out DIR, checked before any work: not empty (it would name /plate.csv), a folder if it exists
+// (else its parent must exist, to make it in), and no file it will hold may be a device or FIFO.
+static int check_out_dir(const char *dir, int figures, char *err, size_t errlen) {
+    if (!*dir) {
+        snprintf(err, errlen, "--out: an empty folder name");
+        return -1;
+    }
+    struct stat st;
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) {
+            char shown[MSG_TEXT];
+            snprintf(err, errlen, "--out %s: not a folder", msg_text(dir, shown, sizeof shown));
+            return -1;
+        }
+        char path[4200];
+        for (int i = 0; i < 2; i++) {
+            if (snprintf(path, sizeof path, "%s/%s", dir, out_files[i]) >= (int)sizeof path) {
+                snprintf(err, errlen, "--out: the folder name is too long");
+                return -1;
+            }
+            if (safe_check_output(path, err, errlen)) return -1;
+        }
+        return figures ? figure_check_csv_outputs(dir, 1, err, errlen) : 0;
+    }
+    // Not there yet: it is made beside its parent, which must be a folder we can write in.
+    char probe[4200];
+    if (snprintf(probe, sizeof probe, "%s/plate.csv", dir) >= (int)sizeof probe) {
+        snprintf(err, errlen, "--out: the folder name is too long");
+        return -1;
+    }
+    if (safe_check_output(dir, err, errlen)) return -1;
+    return 0;
+}
+
+// Writes DIR/plate.csv and DIR/plate.json, each whole or not at all. 0, or -1 with err set.
+// The output folder, made when missing. 0, or -1 with one line in err.
+static int make_out_dir(const char *dir, char *err, size_t errlen) {
+    if (mkdir(dir, 0777) == 0 || errno == EEXIST) return 0;
+    snprintf(err, errlen, "cannot make the folder %s: %s", dir, strerror(errno));
+    return -1;
+}
+
+static int write_outputs(const char *dir, const PlateRun *r, const CapacityModel *cap, const double *scheme_bits,
+                         char *csv_path, size_t n, char *err, size_t errlen) {
+    if (make_out_dir(dir, err, errlen)) return -1;
+    PlateOutput o = {r, cap, scheme_bits};
+    char path[4200];
+    snprintf(path, sizeof path, "%s/plate.json", dir);
+    snprintf(csv_path, n, "%s/plate.csv", dir);
+    if (safe_write(csv_path, write_csv, &o, err, errlen)) return -1;
+    return safe_write(path, write_json, &o, err, errlen);
+}
+
+// Draws DIR/plate, serve and frontier (.svg and .png) from the CSV just written (figure_csv.h).
+// One line says what happened: 0, or 1 when a figure could not be written.
+static int draw_figure(const char *csv_path, const char *out_dir) {
+    char err[600], drawn[800];
+    fflush(stdout);
+    const int rc = figure_from_csv(csv_path, out_dir, NULL, drawn, sizeof drawn, err, sizeof err);
+    if (rc == FIGURE_FAILED) {
+        fprintf(stderr, "micro: %s\n", err);
+        return 1;
+    }
+    printf("figure: %s\n", rc == FIGURE_DRAWN ? drawn : err);
+    return 0;
+}
+
+// plate --long: one text's windows through fp32 and every scheme of panel (a) (eval_windows).
+static void long_task(void *arg, int t, int thread) {
+    (void)thread;
+    PlateRun *r = arg;
+    char err[600];
+    const char *k[N_SCHEMES], *v[N_SCHEMES];
+    int index[N_SCHEMES], n = 0;
+    for (int s = 0; s < N_SCHEMES; s++)
+        if (strcmp(schemes[s].panel, "loss") == 0) index[n] = s, k[n] = schemes[s].k_spec, v[n++] = schemes[s].v_spec;
+    EvalResult out[N_SCHEMES];
+    const int rc = eval_windows(r->model, r->texts[t].tokens, r->texts[t].n_tokens, r->model->config.max_seq_len, k, v,
+                                n, 1, r->decode, &r->reference[t], out, err, sizeof err);
+    if (rc) {
+        fail_run(r, r->texts[t].path, err, rc);
+        return;
+    }
+    for (int i = 0; i < n; i++) r->results[index[i]][t] = out[i];
+}
+
+// micro plate --long: panel (a) again on the corpus's validation split (held out from training, about
+// 280 kB a language), each document in windows of the model's context, each from its own BOS.
+static int plate_long(const PlateOptions *o, PlateRun *r) {
+    char err[600], path[4096], arg[4200];
+    const char *dir = cli_default_path(o->corpus, "data/corpus", path, sizeof path);
+    static const char *const names[N_TEXTS] = {"en.val.txt", "zh.val.txt"};
+    if (o->files && check_out_dir(o->out_dir, 0, err, sizeof err)) return cli_error("%s", err);
+    for (int t = 0; t < N_TEXTS; t++) {
+        snprintf(arg, sizeof arg, "%s/%s", dir, names[t]);
+        if (access(arg, F_OK) != 0)
+            return cli_error("%s: not found; the long texts are the corpus's validation split: build it with "
+                             "scripts/corpus (or run scripts/run --long)", arg);
+        if (text_load(&r->texts[t], arg, INT32_MAX, err, sizeof err)) return cli_error("%s", err);
+    }
+    Model m = {0};
+    if (cli_load_model(&m, o->model_path, o->calib_path, err, sizeof err)) return cli_error("%s", err);
+    ThreadPool *pool = pool_create(o->threads);
+    if (!pool) {
+        model_free(&m);
+        return cli_error("cannot start %d threads", o->threads);
+    }
+    r->model = &m;
+    r->decode = o->decode;
+    r->long_run = 1;
+    pool_run_tasks(pool, N_TEXTS, long_task, r);
+    pool_destroy(pool);
+    int status = 0;
+    if (atomic_load(&r->failed)) {
+        cli_error("%s", r->err);
+        status = atomic_load(&r->failed) == EVAL_NOT_FINITE ? 1 : 2;
+    }
+    char csv_path[4200];
+    snprintf(csv_path, sizeof csv_path, "%s/plate-long.csv", o->out_dir);
+    PlateOutput out = {r, NULL, NULL}; // the long run's CSV: panel (a) only (print_csv, long_run)
+    if (!status && o->files &&
+        (make_out_dir(o->out_dir, err, sizeof err) || safe_write(csv_path, write_csv, &out, err, sizeof err))) {
+        fprintf(stderr, "micro: %s\n", err);
+        status = 1;
+    }
+    if (!status && o->csv) print_csv(stdout, r, NULL, NULL);
+    if (!status && !o->csv) {
+        printf("micro plate --long: %s; the corpus's validation split (held out from training), each document in\n"
+               "windows of %d tokens, each from BOS: English %s = %d tokens, Chinese %s = %d tokens\n\n",
+               cli_default_path(o->model_path, "models/micro.bin", path, sizeof path), m.config.max_seq_len,
+               r->texts[0].path, r->texts[0].n_tokens, r->texts[1].path, r->texts[1].n_tokens);
+        printf("(a) the plate's scheme on the long held-out texts\n");
+        printf("%31s | %-43s | %-43s |\n", "", "English", "Chinese");
+        print_scheme_table(r, "loss", 1);
+        print_legend();
+        if (o->files) printf("\nwritten: %s\n", csv_path);
+    }
+    model_free(&m);
+    return status;
+}
+
+int plate_parse(int argc, char **argv, PlateOptions *o, char *err, size_t errlen) {
+    memset(o, 0, sizeof *o);
+    o->out_dir = "out", o->threads = 2, o->files = 1, o->serve_fp16 = 16;
+    Opts p;
+    opts_init(&p, argc, argv, err, errlen);
+    while (opts_next(&p)) {
+        int bad;
+        if (opts_is_help(&p)) return OPTS_HELP;
+        else if (opts_is(&p, "--csv")) bad = opts_flag(&p), o->csv = 1;
+        else if (opts_is(&p, "--json")) bad = opts_flag(&p), o->json = 1;
+        else if (opts_is(&p, "--no-files")) bad = opts_flag(&p), o->files = 0;
+        else if (opts_is(&p, "--model")) bad = opts_path(&p, &o->model_path);
+        else if (opts_is(&p, "--calib")) bad = opts_path(&p, &o->calib_path);
+        else if (opts_is(&p, "--en")) bad = opts_string(&p, &o->en) || cmd_check_text_arg("--en", o->en, err, errlen);
+        else if (opts_is(&p, "--zh")) bad = opts_string(&p, &o->zh) || cmd_check_text_arg("--zh", o->zh, err, errlen);
+        else if (opts_is(&p, "--out")) bad = opts_string(&p, &o->out_dir);
+        else if (opts_is(&p, "--threads")) bad = opts_int(&p, 1, 8, &o->threads);
+        else if (opts_is(&p, "--decode")) bad = opts_flag(&p), o->decode = 1;
+        else if (opts_is(&p, "--long")) bad = opts_flag(&p), o->long_run = 1;
+        else if (opts_is(&p, "--corpus")) bad = opts_path(&p, &o->corpus);
+        else if (opts_is(&p, "--serve-fp16")) bad = opts_int(&p, 1, 1024, &o->serve_fp16);
+        else if (opts_is(&p, "--serve-length")) bad = opts_int(&p, SERVE_STEPS + 2, 1 << 20, &o->serve_length);
+        else return opts_unknown(&p);
+        if (bad) return OPTS_ERROR;
+    }
+    if (o->csv && o->json) return opts_fail(&p, "choose one of --csv and --json");
+    if (o->long_run && o->json) return opts_fail(&p, "--long prints its panel or --csv, not --json");
+    return OPTS_RUN;
+}
+
+int cmd_plate(int argc, char **argv) {
+    PlateOptions o;
+    char err[512];
+    int done = cli_after_parse(plate_parse(argc, argv, &o, err, sizeof err), err, plate_usage);
+    if (done >= 0) return done;
+    const char *model_path = o.model_path, *en = o.en, *zh = o.zh, *out_dir = o.out_dir;
+    const int threads = o.threads, csv = o.csv, json = o.json, files = o.files;
+    char out_err[600];
+    if (files && check_out_dir(out_dir, 1, out_err, sizeof out_err)) return cli_error("%s", out_err);
+
+    if (o.long_run) {
+        PlateRun *lr = calloc(1, sizeof *lr);
+        if (!lr) return cli_error("out of memory");
+        pthread_mutex_init(&lr->err_lock, NULL);
+        const int rc = plate_long(&o, lr);
+        for (int t = 0; t < N_TEXTS; t++) text_free(&lr->texts[t]);
+        pthread_mutex_destroy(&lr->err_lock);
+        free(lr);
+        return rc;
+    }
+    char path[4096], en_arg[4200], zh_arg[4200];
+    if (!en)
+        snprintf(en_arg, sizeof en_arg, "%s:%d", cli_default_path(NULL, "data/plates/en.txt", path, sizeof path),
+                 PLATE_EN_CHARS);
+    if (!zh)
+        snprintf(zh_arg, sizeof zh_arg, "%s:%d", cli_default_path(NULL, "data/plates/zh.txt", path, sizeof path),
+                 PLATE_ZH_CHARS);
+    PlateRun *r = calloc(1, sizeof *r);
+    if (!r) return cli_error("out of memory");
+    pthread_mutex_init(&r->err_lock, NULL);
+    Model m = {0};
+    int status = 0;
+    const char *text_args[N_TEXTS] = {en ? en : en_arg, zh ? zh : zh_arg};
+    for (int t = 0; t < N_TEXTS && !status; t++)
+        if (text_load(&r->texts[t], text_args[t], INT32_MAX, err, sizeof err)) status = cli_error("%s", err);
+    if (!status && cli_load_model(&m, model_path, o.calib_path, err, sizeof err))
+        status = cli_error("%s", err);
+    if (!status && o.serve_length > m.config.max_seq_len) // before any work
+        status = cli_error("--serve-length %d is outside %d..%d (the model's context)", o.serve_length, SERVE_STEPS + 2,
+                           m.config.max_seq_len);
+    for (int t = 0; t < N_TEXTS && !status; t++) {
+        if (r->texts[t].n_tokens > m.config.max_seq_len) {
+            text_context_error(r->texts[t].path, (size_t)r->texts[t].n_tokens, m.config.max_seq_len, err, sizeof err);
+            status = cli_error("%s", err);
+        } else if (r->texts[t].n_tokens < 2) {
+            char shown[MSG_TEXT];
+            status = cli_error("%s: nothing to score", msg_text(r->texts[t].path, shown, sizeof shown));
+        } else if (eval_trace_alloc(&r->traces[t], &m, r->texts[t].n_tokens)) {
+            status = cli_error("out of memory");
+        }
+    }
+    const CapacityModel *cap = capacity_preset("llama3-8b");
+    double scheme_bits[N_CAP_SCHEMES];
+    for (int i = 0; i < N_CAP_SCHEMES && !status; i++)
+        if (capacity_scheme_bits(cap, capacity_schemes[i], &scheme_bits[i], err, sizeof err)) status = cli_error("%s", err);
+    ThreadPool *pool = status ? NULL : pool_create(threads);
+    if (!status && !pool) status = cli_error("cannot start %d threads", threads);
+    if (!status) {
+        r->model = &m;
+        r->decode = o.decode;
+        pool_run_tasks(pool, N_TEXTS, reference_task, r);
+        if (!atomic_load(&r->failed)) pool_run_tasks(pool, N_SCHEMES * N_TEXTS, scheme_task, r);
+        if (atomic_load(&r->failed)) {
+            cli_error("%s", r->err);
+            status = atomic_load(&r->failed) == EVAL_NOT_FINITE ? 1 : 2;
+        }
+    }
+    pool_destroy(pool);
+    if (!status) { // the prompts' text: both plates' bytes, one after the other
+        const size_t en_len = (size_t)r->texts[0].n_tokens - 1, zh_len = (size_t)r->texts[1].n_tokens - 1;
+        uint8_t *text = malloc(en_len + zh_len);
+        r->threads = 1;
+        r->serve_fp16 = o.serve_fp16;
+        r->serve_context = o.serve_length ? o.serve_length : m.config.max_seq_len;
+        if (r->serve_context > m.config.max_seq_len || r->serve_context <= SERVE_STEPS + 1) {
+            free(text);
+            text = NULL;
+            status = cli_error("--serve-length %d is outside %d..%d (the model's context)", r->serve_context,
+                               SERVE_STEPS + 2, m.config.max_seq_len);
+        } else if (!text) {
+            status = cli_error("out of memory");
+        } else {
+            memcpy(text, r->texts[0].tokens + 1, en_len);
+            memcpy(text + en_len, r->texts[1].tokens + 1, zh_len);
+            // One thread: a timing, which a second thread spinning on a shared core would only blur.
+            // The pools are filled on --threads.
+            if (run_serve_panel(r, &m, text, en_len + zh_len, 1, threads, err, sizeof err))
+                status = cli_error("%s", err);
+            free(text);
+        }
+    }
+    char csv_path[4200] = "";
+    if (!status && files && write_outputs(out_dir, r, cap, scheme_bits, csv_path, sizeof csv_path, err, sizeof err)) {
+        fprintf(stderr, "micro: %s\n", err);
+        status = 1;
+    }
+    if (!status && csv) print_csv(stdout, r, cap, scheme_bits);
+    if (!status && json) print_json(stdout, r, cap, scheme_bits);
+    if (!status && !csv && !json) {
+        printf("micro plate: %s, %zu parameters; English %ld characters = %d tokens, Chinese %ld characters = %d "
+               "tokens\n\n",
+               cli_default_path(model_path, "models/micro.bin", path, sizeof path), m.n_params, r->texts[0].chars,
+               r->texts[0].n_tokens, r->texts[1].chars, r->texts[1].n_tokens);
+        printf("(a) the plate's scheme: symmetric round-to-nearest, one fp16 scale per head per token\n");
+        printf("%31s | %-43s | %-43s |\n", "", "English", "Chinese");
+        print_scheme_table(r, "loss", 1);
+        printf("\n(b) beyond the plate, same texts (bits = storage per cached number, metadata included)\n");
+        printf("%31s | %-43s | %-43s\n", "", "English", "Chinese");
+        print_scheme_table(r, "beyond", 0);
+        print_legend();
+        printf("\n(c) what it buys: %s, %.1f GB weights, %.0f GB GPU at %.0f%% use, %d-token conversations\n",
+               cap->name, cap->weights_gb, cap->gpu_gb, 100 * cap->util, cap->context);
+        printf("%-24s %8s %14s %14s\n", "cache", "bits", "bytes/token", "conversations");
+        for (int i = 0; i < N_CAP_BITS + N_CAP_SCHEMES; i++) {
+            double bits = i < N_CAP_BITS ? capacity_bits[i] : scheme_bits[i - N_CAP_BITS];
+            CapacityRow row = capacity_row(cap, bits);
+            char label[64];
+            if (i < N_CAP_BITS)
+                snprintf(label, sizeof label, "%d-bit, scales ignored", capacity_bits[i]);
+            else
+                snprintf(label, sizeof label, "%s", capacity_schemes[i - N_CAP_BITS]);
+            printf("%-24s %8.3f %14.0f %14ld\n", label, bits, row.bytes_per_token, row.conversations);
+        }
+        print_serve_panel(r);
+        printf("\n(e) ");
+        print_bars(r);
+        print_frontier(r);
+        if (files) {
+            printf("\nwritten: %s and %s/plate.json\n", csv_path, out_dir);
+            status = draw_figure(csv_path, out_dir);
+        }
+    }
+    for (int t = 0; t < N_TEXTS; t++) {
+        text_free(&r->texts[t]);
+        eval_trace_free(&r->traces[t]);
+    }
+    pthread_mutex_destroy(&r->err_lock);
+    free(r);
+    model_free(&m);
+    return status;
+}

@@ -1,0 +1,202 @@
+// micro eval: loss in nats per token on each text, with the chosen cache, against the fp32 cache.
+#include "eval.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bootstrap.h"
+#include "finite.h"
+#include "forward.h"
+#include "text.h"
+
+// log softmax(logits) into out, in double so long sums do not drift.
+static void log_softmax(const float *logits, int vocab, double *out) {
+    float max = logits[0];
+    for (int i = 1; i < vocab; i++) max = logits[i] > max ? logits[i] : max;
+    double sum = 0;
+    for (int i = 0; i < vocab; i++) sum += exp((double)logits[i] - max);
+    double log_sum = log(sum);
+    for (int i = 0; i < vocab; i++) out[i] = (double)logits[i] - max - log_sum;
+}
+
+int eval_trace_alloc(EvalTrace *t, const Model *m, int n_tokens) {
+    t->steps = n_tokens - 1;
+    t->n_layers = m->config.n_layers;
+    t->n_heads = m->config.n_heads;
+    t->vocab = m->config.vocab_size;
+    t->top_position = calloc((size_t)t->steps * t->n_layers * t->n_heads, sizeof(int));
+    t->log_probs = calloc((size_t)t->steps * t->vocab, sizeof(float));
+    t->nll = calloc((size_t)t->steps, sizeof(double));
+    if (!t->top_position || !t->log_probs || !t->nll) {
+        eval_trace_free(t);
+        return -1;
+    }
+    return 0;
+}
+
+void eval_trace_free(EvalTrace *t) {
+    free(t->top_position);
+    free(t->log_probs);
+    free(t->nll);
+    memset(t, 0, sizeof *t);
+}
+
+int eval_tokens(const Model *m, const uint8_t *tokens, int n, const char *k_spec, const char *v_spec,
+                int n_threads, int decode, EvalTrace *record, const EvalTrace *reference, EvalResult *out, char *err,
+                size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (n < 2) {
+        snprintf(err, errlen, "need at least one token after BOS to score");
+        return -1;
+    }
+    const int vocab = m->config.vocab_size, heads = m->config.n_layers * m->config.n_heads;
+    if (reference && reference->steps != n - 1) {
+        snprintf(err, errlen, "the reference trace has %d steps, the text %d", reference->steps, n - 1);
+        return -1;
+    }
+    Decoder d;
+    const int span = decode ? 1 : EVAL_SPAN;
+    if (decode ? decoder_init(&d, m, k_spec, v_spec, n, n_threads, err, errlen)
+               : decoder_init_spans(&d, m, k_spec, v_spec, n, span, n_threads, err, errlen))
+        return -1;
+    double *diff = reference ? malloc(sizeof(double) * (size_t)(n - 1)) : NULL;
+    int *ids = malloc(sizeof(int) * (size_t)n);
+    if ((reference && !diff) || !ids) {
+        decoder_free(&d);
+        free(diff);
+        free(ids);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int t = 0; t < n; t++) ids[t] = tokens[t];
+    double total = 0, kl = 0, lp[256];
+    long agree = 0;
+    // Every token runs, the last too: its key and value are cached, so the cache's size is that of n.
+    for (int t0 = 0; t0 < n; t0 += span) {
+        const int rows = n - t0 < span ? n - t0 : span;
+        const float *logits = span == 1 ? decoder_forward(&d, ids[t0], t0) : decoder_forward_span(&d, ids + t0, t0, rows);
+        for (int i = 0; i < rows && t0 + i + 1 < n; i++) {
+            const int t = t0 + i;
+            const int *top_position = d.fwd.top_position + (size_t)i * heads;
+            log_softmax(logits + (size_t)i * vocab, vocab, lp);
+            total -= lp[tokens[t + 1]];
+            if (record) record->nll[t] = -lp[tokens[t + 1]];
+            if (reference) diff[t] = -lp[tokens[t + 1]] - reference->nll[t];
+            if (record) {
+                memcpy(record->top_position + (size_t)t * heads, top_position, sizeof(int) * (size_t)heads);
+                for (int v = 0; v < vocab; v++) record->log_probs[(size_t)t * vocab + v] = (float)lp[v];
+            }
+            if (reference) {
+                const int *top = reference->top_position + (size_t)t * heads;
+                for (int h = 0; h < heads; h++) agree += top[h] == top_position[h];
+                // KL(reference || this), from the reference's stored log-probabilities; when the two
+                // runs are the same the terms cancel exactly, so the fp32 cache gets exactly 0.
+                const float *ref = reference->log_probs + (size_t)t * vocab;
+                double step = 0;
+                for (int v = 0; v < vocab; v++) step += exp((double)ref[v]) * ((double)ref[v] - (double)(float)lp[v]);
+                kl += step;
+            }
+        }
+    }
+    free(ids);
+    out->tokens = n;
+    out->loss = total / (n - 1);
+    out->top1_agree = reference ? (double)agree / ((double)(n - 1) * heads) : 1.0;
+    out->kl = reference ? kl / (n - 1) : 0.0;
+    if (!isfinite(out->loss) || !isfinite(out->kl)) {
+        snprintf(err, errlen, "the loss is " NONFINITE_REASON);
+        decoder_free(&d);
+        free(diff);
+        return EVAL_NOT_FINITE;
+    }
+    if (reference && bootstrap_mean_ci(diff, n - 1, BOOTSTRAP_BLOCK, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED,
+                                       &out->delta_lo, &out->delta_hi)) {
+        snprintf(err, errlen, "out of memory");
+        decoder_free(&d);
+        free(diff);
+        return -1;
+    }
+    free(diff);
+    out->cache_bytes = decoder_cache_bytes(&d);
+    out->bits_per_element = decoder_bits_per_element(&d);
+    snprintf(out->k_spec, sizeof out->k_spec, "%s", decoder_spec(&d, KV_ROLE_KEY));
+    snprintf(out->v_spec, sizeof out->v_spec, "%s", decoder_spec(&d, KV_ROLE_VALUE));
+    decoder_free(&d);
+    return 0;
+}
+
+// A text of any length (tokens[0] is BOS; a 0x01 further on starts another document, as in the
+// corpus's files): each document in consecutive windows of `window` tokens, each its BOS and the
+// next window − 1 bytes, run from BOS with the fp32 cache once and then with each scheme. Every byte
+// is predicted once; the loss, top-1 agreement and KL are means over all of them and the interval
+// comes from all their differences. The cache's bytes are those of the first window. A text that
+// fits one window gives exactly eval_tokens' results.
+int eval_windows(const Model *m, const uint8_t *tokens, int n, int window, const char *const *k_specs,
+                 const char *const *v_specs, int n_specs, int threads, int decode, EvalResult *ref, EvalResult *out,
+                 char *err, size_t errlen) {
+    const int per = window - 1;
+    uint8_t *buf = malloc((size_t)window);
+    double *diff = malloc(sizeof(double) * (size_t)n * (size_t)n_specs);
+    double *sums = calloc((size_t)n_specs * 3 + 1, sizeof(double)); // [spec][nll, agree, kl], then fp32's nll
+    if (!buf || !diff || !sums) {
+        free(buf), free(diff), free(sums);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int steps = 0, windows = 0, rc = 0, tokens_run = 0;
+    for (int doc = 0; doc < n && !rc;) { // tokens[doc] is a document's BOS
+        int end = doc + 1;
+        while (end < n && tokens[end] != tokens[0]) end++;
+        for (int start = doc + 1; start < end && !rc; start += per) {
+            const int len = end - start < per ? end - start : per, wn = len + 1;
+            buf[0] = tokens[0];
+            memcpy(buf + 1, tokens + start, (size_t)len);
+            EvalTrace tr = {0}, ts = {0};
+            EvalResult r_ref, r;
+            if (eval_trace_alloc(&tr, m, wn) || eval_trace_alloc(&ts, m, wn)) {
+                snprintf(err, errlen, "out of memory");
+                rc = -1;
+            }
+            if (!rc) rc = eval_tokens(m, buf, wn, "fp32", "fp32", threads, decode, &tr, NULL, &r_ref, err, errlen);
+            if (!rc) sums[3 * n_specs] += r_ref.loss * (wn - 1);
+            if (!rc && windows == 0) *ref = r_ref;
+            for (int s = 0; s < n_specs && !rc; s++) {
+                rc = eval_tokens(m, buf, wn, k_specs[s], v_specs[s], threads, decode, &ts, &tr, &r, err, errlen);
+                if (rc) break;
+                for (int t = 0; t < wn - 1; t++) diff[(size_t)s * n + steps + t] = ts.nll[t] - tr.nll[t];
+                if (windows == 0) out[s] = r; // the cache's bytes and specs: the first window's
+                sums[3 * s] += r.loss * (wn - 1), sums[3 * s + 1] += r.top1_agree * (wn - 1);
+                sums[3 * s + 2] += r.kl * (wn - 1);
+            }
+            if (!rc) steps += wn - 1, tokens_run += wn, windows++;
+            eval_trace_free(&tr);
+            eval_trace_free(&ts);
+        }
+        doc = end;
+    }
+    if (!rc && windows == 0) {
+        snprintf(err, errlen, "need at least one byte after BOS to score");
+        rc = -1;
+    }
+    if (!rc && windows > 1) {
+        ref->tokens = tokens_run; // each window starts from its own BOS
+        ref->loss = sums[3 * n_specs] / steps;
+        for (int s = 0; s < n_specs && !rc; s++) {
+            out[s].tokens = tokens_run;
+            out[s].loss = sums[3 * s] / steps, out[s].top1_agree = sums[3 * s + 1] / steps;
+            out[s].kl = sums[3 * s + 2] / steps;
+            if (bootstrap_mean_ci(diff + (size_t)s * n, steps, BOOTSTRAP_BLOCK, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED,
+                                  &out[s].delta_lo, &out[s].delta_hi)) {
+                snprintf(err, errlen, "out of memory");
+                rc = -1;
+            }
+        }
+    }
+    free(buf);
+    free(diff);
+    free(sums);
+    return rc;
+}

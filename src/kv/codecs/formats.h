@@ -1,0 +1,124 @@
+// The arithmetic of the 2025 formats (issue 10), compiled once and shared by their families
+// (codec_mx.c, codec_nvfp4.c, codec_turboquant.c, codec_qjl.c) and their tests:
+//   - OCP Microscaling (MX v1.0) elements and E8M0 block scales;
+//   - NVFP4 blocks of 16 (E2M1 elements, E4M3 block scale, an fp32 second-level scale);
+//   - TurboQuant's Lloyd-Max codebook for one coordinate of a randomly rotated unit vector;
+//   - seeded Gaussian sketches and packed sign bits (QJL, and TurboQuant's prod mode).
+// Nothing here knows about streams: a family decides what is stored per head per token.
+#ifndef MICRO_CODECS_FORMATS_H
+#define MICRO_CODECS_FORMATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "quant.h"
+
+// ---- MX elements ----------------------------------------------------------------------------
+typedef enum { MX_E2M1, MX_E2M3, MX_E3M2, MX_E4M3, MX_E5M2, MX_INT8, MX_N_ELEMS } MxElem;
+
+typedef struct {
+    const char *name; // as spelled in a spec: "e2m1", ...
+    int bits;         // stored bits per element
+    int emax;         // exponent of the largest normal value (OCP's emax_elem)
+    float max;        // largest finite magnitude
+} MxElemInfo;
+
+const MxElemInfo *mx_elem_info(MxElem e);
+// -1 when `name` is no element format.
+int mx_elem_from_name(const char *name);
+// x (already divided by the block scale) rounded to nearest, ties to even, saturated to ±max (±inf
+// too); NaN becomes 0 (the block's scale says NaN instead). The code is sign | magnitude in the
+// element's `bits` (two's complement for INT8).
+uint8_t mx_elem_encode(MxElem e, float x);
+float mx_elem_decode(MxElem e, uint8_t code);
+// mx_elem_decode of every code as a 256-entry table (codes beyond the element's bits repeat nothing
+// meaningful and are 0), built once per process: the read path's decode is then one load, where
+// mx_elem_decode's ldexpf made mx and nvfp4 attention ~40x slower than the int codecs'. Same floats.
+const float *mx_elem_table(MxElem e);
+// The shared scale's exponent X = floor(log2 amax) − emax, clamped to E8M0's [−127, 127]; −127
+// for amax 0. The stored byte is X + 127; 0xFF (NaN) when amax is not finite.
+uint8_t mx_scale_byte(MxElem e, float amax);
+float mx_scale_decode(uint8_t byte);
+// One block of n numbers (n <= 32): its scale byte and n element codes.
+void mx_block_encode(MxElem e, const float *x, int n, uint8_t *scale, uint8_t *codes);
+
+// ---- NVFP4 ----------------------------------------------------------------------------------
+// E2M1 is MX's element; the block is 16 numbers. A block is coded against a second-level scale s2:
+// its E4M3 block scale sb = E4M3((amax_b / target) / s2) and elements E2M1(x / (s2·sb)), target 6.
+// four_over_six: the block also tries target 4 and keeps whichever reads back with the smaller
+// squared error (ties: 6). Returns the E4M3 scale code; codes[16] get the elements.
+uint8_t nvfp4_block_encode(const float *x, int n, float s2, int four_over_six, uint8_t *codes);
+// The second-level scale of a vector with max magnitude amax: amax / (448·6), or amax / (256·6) with
+// 4over6 (our choice: headroom for the max/4 target, whose block scales are 1.5 times larger, under
+// E4M3's 448). 0 for amax 0.
+float nvfp4_second_scale(float amax, int four_over_six);
+
+// ---- TurboQuant's codebook ------------------------------------------------------------------
+// The 2^bits centroids (sorted) of the Lloyd-Max quantiser for the density of one coordinate of a
+// uniformly random unit vector in d dimensions, f(x) ∝ (1 − x²)^((d−3)/2) on [−1, 1], computed by
+// numerical integration and Lloyd iterations. d >= 3, bits 1..8. tq_codebook is computed once per
+// (d, bits) and shared (thread-safe; NULL when out of memory); tq_lloyd_max computes afresh.
+const float *tq_codebook(int d, int bits);
+void tq_lloyd_max(int d, int bits, double *centroids);
+
+// ---- Gaussian sketches and sign bits --------------------------------------------------------
+// A seeded m × d matrix of standard normals (row-major), shared by every stream that asks for the
+// same (seed, m, d) and kept until exit; NULL when out of memory.
+const float *tq_gaussian(unsigned long seed, int m, int d);
+// y = S x (m rows) and x = Sᵀ y.
+void tq_project(const float *s, int m, int d, const float *x, float *y);
+void tq_project_back(const float *s, int m, int d, const float *y, float *x);
+// bits[i/8] bit i%8 set when y[i] >= 0; (m + 7) / 8 bytes, unused high bits zero.
+void tq_signs(const float *y, int m, uint8_t *bits);
+// +1 where bit i is set, else −1: as a factor rather than a branch, since sign bits are random (a
+// branch on them mispredicts half the time); multiplying by ±1 is exact.
+static inline float tq_sign(const uint8_t *bits, int i) { return (float)(2 * ((bits[i >> 3] >> (i & 7)) & 1) - 1); }
+// Σ_i ±v[i], + where bit i is set.
+float tq_sign_dot(const uint8_t *bits, const float *v, int m);
+
+// ---- One vector of TurboQuant and of QJL --------------------------------------------------
+// Norms, residual norms and scales sit in rows as fp16 (saturating: they must stay finite), at any
+// byte offset.
+static inline float fmt_fp16_load(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return quant_fp16_to_fp32(h);
+}
+
+static inline void fmt_fp16_store(uint8_t *p, float x) {
+    const uint16_t h = quant_fp32_to_fp16_sat(x);
+    memcpy(p, &h, 2);
+}
+
+// The families' per-vector coding with the random matrices passed in, so that tests can average
+// over matrices of their own.
+//
+// TurboQuant, one head's vector of d numbers as a row of tq_row_bytes():
+//   [fp16 ‖x‖][2^cbits-level indices of y = R·x/‖x‖, packed][prod: fp16 γ = ‖r‖][prod: d sign bits]
+// with r = y − ŷ the residual in the rotated space and the signs those of S·r.
+typedef struct {
+    int d, cbits, prod;
+    int nc;              // mse: store ‖x‖/‖ŷ‖ for ‖x‖, so that x̂ keeps x's norm (vLLM's "nc")
+    const float *rot;    // R, d × d orthogonal, row-major
+    const float *sketch; // S, d × d standard normals (prod)
+    const float *levels; // 2^cbits centroids, sorted (tq_codebook)
+} TqCoder;
+
+size_t tq_row_bytes(const TqCoder *c);
+void tq_encode(const TqCoder *c, const float *x, uint8_t *row);
+// The read-back x̂ = ‖x‖·Rᵀ(ŷ + √(π/2)/d · γ · Sᵀ·sign(S·r)) (the QJL term: prod).
+void tq_decode(const TqCoder *c, const uint8_t *row, float *x);
+// Where a row's parts sit.
+static inline size_t tq_codes_at(void) { return 2; }
+static inline size_t tq_gamma_at(const TqCoder *c) { return 2 + (size_t)(c->d * c->cbits + 7) / 8; }
+static inline size_t tq_signs_at(const TqCoder *c) { return tq_gamma_at(c) + 2; }
+
+// QJL, one vector of d numbers as a row of 2 + (m + 7)/8 bytes: [fp16 ‖x‖][m sign bits of S·x].
+void qjl_encode(const float *s, int m, int d, const float *x, uint8_t *row);
+// The unbiased estimate of q·x from sq = S·q: √(π/2)/m · ‖x‖ · ⟨S·q, sign(S·x)⟩.
+float qjl_estimate(const uint8_t *row, const float *sq, int m);
+// The read-back √(π/2)/m · ‖x‖ · Sᵀ·sign(S·x) (an unbiased estimate of x).
+void qjl_decode(const float *s, int m, int d, const uint8_t *row, float *x);
+
+#endif

@@ -1,0 +1,510 @@
+// Stream transforms (kvtransform.h): a layer with the codec interface around any codec's state.
+#include "kvtransform.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant.h"
+#include "rng.h"
+
+#define MAX_SINK 64
+#define MAX_OUTLIER_PERCENT 20.0
+
+// ---- options ----------------------------------------------------------------------------------
+
+static int power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+// Entries kept exact per side (smallest, largest) for n numbers per token at P percent.
+static int outliers_per_side(double percent, int n) { return (int)lround((double)n * percent / 200.0); }
+
+static int parse_rot(const char *value, const char *family, int head_dim, TransformOptions *t, char *err,
+                     size_t errlen) {
+    if (strcmp(value, "none") == 0) return 0; // a family's default rotation turned off (quarot:rot=none)
+    if (strcmp(value, "hadamard") == 0) {
+        if (!power_of_two(head_dim)) {
+            snprintf(err, errlen, "%s: rot=hadamard needs head_dim a power of two (got %d)", family, head_dim);
+            return -1;
+        }
+        t->rot = 1;
+        return 0;
+    }
+    if (strncmp(value, "random:", 7) == 0 && value[7] >= '0' && value[7] <= '9') {
+        char *end;
+        errno = 0;
+        const unsigned long long seed = strtoull(value + 7, &end, 10);
+        if (*end == '\0' && errno == 0 && seed <= 0xffffffffULL) {
+            t->rot = 2;
+            t->seed = (unsigned long)seed;
+            return 0;
+        }
+    }
+    snprintf(err, errlen, "%s: rot=%s: expected rot=hadamard, rot=random:SEED (SEED 0..4294967295) or rot=none", family,
+             value);
+    return -1;
+}
+
+// Whether `key` is in the comma-separated list.
+static int listed(const char *list, const char *key) {
+    const size_t n = strlen(key);
+    for (const char *p = list; p && *p;) {
+        const char *end = strchr(p, ',');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, key, n) == 0) return 1;
+        p = end ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+int transform_options(CodecSpec *spec, KVRole role, int n_heads, int head_dim, const char *owned, TransformOptions *t,
+                      char *err, size_t errlen) {
+    memset(t, 0, sizeof *t);
+    const char *rot = spec_string(spec, "rot");
+    if (rot && parse_rot(rot, spec->name, head_dim, t, err, errlen)) return -1;
+    t->prerope = spec_flag(spec, "prerope");
+    if (t->prerope && role != KV_ROLE_KEY) {
+        snprintf(err, errlen, "%s: prerope is for keys (values carry no RoPE): give it with --k", spec->name);
+        return -1;
+    }
+    if (spec_int(spec, "sink", 0, 0, MAX_SINK, &t->sink, err, errlen)) return -1;
+    const char *pct = listed(owned, "outliers") ? NULL : spec_string(spec, "outliers");
+    if (pct) {
+        char *end = NULL;
+        const double p = *pct ? strtod(pct, &end) : NAN;
+        if (!end || *end != '\0' || !(p >= 0.0 && p <= MAX_OUTLIER_PERCENT)) {
+            snprintf(err, errlen, "%s: outliers=%s: expected a percent from 0 to %g", spec->name, pct,
+                     MAX_OUTLIER_PERCENT);
+            return -1;
+        }
+        const int n = n_heads * head_dim;
+        if (p > 0.0 && outliers_per_side(p, n) < 1) {
+            snprintf(err, errlen,
+                     "%s: outliers=%s keeps no entry of a token's %d numbers (round(%d x P / 200) is 0; P >= %.3g "
+                     "keeps one at each end)",
+                     spec->name, pct, n, n, 100.0 / n);
+            return -1;
+        }
+        t->outliers = p;
+    }
+    return 0;
+}
+
+int transform_any(const TransformOptions *t) { return t->rot || t->prerope || t->sink || t->outliers > 0.0; }
+
+void transform_normalise(const TransformOptions *t, const char *defaults, char *spec, size_t len) {
+    size_t at = strlen(spec);
+    const char *sep = strchr(spec, ':') ? "," : ":";
+#define ADD(...)                                                                                                   \
+    do {                                                                                                           \
+        if (at < len) at += (size_t)snprintf(spec + at, len - at, __VA_ARGS__);                                    \
+        sep = ",";                                                                                                 \
+    } while (0)
+    if (t->rot == 1) ADD("%srot=hadamard", sep);
+    if (t->rot == 2) ADD("%srot=random:%lu", sep, t->seed);
+    if (t->prerope) ADD("%sprerope", sep);
+    if (t->sink) ADD("%ssink=%d", sep, t->sink);
+    if (t->outliers > 0.0) ADD("%soutliers=%g", sep, t->outliers);
+    // A family default turned off stays off when the normalised spec is read again.
+    if (!t->rot && listed(defaults, "rot=hadamard")) ADD("%srot=none", sep);
+    if (!t->sink && listed(defaults, "sink=1")) ADD("%ssink=0", sep);
+#undef ADD
+}
+
+// ---- rotations --------------------------------------------------------------------------------
+
+void transform_sylvester(int n, signed char *h) {
+    h[0] = 1;
+    for (int size = 1; size < n; size *= 2) // H_2m = [[H_m, H_m], [H_m, -H_m]]
+        for (int i = 0; i < size; i++)
+            for (int j = 0; j < size; j++) {
+                const signed char x = h[i * n + j];
+                h[i * n + j + size] = x;
+                h[(i + size) * n + j] = x;
+                h[(i + size) * n + j + size] = (signed char)-x;
+            }
+}
+
+// Q of the QR factorisation of a seeded Gaussian matrix, by modified Gram-Schmidt in double on its
+// columns (Q's column signs follow R's positive diagonal, so the seed alone fixes the matrix).
+static void random_orthogonal(unsigned long seed, int n, double *q) {
+    Rng rng;
+    rng_seed(&rng, 0x6b76726f74ULL ^ (uint64_t)seed); // "kvrot"
+    for (int i = 0; i < n * n; i++) q[i] = rng_normal(&rng);
+    for (int c = 0; c < n; c++) {
+        for (int p = 0; p < c; p++) {
+            double dot = 0.0;
+            for (int r = 0; r < n; r++) dot += q[r * n + p] * q[r * n + c];
+            for (int r = 0; r < n; r++) q[r * n + c] -= dot * q[r * n + p];
+        }
+        double norm = 0.0;
+        for (int r = 0; r < n; r++) norm += q[r * n + c] * q[r * n + c];
+        norm = sqrt(norm);
+        for (int r = 0; r < n; r++) q[r * n + c] /= norm;
+    }
+}
+
+// Every stream using a rotation shares one copy, kept until exit (a pool's blocks are many; the
+// matrix is a constant of the scheme, like a codebook, not a cached number).
+typedef struct {
+    int kind, head_dim;
+    unsigned long seed;
+    float *m;
+} SharedRotation;
+
+static SharedRotation rotations[16];
+static int n_rotations;
+static pthread_mutex_t rotations_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static float *make_rotation(int kind, unsigned long seed, int n) {
+    float *m = malloc(sizeof(float) * (size_t)n * (size_t)n);
+    double *work = malloc(sizeof(double) * (size_t)n * (size_t)n);
+    signed char *h = malloc((size_t)n * (size_t)n);
+    if (m && work && h) {
+        if (kind == 1) {
+            transform_sylvester(n, h);
+            for (int i = 0; i < n * n; i++) m[i] = (float)(h[i] / sqrt((double)n));
+        } else {
+            random_orthogonal(seed, n, work);
+            for (int i = 0; i < n * n; i++) m[i] = (float)work[i];
+        }
+    } else {
+        free(m);
+        m = NULL;
+    }
+    free(work);
+    free(h);
+    return m;
+}
+
+const float *transform_rotation(int kind, unsigned long seed, int head_dim) {
+    const float *found = NULL;
+    pthread_mutex_lock(&rotations_lock);
+    for (int i = 0; i < n_rotations && !found; i++)
+        if (rotations[i].kind == kind && rotations[i].head_dim == head_dim && rotations[i].seed == seed)
+            found = rotations[i].m;
+    if (!found) {
+        float *m = make_rotation(kind, seed, head_dim);
+        if (m && n_rotations < (int)(sizeof rotations / sizeof rotations[0]))
+            rotations[n_rotations++] = (SharedRotation){kind, head_dim, seed, m};
+        else if (m)
+            free(m), m = NULL; // more distinct rotations than any run uses: refuse rather than leak
+        found = m;
+    }
+    pthread_mutex_unlock(&rotations_lock);
+    return found;
+}
+
+void transform_rotate(const float *m, int n, const float *x, float *y, int back) {
+    for (int i = 0; i < n; i++) {
+        float acc = 0.0f;
+        for (int j = 0; j < n; j++) acc += (back ? m[j * n + i] : m[i * n + j]) * x[j];
+        y[i] = acc;
+    }
+}
+
+// ---- the layer ---------------------------------------------------------------------------------
+
+typedef struct {
+    CodecOps ops; // the layer's table (settle passes through only when the codec has one)
+    const CodecOps *inner_ops;
+    void *inner;
+    int n_heads, head_dim, n, capacity, length;
+    const float *rot;   // NULL: no rotation
+    int sink_tokens;    // this block's tokens that are sink tokens (its first ones)
+    uint16_t *sink;     // [sink_tokens][n] fp16 of the vectors as given
+    int per_token;      // outlier entries per token (both ends)
+    int index_bytes;    // 1 when n <= 256, else 2
+    uint16_t *out_val;  // [capacity][per_token] fp16, in the rotated space
+    uint8_t *out_idx;   // [capacity][per_token][index_bytes] little-endian
+    // [capacity][per_token]: each outlier entry's value less the codec's reconstruction of it,
+    // taken once at append when the codec's tokens never change form (NULL otherwise): what scores
+    // and mix add for the entry, which would else read the head back at every query. Not stored
+    // data (out_val is): a decode table, like a kernel's, and not counted in bytes().
+    float *out_fix;
+    float *work;        // [n] the vector on its way in (append is one thread per stream)
+    uint8_t *picked;    // [n]
+    int *chosen;        // [per_token]
+} Transform;
+
+static int outlier_index(const Transform *s, int token, int i) {
+    const uint8_t *p = s->out_idx + ((size_t)token * s->per_token + i) * s->index_bytes;
+    return s->index_bytes == 1 ? p[0] : p[0] | p[1] << 8;
+}
+
+// The index of the smallest (sign -1) or largest (+1) entry not yet picked; the first on ties.
+static int pick_extreme(const Transform *s, const float *w, int sign) {
+    int best = -1;
+    for (int i = 0; i < s->n; i++)
+        if (!s->picked[i] && (best < 0 || (sign > 0 ? w[i] > w[best] : w[i] < w[best]))) best = i;
+    return best;
+}
+
+// Stores token t's outlier entries exactly and clamps the codec's copy of each into the range of
+// the rest of its head.
+static void take_outliers(Transform *s, int t, float *w) {
+    memset(s->picked, 0, (size_t)s->n);
+    int *chosen = s->chosen;
+    const int per_side = s->per_token / 2;
+    for (int k = 0; k < per_side; k++)
+        for (int sign = -1; sign <= 1; sign += 2) {
+            const int i = pick_extreme(s, w, sign);
+            s->picked[i] = 1;
+            chosen[2 * k + (sign > 0)] = i;
+        }
+    for (int k = 0; k < s->per_token; k++) {
+        const int i = chosen[k];
+        s->out_val[(size_t)t * s->per_token + k] = quant_fp32_to_fp16(w[i]);
+        uint8_t *p = s->out_idx + ((size_t)t * s->per_token + k) * s->index_bytes;
+        p[0] = (uint8_t)i;
+        if (s->index_bytes == 2) p[1] = (uint8_t)(i >> 8);
+    }
+    for (int h = 0; h < s->n_heads; h++) {
+        float *v = w + h * s->head_dim;
+        const uint8_t *pk = s->picked + h * s->head_dim;
+        float lo = INFINITY, hi = -INFINITY;
+        for (int d = 0; d < s->head_dim; d++)
+            if (!pk[d]) lo = fminf(lo, v[d]), hi = fmaxf(hi, v[d]);
+        if (lo > hi) lo = hi = 0.0f; // every entry of the head is an outlier
+        for (int d = 0; d < s->head_dim; d++)
+            if (pk[d]) v[d] = v[d] < lo ? lo : v[d] > hi ? hi : v[d];
+    }
+}
+
+static void transform_append(void *state, const float *vec) {
+    Transform *s = state;
+    const int t = s->length;
+    float *w = s->work;
+    memcpy(w, vec, sizeof(float) * (size_t)s->n);
+    if (t < s->sink_tokens)
+        for (int i = 0; i < s->n; i++) s->sink[(size_t)t * s->n + i] = quant_fp32_to_fp16(vec[i]);
+    if (s->rot) {
+        float x[1024];
+        for (int h = 0; h < s->n_heads; h++) {
+            memcpy(x, w + h * s->head_dim, sizeof(float) * (size_t)s->head_dim);
+            transform_rotate(s->rot, s->head_dim, x, w + h * s->head_dim, 0);
+        }
+    }
+    if (s->per_token && t >= s->sink_tokens) take_outliers(s, t, w);
+    s->inner_ops->append(s->inner, w);
+    if (s->out_fix && t >= s->sink_tokens) {
+        float x[1024];
+        int read_head = -1;
+        for (int k = 0; k < s->per_token; k++) {
+            const int i = outlier_index(s, t, k), head = i / s->head_dim;
+            if (head != read_head) s->inner_ops->read(s->inner, head, t, x), read_head = head;
+            s->out_fix[(size_t)t * s->per_token + k] =
+                quant_fp16_to_fp32(s->out_val[(size_t)t * s->per_token + k]) - x[i - head * s->head_dim];
+        }
+    }
+    s->length++;
+}
+
+// Outlier entry k of token t, if it lies in `head`: what the scores or mix add for it per unit of
+// weight (the fp16 value less the codec's reconstruction there), at *i its channel; else 0.
+static int outlier_fix(const Transform *s, int head, int t, int k, const float *x, int *i, float *fix) {
+    *i = outlier_index(s, t, k) - head * s->head_dim;
+    if (*i < 0 || *i >= s->head_dim) return 0;
+    const float v = quant_fp16_to_fp32(s->out_val[(size_t)t * s->per_token + k]);
+    *fix = s->out_fix ? s->out_fix[(size_t)t * s->per_token + k] : v - x[*i];
+    return 1;
+}
+
+// Token t's outlier entries of one head written over x (the codec's read of that head), in the
+// rotated space. Returns how many there were.
+static int restore_outliers(const Transform *s, int head, int t, float *x) {
+    int found = 0;
+    for (int k = 0; k < s->per_token; k++) {
+        const int i = outlier_index(s, t, k) - head * s->head_dim;
+        if (i >= 0 && i < s->head_dim) {
+            x[i] = quant_fp16_to_fp32(s->out_val[(size_t)t * s->per_token + k]);
+            found++;
+        }
+    }
+    return found;
+}
+
+static int has_outlier_in(const Transform *s, int head, int t) {
+    for (int k = 0; k < s->per_token; k++) {
+        const int i = outlier_index(s, t, k) - head * s->head_dim;
+        if (i >= 0 && i < s->head_dim) return 1;
+    }
+    return 0;
+}
+
+static void sink_read(const Transform *s, int head, int t, float *out) {
+    const uint16_t *src = s->sink + (size_t)t * s->n + (size_t)head * s->head_dim;
+    for (int d = 0; d < s->head_dim; d++) out[d] = quant_fp16_to_fp32(src[d]);
+}
+
+static void transform_read(const void *state, int head, int t, float *out) {
+    const Transform *s = state;
+    if (t < s->sink_tokens) {
+        sink_read(s, head, t, out);
+        return;
+    }
+    float x[1024];
+    s->inner_ops->read(s->inner, head, t, x);
+    if (s->per_token) restore_outliers(s, head, t, x);
+    if (s->rot)
+        transform_rotate(s->rot, s->head_dim, x, out, 1);
+    else
+        memcpy(out, x, sizeof(float) * (size_t)s->head_dim);
+}
+
+// The codec's states of the blocks b covers, for its kernels. A stream spans at most
+// context / 16 blocks; beyond the stack array (contexts over 64k) one allocation per call.
+#define STACK_BLOCKS 4096
+typedef struct {
+    const void *stack[STACK_BLOCKS];
+    const void **states;
+} InnerStates;
+
+static CodecBlocks inner_blocks(const CodecBlocks *b, int n, InnerStates *is) {
+    const int nb = (n + b->block - 1) / b->block;
+    is->states = nb <= STACK_BLOCKS ? is->stack : malloc(sizeof(void *) * (size_t)nb);
+    if (!is->states) abort(); // a few kilobytes once a step: nothing sensible is left to do
+    for (int i = 0; i < nb; i++) is->states[i] = ((const Transform *)b->states[i])->inner;
+    return (CodecBlocks){is->states, b->block, b->head_dim, NULL, 0};
+}
+
+static void inner_blocks_free(InnerStates *is) {
+    if (is->states != is->stack) free((void *)is->states);
+}
+
+static void transform_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
+    const Transform *s0 = b->states[0];
+    const int hd = s0->head_dim;
+    float qr[1024], x[1024];
+    const float *qq = q;
+    if (s0->rot) transform_rotate(s0->rot, hd, q, qr, 0), qq = qr;
+    InnerStates is;
+    const CodecBlocks ib = inner_blocks(b, n, &is);
+    s0->inner_ops->scores(&ib, head, qq, out, n);
+    inner_blocks_free(&is);
+    if (!s0->per_token && !s0->sink_tokens) return;
+    for (int j = 0; j < n; j++) {
+        const Transform *s = b->states[j / b->block];
+        const int t = j % b->block;
+        if (t < s->sink_tokens) { // read whole from the exact copy
+            sink_read(s, head, t, x);
+            float acc = 0.0f;
+            for (int d = 0; d < hd; d++) acc += q[d] * x[d];
+            out[j] = acc;
+        } else if (s->per_token && has_outlier_in(s, head, t)) { // what the codec's copy lacks
+            if (!s->out_fix) s->inner_ops->read(s->inner, head, t, x);
+            int i;
+            float fix;
+            for (int k = 0; k < s->per_token; k++)
+                if (outlier_fix(s, head, t, k, x, &i, &fix)) out[j] += qq[i] * fix;
+        }
+    }
+}
+
+static void transform_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
+    const Transform *s0 = b->states[0];
+    const int hd = s0->head_dim;
+    float acc[1024], x[1024];
+    InnerStates is;
+    const CodecBlocks ib = inner_blocks(b, n, &is);
+    s0->inner_ops->mix(&ib, head, p, acc, n);
+    inner_blocks_free(&is);
+    // In the rotated space: sink tokens' codec copies taken out, outlier entries put right.
+    for (int j = 0; (s0->per_token || s0->sink_tokens) && j < n; j++) {
+        const Transform *s = b->states[j / b->block];
+        const int t = j % b->block;
+        if (t < s->sink_tokens) {
+            s->inner_ops->read(s->inner, head, t, x);
+            for (int d = 0; d < hd; d++) acc[d] -= p[j] * x[d];
+        } else if (s->per_token && has_outlier_in(s, head, t)) {
+            if (!s->out_fix) s->inner_ops->read(s->inner, head, t, x);
+            int i;
+            float fix;
+            for (int k = 0; k < s->per_token; k++)
+                if (outlier_fix(s, head, t, k, x, &i, &fix)) acc[i] += p[j] * fix;
+        }
+    }
+    if (s0->rot)
+        transform_rotate(s0->rot, hd, acc, out, 1);
+    else
+        memcpy(out, acc, sizeof(float) * (size_t)hd);
+    for (int j = 0; j < n; j++) { // sink tokens are the sequence's first: they may fill blocks
+        const Transform *s = b->states[j / b->block];
+        if (j % b->block >= s->sink_tokens) break;
+        sink_read(s, head, j % b->block, x);
+        for (int d = 0; d < hd; d++) out[d] += p[j] * x[d];
+    }
+}
+
+static size_t transform_bytes(const void *state) {
+    const Transform *s = state;
+    const int sunk = s->length < s->sink_tokens ? s->length : s->sink_tokens;
+    return s->inner_ops->bytes(s->inner) + (size_t)sunk * (size_t)s->n * sizeof(uint16_t) +
+           (size_t)(s->length - sunk) * (size_t)s->per_token * (sizeof(uint16_t) + (size_t)s->index_bytes);
+}
+
+static int transform_settled(const void *state, int length) {
+    const Transform *s = state;
+    return s->inner_ops->settled(s->inner, length);
+}
+
+static void transform_settle(void *state, int n) {
+    Transform *s = state;
+    s->inner_ops->settle(s->inner, n);
+}
+
+static void transform_destroy(void *state) {
+    Transform *s = state;
+    s->inner_ops->destroy(s->inner);
+    free(s->sink);
+    free(s->out_val);
+    free(s->out_fix);
+    free(s->out_idx);
+    free(s->work);
+    free(s->picked);
+    free(s->chosen);
+    free(s);
+}
+
+int transform_wrap(KVStream *st, const TransformOptions *t, int first, char *err, size_t errlen) {
+    st->prerope = t->prerope;
+    if (!t->rot && !t->sink && !(t->outliers > 0.0)) return 0; // prerope alone changes what is appended, not how
+    Transform *s = calloc(1, sizeof *s);
+    if (!s) goto oom;
+    s->inner_ops = st->ops, s->inner = st->state;
+    s->n_heads = st->n_heads, s->head_dim = st->head_dim, s->n = st->n_heads * st->head_dim;
+    s->capacity = st->capacity;
+    s->ops = (CodecOps){.append = transform_append, .scores = transform_scores, .mix = transform_mix,
+                        .read = transform_read, .bytes = transform_bytes, .destroy = transform_destroy};
+    if (s->inner_ops->settle) s->ops.settled = transform_settled, s->ops.settle = transform_settle;
+    if (t->rot && !(s->rot = transform_rotation(t->rot, t->seed, s->head_dim))) goto oom_state;
+    if (first < t->sink) s->sink_tokens = t->sink - first < s->capacity ? t->sink - first : s->capacity;
+    if (s->sink_tokens && !(s->sink = malloc(sizeof(uint16_t) * (size_t)s->sink_tokens * (size_t)s->n))) goto oom_state;
+    if (t->outliers > 0.0) {
+        s->per_token = 2 * outliers_per_side(t->outliers, s->n);
+        s->index_bytes = s->n <= 256 ? 1 : 2;
+        s->out_val = malloc(sizeof(uint16_t) * (size_t)s->capacity * (size_t)s->per_token);
+        s->out_idx = malloc((size_t)s->index_bytes * (size_t)s->capacity * (size_t)s->per_token);
+        s->picked = malloc((size_t)s->n);
+        s->chosen = malloc(sizeof(int) * (size_t)s->per_token);
+        if (!s->out_val || !s->out_idx || !s->picked || !s->chosen) goto oom_state;
+        if (!s->inner_ops->settle && !(s->out_fix = malloc(sizeof(float) * (size_t)s->capacity * (size_t)s->per_token)))
+            goto oom_state;
+    }
+    if (!(s->work = malloc(sizeof(float) * (size_t)s->n))) goto oom_state;
+    st->ops = &s->ops;
+    st->state = s;
+    return 0;
+oom_state:
+    s->inner_ops = NULL;
+    free(s->sink), free(s->out_val), free(s->out_fix), free(s->out_idx), free(s->work), free(s->picked), free(s->chosen);
+    free(s);
+oom:
+    st->ops->destroy(st->state);
+    st->ops = NULL, st->state = NULL;
+    snprintf(err, errlen, "out of memory creating a cache stream's transforms");
+    return -1;
+}

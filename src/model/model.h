@@ -1,0 +1,69 @@
+// micro's configuration, weights and the one-token forward pass.
+#ifndef MICRO_MODEL_H
+#define MICRO_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+
+#define MICRO_BOS 1 // byte 0x01: beginning of sequence and document separator
+
+typedef struct {
+    int dim;         // residual width (192)
+    int n_layers;    // 4
+    int n_heads;     // query heads (6)
+    int n_kv_heads;  // key/value heads (6); must divide n_heads
+    int head_dim;    // 32; n_heads * head_dim == dim
+    int hidden_dim;  // SwiGLU hidden width (512)
+    int vocab_size;  // 256 raw bytes
+    int max_seq_len; // context (2048)
+    float rope_theta; // 10000
+    float norm_eps;   // 1e-5
+} ModelConfig;
+
+// Pointers into one contiguous fp32 buffer, in the file's payload order (llama2.c's order without
+// its RoPE tables). The trainer lays its gradients and AdamW moments out the same way.
+typedef struct {
+    float *token_embedding; // [vocab, dim]; also the (tied) classifier
+    float *attn_norm;       // [L, dim]
+    float *wq;              // [L, n_heads*head_dim, dim]
+    float *wk;              // [L, n_kv_heads*head_dim, dim]
+    float *wv;              // [L, n_kv_heads*head_dim, dim]
+    float *wo;              // [L, dim, n_heads*head_dim]
+    float *ffn_norm;        // [L, dim]
+    float *w1;              // [L, hidden, dim]
+    float *w2;              // [L, dim, hidden]
+    float *w3;              // [L, hidden, dim]
+    float *final_norm;      // [dim]
+} ModelWeights;
+
+#define MODEL_N_TENSORS 11
+#define MODEL_MAX_PARAMS (1ull << 34) // 64 GiB of fp32: far beyond micro, well inside 64-bit sizes
+
+typedef struct {
+    const char *name;
+    size_t count; // elements in this tensor (all layers)
+    int is_matrix; // weight decay applies to matrices only
+} TensorInfo;
+
+typedef struct {
+    ModelConfig config;
+    ModelWeights w;
+    float *params; // owns the buffer w points into
+    size_t n_params;
+} Model;
+
+ModelConfig model_config_micro(void);
+// Tensor sizes in payload order; returns 0 and fills info[MODEL_N_TENSORS], or -1 on overflow.
+int model_tensor_infos(const ModelConfig *c, TensorInfo info[MODEL_N_TENSORS]);
+// Total parameters, or 0 if the config's sizes overflow.
+size_t model_param_count(const ModelConfig *c);
+// Points w at consecutive tensors of base (which holds model_param_count floats).
+void model_point_weights(const ModelConfig *c, float *base, ModelWeights *w);
+// Checks every field's range and relations; on failure writes one line to err and returns -1.
+int model_config_validate(const ModelConfig *c, char *err, size_t errlen);
+
+int model_alloc(Model *m, const ModelConfig *c);
+void model_free(Model *m);
+
+#endif
