@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "model_file.h"
+#include "spec_catalog.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -43,6 +44,29 @@ static inline void fuzz_as_is_and_resummed(const uint8_t *data, size_t size, siz
     for (int i = 0; i < 8; i++) copy[at + i] = (uint8_t)(sum >> (8 * i));
     load(copy, size);
     free(copy);
+}
+
+// The specs of the catalog (spec_catalog.h) that need no calibration, keys' and values' alike, once
+// each, in the catalog's order: what the pool and serving harnesses pick their codecs from.
+static inline int fuzz_catalog_specs(const char *const **out) {
+    static const char *specs[512];
+    static int n = -1;
+    if (n < 0) {
+        int count;
+        const CatalogEntry *cat = spec_catalog(&count);
+        n = 0;
+        for (int i = 0; i < count; i++) {
+            if (cat[i].calibrated) continue;
+            const char *both[2] = {cat[i].k, cat[i].v};
+            for (int side = 0; side < 2; side++) {
+                int seen = 0;
+                for (int j = 0; j < n && !seen; j++) seen = !strcmp(specs[j], both[side]);
+                if (!seen && n < 512) specs[n++] = both[side];
+            }
+        }
+    }
+    *out = specs;
+    return n;
 }
 
 #endif

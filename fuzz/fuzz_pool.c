@@ -14,17 +14,6 @@
 #include "fuzz.h"
 #include "kvpool.h"
 
-// Every family kvpool serves without a calibration file, and the transforms over blocks.
-static const char *const specs[] = {
-    "fp32", "fp16", "bf16", "fp8:e4m3", "fp8:e5m2,scale=token", "fp16:scale=token", "int:bits=8", "int:bits=4",
-    "int:bits=3", "int:bits=2", "int:bits=1", "int:bits=5,levels=full", "int:bits=4,scale=fp32",
-    "kivi:bits=2,group=16,residual=32", "kivi:bits=4,group=32,residual=64", "kivi", "q8_0", "q4_0", "q4_1",
-    "q5_0", "q5_1", "iq4_nl", "mx:elem=e2m1", "mx:elem=int8", "nvfp4", "nvfp4:scale2=none", "quarot:bits=3",
-    "turboquant:bits=2", "turboquant:bits=3,mode=prod", "qjl:m=40", "int:bits=4,rot=hadamard",
-    "int:bits=3,sink=20,outliers=2", "q4_0:sink=1,outliers=3", "kivi:bits=2,group=16,residual=32,sink=3",
-};
-#define N_SPECS (int)(sizeof specs / sizeof specs[0])
-
 enum { SEQS = 4, MAX_LAYERS = 2, MAX_HEADS = 3, MAX_HD = 64, MAX_CONTEXT = 160, MAX_GROW = 24 };
 // The last block is the whole context: kvpool_init cuts a block longer than the context to it.
 static const int blocks[4] = {16, 32, 64, MAX_CONTEXT}, head_dims[4] = {32, 16, 64, 48};
@@ -172,7 +161,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     // (1..8 sets of blocks and a few bytes); then two bytes an operation.
     static World w;
     memset(&w, 0, sizeof w);
-    w.spec[0] = specs[data[0] % N_SPECS], w.spec[1] = specs[data[1] % N_SPECS];
+    // The codecs: every spec of the catalog without a calibration (fuzz.h).
+    const char *const *specs;
+    const int n_specs = fuzz_catalog_specs(&specs);
+    w.spec[0] = specs[data[0] % n_specs], w.spec[1] = specs[data[1] % n_specs];
     const int block = blocks[data[2] & 3], context = contexts[data[3] & 7];
     w.layers = 1 + (data[2] >> 2 & 1), w.heads = 1 + (data[2] >> 3 & 3) % MAX_HEADS, w.hd = head_dims[data[2] >> 5 & 3];
     w.rng = (uint32_t)data[0] | (uint32_t)data[1] << 8 | (uint32_t)data[2] << 16 | (uint32_t)data[3] << 24;

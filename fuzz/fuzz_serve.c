@@ -12,13 +12,6 @@
 #include "kvpool.h"
 #include "serve.h"
 
-static const char *const specs[] = {
-    "fp32", "fp16", "bf16", "fp8:e4m3", "int:bits=8", "int:bits=4", "int:bits=3", "int:bits=2", "int:bits=1",
-    "kivi:bits=2,group=16,residual=32", "kivi:bits=4,group=32,residual=32", "q8_0", "q4_0", "q5_1", "iq4_nl",
-    "mx:elem=e2m1", "nvfp4", "quarot:bits=4", "turboquant:bits=3", "turboquant:bits=2,mode=prod", "qjl:m=40",
-    "int:bits=4,rot=hadamard", "int:bits=3,sink=4,outliers=2", "kivi:bits=2,group=16,residual=32,sink=2",
-};
-#define N_SPECS (int)(sizeof specs / sizeof specs[0])
 
 enum { CONTEXT = 80, MAX_CONVERSATIONS = 6 };
 static const int blocks[4] = {16, 32, 16, CONTEXT}; // 16, the default, twice as often
@@ -46,7 +39,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const ModelConfig *c = &m.config;
     // Bytes 0-1: the key and value codecs; 2: the block and the batch limit; 3: the budget, in sets
     // of blocks; then two bytes a conversation (its prompt and its reply).
-    const char *k = specs[data[0] % N_SPECS], *v = specs[data[1] % N_SPECS];
+    // The codecs: every spec of the catalog without a calibration (fuzz.h).
+    const char *const *specs;
+    const int n_specs = fuzz_catalog_specs(&specs);
+    const char *k = specs[data[0] % n_specs], *v = specs[data[1] % n_specs];
     const int block = blocks[data[2] & 3], max_batch = 1 + (data[2] >> 2) % 8;
     Workload w = {.n = (int)(size - 4) / 2, .text = text, .text_len = sizeof text - 1};
     Conversation conv[MAX_CONVERSATIONS];

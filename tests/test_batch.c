@@ -13,22 +13,10 @@
 #include "check.h"
 #include "forward.h"
 #include "random_model.h"
+#include "spec_catalog.h"
 
 enum { T = 72, COMPANIONS = 3, BLOCK = 16, VOCAB = 256 };
 
-static const char *specs[] = {
-    "fp32", "fp16", "bf16", "fp8:e4m3,scale=token", "int:bits=4", "int:bits=3", "int:bits=8,levels=full",
-    "kivi:bits=2,group=16,residual=32", "q8_0", "q4_1", "q5_0", "iq4_nl",
-    // The stream transforms (keys | values): pre-RoPE keys, rotations, sink tokens, outliers.
-    "int:bits=4,prerope,sink=2|int:bits=4,rot=hadamard,outliers=2",
-    // The normalise-then-round families (kvquant with a calibration of this model, made below).
-    "quarot:bits=3", "kvquant:bits=2,qnorm",
-    // The 2025 formats, one spec a family (qjl keys with fp16 values, as the plate shows it), and
-    // NVFP4 with its second-level scale from the same calibration (each block of a pool's streams
-    // looks up its layer's).
-    "mx:elem=e2m3", "nvfp4:4over6", "nvfp4:scale2=calib", "turboquant:bits=3,mode=prod", "qjl|fp16",
-};
-#define N_SPECS (int)(sizeof specs / sizeof specs[0])
 
 // A pool for one spec: "K|V" gives keys and values their own codecs.
 static int open_pool(KVPool *pool, const ModelConfig *c, const char *spec, char *err, size_t errlen) {
@@ -113,7 +101,12 @@ int main(void) {
     char dir[] = "/tmp/micro-test-batch-XXXXXX", calib[256];
     if (calibrate_for_test(&m, tokens, T, dir, calib, sizeof calib)) return 1;
     float *want = malloc(sizeof(float) * T * VOCAB);
-    for (int s = 0; s < N_SPECS; s++) {
+    // Every spec of the catalog (spec_catalog.h), "K|V" as open_pool takes it.
+    int n_specs;
+    const CatalogEntry *cat = spec_catalog(&n_specs);
+    char specs[256][200];
+    for (int s = 0; s < n_specs; s++) snprintf(specs[s], sizeof specs[s], "%s|%s", cat[s].k, cat[s].v);
+    for (int s = 0; s < n_specs; s++) {
         if (alone(&m, specs[s], tokens, want)) {
             CHECK(0, "%s: could not decode alone", specs[s]);
             continue;

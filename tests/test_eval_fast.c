@@ -14,26 +14,12 @@
 #include "check.h"
 #include "eval.h"
 #include "random_model.h"
+#include "spec_catalog.h"
 
 enum { T = 2 * EVAL_SPAN + 23, VOCAB = 256 };
 
-static const char *specs[][2] = {
-    {"fp32", "fp32"}, {"fp16", "fp16"}, {"bf16", "bf16"}, {"fp8:e4m3,scale=token", "fp8:e5m2"},
-    {"int:bits=4", "int:bits=4"}, {"int:bits=3", "int:bits=2"}, {"int:bits=8,levels=full", "int:bits=8"},
-    {"kivi:bits=2", "kivi:bits=2"}, {"kivi:bits=4,group=16,residual=32", "kivi:bits=3,group=16,residual=32"},
-    {"q8_0", "q4_0"}, {"q4_1", "q5_0"}, {"q5_1", "iq4_nl"},
-    {"int:bits=4,prerope,sink=2", "int:bits=4,rot=hadamard,outliers=2"},
-    {"int:bits=3,rot=random:7", "int:bits=3,sink=1"},
-    {"quarot:bits=3", "quarot:bits=2"}, {"kvquant:bits=2,qnorm", "kvquant:bits=3,outliers=0"},
-    {"mx:elem=e2m1", "mx:elem=e4m3"}, {"nvfp4:4over6", "nvfp4"}, {"nvfp4:scale2=calib", "nvfp4:scale2=calib,4over6"},
-    {"turboquant:bits=3,mode=prod", "turboquant:bits=2"}, {"turboquant:preset=k3v4_nc", "turboquant:preset=k3v4_nc"},
-    {"turboquant:preset=k8v4", "turboquant:preset=k8v4"},
-    {"qjl", "fp16"},
-    // Keys mirrored through KeyMirrorOps: unscaled FP8, TurboQuant mse at the widths' edges.
-    {"fp8:e5m2", "fp8:e4m3"}, {"turboquant:bits=1", "turboquant:bits=4"}, {"turboquant:bits=8,nc", "fp32"},
-    {"qjl:m=64", "qjl"}, // a sketch of other than head_dim rows keeps its kernel
-};
-#define N_SPECS (int)(sizeof specs / sizeof specs[0])
+// Beyond the catalog: KIVI at its defaults, whose fp16 window (128) outlasts a span.
+static const char *const extra[][2] = {{"kivi:bits=2", "kivi:bits=2"}};
 
 // One way of evaluating: its per-token losses and most-attended positions (the trace), and results.
 static int run(const Model *m, const uint8_t *text, const char *const spec[2], int threads, int decode,
@@ -62,6 +48,13 @@ int main(void) {
     const char *const fp32[2] = {"fp32", "fp32"};
     if (run(&m, text, fp32, 1, 1, NULL, &ref, &ref_result)) return 1;
     const int heads = c.n_layers * c.n_heads;
+    // Every pair of the catalog (spec_catalog.h), then the extra one.
+    int n_cat;
+    const CatalogEntry *cat = spec_catalog(&n_cat);
+    const char *specs[257][2];
+    int N_SPECS = 0;
+    for (int i = 0; i < n_cat; i++) specs[N_SPECS][0] = cat[i].k, specs[N_SPECS++][1] = cat[i].v;
+    specs[N_SPECS][0] = extra[0][0], specs[N_SPECS++][1] = extra[0][1];
     for (int s = 0; s < N_SPECS; s++) {
         EvalTrace slow, fast[2];
         EvalResult r_slow, r_fast[2];

@@ -9,23 +9,12 @@
 
 #include "check.h"
 #include "kvpool.h"
+#include "spec_catalog.h"
 #include "pool_read.h"
 #include "threadpool.h"
 
 enum { LAYERS = 2, HEADS = 3, HD = 32, BLOCK = 16, CONTEXT = 256, T = 150 };
 
-static const char *specs[] = {
-    "fp32", "fp16", "bf16", "fp8:e4m3", "fp8:e5m2,scale=token", "int:bits=8", "int:bits=4", "int:bits=3",
-    "int:bits=2", "int:bits=4,levels=full", "int:bits=4,scale=fp32", "int:bits=1", "int:bits=6",
-    "kivi:bits=2,group=16,residual=32", "kivi:bits=4,group=16,residual=16",
-    "kivi:bits=3,group=16,residual=64", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl",
-    // The transforms over blocks: sink tokens spanning two blocks, outliers, rotations.
-    "int:bits=4,rot=hadamard", "int:bits=3,rot=random:5,sink=20,outliers=2", "q4_0:sink=1,outliers=3",
-    "kivi:bits=2,group=16,residual=32,rot=hadamard,sink=3,outliers=2",
-    // The 2025 formats (their kernels walk the blocks as one stream).
-    "mx:elem=e2m1", "nvfp4:4over6", "turboquant:bits=2", "turboquant:bits=3,mode=prod", "qjl:m=40",
-};
-#define N_SPECS (int)(sizeof specs / sizeof specs[0])
 
 static void fill(float *x, int n, uint64_t *rng) {
     for (int i = 0; i < n; i++) x[i] = (float)(check_uniform(rng) * 4.0 - 2.0);
@@ -270,12 +259,22 @@ static void check_heads_together(const char *spec, int heads, int block) {
 }
 
 int main(void) {
-    for (int i = 0; i < N_SPECS; i++) {
-        check_against_contiguous(specs[i]);
-        check_sharing(specs[i]);
-        check_heads_together(specs[i], 6, BLOCK);
-        check_heads_together(specs[i], HEADS, BLOCK);
-        check_heads_together(specs[i], 6, CONTEXT);
+    // Every spec of the catalog (spec_catalog.h) that needs no calibration, each for both streams
+    // (a keys-only one, prerope, is the other tests').
+    int n_specs;
+    const CatalogEntry *cat = spec_catalog(&n_specs);
+    for (int i = 0; i < n_specs; i++) {
+        if (cat[i].calibrated) continue;
+        for (int side = 0; side < 1 + (strcmp(cat[i].k, cat[i].v) != 0); side++) {
+            const char *spec = side ? cat[i].v : cat[i].k;
+            char why[256];
+            if (kvstream_check_spec(spec, KV_ROLE_VALUE, why, sizeof why)) continue; // keys only (prerope)
+            check_against_contiguous(spec);
+            check_sharing(spec);
+            check_heads_together(spec, 6, BLOCK);
+            check_heads_together(spec, HEADS, BLOCK);
+            check_heads_together(spec, 6, CONTEXT);
+        }
     }
     char err[256];
     KVPool pool;

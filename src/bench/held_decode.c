@@ -1,5 +1,6 @@
 #include "held_decode.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

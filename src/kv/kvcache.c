@@ -13,8 +13,9 @@
 #include "msgtext.h"
 #include "utf8.h"
 
-// Adding a codec family is one source file in codecs/ and one line here (and in codecs.h's
-// CODEC_KERNEL_FAMILIES when it has kernels).
+// The registry is codecs.h's CODEC_KERNEL_FAMILIES, in both builds: adding a codec family is one
+// source file in codecs/ (its CodecFamily with its examples), one line there and one build line in
+// meson.build's codec_kernel_sources (docs/adding-a-codec.md).
 #define CODEC_PORTABLE_ENTRY(name) &name,
 static const CodecFamily *const registry_portable[] = {CODEC_KERNEL_FAMILIES(CODEC_PORTABLE_ENTRY)};
 #undef CODEC_PORTABLE_ENTRY

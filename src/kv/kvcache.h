@@ -113,6 +113,10 @@ typedef struct {
     const char *owned_options;
     // Transform options a stream of this family has unless its spec says otherwise ("prerope,sink=1").
     const char *key_transforms, *value_transforms;
+    // The specs the tests and fuzzers cover this family with (spec_catalog.h), NULL-terminated:
+    // "SPEC" for keys and values, or "K|V". calibrated_examples need a calibration of the model
+    // (kvq_view.h); either may be NULL.
+    const char *const *examples, *const *calibrated_examples;
 } CodecFamily;
 
 typedef struct {

@@ -508,3 +508,13 @@ oom:
     snprintf(err, errlen, "out of memory creating a cache stream's transforms");
     return -1;
 }
+
+const char *const transform_examples[] = {
+    "int:bits=4,rot=hadamard",
+    "int:bits=3,rot=random:5,sink=20,outliers=2",
+    "q4_0:sink=1,outliers=3",
+    "kivi:bits=2,group=16,residual=32,rot=hadamard,sink=3,outliers=2",
+    "int:bits=4,prerope,sink=2|int:bits=4,rot=hadamard,outliers=2",
+    "int:bits=3,rot=random:7|int:bits=3,sink=1",
+    NULL,
+};

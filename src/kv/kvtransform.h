@@ -60,4 +60,8 @@ void transform_rotate(const float *m, int n, const float *x, float *y, int back)
 // The unnormalised Sylvester Hadamard matrix (entries ±1) of order n, a power of two (tests).
 void transform_sylvester(int n, signed char *h);
 
+// The specs the tests and fuzzers cover the transforms with (spec_catalog.h), NULL-terminated: sink
+// tokens spanning two blocks, outliers, rotations, pre-RoPE keys, on several families.
+extern const char *const transform_examples[];
+
 #endif

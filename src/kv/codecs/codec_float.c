@@ -757,16 +757,19 @@ static const CodecOps float_ops = {.append = float_append, .scores = float_score
                                    .read = float_read, .key_mirror = float_key_mirror,
                                    .bytes = float_bytes, .extent = float_extent, .destroy = float_destroy};
 
-#define FLOAT_FAMILY(id, help_text)                                                                \
+#define FLOAT_FAMILY(id, help_text, ...)                                                           \
     static void *create_##id(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised, \
                              size_t normalised_len, char *err, size_t errlen) {                      \
         return float_create(#id, spec, n_heads, head_dim, capacity, normalised, normalised_len, err, errlen); \
     }                                                                                                \
-    const CodecFamily CODEC_FAMILY(codec_##id) = {.name = #id, .help = help_text, .ops = &float_ops, .create = create_##id};
+    const CodecFamily CODEC_FAMILY(codec_##id) = {.name = #id, .help = help_text, .ops = &float_ops, .create = create_##id, \
+                                                  .examples = (const char *const[]){__VA_ARGS__, NULL}};
 
-FLOAT_FAMILY(fp32, "fp32                 full precision, the reference (32 bits per number)")
+FLOAT_FAMILY(fp32, "fp32                 full precision, the reference (32 bits per number)", "fp32")
 FLOAT_FAMILY(fp16, "fp16                 IEEE half precision, round to nearest even (16 bits per number); "
-                   "scale=token adds an fp16 absmax scale per head per token")
-FLOAT_FAMILY(bf16, "bf16                 bfloat16, round to nearest even (16 bits per number); scale=token as fp16")
+                   "scale=token adds an fp16 absmax scale per head per token",
+             "fp16", "fp16:scale=token")
+FLOAT_FAMILY(bf16, "bf16                 bfloat16, round to nearest even (16 bits per number); scale=token as fp16", "bf16")
 FLOAT_FAMILY(fp8, "fp8:e4m3|e5m2        OCP FP8 (E4M3FN, max 448 / E5M2, max 57344), saturating, 8 bits; "
-                  "scale=token adds an fp16 absmax scale per head per token")
+                  "scale=token adds an fp16 absmax scale per head per token",
+             "fp8:e4m3", "fp8:e5m2,scale=token", "fp8:e4m3,scale=token|fp8:e5m2", "fp8:e5m2|fp8:e4m3")

@@ -665,7 +665,8 @@ CODEC_OPS_ONE_ALLOCATION(block);
                              size_t normalised_len, char *err, size_t errlen) {                      \
         return block_create(fmt, spec, n_heads, head_dim, capacity, normalised, normalised_len, err, errlen); \
     }                                                                                                \
-    const CodecFamily CODEC_FAMILY(codec_##id) = {.name = #id, .help = help_text, .ops = &block_ops, .create = create_##id};
+    const CodecFamily CODEC_FAMILY(codec_##id) = {.name = #id, .help = help_text, .ops = &block_ops, .create = create_##id, \
+                                                  .examples = (const char *const[]){#id, NULL}};
 
 BLOCK_FAMILY(q8_0, FMT_Q8_0, "q8_0                 llama.cpp q8_0: blocks of 32, int8 codes, fp16 absmax/127 scale (8.5 bits); qround=q8 (any block format) rounds the query as llama.cpp does")
 BLOCK_FAMILY(q4_0, FMT_Q4_0, "q4_0                 llama.cpp q4_0: blocks of 32, 4-bit codes, fp16 scale extreme/-8 (4.5 bits)")

@@ -375,4 +375,7 @@ CODEC_OPS_ONE_ALLOCATION(int);
 
 const CodecFamily CODEC_FAMILY(codec_int) = {.name = "int", .ops = &int_ops, .create = int_create,
     .help = "int:bits=B           round to nearest per head per token, B=1..8, one scale (scale=fp16|fp32), "
-            "levels=sym|full; B=1 stores sign x mean|x|"};
+            "levels=sym|full; B=1 stores sign x mean|x|",
+    .examples = (const char *const[]){"int:bits=8", "int:bits=4", "int:bits=3", "int:bits=2", "int:bits=1", "int:bits=6",
+                                      "int:bits=4,levels=full", "int:bits=8,levels=full", "int:bits=4,scale=fp32",
+                                      "int:bits=3|int:bits=2", NULL}};

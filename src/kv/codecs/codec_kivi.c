@@ -593,4 +593,7 @@ CODEC_OPS_PER_BLOCK(kivi, kivi_settled, kivi_settle);
 
 const CodecFamily CODEC_FAMILY(codec_kivi) = {.name = "kivi", .ops = &kivi_ops, .create = kivi_create,
     .help = "kivi                 KIVI: B-bit min/max groups of G, keys per channel, values per token, newest R "
-            "in fp16 (bits=2,group=32,residual=128)"};
+            "in fp16 (bits=2,group=32,residual=128)",
+    // Groups of 16 fit a pool's blocks of 16 tokens.
+    .examples = (const char *const[]){"kivi:bits=2,group=16,residual=32", "kivi:bits=4,group=16,residual=16",
+                                      "kivi:bits=3,group=16,residual=64", NULL}};

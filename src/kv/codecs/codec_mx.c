@@ -87,4 +87,5 @@ static void *mx_create(CodecSpec *spec, int n_heads, int head_dim, int capacity,
 const CodecFamily CODEC_FAMILY(codec_mx) = {
     .name = "mx", .ops = &mx_ops, .create = mx_create,
     .help = "mx:elem=E            OCP Microscaling: blocks of 32 with an E8M0 scale, E=e2m1 (4.25 bits), "
-            "e2m3, e3m2 (6.25), e4m3, e5m2, int8 (8.25); head_dim a multiple of 32"};
+            "e2m3, e3m2 (6.25), e4m3, e5m2, int8 (8.25); head_dim a multiple of 32",
+    .examples = (const char *const[]){"mx:elem=e2m1", "mx:elem=e2m3", "mx:elem=int8", "mx:elem=e2m1|mx:elem=e4m3", NULL}};

@@ -395,9 +395,12 @@ const CodecFamily CODEC_FAMILY(codec_kvquant) = {
     .name = "kvquant", .ops = &nuq_ops, .create = kvquant_create, .owned_options = "outliers",
     .key_transforms = "prerope,sink=1", .value_transforms = "sink=1",
     .help = "kvquant:bits=B       KVQuant: keys pre-RoPE per channel (calibrated), values per token, B=1..4 "
-            "non-uniform levels, outliers=P (1), sink=1, qnorm; needs models/micro.kvq (micro calibrate)"};
+            "non-uniform levels, outliers=P (1), sink=1, qnorm; needs models/micro.kvq (micro calibrate)",
+    .calibrated_examples = (const char *const[]){"kvquant:bits=2,qnorm", "kvquant:bits=3,outliers=0",
+                                                 "kvquant:bits=2,qnorm|kvquant:bits=3,outliers=0", NULL}};
 
 const CodecFamily CODEC_FAMILY(codec_quarot) = {
     .name = "quarot", .ops = &nuq_ops, .create = quarot_create, .key_transforms = "rot=hadamard",
     .value_transforms = "rot=hadamard",
-    .help = "quarot:bits=B        QuaRot's KV cache: Hadamard-rotated, asymmetric per head per token, clip 0.95, B=1..4"};
+    .help = "quarot:bits=B        QuaRot's KV cache: Hadamard-rotated, asymmetric per head per token, clip 0.95, B=1..4",
+    .examples = (const char *const[]){"quarot:bits=3", "quarot:bits=4|quarot:bits=2", NULL}};

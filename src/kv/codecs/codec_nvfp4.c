@@ -135,4 +135,6 @@ static void *nvfp4_create(CodecSpec *spec, int n_heads, int head_dim, int capaci
 const CodecFamily CODEC_FAMILY(codec_nvfp4) = {
     .name = "nvfp4", .ops = &nvfp4_ops, .create = nvfp4_create,
     .help = "nvfp4[:scale2=S]     NVFP4: E2M1 in blocks of 16 with an E4M3 scale; S=token (fp32 per head per "
-            "token, 5.5 bits), calib (per layer, models/micro.kvq) or none (4.5), 4over6"};
+            "token, 5.5 bits), calib (per layer, models/micro.kvq) or none (4.5), 4over6",
+    .examples = (const char *const[]){"nvfp4", "nvfp4:4over6", "nvfp4:scale2=none", "nvfp4:4over6|nvfp4", NULL},
+    .calibrated_examples = (const char *const[]){"nvfp4:scale2=calib", "nvfp4:scale2=calib|nvfp4:scale2=calib,4over6", NULL}};

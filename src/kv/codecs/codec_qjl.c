@@ -112,4 +112,6 @@ static void *qjl_create(CodecSpec *spec, int n_heads, int head_dim, int capacity
 const CodecFamily CODEC_FAMILY(codec_qjl) = {
     .name = "qjl", .ops = &qjl_ops, .create = qjl_create,
     .help = "qjl[:m=M]            QJL: signs of a seeded Gaussian projection (M rows, 32) and an fp16 norm, "
-            "unbiased scores with the query unquantised; seed=S"};
+            "unbiased scores with the query unquantised; seed=S",
+    // A sketch of other than head_dim rows keeps its kernel (m=40, m=64).
+    .examples = (const char *const[]){"qjl|fp16", "qjl:m=40", "qjl:m=64|qjl", NULL}};

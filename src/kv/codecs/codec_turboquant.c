@@ -340,4 +340,7 @@ const CodecFamily CODEC_FAMILY(codec_turboquant) = {
     .name = "turboquant", .ops = &tq_ops, .create = tq_create,
     .help = "turboquant:bits=B    TurboQuant: seeded random rotation, Lloyd-Max levels for the rotated "
             "coordinate, fp16 norm; mode=mse (B=1..8, nc) or prod (B−1 bits + 1-bit QJL residual, B=2..9), seed=S; "
-            "preset=k8v4|4bit_nc|k3v4_nc|3bit_nc (vLLM's: values uniform)"};
+            "preset=k8v4|4bit_nc|k3v4_nc|3bit_nc (vLLM's: values uniform)",
+    .examples = (const char *const[]){"turboquant:bits=2", "turboquant:bits=3,mode=prod", "turboquant:preset=k3v4_nc",
+                                      "turboquant:preset=k8v4", "turboquant:bits=1|turboquant:bits=4",
+                                      "turboquant:bits=8,nc|fp32", "turboquant:bits=3,mode=prod|turboquant:bits=2", NULL}};
