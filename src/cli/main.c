@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "cpu.h"
 #include "kvcache.h"
 #include "msgtext.h"
 #include "safe_file.h"
@@ -69,10 +70,14 @@ static int dispatch(int argc, char **argv) {
 int main(int argc, char **argv) {
     // No temporary outlives micro, and no figure helper either, when it is interrupted or killed.
     safe_cleanup_on_signals();
+    char err[256];
+    if (cpu_isa_check_env(err, sizeof err)) {
+        fprintf(stderr, "micro: %s\n", err);
+        return 2;
+    }
     int status = dispatch(argc, argv);
     // A result that never reached standard output (a full disk, /dev/full) is a failure, not a
     // success: every command ends here, so none can forget to check.
-    char err[256];
     if (safe_check_stdout(err, sizeof err)) {
         fprintf(stderr, "micro: %s\n", err);
         if (status == 0) status = 1;

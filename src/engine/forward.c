@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <pthread.h>
 
 #include "calloc_lines.h"
+#include "cpu.h"
 #include "forward_kernels.h"
 #include "rope.h"
 #include "threadpool.h"
@@ -22,25 +22,14 @@
 
 const ForwardKernels *forward_kernels_simd(void) {
 #ifdef MICRO_FORWARD_SIMD
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return &forward_kernels_avx512;
+    if (cpu_isa_supported() >= ISA_AVX512) return &forward_kernels_avx512;
 #endif
     return NULL;
 }
 
-static const ForwardKernels *chosen_kernels;
-static pthread_once_t chosen_once = PTHREAD_ONCE_INIT;
-
-static void choose_kernels(void) {
-    const char *env = getenv("MICRO_PORTABLE");
-    int portable = env && *env && strcmp(env, "0") != 0;
-    const ForwardKernels *simd = portable ? NULL : forward_kernels_simd();
-    chosen_kernels = simd ? simd : &forward_kernels_portable;
-}
-
 const ForwardKernels *forward_kernels(void) {
-    pthread_once(&chosen_once, choose_kernels);
-    return chosen_kernels;
+    const ForwardKernels *simd = cpu_isa() >= ISA_AVX512 ? forward_kernels_simd() : NULL;
+    return simd ? simd : &forward_kernels_portable;
 }
 
 
@@ -472,15 +461,7 @@ int batch_init(BatchForward *b, const Model *m, int max_rows, int context, int n
         snprintf(err, errlen, "out of memory allocating the forward pass's buffers");
         return -1;
     }
-    // Angles in double so the table does not depend on float rounding of large pos * freq products.
-    for (size_t pos = 0; pos < ctx; pos++) {
-        for (size_t i = 0; i < half; i++) {
-            double freq = pow((double)p->rope_theta, -2.0 * (double)i / p->head_dim);
-            double angle = (double)pos * freq;
-            b->rope_cos[pos * half + i] = (float)cos(angle);
-            b->rope_sin[pos * half + i] = (float)sin(angle);
-        }
-    }
+    rope_table(b->rope_cos, b->rope_sin, (int)ctx, p->head_dim, p->rope_theta);
     return 0;
 }
 

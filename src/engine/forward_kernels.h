@@ -37,10 +37,10 @@ extern const ForwardKernels forward_kernels_portable;
 extern const ForwardKernels forward_kernels_avx512;
 #endif
 
-// The AVX-512 build when it was compiled in, this CPU has avx512f and MICRO_PORTABLE is unset (or
-// "0") in the environment; else the portable one. Chosen once, on the first call.
+// The AVX-512 build when it was compiled in and the set in use is AVX-512 (cpu.h: the CPU's best,
+// or what MICRO_ISA asks); else the portable one.
 const ForwardKernels *forward_kernels(void);
-// The AVX-512 build if compiled in and this CPU runs it (whatever MICRO_PORTABLE says), else NULL.
+// The AVX-512 build if compiled in and this CPU runs it (whatever MICRO_ISA says), else NULL.
 const ForwardKernels *forward_kernels_simd(void);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "rope.h"
 #include "safe_file.h"
 
 // Writes the whole checkpoint to f; nonzero only when out of memory (stream errors are the
@@ -18,12 +19,7 @@ static int write_llama2c(FILE *f, void *ctx, char *why, size_t whylen) {
     float *cos_t = malloc(table * sizeof(float)), *sin_t = malloc(table * sizeof(float));
     int ok = cos_t && sin_t;
     if (ok) {
-        for (int pos = 0; pos < c->max_seq_len; pos++)
-            for (size_t i = 0; i < half; i++) {
-                double angle = pos * pow((double)c->rope_theta, -2.0 * (double)i / c->head_dim);
-                cos_t[pos * half + i] = (float)cos(angle);
-                sin_t[pos * half + i] = (float)sin(angle);
-            }
+        rope_table(cos_t, sin_t, c->max_seq_len, c->head_dim, c->rope_theta);
         // Stops at the first short write; the stream's error flag carries the reason.
         (void)(fwrite(header, sizeof header, 1, f) == 1 && fwrite(m->params, sizeof(float), m->n_params, f) == m->n_params &&
                fwrite(cos_t, sizeof(float), table, f) == table && fwrite(sin_t, sizeof(float), table, f) == table);

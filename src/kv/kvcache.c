@@ -9,6 +9,7 @@
 
 #include "codec_dispatch.h"
 #include "codecs.h"
+#include "cpu.h"
 #include "kvtransform.h"
 #include "msgtext.h"
 #include "utf8.h"
@@ -30,10 +31,7 @@ static int force_portable = -1; // -1: not yet read from the environment
 
 int codec_simd_supported(void) {
 #ifdef MICRO_CODEC_SIMD
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
+    return cpu_isa_supported() >= ISA_AVX512;
 #else
     return 0;
 #endif
@@ -42,10 +40,7 @@ int codec_simd_supported(void) {
 void codec_force_portable(int on) { force_portable = on != 0; }
 
 int codec_simd_active(void) {
-    if (force_portable < 0) {
-        const char *env = getenv("MICRO_PORTABLE");
-        force_portable = env && *env && strcmp(env, "0") != 0;
-    }
+    if (force_portable < 0) force_portable = cpu_isa() < ISA_AVX512;
     return !force_portable && codec_simd_supported();
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "calloc_lines.h"
+#include "rope.h"
 
 #define ROW_CHUNK 256   // tokens per row task (fixed, so results do not depend on the thread count)
 #define WROW_CHUNK 96   // output rows per weight-gradient task
@@ -364,14 +365,7 @@ int train_net_init(TrainNet *n, Model *m, int B, int T, int n_threads, char *err
     memset(n->act_memory, 0, total * sizeof(float));
     model_point_weights(c, n->grads, &n->g);
     train_net_zero_grad(n);
-    int half = c->head_dim / 2;
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < half; i++) {
-            double freq = pow((double)c->rope_theta, -2.0 * i / (double)c->head_dim);
-            double ang = (double)t * freq;
-            a->rope_cos[(size_t)t * half + i] = (float)cos(ang);
-            a->rope_sin[(size_t)t * half + i] = (float)sin(ang);
-        }
+    rope_table(a->rope_cos, a->rope_sin, T, c->head_dim, c->rope_theta);
     return 0;
 }
 

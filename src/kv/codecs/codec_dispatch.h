@@ -1,6 +1,6 @@
-// Which build of the codec kernels the registry hands out: AVX-512 where the CPU has it (checked
-// once, at run time), else portable. Both compute the same bits; tests force the portable build to
-// compare them, and MICRO_PORTABLE=1 in the environment does the same for a whole run.
+// Which build of the codec kernels the registry hands out: AVX-512 where the set in use is
+// (cpu.h: the CPU's best, or what MICRO_ISA asks), else portable. Both compute the same bits;
+// tests force the portable build to compare them, and MICRO_ISA=portable does so for a whole run.
 #ifndef MICRO_CODEC_DISPATCH_H
 #define MICRO_CODEC_DISPATCH_H
 

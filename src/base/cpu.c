@@ -1,0 +1,67 @@
+#include "cpu.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const names[] = {"portable", "avx2", "avx512"};
+
+static Isa probe(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("bmi") &&
+        __builtin_cpu_supports("bmi2"))
+        return ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+        __builtin_cpu_supports("bmi2"))
+        return ISA_AVX2;
+#endif
+    return ISA_PORTABLE;
+}
+
+// What the environment asks for: a set, or -1 for none (or a name micro does not know: -2).
+static int asked(void) {
+    const char *isa = getenv("MICRO_ISA"), *portable = getenv("MICRO_PORTABLE");
+    if (isa && *isa) {
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(isa, names[i])) return i;
+        return -2;
+    }
+    return portable && *portable && strcmp(portable, "0") != 0 ? ISA_PORTABLE : -1;
+}
+
+static Isa supported, chosen;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void choose(void) {
+    supported = probe();
+    const int want = asked();
+    chosen = want >= 0 && want < (int)supported ? (Isa)want : supported;
+}
+
+Isa cpu_isa_supported(void) {
+    pthread_once(&once, choose);
+    return supported;
+}
+
+Isa cpu_isa(void) {
+    pthread_once(&once, choose);
+    return chosen;
+}
+
+const char *cpu_isa_name(Isa isa) { return names[isa]; }
+
+int cpu_isa_check_env(char *err, size_t errlen) {
+    const int want = asked();
+    if (want == -2) {
+        snprintf(err, errlen, "MICRO_ISA: '%.40s' is not portable, avx2 or avx512", getenv("MICRO_ISA"));
+        return -1;
+    }
+    if (want > (int)cpu_isa_supported()) {
+        snprintf(err, errlen, "MICRO_ISA=%s: this CPU runs at most %s", names[want], names[cpu_isa_supported()]);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,15 @@
+#include "rope.h"
+
+#include <math.h>
+#include <stddef.h>
+
+void rope_table(float *cos_t, float *sin_t, int positions, int head_dim, float theta) {
+    const size_t half = (size_t)head_dim / 2;
+    for (size_t pos = 0; pos < (size_t)positions; pos++)
+        for (size_t i = 0; i < half; i++) {
+            const double freq = pow((double)theta, -2.0 * (double)i / head_dim);
+            const double angle = (double)pos * freq;
+            cos_t[pos * half + i] = (float)cos(angle);
+            sin_t[pos * half + i] = (float)sin(angle);
+        }
+}
