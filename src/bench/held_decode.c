@@ -33,7 +33,12 @@ int kv_record(const Model *m, const int *tokens, int n, int n_threads, KVRecordi
     }
     memcpy(rec->tokens, tokens, sizeof(int) * (size_t)n);
     for (int t0 = 0; t0 < n; t0 += RECORD_SPAN)
-        decoder_forward_span(&d, tokens + t0, t0, n - t0 < RECORD_SPAN ? n - t0 : RECORD_SPAN);
+        if (!decoder_forward_span(&d, tokens + t0, t0, n - t0 < RECORD_SPAN ? n - t0 : RECORD_SPAN)) {
+            snprintf(err, errlen, "recording keys and values: %s", d.fwd.err);
+            decoder_free(&d);
+            kv_recording_free(rec);
+            return -1;
+        }
     // fp32 stores every number as it is: reading back gives the keys and values themselves.
     for (int t = 0; t < n; t++)
         for (int l = 0; l < c->n_layers; l++)
@@ -141,8 +146,12 @@ int serve_held_decode(const Model *m, KVPool *pool, const KVRecording *rec, int 
             attended += pos + 1;
         }
         const double t0 = seconds_now();
-        batch_forward(&fwd, rows, out->held);
+        const float *logits = batch_forward(&fwd, rows, out->held);
         out->seconds += seconds_now() - t0;
+        if (!logits) {
+            snprintf(err, errlen, "decode at a full pool: %s", fwd.err);
+            goto done;
+        }
         for (int i = 0; i < out->held; i++) bytes += (double)kvseq_bytes(&seqs[i]);
     }
     if (read_repeat > 0 &&

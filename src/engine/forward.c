@@ -4,6 +4,7 @@
 #include "forward.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -351,6 +352,15 @@ static void task_classifier(void *arg, int t, int nt) {
 
 // ---------------------------------------------------------------------------------------------
 
+// A caller's mistake: NULL, the reason in b->err.
+__attribute__((format(printf, 2, 3))) static float *batch_refuse(BatchForward *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->err, sizeof b->err, fmt, ap);
+    va_end(ap);
+    return NULL;
+}
+
 float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
     const ModelConfig *p = &b->model->config;
     const ModelWeights *w = &b->model->w;
@@ -360,15 +370,15 @@ float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
     const int span = n_rows > 1 && rows[0].seq == rows[n_rows - 1].seq;
     const int settles = span && (rows[0].seq->pool->rule[KV_ROLE_KEY].ops->settle ||
                                  rows[0].seq->pool->rule[KV_ROLE_VALUE].ops->settle);
-    if (span && !b->spans) { // a caller's mistake, not an input's
-        fprintf(stderr, "micro: batch_forward: a span without batch_enable_spans\n");
-        abort();
+    // A caller's mistakes, not an input's: refused with a message (batch_error), nothing computed.
+    if (span && !b->spans) return batch_refuse(b, "a span without batch_enable_spans");
+    if (n_rows < 1 || n_rows > b->max_rows) return batch_refuse(b, "%d rows outside 1..%d", n_rows, b->max_rows);
+    for (int r = 0; r < n_rows; r++) {
+        if (rows[r].pos < 0 || rows[r].pos >= b->context) // its attention row and RoPE angles are not there
+            return batch_refuse(b, "position %d outside the %d served", rows[r].pos, b->context);
+        if (rows[r].pos >= rows[r].seq->reserved) // its cache has no room there
+            return batch_refuse(b, "position %d beyond the %d tokens its sequence reserved", rows[r].pos, rows[r].seq->reserved);
     }
-    for (int r = 0; r < n_rows; r++)
-        if (rows[r].pos < 0 || rows[r].pos >= b->context) { // its attention row and RoPE angles are not there
-            fprintf(stderr, "micro: batch_forward: position %d outside the %d served\n", rows[r].pos, b->context);
-            abort();
-        }
 
     for (int r = 0; r < n_rows; r++)
         memcpy(b->x + (size_t)r * dim, w->token_embedding + (size_t)rows[r].token * dim, sizeof(float) * (size_t)dim);
@@ -523,6 +533,12 @@ static int decoder_init_rows(Decoder *d, const Model *m, const char *k_spec, con
         return -1;
     }
     kvseq_init(&d->seq, &d->cache);
+    // Every block the sequence can use, taken now, where a failure can be reported: a step then
+    // never has to allocate (decoder_forward cannot fail for a position below the capacity).
+    if (kvseq_reserve(&d->seq, capacity, err, errlen)) {
+        decoder_free(d);
+        return -1;
+    }
     d->capacity = capacity;
     d->n_threads = n_threads;
     d->q = d->fwd.q, d->xb2 = d->fwd.xb2, d->att = d->fwd.att, d->logits = d->fwd.logits;
@@ -546,28 +562,17 @@ int decoder_init(Decoder *d, const Model *m, const char *k_spec, const char *v_s
 }
 
 int decoder_reset(Decoder *d, char *err, size_t errlen) {
-    (void)err, (void)errlen;
     kvseq_release(&d->seq);
-    return 0;
+    return kvseq_reserve(&d->seq, d->capacity, err, errlen);
 }
 
 float *decoder_forward(Decoder *d, int token, int pos) {
-    char err[160];
-    // The pool's budget is unbounded for one sequence; a failure here is running out of memory.
-    if (kvseq_reserve(&d->seq, pos + 1, err, sizeof err)) {
-        fprintf(stderr, "micro: %s\n", err);
-        exit(1);
-    }
     BatchRow row = {&d->seq, token, pos};
     return batch_forward(&d->fwd, &row, 1);
 }
 
 float *decoder_forward_span(Decoder *d, const int *tokens, int pos, int n) {
-    char err[160];
-    if (kvseq_reserve(&d->seq, pos + n, err, sizeof err)) {
-        fprintf(stderr, "micro: %s\n", err);
-        exit(1);
-    }
+    if (!d->span_rows || n < 1 || n > d->fwd.max_rows) return batch_refuse(&d->fwd, "a span of %d rows outside 1..%d", n, d->fwd.max_rows);
     for (int i = 0; i < n; i++) d->span_rows[i] = (BatchRow){&d->seq, tokens[i], pos + i};
     return batch_forward(&d->fwd, d->span_rows, n);
 }

@@ -44,6 +44,7 @@ typedef struct {
     // Spans (batch_enable_spans): the decoded cache their rows attend over, for streams that read back.
     int spans;
     SpanMirror mirror;
+    char err[160]; // why batch_forward returned NULL
 } BatchForward;
 
 // context: the positions served, 1..the model's; a short text's evaluator need not pay for the
@@ -56,6 +57,8 @@ int batch_init(BatchForward *b, const Model *m, int max_rows, int context, int n
 // batch_enable_spans). A span's rows are appended and settled in order, exactly as the decode loop
 // would, and each attends over what the cache held at its own step, decoded once to floats
 // (span_mirror.h); its numbers equal the decode loop's up to the order of float sums.
+// NULL, with the reason in b->err, for a caller's mistake: a row at a position outside those served
+// or beyond what its sequence reserved, more rows than batch_init's, a span without spans enabled.
 float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows);
 // Makes b take spans of sequences from `pool` (the decoded mirror's buffers). -1 with one line in err.
 int batch_enable_spans(BatchForward *b, const KVPool *pool, char *err, size_t errlen);
@@ -88,7 +91,9 @@ int decoder_init_spans(Decoder *d, const Model *m, const char *k_spec, const cha
 float *decoder_forward_span(Decoder *d, const int *tokens, int pos, int n);
 // Starts a new sequence with an empty cache (same specs).
 int decoder_reset(Decoder *d, char *err, size_t errlen);
-// Runs one token at position pos (== tokens already cached) and returns logits[vocab].
+// Runs one token at position pos (== tokens already cached) and returns logits[vocab]. The decoder
+// reserves its whole capacity when made, so this cannot fail for a position below it; beyond it,
+// NULL with the reason in d->fwd.err.
 float *decoder_forward(Decoder *d, int token, int pos);
 void decoder_free(Decoder *d);
 // The cache's exact bytes and bits per cached number (metadata included); its normalised specs.

@@ -222,6 +222,10 @@ int serve_run(const Model *m, KVPool *pool, const Workload *w, const ServeConfig
         const double t0 = seconds_now();
         const float *logits = batch_forward(&fwd, rows, n_rows);
         const double dt = seconds_now() - t0;
+        if (!logits) {
+            snprintf(err, errlen, "serving: %s", fwd.err);
+            goto done;
+        }
         // 4. Book-keeping: what attention read, what the pool holds.
         size_t read = 0;
         int long_step = cfg->long_from > 0 && n_rows == max_batch;

@@ -78,6 +78,13 @@ int eval_tokens(const Model *m, const uint8_t *tokens, int n, const char *k_spec
     for (int t0 = 0; t0 < n; t0 += span) {
         const int rows = n - t0 < span ? n - t0 : span;
         const float *logits = span == 1 ? decoder_forward(&d, ids[t0], t0) : decoder_forward_span(&d, ids + t0, t0, rows);
+        if (!logits) { // not for positions below the decoder's capacity, which these are
+            snprintf(err, errlen, "%s", d.fwd.err);
+            decoder_free(&d);
+            free(diff);
+            free(ids);
+            return -1;
+        }
         for (int i = 0; i < rows && t0 + i + 1 < n; i++) {
             const int t = t0 + i;
             const int *top_position = d.fwd.top_position + (size_t)i * heads;
