@@ -1,6 +1,6 @@
 // The serving loop under random workloads: a small random model of micro's head shape; conversations
 // of any prompt and reply lengths, a codec pair, a block and a pool of any size from the input, any
-// limit on the batch. Properties (issue 8's, whatever the workload):
+// limit on the batch. Properties (the paged pool's and the scheduler's, whatever the workload):
 //   - every conversation ends with the tokens and the losses, to the bit, of a run in a pool that
 //     holds all of them at once and never preempts (batch invariance; recompute after preemption);
 //   - at most max_batch run at once, the pool is never over its budget, and every block comes back;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7's hostile-user defects on the command line, each with its class: hangs (threads above the
+# A hostile user's defects on the command line, each with its class: hangs (threads above the
 # cores, bench lists), leaks and late checks on option errors (run under the ASan build, a leak turns
 # exit 2 into 1), lost or unclear messages, and exit status 2 for every bad argument of every command.
 . "$(dirname "$0")/lib.sh"

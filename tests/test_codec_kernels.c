@@ -14,6 +14,7 @@
 #include "kvq_view.h"
 
 #include "check.h"
+#include "spec_catalog.h"
 
 static uint64_t rng_state = 0xbb67ae8584caa73bull;
 static double urand(void) { return check_uniform(&rng_state); }
@@ -181,13 +182,17 @@ static void test_normalised_and_registry(void) {
         }
     int count;
     const CodecFamily *const *families = codec_families(&count);
+    int n_cat;
+    const CatalogEntry *cat = spec_catalog(&n_cat);
     for (int f = 0; f < count; f++) {
+        // Covered by the table above, or by the catalog's examples (main runs their kernels too).
         int covered = 0;
         for (size_t i = 0; i < N_SPECS; i++) {
             const size_t len = strlen(families[f]->name);
             covered |= strncmp(specs[i].spec, families[f]->name, len) == 0 &&
                        (specs[i].spec[len] == '\0' || specs[i].spec[len] == ':');
         }
+        for (int i = 0; i < n_cat; i++) covered |= !strcmp(cat[i].family, families[f]->name);
         CHECK(covered, "family '%s' is registered but not covered by this test", families[f]->name);
         CHECK(families[f]->help && strncmp(families[f]->help, families[f]->name, strlen(families[f]->name)) == 0,
               "family '%s' needs a help line starting with its name", families[f]->name);
@@ -273,6 +278,16 @@ int main(void) {
                 const KVRole r = role ? KV_ROLE_VALUE : KV_ROLE_KEY;
                 if (shape_ok(i, r, dims[k])) test_kernels(specs[i].spec, r, dims[k]);
             }
+    // Every family example of the catalog (spec_catalog.h) without a calibration, at micro's
+    // head_dim, so that a new family's kernels are checked from its examples alone (the transforms'
+    // examples are test_transform's).
+    int n_cat;
+    const CatalogEntry *cat = spec_catalog(&n_cat);
+    for (int i = 0; i < n_cat; i++)
+        if (!cat[i].calibrated && strcmp(cat[i].family, "transforms")) {
+            test_kernels(cat[i].k, KV_ROLE_KEY, 32);
+            test_kernels(cat[i].v, KV_ROLE_VALUE, 32);
+        }
     test_normalised_and_registry();
     test_bad_specs();
     if (failures) {

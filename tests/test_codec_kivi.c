@@ -184,7 +184,7 @@ static void test_constant_group(void) {
     }
 }
 
-// A spec checked against a model (issue 7): a residual of a whole context would keep every token in
+// A spec checked against a model: a residual of a whole context would keep every token in
 // fp16 and quantise nothing, so it is refused with one line; a residual below the context passes, and
 // a stream shorter than the residual (a short text) is still KIVI as designed, not an error. The
 // check uses the model's head shape, not micro's.

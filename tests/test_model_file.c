@@ -111,7 +111,7 @@ int main(void) {
     // micro's own shape has the documented parameter count.
     ModelConfig mc = model_config_micro();
     if (model_param_count(&mc) != 1820352) {
-        printf("FAIL micro has %zu parameters, DESIGN.md says 1,820,352\n", model_param_count(&mc));
+        printf("FAIL micro has %zu parameters, the README says 1,820,352\n", model_param_count(&mc));
         failures++;
     }
 

@@ -1,7 +1,7 @@
 // micro attention: the plate's "the rounded keys no longer pick out the right positions", as a
 // picture. One text is decoded twice, with the fp32 cache and with the chosen one; for a window of
 // query positions, one layer and head, the attention weights of both are drawn side by side
-// (DIR/attention.svg and .png, by src/figures/attention.gp), each query's most-attended position marked,
+// (DIR/attention.svg and .png, by src/cli/figures/attention.gp), each query's most-attended position marked,
 // the queries where the two disagree in another colour.
 #include <errno.h>
 #include <limits.h>

@@ -290,7 +290,7 @@ static void print_fp16_alone(const HeldDecode *fp16, double bw, double other) {
            1e3 * fp16_free, 100.0 * (c16 + w) / bw / fp16_free, 1e3 * measured, 100.0 * measured / fp16_free);
 }
 
-// Issue 8's two speed targets at once, as a closed form of the run's figures. fp16 at 80% of its
+// The batched decode's two speed targets at once (docs/performance.md), as a closed form of the run's figures. fp16 at 80% of its
 // roofline is a step of R16 / 0.8 (R: the step's cache and weight bytes over the bandwidth); the
 // cache 0.8 × its bytes ratio faster than that is a step of (R16 / 0.8) · C / (0.8 · C16), which is
 // a roofline share of at least 0.64 (more with the weights in R). Against it: the cache's step if

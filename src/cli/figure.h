@@ -1,5 +1,5 @@
 // Figures, drawn by gnuplot without ever making a user's text into code. micro writes the data to a
-// private folder and the gnuplot program (one of src/figures/*.gp, built into micro) beside it, then
+// private folder and the gnuplot program (one of src/cli/figures/*.gp, built into micro) beside it, then
 // runs gnuplot with an argument vector: the output's temporary name, the data folder and any title
 // arrive as ARG1, ARG2, ... strings, never pasted into the program. Each output goes through
 // safe_file like every other file micro writes: a temporary beside the target, renamed at the end,
@@ -45,7 +45,7 @@ int figure_draw(FigureData *d, const FigureSpec *f, char *err, size_t errlen);
 // Whether OUT_DIR/stem.svg and .png may be written (safe_check_output): checked before any work.
 int figure_check_outputs(const char *out_dir, const char *stem, char *err, size_t errlen);
 
-// The built-in programs (generated from src/figures/*.gp by src/figures/embed.py).
+// The built-in programs (generated from src/cli/figures/*.gp by src/cli/figures/embed.py).
 typedef struct {
     const char *name;
     const char *text;

@@ -92,7 +92,7 @@ static void read_head(const Decoder *d, const PagedStream *st, int h, int n, int
 }
 
 // The figure's data: per layer, keys as cached and values, every channel's max |x| over the text,
-// without and with the rotation; src/figures/channels.gp draws DIR/channels.svg and .png from it.
+// without and with the rotation; src/cli/figures/channels.gp draws DIR/channels.svg and .png from it.
 static int write_profiles(const Decoder *d, const ModelConfig *p, int n, const float *rot, FILE *f) {
     const int hd = p->head_dim, H = p->n_kv_heads;
     float *x = malloc(sizeof(float) * (size_t)n * hd);

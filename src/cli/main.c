@@ -40,7 +40,7 @@ static void usage(FILE *out) {
     int n;
     const CodecFamily *const *families = codec_families(&n);
     for (int i = 0; i < n; i++) fprintf(out, "  %s\n", families[i]->help);
-    fprintf(out, "and on any spec the stream transforms (their bytes counted; README): rot=hadamard|random:SEED|none,\n"
+    fprintf(out, "and on any spec the stream transforms (their bytes counted; docs/cache-specs.md): rot=hadamard|random:SEED|none,\n"
                  "  prerope (keys), sink=N (first N tokens exact), outliers=P (a token's P%% extremes exact)\n");
     fprintf(out, "\n  -h, --help     this help\n  --version      print the version\n");
 }

@@ -88,7 +88,7 @@ static const PlateScheme schemes[] = {
     {"beyond", "turboquant prod 3", "turboquant:bits=3,mode=prod", "turboquant:bits=3,mode=prod", NAN},
     {"beyond", "K qjl m=32 / V fp16", "qjl", "fp16", NAN},
     // vLLM's TurboQuant cache types: keys mse (with nc but for k8v4), values uniform. k8v4's keys are
-    // TurboQuant's 8-bit codebook as SCHEMES.md describes it; vLLM itself stores them as plain FP8
+    // TurboQuant's 8-bit codebook (docs/cache-specs.md); vLLM itself stores them as plain FP8
     // E4M3, the row after it.
     {"beyond", "turboquant k8v4", "turboquant:preset=k8v4", "turboquant:preset=k8v4", NAN},
     {"beyond", "K fp8 e4m3 / V uniform 4", "fp8:e4m3", "turboquant:preset=k8v4", NAN},

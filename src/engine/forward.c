@@ -1,6 +1,6 @@
 // The decode step: rows of (sequence, position) in, each row's key and value encoded into its
-// sequence's cache, logits out. Read batch_forward top to bottom: it is the path in DESIGN.md,
-// "The line a token travels", for every row at once.
+// sequence's cache, logits out. Read batch_forward top to bottom: it is the path in
+// docs/architecture.md, "The line a token travels", for every row at once.
 #include "forward.h"
 
 #include <math.h>

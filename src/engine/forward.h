@@ -56,7 +56,7 @@ int batch_init(BatchForward *b, const Model *m, int max_rows, int context, int n
 // every row of one sequence, at consecutive positions in order (evaluation, after
 // batch_enable_spans). A span's rows are appended and settled in order, exactly as the decode loop
 // would, and each attends over what the cache held at its own step, decoded once to floats
-// (span_mirror.h); its numbers equal the decode loop's up to the order of float sums.
+// (span_mirror.h); its numbers are the decode loop's to the bit (tests/test_eval_fast.c).
 // NULL, with the reason in b->err, for a caller's mistake: a row at a position outside those served
 // or beyond what its sequence reserved, more rows than batch_init's, a span without spans enabled.
 float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows);

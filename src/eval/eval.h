@@ -35,7 +35,7 @@ typedef struct {
 
 // Runs tokens[0..n) from BOS through a decoder with the given cache and scores every next token:
 // in spans of EVAL_SPAN positions (the fast evaluator), or with `decode` token by token, as a
-// server decodes. The two agree up to the order of float sums (tests/test_eval_fast.c).
+// server decodes. The two give the same bits (tests/test_eval_fast.c).
 // With `record`, fills it (eval_trace_alloc first); with `reference`, compares every step against it
 // (top1_agree, kl; both left at 1 and 0 without one).
 int eval_tokens(const Model *m, const uint8_t *tokens, int n, const char *k_spec, const char *v_spec,

@@ -1,5 +1,5 @@
-// Stream transforms: options any codec can sit under, written once (DESIGN.md, "Transforms between
-// a stream and its codec"). A stream whose spec names one of them is a transform layer around the
+// Stream transforms: options any codec can sit under, written once (docs/architecture.md and
+// docs/cache-specs.md). A stream whose spec names one of them is a transform layer around the
 // codec of the rest of the spec; the layer keeps what it adds (exact sink tokens, outlier entries)
 // and counts those bytes with the codec's.
 //

@@ -18,7 +18,7 @@
 //   preset=P   vLLM's cache types: keys TurboQuant mse, values uniform — asymmetric per head per
 //              token, 2^B even levels between min and max, fp16 scale and zero (B + 1 bits):
 //              k8v4 (K 8, V 4), 4bit_nc (K 4, V 4), k3v4_nc (K 3, V 4), 3bit_nc (K 3, V 3); the _nc
-//              ones with nc. k8v4 here is what SCHEMES.md and issue 10 describe, keys by TurboQuant's
+//              ones with nc. k8v4 here is TurboQuant's own reading of vLLM's type, keys by its
 //              256-level Lloyd-Max codebook (8.5 bits); vLLM's own k8v4 stores keys as plain FP8
 //              E4M3 instead (no rotation, no norm: its config.py, key_fp8 = key_quant_bits == 8),
 //              which is `--k fp8:e4m3 --v turboquant:preset=k8v4` here.

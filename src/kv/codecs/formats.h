@@ -1,4 +1,4 @@
-// The arithmetic of the 2025 formats (issue 10), compiled once and shared by their families
+// The arithmetic of the 2025 formats (docs/results.md), compiled once and shared by their families
 // (codec_mx.c, codec_nvfp4.c, codec_turboquant.c, codec_qjl.c) and their tests:
 //   - OCP Microscaling (MX v1.0) elements and E8M0 block scales;
 //   - NVFP4 blocks of 16 (E2M1 elements, E4M3 block scale, an fp32 second-level scale);
