@@ -278,7 +278,15 @@ int main(void) {
     }
     char err[256];
     KVPool pool;
-    // Bad pools: one line each.
+    // Bad pools: one line each. More blocks a stream than KV_MAX_BLOCKS (the kernels' stack tables).
+    CHECK(kvpool_init(&pool, LAYERS, HEADS, HD, 16, 16 * KV_MAX_BLOCKS + 16, 1 << 30, "int:bits=4,rot=hadamard", "q4_0",
+                      err, sizeof err) &&
+              strstr(err, "blocks a stream"),
+          "a pool of %d blocks a stream accepted: %s", KV_MAX_BLOCKS + 1, err);
+    CHECK(!kvpool_init(&pool, LAYERS, HEADS, HD, 16, 16 * KV_MAX_BLOCKS, 1 << 30, "int:bits=4,rot=hadamard", "q4_0", err,
+                       sizeof err),
+          "a pool of %d blocks a stream refused: %s", KV_MAX_BLOCKS, err);
+    kvpool_free(&pool);
     CHECK(kvpool_init(&pool, LAYERS, HEADS, HD, 0, CONTEXT, 1 << 30, "fp16", "fp16", err, sizeof err) && strstr(err, "block"),
           "block 0 accepted: %s", err);
     CHECK(kvpool_init(&pool, LAYERS, HEADS, HD, BLOCK, CONTEXT, 100, "fp16", "fp16", err, sizeof err) &&

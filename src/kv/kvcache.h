@@ -40,6 +40,10 @@ typedef struct {
     int next_n;
 } CodecBlocks;
 
+// The most blocks a stream may be cut into (kvpool_init refuses more): a kernel that needs a table
+// of them keeps it on the stack, since it has no way to report a failed allocation.
+#define KV_MAX_BLOCKS 4096
+
 // How the fast evaluator may decode a stream once per token into its mirror (span_mirror.h) and
 // still give its kernels' bits: the kernels' sums must be of one of these forms, with x̃_j and
 // factor_j made from token j alone, each sum in order from 0.

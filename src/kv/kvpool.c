@@ -86,6 +86,11 @@ int kvpool_init(KVPool *p, int n_layers, int n_heads, int head_dim, int block, i
     }
     if (kvpool_check_block(block, context, err, errlen)) return -1;
     if (block > context) block = context;
+    if (div_up(context, block) > KV_MAX_BLOCKS) {
+        snprintf(err, errlen, "a context of %d in blocks of %d is more than %d blocks a stream: give a larger block",
+                 context, block, KV_MAX_BLOCKS);
+        return -1;
+    }
     p->n_layers = n_layers, p->n_heads = n_heads, p->head_dim = head_dim;
     p->block = block, p->context = context, p->budget = budget;
     if (measure_cost(p, KV_ROLE_KEY, k_spec, err, errlen) || measure_cost(p, KV_ROLE_VALUE, v_spec, err, errlen)) {

@@ -357,22 +357,14 @@ static void transform_read(const void *state, int head, int t, float *out) {
 
 // The codec's states of the blocks b covers, for its kernels. A stream spans at most
 // context / 16 blocks; beyond the stack array (contexts over 64k) one allocation per call.
-#define STACK_BLOCKS 4096
 typedef struct {
-    const void *stack[STACK_BLOCKS];
-    const void **states;
+    const void *states[KV_MAX_BLOCKS];
 } InnerStates;
 
 static CodecBlocks inner_blocks(const CodecBlocks *b, int n, InnerStates *is) {
-    const int nb = (n + b->block - 1) / b->block;
-    is->states = nb <= STACK_BLOCKS ? is->stack : malloc(sizeof(void *) * (size_t)nb);
-    if (!is->states) abort(); // a few kilobytes once a step: nothing sensible is left to do
+    const int nb = (n + b->block - 1) / b->block; // at most KV_MAX_BLOCKS (kvpool_init)
     for (int i = 0; i < nb; i++) is->states[i] = ((const Transform *)b->states[i])->inner;
     return (CodecBlocks){is->states, b->block, b->head_dim, NULL, 0};
-}
-
-static void inner_blocks_free(InnerStates *is) {
-    if (is->states != is->stack) free((void *)is->states);
 }
 
 static void transform_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
@@ -384,7 +376,6 @@ static void transform_scores(const CodecBlocks *b, int head, const float *q, flo
     InnerStates is;
     const CodecBlocks ib = inner_blocks(b, n, &is);
     s0->inner_ops->scores(&ib, head, qq, out, n);
-    inner_blocks_free(&is);
     if (!s0->per_token && !s0->sink_tokens) return;
     for (int j = 0; j < n; j++) {
         const Transform *s = b->states[j / b->block];
@@ -411,7 +402,6 @@ static void transform_mix(const CodecBlocks *b, int head, const float *p, float 
     InnerStates is;
     const CodecBlocks ib = inner_blocks(b, n, &is);
     s0->inner_ops->mix(&ib, head, p, acc, n);
-    inner_blocks_free(&is);
     // In the rotated space: sink tokens' codec copies taken out, outlier entries put right.
     for (int j = 0; (s0->per_token || s0->sink_tokens) && j < n; j++) {
         const Transform *s = b->states[j / b->block];

@@ -98,39 +98,30 @@ typedef const float *(*AffinePrep)(const void *state, int head, int c, const flo
 // Where a head's codes of one chunk lie for the kernels: `codes` is the chunk's first byte in unit 0
 // (a token tile, a token group or a row), a unit `unit_bytes` further on is the next; `units` (the
 // units the n tokens take) bounds the prefetches. A stream spread over blocks (a pool's sequence)
-// gives block i's such pointer in blocks[i], `block_units` units to a block; a contiguous stream
-// leaves blocks NULL. followed: a family that asks for the next head's bytes as it reads its own
+// has block i's such pointer `at` bytes from states[i], `block_units` units to a block (found as
+// they are read: a kernel keeps no table of its own, so it never allocates); a contiguous stream
+// leaves states NULL. followed: a family that asks for the next head's bytes as it reads its own
 // (int, llama.cpp's blocks) has them in cache by this head's pass, and the kernels do not ask again.
 typedef struct {
     const uint8_t *codes;
     size_t unit_bytes;
     int units;
-    const uint8_t *const *blocks;
+    const void *const *states;
+    size_t at;
     int block_units;
     int followed;
 } AffineChunk;
 
 // The chunk of a stream over blocks whose codes lie `at` bytes from each block's state (a family's
 // state and codes are one allocation: no block's state is read to find them, which in a pool was a
-// cache miss per block), in blocks[] (room for every block of the n tokens); one block is a
-// contiguous chunk of `units_one` units (its store's, whatever its capacity). unit: tokens per unit.
+// cache miss per block); one block is a contiguous chunk of `units_one` units (its store's, whatever
+// its capacity). unit: tokens per unit.
 static inline AffineChunk affine_chunk_at(const CodecBlocks *b, int n, size_t at, size_t unit_bytes, int unit,
-                                          int units_one, const uint8_t **blocks) {
+                                          int units_one) {
     const int nb = (n + b->block - 1) / b->block;
-    for (int i = 0; i < nb; i++) blocks[i] = (const uint8_t *)b->states[i] + at;
-    if (nb <= 1) return (AffineChunk){blocks[0], unit_bytes, units_one, NULL, 0, 0};
-    return (AffineChunk){blocks[0], unit_bytes, (n + unit - 1) / unit, blocks, b->block / unit, 0};
-}
-
-// Room for the block pointers of affine_chunk_at: on the stack up to AFFINE_STACK_BLOCKS blocks,
-// else from the heap (a stream longer than 4,096 tokens in blocks of 16).
-#define AFFINE_STACK_BLOCKS 256
-static inline const uint8_t **affine_blocks(const CodecBlocks *b, int n, const uint8_t **stack) {
-    const int nb = (n + b->block - 1) / b->block;
-    if (nb <= AFFINE_STACK_BLOCKS) return stack;
-    const uint8_t **heap = malloc(sizeof(*heap) * (size_t)nb);
-    if (!heap) abort(); // no way to report from a kernel; a few bytes per block
-    return heap;
+    const uint8_t *first = (const uint8_t *)b->states[0] + at;
+    if (nb <= 1) return (AffineChunk){first, unit_bytes, units_one, NULL, 0, 0, 0};
+    return (AffineChunk){first, unit_bytes, (n + unit - 1) / unit, b->states, at, b->block / unit, 0};
 }
 
 // Unit u's place in its block (of a stream over blocks).
@@ -141,10 +132,10 @@ static QUANT_ALWAYS_INLINE int affine_in_block(const AffineChunk *ch, int u) {
 }
 
 static QUANT_ALWAYS_INLINE const uint8_t *affine_unit(const AffineChunk *ch, int u) {
-    if (!ch->blocks) return ch->codes + (size_t)u * ch->unit_bytes;
+    if (!ch->states) return ch->codes + (size_t)u * ch->unit_bytes;
     int at;
     const int block = quant_divmod(u, ch->block_units, &at);
-    return ch->blocks[block] + (size_t)at * ch->unit_bytes;
+    return (const uint8_t *)ch->states[block] + ch->at + (size_t)at * ch->unit_bytes;
 }
 
 // Asks for units [u, u + count) ahead of their use (within the stream): a pool's blocks lie anywhere,
@@ -157,8 +148,8 @@ static QUANT_ALWAYS_INLINE void affine_prefetch(const AffineChunk *ch, int u, in
     if (ch->followed) return;
     if (u + count > ch->units) count = ch->units - u;
     while (count > 0) { // a run of units within one block is contiguous
-        const int at = ch->blocks ? affine_in_block(ch, u) : 0;
-        const int run = ch->blocks ? ch->block_units - at : count;
+        const int at = ch->states ? affine_in_block(ch, u) : 0;
+        const int run = ch->states ? ch->block_units - at : count;
         const int m = run < count ? run : count;
         const uint8_t *p = affine_unit(ch, u);
         const size_t bytes = (size_t)m * ch->unit_bytes;
@@ -189,7 +180,7 @@ static QUANT_ALWAYS_INLINE void affine_mix_groups(AffineChunk ch, const int g, c
         affine_prefetch(&ch, u0 + AFFINE_AHEAD / g, 4 * QUANT_TILE / g);
         // 16 tokens (an even number of groups) at a time, which lie in one block; the whole 64 at
         // once when they do (a contiguous stream always).
-        const int step = !ch.blocks || affine_in_block(&ch, u0) + nb <= ch.block_units ? nb : QUANT_TILE / g;
+        const int step = !ch.states || affine_in_block(&ch, u0) + nb <= ch.block_units ? nb : QUANT_TILE / g;
         for (int k0 = 0; k0 < nb; k0 += step) {
             const uint8_t *chunk = affine_unit(&ch, u0 + k0); // group k at chunk + (k − k0)·ub
             const int k1 = nb - k0 < step ? nb : k0 + step;
@@ -311,7 +302,7 @@ static QUANT_ALWAYS_INLINE void affine_mix_rows(AffineChunk ch, const uint32_t *
         const int cnt = n - j0 < 4 * QUANT_TILE ? n - j0 : 4 * QUANT_TILE;
         affine_prefetch(&ch, j0 + AFFINE_AHEAD, 4 * QUANT_TILE);
         // 16 rows at a time, which lie in one block; the whole 64 at once when they do.
-        const int step = !ch.blocks || affine_in_block(&ch, j0) + cnt <= ch.block_units ? cnt : QUANT_TILE;
+        const int step = !ch.states || affine_in_block(&ch, j0) + cnt <= ch.block_units ? cnt : QUANT_TILE;
         for (int k0 = 0; k0 < cnt; k0 += step) {
             const uint8_t *row = affine_unit(&ch, j0 + k0); // row k at row + (k − k0)·rb
             const int k1 = cnt - k0 < step ? cnt : k0 + step;

@@ -48,9 +48,9 @@ static inline uint8_t *code_store_unit(const CodeStore *cs, int head, int unit) 
 // (code_store_prefetch16) over blocks: heads after the first find theirs in cache (followed), and
 // asking again cost their kernels about a tenth of their time with the bytes at hand.
 static inline AffineChunk code_store_chunk_at(const CodecBlocks *b, const CodeStore *cs, size_t codes_at, int head,
-                                              int n, size_t offset, const uint8_t **blocks) {
+                                              int n, size_t offset) {
     const size_t head_at = (size_t)head * (size_t)cs->units * cs->unit_bytes;
-    AffineChunk ch = affine_chunk_at(b, n, codes_at + head_at + offset, cs->unit_bytes, cs->unit, cs->units, blocks);
+    AffineChunk ch = affine_chunk_at(b, n, codes_at + head_at + offset, cs->unit_bytes, cs->unit, cs->units);
     ch.followed = head > 0 && n > b->block;
     return ch;
 }

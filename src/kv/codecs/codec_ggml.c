@@ -429,8 +429,8 @@ static ALWAYS_INLINE const void *block_field(const CodecBlocks *b, size_t field_
 }
 
 // The head's codes of one chunk (from `offset` in a unit) in every block of the n tokens.
-static inline AffineChunk block_chunk(const CodecBlocks *b, int head, int n, size_t offset, const uint8_t **blocks) {
-    return code_store_chunk_at(b, &((const BlockState *)b->states[0])->cs, BLOCK_CODES_AT, head, n, offset, blocks);
+static inline AffineChunk block_chunk(const CodecBlocks *b, int head, int n, size_t offset) {
+    return code_store_chunk_at(b, &((const BlockState *)b->states[0])->cs, BLOCK_CODES_AT, head, n, offset);
 }
 
 // Asks for the d and m (and qh) of llama.cpp block i of the 16 tokens from t ahead of their use
@@ -493,11 +493,9 @@ static inline void block_key_finish(void *ctx, int i, int t0, int nt, float (*ac
 static ALWAYS_INLINE void block_scores_impl(const CodecBlocks *b, int head, const float *q, float *out, int n,
                                             const BlockFormat f, const int hd) {
     BlockKeys k = {.b = b, .f = f, .head = head, .n = n, .q = q};
-    const uint8_t *stack[AFFINE_STACK_BLOCKS], **blocks = affine_blocks(b, n, stack);
-    affine_score_tiles(block_chunk(b, head, n, 0, blocks), n, hd, f == FMT_Q8_0 ? 8 : 4,
+    affine_score_tiles(block_chunk(b, head, n, 0), n, hd, f == FMT_Q8_0 ? 8 : 4,
                        f == FMT_Q8_0 ? AFFINE_SIGNED : AFFINE_Q5, f == FMT_Q5_0 ? 16 : 0, block_tabled(f), 0,
                        (AffineForm){0, 0, 0, 0}, q, block_key_job, block_key_finish, &k, out);
-    if (blocks != stack) free(blocks);
 }
 
 // The mix kernels' parameters (AffinePrep) of tokens j0 .. j0+63 for block i: d in sm[0..64) and m
@@ -529,9 +527,8 @@ static ALWAYS_INLINE void block_mix_impl(const CodecBlocks *b, int head, const f
     float lv[1][16] __attribute__((aligned(64)));
     for (int c = 0; c < 16; c++) lv[0][c] = block_level(f, c);
     const AffineForm form = {f != FMT_Q8_0, block_has_m(f), 1, 4 * TILE};
-    const uint8_t *stack[AFFINE_STACK_BLOCKS], **blocks = affine_blocks(b, n, stack);
     for (int i = 0; i < hd / QK; i++) {
-        const AffineChunk ch = block_chunk(b, head, n, (size_t)i * s0->code_bytes, blocks);
+        const AffineChunk ch = block_chunk(b, head, n, (size_t)i * s0->code_bytes);
         float sums[2][32] __attribute__((aligned(64)));
         if (block_tabled(f))
             affine_mix_groups(ch, 1, (const float(*)[16])lv, form, block_prep, b, head, i, p, n, (float(*)[2][16])sums);
@@ -541,7 +538,6 @@ static ALWAYS_INLINE void block_mix_impl(const CodecBlocks *b, int head, const f
                             head, i, p, n, sums[0], sums[1]);
         for (int j = 0; j < QK; j++) out[i * QK + j] = sums[0][j] + sums[1][j];
     }
-    if (blocks != stack) free(blocks);
 }
 
 // One instance per format at micro's head_dim 32, one for other head_dims (up to 8 blocks).

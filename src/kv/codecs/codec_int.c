@@ -233,8 +233,8 @@ static ALWAYS_INLINE void int_prefetch_next_head(const CodecBlocks *b, int head,
 }
 
 // The head's codes of one chunk (from `offset` in a unit) in every block of the n tokens.
-static inline AffineChunk int_chunk(const CodecBlocks *b, int head, int n, size_t offset, const uint8_t **blocks) {
-    return code_store_chunk_at(b, &((const IntState *)b->states[0])->cs, INT_CODES_AT, head, n, offset, blocks);
+static inline AffineChunk int_chunk(const CodecBlocks *b, int head, int n, size_t offset) {
+    return code_store_chunk_at(b, &((const IntState *)b->states[0])->cs, INT_CODES_AT, head, n, offset);
 }
 
 typedef struct {
@@ -280,10 +280,8 @@ static inline void int_key_finish(void *ctx, int c, int t0, int nt, float (*acc)
 static ALWAYS_INLINE void int_scores_tiled(const CodecBlocks *b, int head, const float *q, float *out, int n,
                                            const int hd, const int bits) {
     IntKeys k = {.b = b, .head = head, .n = n, .chunks = hd / 32, .q = q};
-    const uint8_t *stack[AFFINE_STACK_BLOCKS], **blocks = affine_blocks(b, n, stack);
-    affine_score_tiles(int_chunk(b, head, n, 0, blocks), n, hd, bits, AFFINE_SIGNED, 0, bits <= 4, 1, INT_FORM, q, int_key_job, int_key_finish, &k,
+    affine_score_tiles(int_chunk(b, head, n, 0), n, hd, bits, AFFINE_SIGNED, 0, bits <= 4, 1, INT_FORM, q, int_key_job, int_key_finish, &k,
                        out);
-    if (blocks != stack) free(blocks);
 }
 
 // The mix kernels' parameters (AffinePrep): w[i] = p · scale of tokens j0 + i, i < 64 (0 from n on).
@@ -311,10 +309,9 @@ static ALWAYS_INLINE void int_mix_hd(const CodecBlocks *b, int head, const float
                                      const int bits) {
     float lv[4][16] __attribute__((aligned(64)));
     affine_levels(bits, 1, lv);
-    const uint8_t *stack[AFFINE_STACK_BLOCKS], **blocks = affine_blocks(b, n, stack);
     for (int c = 0; c < hd / 32; c++) {
         const int groups = bits == 1 || bits == 2 || bits == 4; // else rows
-        const AffineChunk ch = int_chunk(b, head, n, (size_t)c * (groups ? 16 : 4 * bits), blocks);
+        const AffineChunk ch = int_chunk(b, head, n, (size_t)c * (groups ? 16 : 4 * bits));
         if (groups) {
             float acc[2][2][16] __attribute__((aligned(64)));
             affine_mix_groups(ch, 4 / bits, (const float(*)[16])lv, INT_FORM, int_weights, b, head, c, p, n, acc);
@@ -325,7 +322,6 @@ static ALWAYS_INLINE void int_mix_hd(const CodecBlocks *b, int head, const float
             for (int i = 0; i < 32; i++) out[32 * c + i] = even[i] + odd[i];
         }
     }
-    if (blocks != stack) free(blocks);
 }
 
 // Instances per width at micro's head_dim 32; other head_dims that are multiples of 32 take the same

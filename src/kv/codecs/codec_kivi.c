@@ -405,7 +405,7 @@ static ALWAYS_INLINE void kivi_scores_quantised(const KiviState *s, int head, co
     KiviKeys kt;
     kt.s = s, kt.head = head, kt.nq = nq, kt.q = q;
     affine_levels(bits, 0, kt.lv);
-    affine_score_tiles((AffineChunk){code_store_unit(&s->cs, head, 0), s->cs.unit_bytes, s->cs.units, NULL, 0, 0}, nq, hd, bits, AFFINE_UNSIGNED,
+    affine_score_tiles((AffineChunk){code_store_unit(&s->cs, head, 0), s->cs.unit_bytes, s->cs.units, NULL, 0, 0, 0}, nq, hd, bits, AFFINE_UNSIGNED,
                        0, bits <= 4, 1, KIVI_KEY_FORM, q, kivi_key_job, kivi_key_finish, &kt, out);
 }
 
@@ -517,7 +517,7 @@ static ALWAYS_INLINE void kivi_mix_values(const KiviState *s, int head, const fl
     for (int c = 0; c < hd / 32; c++) {
         float sums[2][32] __attribute__((aligned(64)));
         const AffineChunk ch = {code_store_unit(&s->cs, head, 0) + (size_t)c * (groups ? 16 : 4 * bits),
-                                s->cs.unit_bytes, s->cs.units, NULL, 0, 0};
+                                s->cs.unit_bytes, s->cs.units, NULL, 0, 0, 0};
         if (groups) {
             affine_mix_groups(ch, g, (const float(*)[16])lv, KIVI_FORM, kivi_value_params, s, head, c, p, nq,
                               (float(*)[2][16])sums);
