@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../tests/spec_text.h"
 #include "model_file.h"
 #include "spec_catalog.h"
 

@@ -112,7 +112,7 @@ static void grow(World *w, Conv *c, int tokens) {
         if (!c->has_ref) {
             for (int l = 0; l < w->layers; l++)
                 for (int r = 0; r < 2; r++)
-                    FUZZ_REQUIRE(kvstream_init(&c->ref[l][r], w->spec[r], (KVRole)r, w->heads, w->hd,
+                    FUZZ_REQUIRE(kvstream_init(&c->ref[l][r], SPEC(w->spec[r]), (KVRole)r, w->heads, w->hd,
                                                w->pool.context, err, sizeof err) == 0);
             c->has_ref = 1;
         }
@@ -170,16 +170,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     w.rng = (uint32_t)data[0] | (uint32_t)data[1] << 8 | (uint32_t)data[2] << 16 | (uint32_t)data[3] << 24;
     char err[512];
     KVPool probe;
-    if (kvpool_init(&probe, w.layers, w.heads, w.hd, block, context, SIZE_MAX / 2, w.spec[0],
-                    w.spec[1], err, sizeof err)) {
+    if (kvpool_init(&probe, w.layers, w.heads, w.hd, block, context, SIZE_MAX / 2, SPEC(w.spec[0]),
+                    SPEC(w.spec[1]), err, sizeof err)) {
         fuzz_check_message(err, sizeof err); // a codec that does not fit the shape or the blocks
         return 0;
     }
     size_t one = kvpool_block_set_bytes(&probe), first = kvpool_sequence_bytes(&probe, 1) - one;
     kvpool_free(&probe);
     const size_t budget = (size_t)(1 + (data[3] >> 3 & 7)) * one + first + (data[3] >> 6);
-    FUZZ_REQUIRE(kvpool_init(&w.pool, w.layers, w.heads, w.hd, block, context, budget, w.spec[0],
-                             w.spec[1], err, sizeof err) == 0);
+    FUZZ_REQUIRE(kvpool_init(&w.pool, w.layers, w.heads, w.hd, block, context, budget, SPEC(w.spec[0]),
+                             SPEC(w.spec[1]), err, sizeof err) == 0);
     for (int i = 0; i < SEQS; i++) kvseq_init(&w.conv[i].seq, &w.pool);
     for (size_t at = 4; at + 1 < size; at += 2) {
         Conv *c = &w.conv[data[at] & 3];

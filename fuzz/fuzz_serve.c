@@ -57,7 +57,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     char err[512];
     KVPool ref_pool, pool;
-    if (kvpool_init(&ref_pool, c->n_layers, c->n_kv_heads, c->head_dim, block, CONTEXT, SIZE_MAX / 4, k, v, err,
+    if (kvpool_init(&ref_pool, c->n_layers, c->n_kv_heads, c->head_dim, block, CONTEXT, SIZE_MAX / 4, SPEC(k), SPEC(v), err,
                     sizeof err)) {
         fuzz_check_message(err, sizeof err); // a codec that does not fit the blocks (KIVI's groups)
         return 0;
@@ -65,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const size_t set = kvpool_block_set_bytes(&ref_pool), first = kvpool_sequence_bytes(&ref_pool, 1) - set;
     const size_t budget = (size_t)(1 + data[3] % 32) * set + first;
     const size_t alone = kvpool_sequence_bytes(&ref_pool, longest) + set;
-    FUZZ_REQUIRE(kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, block, CONTEXT, budget, k, v, err,
+    FUZZ_REQUIRE(kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, block, CONTEXT, budget, SPEC(k), SPEC(v), err,
                              sizeof err) == 0);
     ServeStats ref_st, st;
     ServeTrace ref, got;

@@ -8,7 +8,7 @@
 
 static const int head_dims[8] = {2, 4, 8, 16, 32, 64, 6, 128};
 
-static void run_stream(const char *spec, KVRole role, int heads, int hd, int tokens, uint8_t seed) {
+static void run_stream(const CodecSpec *spec, KVRole role, int heads, int hd, int tokens, uint8_t seed) {
     KVStream s;
     char err[512];
     if (kvstream_init(&s, spec, role, heads, hd, tokens, err, sizeof err)) {
@@ -72,7 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     for (int role = 0; role < 2; role++) {
         if (kvstream_check_spec(spec, (KVRole)role, err, sizeof err)) fuzz_check_message(err, sizeof err);
-        run_stream(spec, (KVRole)role, heads, hd, tokens, data[0]);
+        if (!spec_parse(spec, &parsed, err, sizeof err)) run_stream(&parsed, (KVRole)role, heads, hd, tokens, data[0]);
     }
     free(spec);
     return 0;

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "spec_text.h"
+
 static int failures;
 
 #define CHECK(cond, ...)                                                                           \

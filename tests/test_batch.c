@@ -24,7 +24,7 @@ static int open_pool(KVPool *pool, const ModelConfig *c, const char *spec, char 
     const char *bar = strchr(spec, '|');
     snprintf(k, sizeof k, "%.*s", bar ? (int)(bar - spec) : (int)strlen(spec), spec);
     snprintf(v, sizeof v, "%s", bar ? bar + 1 : spec);
-    return kvpool_init(pool, c->n_layers, c->n_kv_heads, c->head_dim, BLOCK, c->max_seq_len, 1u << 30, k, v, err, errlen);
+    return kvpool_init(pool, c->n_layers, c->n_kv_heads, c->head_dim, BLOCK, c->max_seq_len, 1u << 30, SPEC(k), SPEC(v), err, errlen);
 }
 
 // The sequence under test alone, one row per step: its logits at every step.
@@ -122,8 +122,8 @@ int main(void) {
     // which the blocks' mixes are added.
     char err[256];
     Decoder one, paged;
-    if (decoder_init(&one, &m, "int:bits=4", "int:bits=4", T, 1, err, sizeof err) ||
-        decoder_init_paged(&paged, &m, "int:bits=4", "int:bits=4", T, BLOCK, 1, err, sizeof err)) {
+    if (decoder_init(&one, &m, SPEC("int:bits=4"), SPEC("int:bits=4"), T, 1, err, sizeof err) ||
+        decoder_init_paged(&paged, &m, SPEC("int:bits=4"), SPEC("int:bits=4"), T, BLOCK, 1, err, sizeof err)) {
         CHECK(0, "%s", err);
     } else {
         double worst = 0;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "spec_text.h"
 #include "forward.h"
 #include "model.h"
 #include "adamw.h"
@@ -61,7 +62,7 @@ static int run(const char *label, Model *m, int T, int *tok) {
     }
     train_net_forward(&net, in, tg);
     Decoder d; // one thread: thread counts are test_decode's business
-    if (decoder_init(&d, m, "fp32", "fp32", T, 1, err, sizeof err)) {
+    if (decoder_init(&d, m, SPEC("fp32"), SPEC("fp32"), T, 1, err, sizeof err)) {
         fprintf(stderr, "decoder_init: %s\n", err);
         return 1;
     }

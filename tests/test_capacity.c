@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "spec_text.h"
 #include "capacity.h"
 
 static int failures = 0;
@@ -30,7 +31,7 @@ int main(void) {
     // 55.9e9 / (2*32*8*128*4.125/8 * 8192) = 201.9 -> 201.
     double bits;
     char err[256];
-    if (capacity_scheme_bits(l8, "int:bits=4", &bits, err, sizeof err) || fabs(bits - 4.125) > 1e-12) {
+    if (capacity_scheme_bits(l8, SPEC("int:bits=4"), &bits, err, sizeof err) || fabs(bits - 4.125) > 1e-12) {
         printf("FAIL int:bits=4 at head_dim 128 should be 4.125 bits, got %g %s\n", bits, err);
         failures++;
     }

@@ -23,7 +23,7 @@ static double gauss(void) { // Irwin–Hall approximation of a standard normal
 
 static void must_init(KVStream *s, const char *spec, int n_heads, int head_dim, int capacity) {
     char err[256];
-    if (kvstream_init(s, spec, KV_ROLE_KEY, n_heads, head_dim, capacity, err, sizeof err)) {
+    if (kvstream_init(s, SPEC(spec), KV_ROLE_KEY, n_heads, head_dim, capacity, err, sizeof err)) {
         fprintf(stderr, "cannot create '%s': %s\n", spec, err);
         exit(1);
     }

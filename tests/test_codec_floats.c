@@ -16,7 +16,7 @@ static double urand(void) { return check_uniform(&rng_state); }
 
 static void must_init(KVStream *s, const char *spec, int n_heads, int head_dim, int capacity) {
     char err[256];
-    if (kvstream_init(s, spec, KV_ROLE_VALUE, n_heads, head_dim, capacity, err, sizeof err)) {
+    if (kvstream_init(s, SPEC(spec), KV_ROLE_VALUE, n_heads, head_dim, capacity, err, sizeof err)) {
         fprintf(stderr, "cannot create '%s': %s\n", spec, err);
         exit(1);
     }

@@ -153,7 +153,7 @@ static void test_mx_scales(void) {
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
         KVStream s;
         char err[256];
-        if (kvstream_init(&s, widths[i].spec, KV_ROLE_KEY, 6, 32, 4, err, sizeof err)) {
+        if (kvstream_init(&s, SPEC(widths[i].spec), KV_ROLE_KEY, 6, 32, 4, err, sizeof err)) {
             CHECK(0, "%s: %s", widths[i].spec, err);
             continue;
         }
@@ -182,7 +182,7 @@ static void test_nvfp4(void) {
         KVStream s;
         char err[256];
         const char *spec = fos ? "nvfp4:4over6" : "nvfp4";
-        if (kvstream_init(&s, spec, KV_ROLE_VALUE, 2, 64, 200, err, sizeof err)) {
+        if (kvstream_init(&s, SPEC(spec), KV_ROLE_VALUE, 2, 64, 200, err, sizeof err)) {
             CHECK(0, "%s: %s", spec, err);
             continue;
         }

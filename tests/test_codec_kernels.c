@@ -133,7 +133,7 @@ static void test_kernels(const char *spec, KVRole role, int head_dim) {
     snprintf(label, sizeof label, "%s (%s, head_dim %d)", spec, role == KV_ROLE_KEY ? "keys" : "values", head_dim);
     KVStream s;
     char err[256];
-    if (kvstream_init(&s, spec, role, H, head_dim, T, err, sizeof err)) {
+    if (kvstream_init(&s, SPEC(spec), role, H, head_dim, T, err, sizeof err)) {
         CHECK(0, "%s: cannot create: %s", label, err);
         return;
     }
@@ -162,7 +162,7 @@ static void test_normalised_and_registry(void) {
         for (int role = 0; role < 2; role++) {
             KVStream s;
             char err[256];
-            if (kvstream_init(&s, specs[i].spec, role ? KV_ROLE_VALUE : KV_ROLE_KEY, 6, 32, 16, err, sizeof err)) {
+            if (kvstream_init(&s, SPEC(specs[i].spec), role ? KV_ROLE_VALUE : KV_ROLE_KEY, 6, 32, 16, err, sizeof err)) {
                 CHECK(0, "'%s' fails: %s", specs[i].spec, err);
                 continue;
             }
@@ -173,7 +173,7 @@ static void test_normalised_and_registry(void) {
             CHECK(strcmp(s.spec, norm) == 0, "'%s' normalises to '%s', want '%s'", specs[i].spec, s.spec, norm);
             kvstream_free(&s);
             // The normalised form parses back to itself.
-            if (kvstream_init(&s, norm, role ? KV_ROLE_VALUE : KV_ROLE_KEY, 6, 32, 16, err, sizeof err)) {
+            if (kvstream_init(&s, SPEC(norm), role ? KV_ROLE_VALUE : KV_ROLE_KEY, 6, 32, 16, err, sizeof err)) {
                 CHECK(0, "normalised '%s' fails: %s", norm, err);
                 continue;
             }
@@ -237,7 +237,7 @@ static void test_bad_specs(void) {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         KVStream s;
         char err[256] = "";
-        const int rc = kvstream_init(&s, bad[i].spec, bad[i].role, 2, bad[i].head_dim, 16, err, sizeof err);
+        const int rc = kvstream_init(&s, SPEC(bad[i].spec), bad[i].role, 2, bad[i].head_dim, 16, err, sizeof err);
         CHECK(rc != 0, "'%s' (head_dim %d) was accepted", bad[i].spec, bad[i].head_dim);
         CHECK(rc == 0 || strlen(err) > 10, "'%s' failed without a message", bad[i].spec);
         if (rc == 0) kvstream_free(&s);
@@ -246,7 +246,7 @@ static void test_bad_specs(void) {
     // A choice among named values names them all (spec_choice).
     KVStream s;
     char err[256] = "";
-    CHECK(kvstream_init(&s, "int:bits=4,scale=fp8", KV_ROLE_KEY, 2, 32, 16, err, sizeof err) != 0 &&
+    CHECK(kvstream_init(&s, SPEC("int:bits=4,scale=fp8"), KV_ROLE_KEY, 2, 32, 16, err, sizeof err) != 0 &&
               strcmp(err, "int: scale must be fp16 or fp32 (got 'fp8')") == 0,
           "int:bits=4,scale=fp8 -> '%s'", err);
 }

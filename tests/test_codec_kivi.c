@@ -17,7 +17,7 @@ static uint32_t rnd(void) { return (uint32_t)(check_next(&rng_state) >> 32); }
 
 static void must_init(KVStream *s, const char *spec, KVRole role, int n_heads, int head_dim, int capacity) {
     char err[256];
-    if (kvstream_init(s, spec, role, n_heads, head_dim, capacity, err, sizeof err)) {
+    if (kvstream_init(s, SPEC(spec), role, n_heads, head_dim, capacity, err, sizeof err)) {
         fprintf(stderr, "cannot create '%s': %s\n", spec, err);
         exit(1);
     }

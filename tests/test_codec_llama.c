@@ -25,7 +25,7 @@ static float fp16(float x) { return quant_fp16_to_fp32(quant_fp32_to_fp16(x)); }
 
 static void must_init(KVStream *s, const char *spec, int head_dim, int capacity) {
     char err[256];
-    if (kvstream_init(s, spec, KV_ROLE_KEY, 1, head_dim, capacity, err, sizeof err)) {
+    if (kvstream_init(s, SPEC(spec), KV_ROLE_KEY, 1, head_dim, capacity, err, sizeof err)) {
         fprintf(stderr, "cannot create '%s': %s\n", spec, err);
         exit(1);
     }
@@ -172,7 +172,7 @@ static void test_bad_options(void) {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         KVStream s;
         char err[256] = "";
-        const int rc = kvstream_init(&s, bad[i], KV_ROLE_KEY, 1, 32, 4, err, sizeof err);
+        const int rc = kvstream_init(&s, SPEC(bad[i]), KV_ROLE_KEY, 1, 32, 4, err, sizeof err);
         CHECK(rc != 0 && strlen(err) > 10, "'%s' was accepted", bad[i]);
         if (rc == 0) kvstream_free(&s);
     }

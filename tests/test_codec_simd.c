@@ -60,12 +60,12 @@ static void test_family_heads(const char *spec, KVRole role, int H, int head_dim
     KVStream lib, port;
     char err[256];
     codec_force_portable(0);
-    if (kvstream_init(&lib, spec, role, H, head_dim, length, err, sizeof err)) {
+    if (kvstream_init(&lib, SPEC(spec), role, H, head_dim, length, err, sizeof err)) {
         CHECK(0, "%s: %s", label, err);
         return;
     }
     codec_force_portable(1);
-    const int refused = kvstream_init(&port, spec, role, H, head_dim, length, err, sizeof err);
+    const int refused = kvstream_init(&port, SPEC(spec), role, H, head_dim, length, err, sizeof err);
     codec_force_portable(0);
     if (refused) {
         CHECK(0, "%s: the portable build refuses it: %s", label, err);

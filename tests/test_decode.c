@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "spec_text.h"
 #include "forward.h"
 #include "random_model.h"
 
@@ -117,9 +118,9 @@ int main(void) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int third = cores >= 3 ? 3 : 2;
     Decoder d1, d2, d3;
-    if (decoder_init(&d1, &m, "fp32", "fp32", N, 1, err, sizeof err) ||
-        decoder_init(&d2, &m, "fp32", "fp32", N, 2, err, sizeof err) ||
-        decoder_init(&d3, &m, "fp32", "fp32", N, third, err, sizeof err)) {
+    if (decoder_init(&d1, &m, SPEC("fp32"), SPEC("fp32"), N, 1, err, sizeof err) ||
+        decoder_init(&d2, &m, SPEC("fp32"), SPEC("fp32"), N, 2, err, sizeof err) ||
+        decoder_init(&d3, &m, SPEC("fp32"), SPEC("fp32"), N, third, err, sizeof err)) {
         printf("FAIL init: %s\n", err);
         return 1;
     }
@@ -154,7 +155,7 @@ int main(void) {
 
     // 3. A bad spec is refused with a message, not a crash.
     Decoder bad;
-    if (decoder_init(&bad, &m, "nonsense", "fp32", 8, 1, err, sizeof err) == 0 || !strstr(err, "nonsense")) {
+    if (decoder_init(&bad, &m, SPEC("nonsense"), SPEC("fp32"), 8, 1, err, sizeof err) == 0 || !strstr(err, "nonsense")) {
         printf("FAIL unknown codec accepted or unnamed: %s\n", err);
         failures++;
     }

@@ -26,7 +26,7 @@ static int run(const Model *m, const uint8_t *text, const char *const spec[2], i
                const EvalTrace *ref, EvalTrace *trace, EvalResult *out) {
     char err[256];
     if (eval_trace_alloc(trace, m, T)) return -1;
-    const int rc = eval_tokens(m, text, T, spec[0], spec[1], threads, decode, trace, ref, out, err, sizeof err);
+    const int rc = eval_tokens(m, text, T, SPEC(spec[0]), SPEC(spec[1]), threads, decode, trace, ref, out, err, sizeof err);
     CHECK(rc == 0, "%s | %s, %s: %s", spec[0], spec[1], decode ? "decode" : "fast", err);
     return rc;
 }

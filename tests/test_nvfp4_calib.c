@@ -36,7 +36,7 @@ static void reference(const float *x, float s2, float *out) {
 // A stream of that spec, role and layer, one token x appended; its read-back of every head in out.
 static int stream_read(const char *spec, KVRole role, int layer, const float *x, float *out, char *err, size_t n) {
     KVStream s;
-    if (kvstream_init_at(&s, spec, role, HEADS, HD, 4, &(KVStreamPlace){0, 0, layer}, err, n)) return -1;
+    if (kvstream_init_at(&s, SPEC(spec), role, HEADS, HD, 4, &(KVStreamPlace){0, 0, layer}, err, n)) return -1;
     kvstream_append(&s, x);
     for (int h = 0; h < HEADS; h++) s.ops->read(s.state, h, 0, out + h * HD);
     kvstream_free(&s);

@@ -27,7 +27,7 @@ static int mixes_exactly(const char *spec) { return strncmp(spec, "kivi", 4) != 
 // A pool of the test's shape for one spec: 0, or -1 counted as a failure.
 static int pool_open(KVPool *pool, const char *spec, size_t budget) {
     char err[256];
-    if (!kvpool_init(pool, LAYERS, HEADS, HD, BLOCK, CONTEXT, budget, spec, spec, err, sizeof err)) return 0;
+    if (!kvpool_init(pool, LAYERS, HEADS, HD, BLOCK, CONTEXT, budget, SPEC(spec), SPEC(spec), err, sizeof err)) return 0;
     CHECK(0, "%s: %s", spec, err);
     return -1;
 }
@@ -77,7 +77,7 @@ static void check_against_contiguous(const char *spec) {
     KVStream ref[LAYERS][2];
     for (int l = 0; l < LAYERS; l++)
         for (int r = 0; r < 2; r++)
-            if (kvstream_init(&ref[l][r], spec, (KVRole)r, HEADS, HD, CONTEXT, err, sizeof err)) {
+            if (kvstream_init(&ref[l][r], SPEC(spec), (KVRole)r, HEADS, HD, CONTEXT, err, sizeof err)) {
                 CHECK(0, "%s: %s", spec, err);
                 return;
             }
@@ -186,7 +186,7 @@ static void check_sharing(const char *spec) {
     // Each sequence reads its own vector back, as one stream fed the same tokens decodes it.
     for (int i = 0; i < S; i++) {
         KVStream lone;
-        if (kvstream_init(&lone, spec, KV_ROLE_VALUE, HEADS, HD, CONTEXT, err, sizeof err)) {
+        if (kvstream_init(&lone, SPEC(spec), KV_ROLE_VALUE, HEADS, HD, CONTEXT, err, sizeof err)) {
             CHECK(0, "%s: %s", spec, err);
             break;
         }
@@ -216,7 +216,7 @@ static void check_sharing(const char *spec) {
 static void check_heads_together(const char *spec, int heads, int block) {
     char err[256];
     KVPool pool;
-    if (kvpool_init(&pool, 1, heads, HD, block, CONTEXT, 1 << 30, spec, spec, err, sizeof err)) {
+    if (kvpool_init(&pool, 1, heads, HD, block, CONTEXT, 1 << 30, SPEC(spec), SPEC(spec), err, sizeof err)) {
         CHECK(0, "%s: %s", spec, err);
         return;
     }
@@ -279,23 +279,23 @@ int main(void) {
     char err[256];
     KVPool pool;
     // Bad pools: one line each. More blocks a stream than KV_MAX_BLOCKS (the kernels' stack tables).
-    CHECK(kvpool_init(&pool, LAYERS, HEADS, HD, 16, 16 * KV_MAX_BLOCKS + 16, 1 << 30, "int:bits=4,rot=hadamard", "q4_0",
+    CHECK(kvpool_init(&pool, LAYERS, HEADS, HD, 16, 16 * KV_MAX_BLOCKS + 16, 1 << 30, SPEC("int:bits=4,rot=hadamard"), SPEC("q4_0"),
                       err, sizeof err) &&
               strstr(err, "blocks a stream"),
           "a pool of %d blocks a stream accepted: %s", KV_MAX_BLOCKS + 1, err);
-    CHECK(!kvpool_init(&pool, LAYERS, HEADS, HD, 16, 16 * KV_MAX_BLOCKS, 1 << 30, "int:bits=4,rot=hadamard", "q4_0", err,
+    CHECK(!kvpool_init(&pool, LAYERS, HEADS, HD, 16, 16 * KV_MAX_BLOCKS, 1 << 30, SPEC("int:bits=4,rot=hadamard"), SPEC("q4_0"), err,
                        sizeof err),
           "a pool of %d blocks a stream refused: %s", KV_MAX_BLOCKS, err);
     kvpool_free(&pool);
-    CHECK(kvpool_init(&pool, LAYERS, HEADS, HD, 0, CONTEXT, 1 << 30, "fp16", "fp16", err, sizeof err) && strstr(err, "block"),
+    CHECK(kvpool_init(&pool, LAYERS, HEADS, HD, 0, CONTEXT, 1 << 30, SPEC("fp16"), SPEC("fp16"), err, sizeof err) && strstr(err, "block"),
           "block 0 accepted: %s", err);
-    CHECK(kvpool_init(&pool, LAYERS, HEADS, HD, BLOCK, CONTEXT, 100, "fp16", "fp16", err, sizeof err) &&
+    CHECK(kvpool_init(&pool, LAYERS, HEADS, HD, BLOCK, CONTEXT, 100, SPEC("fp16"), SPEC("fp16"), err, sizeof err) &&
               strstr(err, "cannot hold one block"),
           "a 100-byte pool accepted: %s", err);
-    CHECK(kvpool_init(&pool, LAYERS, HEADS, HD, BLOCK, CONTEXT, 1 << 30, "kivi:bits=2", "kivi:bits=2", err, sizeof err) &&
+    CHECK(kvpool_init(&pool, LAYERS, HEADS, HD, BLOCK, CONTEXT, 1 << 30, SPEC("kivi:bits=2"), SPEC("kivi:bits=2"), err, sizeof err) &&
               strstr(err, "group"),
           "kivi groups of 32 in blocks of 16 accepted: %s", err);
-    if (!kvpool_init(&pool, LAYERS, HEADS, HD, BLOCK, CONTEXT, 1 << 30, "fp16", "fp16", err, sizeof err)) {
+    if (!kvpool_init(&pool, LAYERS, HEADS, HD, BLOCK, CONTEXT, 1 << 30, SPEC("fp16"), SPEC("fp16"), err, sizeof err)) {
         KVSeq s;
         kvseq_init(&s, &pool);
         CHECK(kvseq_reserve(&s, CONTEXT + 1, err, sizeof err) && strstr(err, "context"), "beyond the context: %s", err);

@@ -55,7 +55,7 @@ static int run(const Model *m, const Workload *w, const char *spec, size_t budge
     char err[256];
     const ModelConfig *c = &m->config;
     KVPool pool;
-    if (kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, 16, c->max_seq_len, budget, spec, spec, err,
+    if (kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, 16, c->max_seq_len, budget, SPEC(spec), SPEC(spec), err,
                     sizeof err)) {
         CHECK(0, "%s: %s", spec, err);
         return -1;
@@ -77,7 +77,7 @@ static void check_preemption(const Model *m, const char *spec) {
     const ModelConfig *c = &m->config;
     char err[256];
     KVPool sizing;
-    kvpool_init(&sizing, c->n_layers, c->n_kv_heads, c->head_dim, 16, c->max_seq_len, 1u << 30, spec, spec, err,
+    kvpool_init(&sizing, c->n_layers, c->n_kv_heads, c->head_dim, 16, c->max_seq_len, 1u << 30, SPEC(spec), SPEC(spec), err,
                 sizeof err);
     const size_t roomy = 1u << 30, tight = kvpool_budget_for(&sizing, 2, 100);
     kvpool_free(&sizing);
@@ -120,7 +120,7 @@ static void check_record(const Model *m) {
         CHECK(0, "kv_record: %s", err);
         return;
     }
-    if (decoder_init(&d, m, "fp32", "fp32", N, 1, err, sizeof err)) {
+    if (decoder_init(&d, m, SPEC("fp32"), SPEC("fp32"), N, 1, err, sizeof err)) {
         CHECK(0, "decoder: %s", err);
         kv_recording_free(&rec);
         return;
@@ -157,7 +157,7 @@ int main(void) {
     workload_make(&w, WORKLOAD_FIXED, 2, 512, 1, text, sizeof text - 1);
     char err[256];
     KVPool pool;
-    if (!kvpool_init(&pool, c.n_layers, c.n_kv_heads, c.head_dim, 16, c.max_seq_len, 200000, "fp32", "fp32", err,
+    if (!kvpool_init(&pool, c.n_layers, c.n_kv_heads, c.head_dim, 16, c.max_seq_len, 200000, SPEC("fp32"), SPEC("fp32"), err,
                      sizeof err)) {
         ServeConfig cfg = {.max_batch = 4, .n_threads = 1};
         ServeStats st;

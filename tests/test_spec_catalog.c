@@ -36,7 +36,7 @@ int main(void) {
         if (cat[i].calibrated) continue;
         for (int role = 0; role < 2; role++) {
             KVStream s;
-            if (kvstream_init(&s, specs[role], (KVRole)role, 2, 32, 48, err, sizeof err)) {
+            if (kvstream_init(&s, SPEC(specs[role]), (KVRole)role, 2, 32, 48, err, sizeof err)) {
                 CHECK(0, "%s: %s", specs[role], err);
                 continue;
             }

@@ -20,7 +20,7 @@ static float fp16_of(float x) { return quant_fp16_to_fp32(quant_fp32_to_fp16(x))
 
 static int open_stream(KVStream *s, const char *spec, KVRole role, int capacity) {
     char err[256];
-    if (!kvstream_init(s, spec, role, HEADS, HD, capacity, err, sizeof err)) return 0;
+    if (!kvstream_init(s, SPEC(spec), role, HEADS, HD, capacity, err, sizeof err)) return 0;
     CHECK(0, "%s: %s", spec, err);
     return -1;
 }
@@ -220,7 +220,9 @@ static void check_errors(void) {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char err[256] = "";
         KVStream s;
-        const int rc = kvstream_init(&s, bad[i].spec, bad[i].role, 2, bad[i].head_dim, 4, err, sizeof err);
+        CodecSpec parsed; // a spec's form is the parser's to refuse, its values the stream's
+        int rc = spec_parse(bad[i].spec, &parsed, err, sizeof err);
+        if (!rc) rc = kvstream_init(&s, &parsed, bad[i].role, 2, bad[i].head_dim, 4, err, sizeof err);
         CHECK(rc != 0 && strstr(err, bad[i].message), "%s: rc %d, '%s' (want '%s')", bad[i].spec, rc, err,
               bad[i].message);
         if (!rc) kvstream_free(&s);

@@ -7,6 +7,17 @@
 
 static const char *const names[] = {"portable", "avx2", "avx512"};
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+
+// F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know the name. The
+// OS's support for the AVX state it needs comes with AVX2's, which the builtin checks.
+static int has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+}
+#endif
+
 static Isa probe(void) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
@@ -14,7 +25,7 @@ static Isa probe(void) {
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("bmi") &&
         __builtin_cpu_supports("bmi2"))
         return ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c() &&
         __builtin_cpu_supports("bmi2"))
         return ISA_AVX2;
 #endif

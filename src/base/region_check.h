@@ -1,12 +1,12 @@
 // A kernel's contract with its caller, checked by AddressSanitizer once at the kernel's entry: the
 // memory it will read and write, stated row by row.
 //
-// Why: in the sanitizer test build (scripts/test) the forward kernels (src/forward_kernels.c, dense
-// float rows: the weight products, softmax, the fast evaluator's attention) are compiled without the
-// sanitizers. ASan's check at every load made them ~5x slower and was a third of that pass's time
-// (the end-to-end tests push thousands of tokens through the model). There meson defines
-// REGION_CHECKS, and each kernel first hands ASan every row it is about to touch, so a caller that
-// passes a short buffer still stops with ASan's description of the address. What is given up is a
+// Why: in the sanitizer test build (scripts/test) the forward kernels (src/engine/forward_kernels.c,
+// dense float rows: the weight products, softmax, the fast evaluator's attention) are compiled
+// without the sanitizers. ASan's check at every load slowed them so much that they took a large
+// part of that pass's time (the end-to-end tests push thousands of tokens through the model).
+// There meson defines REGION_CHECKS, and each kernel first hands ASan every row it is about to
+// touch, so a caller that passes a short buffer still stops with ASan's description of the address. What is given up is a
 // check of the kernel's own indexing inside those rows; the fuzz build (clang, scripts/fuzz, and the
 // quick suite in CI) still instruments the kernels load by load. Elsewhere REGION_CHECK is nothing.
 #ifndef MICRO_REGION_CHECK_H

@@ -1,7 +1,7 @@
-// Workers spin on a generation counter before they sleep: a decode step has ~20 fork-join points of
-// a few microseconds each, and waking a sleeping thread costs more than that. They do go to sleep
-// (on a futex) after a short spin, because when another process holds the second core a spinning
-// pool waits a whole scheduler slice at every join, and decoding becomes 20x slower, not 2x.
+// Workers spin on a generation counter before they sleep: a decode step has ~20 fork-join points,
+// each shorter than it takes to wake a sleeping thread. They do go to sleep (on a futex) after a
+// short spin, because when another process holds the second core a spinning pool waits a whole
+// scheduler slice at every join, and decoding slows far more than the loss of one core explains.
 #include "threadpool.h"
 
 #include <limits.h>
@@ -81,8 +81,8 @@ static void *worker_main(void *arg) {
 ThreadPool *pool_create(int n_threads) {
     if (n_threads < 1) return NULL;
     // More threads than online cores cannot run at once: every fork-join would then wait for
-    // descheduled workers (256 threads on 2 cores made a decode 100x slower). Work is split by the
-    // pool's own count, so capping it changes no result.
+    // descheduled workers, and a decode would crawl. Work is split by the pool's own count, so
+    // capping it changes no result.
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (cores >= 1 && n_threads > cores) n_threads = (int)cores;
     ThreadPool *p = calloc(1, sizeof *p);

@@ -21,7 +21,7 @@
 #include "kvpool.h"
 #include "membw.h"
 
-int attention_in_cache(const Model *m, const KVRecording *rec, const char *k_spec, const char *v_spec, int block,
+int attention_in_cache(const Model *m, const KVRecording *rec, const CodecSpec *k_spec, const CodecSpec *v_spec, int block,
                        int repeat, double *seconds, char *err, size_t errlen) {
     const ModelConfig *c = &m->config;
     const int L = c->n_layers, H = c->n_heads, hd = c->head_dim, group = c->n_heads / c->n_kv_heads;

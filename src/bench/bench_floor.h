@@ -10,7 +10,7 @@
 // Seconds of attention (scores, softmax, mix) per head and cached token on one thread, its blocks
 // in cache: one conversation of up to 1,024 of the recording's tokens in a pool of `block`-token
 // blocks, best of `repeat` per layer. -1 with one line in err.
-int attention_in_cache(const Model *m, const KVRecording *rec, const char *k_spec, const char *v_spec, int block,
+int attention_in_cache(const Model *m, const KVRecording *rec, const CodecSpec *k_spec, const CodecSpec *v_spec, int block,
                        int repeat, double *seconds, char *err, size_t errlen);
 
 #endif

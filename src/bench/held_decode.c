@@ -12,7 +12,8 @@
 
 // Positions the recording pushes through the weights at once: spans, as the fast evaluator does
 // (each row's numbers are the decode loop's to the bit), so that recording 2,048 tokens is matrix
-// products, not 2,048 decode steps (under ASan the tests' bench --batch 4 took 6.3 s, not 14.8).
+// products, not 2,048 decode steps: a span reads the weights once for all its positions, which
+// matters most under ASan (the tests' bench --batch 4).
 #define RECORD_SPAN 64
 
 int kv_record(const Model *m, const int *tokens, int n, int n_threads, KVRecording *rec, char *err, size_t errlen) {
@@ -20,7 +21,7 @@ int kv_record(const Model *m, const int *tokens, int n, int n_threads, KVRecordi
     const ModelConfig *c = &m->config;
     const int hd = c->head_dim, kvd = c->n_kv_heads * hd;
     Decoder d;
-    if (decoder_init_spans(&d, m, "fp32", "fp32", n, RECORD_SPAN, n_threads, err, errlen)) return -1;
+    if (decoder_init_spans(&d, m, &codec_spec_fp32, &codec_spec_fp32, n, RECORD_SPAN, n_threads, err, errlen)) return -1;
     rec->n = n, rec->n_layers = c->n_layers, rec->kv_dim = kvd;
     rec->tokens = malloc(sizeof(int) * (size_t)n);
     rec->k = malloc(sizeof(float) * (size_t)n * (size_t)c->n_layers * (size_t)kvd);

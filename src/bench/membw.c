@@ -66,8 +66,8 @@ BandwidthProbe *bandwidth_probe_open(size_t bytes, int threads) {
         Reader *r = &p->readers[t];
         r->n = n, r->passes = passes;
         // Mapped with its pages taken at once (MAP_POPULATE), and no huge pages asked for, as none are
-        // for the cache's blocks: faulting 512 MiB in page by page as the fill first wrote it took
-        // 1.4-1.7 s on a virtual machine here against 0.7, in every command that reads the bandwidth.
+        // for the cache's blocks: faulting 512 MiB in page by page as the fill first wrote it was
+        // slow on a virtual machine, and every command that reads the bandwidth paid for it.
         void *buf = mmap(NULL, n * sizeof(float), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
                          -1, 0);
         if (buf == MAP_FAILED) {

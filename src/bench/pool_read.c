@@ -16,11 +16,11 @@ typedef struct {
 // One word of every 64-byte line of a block brings the line in: what is timed is the memory. The
 // block ~12 KB further on is asked for meanwhile, a line for each line read (a pool's blocks
 // lie anywhere in memory, and the hardware prefetcher loses the way at each), as the float codecs'
-// every-head kernels do. On the machine here, micro bench --batch 32's pools read (one thread):
-//   fp16 (6 KB blocks): a whole block asked for at once 4 blocks ahead, 52-65% of the streaming
-//     rate; a line per line 1 or 2 blocks ahead 74-81%, 4 or 8 blocks ahead 66-74%;
-//   int4 (1.8 KB blocks): a line per line 1 or 2 blocks ahead 63-75%, 4 ahead 78-87%, 8 ahead 82-91%.
-// About 12 KB ahead, then, whatever the block (codec_ahead_tiles, which the kernels use too).
+// every-head kernels do. A line per line read spreads the requests over the reading, where a whole
+// block asked for at once left the reads waiting behind them; and the distance that keeps one core
+// reading a pool nearest its streaming rate is one of bytes, not of blocks: fp16's 6 KB blocks want
+// one or two blocks ahead, int4's 1.8 KB ones several. About 12 KB ahead, then, whatever the block
+// (codec_ahead_tiles, which the kernels use too).
 static uint64_t read_stream(const PagedStream *ps) {
     uint64_t sink = 0;
     const size_t extent = ps->n_blocks ? ps->blocks[0].ops->extent(ps->blocks[0].state) : 1;

@@ -158,8 +158,8 @@ int cmd_attention(int argc, char **argv) {
         top_ref = calloc((size_t)rows, sizeof(int)), top_sch = calloc((size_t)rows, sizeof(int));
         if (!w_ref || !w_sch || !top_ref || !top_sch) status = cli_error("out of memory");
     }
-    if (!status && (decoder_init(&ref, &m, "fp32", "fp32", n, 1, err, sizeof err) ||
-                    decoder_init(&sch, &m, o.k_spec, o.v_spec, n, 1, err, sizeof err)))
+    if (!status && (decoder_init(&ref, &m, &codec_spec_fp32, &codec_spec_fp32, n, 1, err, sizeof err) ||
+                    decoder_init(&sch, &m, cli_spec(o.k_spec), cli_spec(o.v_spec), n, 1, err, sizeof err)))
         status = cli_error("%s", err);
     if (!status) {
         ref.fwd.keep_layer = sch.fwd.keep_layer = o.layer;

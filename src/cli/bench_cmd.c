@@ -58,7 +58,7 @@ static const char *bench_usage =
 static int time_decode(const Model *m, const char *k_spec, const char *v_spec, int n, int threads, int repeat,
                        size_t *cache_bytes, double *seconds, char *err, size_t errlen) {
     Decoder d;
-    if (decoder_init(&d, m, k_spec, v_spec, n, threads, err, errlen)) return -1;
+    if (decoder_init(&d, m, cli_spec(k_spec), cli_spec(v_spec), n, threads, err, errlen)) return -1;
     double best = INFINITY;
     uint64_t rng = 88172645463325252ull;
     for (int r = 0; r < repeat; r++) {
@@ -85,7 +85,7 @@ static int time_decode(const Model *m, const char *k_spec, const char *v_spec, i
 static int time_attention(const Model *m, const char *k_spec, const char *v_spec, int n, int repeat, double *seconds,
                           char *err, size_t errlen) {
     Decoder d;
-    if (decoder_init(&d, m, k_spec, v_spec, n, 1, err, errlen)) return -1;
+    if (decoder_init(&d, m, cli_spec(k_spec), cli_spec(v_spec), n, 1, err, errlen)) return -1;
     uint64_t rng = 88172645463325252ull;
     for (int pos = 0; pos < n; pos++) {
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
@@ -182,14 +182,14 @@ static int held_run(const Model *m, const KVRecording *rec, const char *k_spec, 
                     char *err, size_t errlen) {
     const ModelConfig *c = &m->config;
     KVPool sizing;
-    if (kvpool_init(&sizing, c->n_layers, c->n_kv_heads, c->head_dim, o->block, c->max_seq_len, SIZE_MAX / 2, k_spec,
-                    v_spec, err, errlen))
+    if (kvpool_init(&sizing, c->n_layers, c->n_kv_heads, c->head_dim, o->block, c->max_seq_len, SIZE_MAX / 2,
+                    cli_spec(k_spec), cli_spec(v_spec), err, errlen))
         return -1;
     const size_t budget = kvpool_budget_for(&sizing, o->batch, hi) + (size_t)o->batch * kvpool_block_set_bytes(&sizing);
     kvpool_free(&sizing);
     KVPool pool;
-    if (kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, o->block, c->max_seq_len, budget, k_spec, v_spec,
-                    err, errlen))
+    if (kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, o->block, c->max_seq_len, budget, cli_spec(k_spec),
+                    cli_spec(v_spec), err, errlen))
         return -1;
     HeldDecode hd;
     int rc = serve_held_decode(m, &pool, rec, o->batch, lo, hi, o->steps, o->threads[0], o->threads[0], read_repeat,
@@ -378,9 +378,9 @@ static int bench_batch(const Model *m, const BenchOptions *o, char *err, size_t 
     double per_ht[2] = {0, 0}, per_ht_one[2] = {0, 0};
     HeldDecode short_run;
     for (int s = 0; s < 2 && !rc; s++) {
-        rc = attention_in_cache(m, &rec, specs[s][0], specs[s][1], o->block, o->repeat, &per_ht[s], err, errlen);
-        if (!rc && o->block < n)
-            rc = attention_in_cache(m, &rec, specs[s][0], specs[s][1], n, o->repeat, &per_ht_one[s], err, errlen);
+        const CodecSpec *k = cli_spec(specs[s][0]), *v = cli_spec(specs[s][1]);
+        rc = attention_in_cache(m, &rec, k, v, o->block, o->repeat, &per_ht[s], err, errlen);
+        if (!rc && o->block < n) rc = attention_in_cache(m, &rec, k, v, n, o->repeat, &per_ht_one[s], err, errlen);
     }
     for (int r = 0; r < o->repeat && !rc; r++)
         rc = held_run(m, &rec, "fp16", "fp16", o, few, few, r == 0, 0, &short_run, NULL, err, errlen);

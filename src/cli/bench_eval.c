@@ -123,7 +123,7 @@ int bench_eval(const Model *m, const char *k_spec, const char *v_spec, int n, in
             for (int decode = 0; decode < 2 && !rc; decode++) {
                 EvalResult res;
                 const double t0 = now();
-                rc = eval_tokens(m, window, n, specs[s][0], specs[s][1], threads, decode, NULL, NULL, &res, err, errlen);
+                rc = eval_tokens(m, window, n, cli_spec(specs[s][0]), cli_spec(specs[s][1]), threads, decode, NULL, NULL, &res, err, errlen);
                 const double t = now() - t0;
                 best[decode] = t < best[decode] ? t : best[decode];
                 loss[decode] = res.loss;

@@ -132,7 +132,7 @@ int cmd_capacity(int argc, char **argv) {
         bits[n++] = o.bits[i];
     }
     for (int i = 0; i < o.n_schemes; i++) {
-        if (capacity_scheme_bits(&m, o.schemes[i], &bits[n], err, sizeof err)) return cli_error("%s", err);
+        if (capacity_scheme_bits(&m, cli_spec(o.schemes[i]), &bits[n], err, sizeof err)) return cli_error("%s", err);
         label_of[n++] = o.schemes[i];
     }
     if (csv) {

@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -132,4 +133,29 @@ int cli_out_dir(const char *dir) {
     char shown[MSG_TEXT];
     return cli_error("--out %s: not a folder we can write (%s)", msg_text(dir, shown, sizeof shown),
                      strerror(errno == EEXIST ? ENOTDIR : errno));
+}
+
+// Every text cli_spec has parsed, newest first.
+typedef struct Parsed {
+    struct Parsed *next;
+    CodecSpec spec;
+    char text[];
+} Parsed;
+static Parsed *parsed;
+static pthread_mutex_t parsed_lock = PTHREAD_MUTEX_INITIALIZER;
+
+const CodecSpec *cli_spec(const char *text) {
+    static const CodecSpec none = {.name = ""};
+    pthread_mutex_lock(&parsed_lock);
+    Parsed *p = parsed;
+    while (p && strcmp(p->text, text)) p = p->next;
+    if (!p && (p = calloc(1, sizeof *p + strlen(text) + 1))) {
+        char err[256];
+        strcpy(p->text, text);
+        if (spec_parse(text, &p->spec, err, sizeof err)) p->spec = none;
+        p->next = parsed;
+        parsed = p;
+    }
+    pthread_mutex_unlock(&parsed_lock);
+    return p ? &p->spec : &none;
 }

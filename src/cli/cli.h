@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "kvcache.h"
 #include "model.h"
 
 // Prints "micro: <message>" to stderr and returns 2 (for `return cli_error(...)`).
@@ -21,6 +22,11 @@ int cli_load_model(Model *m, const char *given, const char *calib, char *err, si
 // Makes the folder a figure goes to, or takes it as it is: 0, or 2 after one line when it is not a
 // folder that can be made.
 int cli_out_dir(const char *dir);
+
+// A spec text as the layers below take it, parsed once for the run: the same text gives the same
+// CodecSpec (thread-safe; texts a command checked with cmd_check_specs, or constants). A text that
+// does not parse gives a spec of no family, which the cache refuses in one line where it is used.
+const CodecSpec *cli_spec(const char *text);
 
 // After a command's parse function (cmd_options.h): -1 to go on; else the exit status, after printing
 // the usage to stdout (--help, 0) or the error line and, for an unknown option, the usage (2).

@@ -100,9 +100,10 @@ int cmd_eval(int argc, char **argv) {
     if (!status && !csv)
         printf("%-6s %-34s %-34s %6s %8s %9s %-19s %6s %9s %6s %9s\n", "text", "k_cache", "v_cache", "tokens", "loss",
                "delta", "95% interval", "bits", "bytes", "top1", "kl");
+    const CodecSpec *k_parsed = cli_spec(k_spec), *v_parsed = cli_spec(v_spec);
     for (int i = 0; i < n_texts && !status; i++) {
         EvalResult ref = {0}, r = {0};
-        int failed = eval_windows(&m, loaded[i].tokens, loaded[i].n_tokens, window, &k_spec, &v_spec, 1, threads,
+        int failed = eval_windows(&m, loaded[i].tokens, loaded[i].n_tokens, window, &k_parsed, &v_parsed, 1, threads,
                                   o.decode, &ref, &r, err, sizeof err);
         if (failed) {
             cli_error("%s: %s", loaded[i].path, err);

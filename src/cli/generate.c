@@ -108,7 +108,7 @@ int cmd_generate(int argc, char **argv) {
         return cli_error("the prompt has %zu bytes; the context holds %d tokens with BOS", plen, ctx);
     }
     Decoder d;
-    if (decoder_init(&d, &m, o.k_spec, o.v_spec, ctx, threads, err, sizeof err)) {
+    if (decoder_init(&d, &m, cli_spec(o.k_spec), cli_spec(o.v_spec), ctx, threads, err, sizeof err)) {
         model_free(&m);
         return cli_error("%s", err);
     }

@@ -249,7 +249,7 @@ int cmd_inspect(int argc, char **argv) {
             break;
         }
         Decoder d;
-        if (decoder_init(&d, &m, "fp32", "fp32", text.n_tokens, 1, err, sizeof err)) {
+        if (decoder_init(&d, &m, &codec_spec_fp32, &codec_spec_fp32, text.n_tokens, 1, err, sizeof err)) {
             text_free(&text);
             status = cli_error("%s", err);
             break;

@@ -167,7 +167,7 @@ static void reference_task(void *arg, int j, int thread) {
     PlateRun *r = arg;
     char err[512];
     int rc = atomic_load(&r->failed) ? 0
-                                     : eval_tokens(r->model, r->texts[j].tokens, r->texts[j].n_tokens, "fp32", "fp32", 1,
+                                     : eval_tokens(r->model, r->texts[j].tokens, r->texts[j].n_tokens, &codec_spec_fp32, &codec_spec_fp32, 1,
                                                    r->decode, &r->traces[j], NULL, &r->reference[j], err, sizeof err);
     if (rc) fail_run(r, r->texts[j].path, err, rc);
 }
@@ -179,8 +179,8 @@ static void scheme_task(void *arg, int j, int thread) {
     int t = j % N_TEXTS;
     char err[512];
     int rc = atomic_load(&r->failed) ? 0
-                                     : eval_tokens(r->model, r->texts[t].tokens, r->texts[t].n_tokens, s->k_spec,
-                                                   s->v_spec, 1, r->decode, NULL, &r->traces[t], &r->results[j / N_TEXTS][t], err,
+                                     : eval_tokens(r->model, r->texts[t].tokens, r->texts[t].n_tokens, cli_spec(s->k_spec),
+                                                   cli_spec(s->v_spec), 1, r->decode, NULL, &r->traces[t], &r->results[j / N_TEXTS][t], err,
                                                    sizeof err);
     if (rc) fail_run(r, r->texts[t].path, err, rc);
 }
@@ -209,7 +209,7 @@ static int run_serve_panel(PlateRun *r, const Model *m, const uint8_t *text, siz
     free(tokens);
     if (rc) return -1;
     KVPool fp16;
-    if (kvpool_init(&fp16, c->n_layers, c->n_kv_heads, c->head_dim, SERVE_BLOCK, n, SIZE_MAX / 2, "fp16", "fp16", err,
+    if (kvpool_init(&fp16, c->n_layers, c->n_kv_heads, c->head_dim, SERVE_BLOCK, n, SIZE_MAX / 2, cli_spec("fp16"), cli_spec("fp16"), err,
                     errlen)) {
         kv_recording_free(&rec);
         return -1;
@@ -221,7 +221,7 @@ static int run_serve_panel(PlateRun *r, const Model *m, const uint8_t *text, siz
         ServeRow *row = &r->serve[i];
         KVPool pool;
         if ((rc = kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, SERVE_BLOCK, n, (size_t)r->serve_budget,
-                              serve_schemes[i].spec, serve_schemes[i].spec, err, errlen)))
+                              cli_spec(serve_schemes[i].spec), cli_spec(serve_schemes[i].spec), err, errlen)))
             break;
         row->bits = 8.0 * (double)kvpool_sequence_bytes(&pool, n) / numbers;
         row->plain = r->serve_fp16 * 16.0 / serve_schemes[i].nominal_bits;
@@ -600,10 +600,11 @@ static void long_task(void *arg, int t, int thread) {
     (void)thread;
     PlateRun *r = arg;
     char err[600];
-    const char *k[N_SCHEMES], *v[N_SCHEMES];
+    const CodecSpec *k[N_SCHEMES], *v[N_SCHEMES];
     int index[N_SCHEMES], n = 0;
     for (int s = 0; s < N_SCHEMES; s++)
-        if (strcmp(schemes[s].panel, "loss") == 0) index[n] = s, k[n] = schemes[s].k_spec, v[n++] = schemes[s].v_spec;
+        if (strcmp(schemes[s].panel, "loss") == 0)
+            index[n] = s, k[n] = cli_spec(schemes[s].k_spec), v[n++] = cli_spec(schemes[s].v_spec);
     EvalResult out[N_SCHEMES];
     const int rc = eval_windows(r->model, r->texts[t].tokens, r->texts[t].n_tokens, r->model->config.max_seq_len, k, v,
                                 n, 1, r->decode, &r->reference[t], out, err, sizeof err);
@@ -753,7 +754,7 @@ int cmd_plate(int argc, char **argv) {
     const CapacityModel *cap = capacity_preset("llama3-8b");
     double scheme_bits[N_CAP_SCHEMES];
     for (int i = 0; i < N_CAP_SCHEMES && !status; i++)
-        if (capacity_scheme_bits(cap, capacity_schemes[i], &scheme_bits[i], err, sizeof err)) status = cli_error("%s", err);
+        if (capacity_scheme_bits(cap, cli_spec(capacity_schemes[i]), &scheme_bits[i], err, sizeof err)) status = cli_error("%s", err);
     ThreadPool *pool = status ? NULL : pool_create(threads);
     if (!status && !pool) status = cli_error("cannot start %d threads", threads);
     if (!status) {

@@ -156,11 +156,11 @@ int cmd_sweep(int argc, char **argv) {
             status = cli_error("out of memory");
             break;
         }
-        int rc = eval_tokens(&m, texts[t].tokens, texts[t].n_tokens, "fp32", "fp32", o.threads, o.decode, &trace, NULL, &ref, err,
+        int rc = eval_tokens(&m, texts[t].tokens, texts[t].n_tokens, &codec_spec_fp32, &codec_spec_fp32, o.threads, o.decode, &trace, NULL, &ref, err,
                              sizeof err);
         for (int i = 0; i < specs.n && !rc; i++) {
             EvalResult r;
-            rc = eval_tokens(&m, texts[t].tokens, texts[t].n_tokens, specs.specs[i], specs.specs[i], o.threads, o.decode, NULL,
+            rc = eval_tokens(&m, texts[t].tokens, texts[t].n_tokens, cli_spec(specs.specs[i]), cli_spec(specs.specs[i]), o.threads, o.decode, NULL,
                              &trace, &r, err, sizeof err);
             if (rc) break;
             print_row(o.json, rows++ == 0, texts[t].name, &r, r.loss - ref.loss);

@@ -508,7 +508,7 @@ void batch_free(BatchForward *b) {
 // ---------------------------------------------------------------------------------------------
 // The single-sequence decoder.
 
-static int decoder_init_rows(Decoder *d, const Model *m, const char *k_spec, const char *v_spec, int capacity,
+static int decoder_init_rows(Decoder *d, const Model *m, const CodecSpec *k_spec, const CodecSpec *v_spec, int capacity,
                              int block, int rows, int n_threads, char *err, size_t errlen) {
     memset(d, 0, sizeof *d);
     const ModelConfig *p = &m->config;
@@ -546,17 +546,17 @@ static int decoder_init_rows(Decoder *d, const Model *m, const char *k_spec, con
     return 0;
 }
 
-int decoder_init_paged(Decoder *d, const Model *m, const char *k_spec, const char *v_spec, int capacity, int block,
+int decoder_init_paged(Decoder *d, const Model *m, const CodecSpec *k_spec, const CodecSpec *v_spec, int capacity, int block,
                        int n_threads, char *err, size_t errlen) {
     return decoder_init_rows(d, m, k_spec, v_spec, capacity, block, 1, n_threads, err, errlen);
 }
 
-int decoder_init_spans(Decoder *d, const Model *m, const char *k_spec, const char *v_spec, int capacity, int rows,
+int decoder_init_spans(Decoder *d, const Model *m, const CodecSpec *k_spec, const CodecSpec *v_spec, int capacity, int rows,
                        int n_threads, char *err, size_t errlen) {
     return decoder_init_rows(d, m, k_spec, v_spec, capacity, capacity, rows, n_threads, err, errlen);
 }
 
-int decoder_init(Decoder *d, const Model *m, const char *k_spec, const char *v_spec, int capacity, int n_threads,
+int decoder_init(Decoder *d, const Model *m, const CodecSpec *k_spec, const CodecSpec *v_spec, int capacity, int n_threads,
                  char *err, size_t errlen) {
     return decoder_init_paged(d, m, k_spec, v_spec, capacity, capacity, n_threads, err, errlen);
 }

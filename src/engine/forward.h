@@ -77,14 +77,14 @@ typedef struct {
     int *top_position;
 } Decoder;
 
-// k_spec / v_spec are codec spec strings ("fp32", "int:bits=4", ...). One line in err on failure.
+// k_spec / v_spec: the parsed specs (spec_parse of "fp32", "int:bits=4", ...). One line in err on failure.
 // The cache is one block of `capacity` tokens per stream; decoder_init_paged takes blocks of `block`.
-int decoder_init(Decoder *d, const Model *m, const char *k_spec, const char *v_spec, int capacity,
+int decoder_init(Decoder *d, const Model *m, const CodecSpec *k_spec, const CodecSpec *v_spec, int capacity,
                  int n_threads, char *err, size_t errlen);
-int decoder_init_paged(Decoder *d, const Model *m, const char *k_spec, const char *v_spec, int capacity, int block,
+int decoder_init_paged(Decoder *d, const Model *m, const CodecSpec *k_spec, const CodecSpec *v_spec, int capacity, int block,
                        int n_threads, char *err, size_t errlen);
 // The same decoder, also taking spans of up to `rows` consecutive tokens (decoder_forward_span).
-int decoder_init_spans(Decoder *d, const Model *m, const char *k_spec, const char *v_spec, int capacity, int rows,
+int decoder_init_spans(Decoder *d, const Model *m, const CodecSpec *k_spec, const CodecSpec *v_spec, int capacity, int rows,
                        int n_threads, char *err, size_t errlen);
 // Runs tokens[0, n) at positions pos, pos + 1, ... (pos == tokens already cached; n at most the rows
 // given to decoder_init_spans) as one span: logits [n][vocab]; fwd.top_position holds each row's.

@@ -77,10 +77,10 @@ static inline float fold_lanes_unrolled(float *part) {
 // folded by fold_lanes_unrolled.
 #ifdef FORWARD_KERNELS_AVX512
 // The sixteen partial sums stay in registers from the first product to the fold, where the C
-// loop's array was cleared and read back through memory for every block: at n = 192 that cost as
-// much as the products (~62 G multiply-adds a second against ~85 at n = 512). The fold is a
-// transpose tree whose every add is one of fold_lanes_unrolled's (8 + 8, 4 + 4, 0 + 2 and 1 + 3,
-// 0 + 1), two outputs per add at the first step and sixteen at the last: 15 adds and 30 shuffles.
+// loop's array was cleared and read back through memory for every block, which at a row as short
+// as micro's (n = 192) cost as much as the products themselves. The fold is a transpose tree whose
+// every add is one of fold_lanes_unrolled's (8 + 8, 4 + 4, 0 + 2 and 1 + 3, 0 + 1), two outputs per
+// add at the first step and sixteen at the last: 15 adds and 30 shuffles.
 static inline __attribute__((always_inline)) void block4x4(float *restrict out, size_t os, const float *restrict w0,
                                                            const float *restrict x0, size_t xs, int n) {
     const float *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
@@ -151,8 +151,8 @@ static float dot_row(const float *restrict w, const float *restrict x, int n) {
 // out[r] = W[r,:] · x for rows [r0, r1). Decoding is bound by reading the weights (7 MB per token
 // from L3), so four rows share each load of x, and the next four rows are prefetched while these
 // are summed. Each row's sum is the same as dot_row's, so any split of rows gives the same bits.
-// Aligned to a cache line: a decode's time is mostly this loop, whose speed moved by 3-5% with the
-// placement other code left it (bench-compare's whole decode).
+// Aligned to a cache line: a decode's time is mostly this loop, whose speed otherwise moved with
+// wherever the code before it happened to leave it (bench-compare's whole decode).
 __attribute__((aligned(64))) static void matvec_rows_impl(float *restrict out, const float *restrict W,
                                                           const float *restrict x, int n, int r0, int r1) {
     matvec_contract(out, W, x, n, r0, r1);
@@ -193,7 +193,7 @@ static void matmul_rows_impl(float *restrict out, size_t os, const float *restri
     int o = o0;
     // The next four weight rows are asked for a slice at a time while these serve every batch row:
     // the weights come from DRAM (a batch's KV cache streams through L3 between two uses), and the
-    // first batch rows of each four weight rows waited on them (~10% of the products' time).
+    // first batch rows of each four weight rows would otherwise wait on them.
     const int blocks = n_rows / 4 > 0 ? n_rows / 4 : 1;
     const size_t slice = ((size_t)4 * n + (size_t)blocks * LANES - 1) / ((size_t)blocks * LANES) * LANES;
     for (; o + 4 <= o1; o += 4) {

@@ -75,7 +75,7 @@ int capacity_scheme_check(const CapacityModel *m, char *err, size_t errlen) {
     return 0;
 }
 
-int capacity_scheme_bits(const CapacityModel *m, const char *spec, double *bits, char *err, size_t errlen) {
+int capacity_scheme_bits(const CapacityModel *m, const CodecSpec *spec, double *bits, char *err, size_t errlen) {
     KVStream k, v;
     if (capacity_scheme_check(m, err, errlen)) return -1;
     if (kvstream_init(&k, spec, KV_ROLE_KEY, m->kv_heads, m->head_dim, m->context, err, errlen)) return -1;
@@ -86,7 +86,7 @@ int capacity_scheme_bits(const CapacityModel *m, const char *spec, double *bits,
     size_t n = (size_t)m->kv_heads * m->head_dim;
     float *vec = malloc(n * sizeof(float));
     if (!vec) {
-        snprintf(err, errlen, "out of memory measuring %s", spec);
+        snprintf(err, errlen, "out of memory measuring %s", spec->name);
         kvstream_free(&k);
         kvstream_free(&v);
         return -1;

@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 
+#include "kvcache.h"
+
 typedef struct {
     const char *name;
     int layers, kv_heads, head_dim;
@@ -26,7 +28,7 @@ int capacity_check(const CapacityModel *m, char *err, unsigned long errlen);
 CapacityRow capacity_row(const CapacityModel *m, double bits_per_element);
 // Storage bits per cached number of a cache spec (keys and values alike) at the end of one full
 // conversation of m's head shape, through the real codecs: scales, minimums and residuals count.
-int capacity_scheme_bits(const CapacityModel *m, const char *spec, double *bits, char *err, size_t errlen);
+int capacity_scheme_bits(const CapacityModel *m, const CodecSpec *spec, double *bits, char *err, size_t errlen);
 // Measuring a scheme runs one conversation of m's head shape through the codec: at most this many
 // numbers per stream (a fp32 stream of them is 512 MiB), so that a shape cannot ask for terabytes.
 #define CAPACITY_MAX_MEASURED (1ull << 27)

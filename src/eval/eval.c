@@ -44,7 +44,7 @@ void eval_trace_free(EvalTrace *t) {
     memset(t, 0, sizeof *t);
 }
 
-int eval_tokens(const Model *m, const uint8_t *tokens, int n, const char *k_spec, const char *v_spec,
+int eval_tokens(const Model *m, const uint8_t *tokens, int n, const CodecSpec *k_spec, const CodecSpec *v_spec,
                 int n_threads, int decode, EvalTrace *record, const EvalTrace *reference, EvalResult *out, char *err,
                 size_t errlen) {
     memset(out, 0, sizeof *out);
@@ -141,8 +141,8 @@ int eval_tokens(const Model *m, const uint8_t *tokens, int n, const char *k_spec
 // is predicted once; the loss, top-1 agreement and KL are means over all of them and the interval
 // comes from all their differences. The cache's bytes are those of the first window. A text that
 // fits one window gives exactly eval_tokens' results.
-int eval_windows(const Model *m, const uint8_t *tokens, int n, int window, const char *const *k_specs,
-                 const char *const *v_specs, int n_specs, int threads, int decode, EvalResult *ref, EvalResult *out,
+int eval_windows(const Model *m, const uint8_t *tokens, int n, int window, const CodecSpec *const *k_specs,
+                 const CodecSpec *const *v_specs, int n_specs, int threads, int decode, EvalResult *ref, EvalResult *out,
                  char *err, size_t errlen) {
     const int per = window - 1;
     uint8_t *buf = malloc((size_t)window);
@@ -167,7 +167,7 @@ int eval_windows(const Model *m, const uint8_t *tokens, int n, int window, const
                 snprintf(err, errlen, "out of memory");
                 rc = -1;
             }
-            if (!rc) rc = eval_tokens(m, buf, wn, "fp32", "fp32", threads, decode, &tr, NULL, &r_ref, err, errlen);
+            if (!rc) rc = eval_tokens(m, buf, wn, &codec_spec_fp32, &codec_spec_fp32, threads, decode, &tr, NULL, &r_ref, err, errlen);
             if (!rc) sums[3 * n_specs] += r_ref.loss * (wn - 1);
             if (!rc && windows == 0) *ref = r_ref;
             for (int s = 0; s < n_specs && !rc; s++) {

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvcache.h"
 #include "model.h"
 
 // What the fp32-cache run saw at every step, for comparing a quantised cache against it.
@@ -38,15 +39,15 @@ typedef struct {
 // server decodes. The two give the same bits (tests/test_eval_fast.c).
 // With `record`, fills it (eval_trace_alloc first); with `reference`, compares every step against it
 // (top1_agree, kl; both left at 1 and 0 without one).
-int eval_tokens(const Model *m, const uint8_t *tokens, int n, const char *k_spec, const char *v_spec,
+int eval_tokens(const Model *m, const uint8_t *tokens, int n, const CodecSpec *k_spec, const CodecSpec *v_spec,
                 int n_threads, int decode, EvalTrace *record, const EvalTrace *reference, EvalResult *out, char *err,
                 size_t errlen);
 // A text of any length (tokens[0] is BOS; each further BOS starts a document, as the corpus's files):
 // each document in consecutive windows of `window` tokens, each run from its own BOS through fp32
 // (into *ref) and each of the n_specs schemes (into out[s]); every byte is predicted once, the means
 // and the interval are over all of them. One window: exactly eval_tokens' results.
-int eval_windows(const Model *m, const uint8_t *tokens, int n, int window, const char *const *k_specs,
-                 const char *const *v_specs, int n_specs, int threads, int decode, EvalResult *ref, EvalResult *out,
+int eval_windows(const Model *m, const uint8_t *tokens, int n, int window, const CodecSpec *const *k_specs,
+                 const CodecSpec *const *v_specs, int n_specs, int threads, int decode, EvalResult *ref, EvalResult *out,
                  char *err, size_t errlen);
 int eval_trace_alloc(EvalTrace *t, const Model *m, int n_tokens);
 void eval_trace_free(EvalTrace *t);

@@ -52,6 +52,8 @@ const CodecFamily *const *codec_families(int *count) {
     return registry_portable;
 }
 
+const CodecSpec codec_spec_fp32 = {.name = "fp32"};
+
 // The spec as it appears in messages: escaped and shortened (msgtext.h).
 #define SHOWN(text) msg_text(text, shown, sizeof shown)
 
@@ -228,12 +230,12 @@ static const CodecFamily *find_family(const char *name, char *err, size_t errlen
     return NULL;
 }
 
-static int stream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
+static int stream_init(KVStream *s, const CodecSpec *given, KVRole role, int n_heads, int head_dim, int capacity,
                        int context, const KVStreamPlace *place, char *err, size_t errlen) {
     const int block = place ? place->block : 0, first = place ? place->first : 0, layer = place ? place->layer : -1;
     memset(s, 0, sizeof *s);
-    CodecSpec spec;
-    if (spec_parse(spec_text, &spec, err, errlen)) return -1;
+    CodecSpec spec = *given; // the codec marks the options it reads
+    for (int i = 0; i < spec.n_options; i++) spec.options[i].used = 0;
     static const char *const own[4] = {"role", "context", "block", "layer"};
     static const char *const set_by[4] = {" (--k / --v)", " (the model's context)", " (the pool's --block)",
                                           " (each layer's stream)"};
@@ -303,14 +305,14 @@ void kvstream_free(KVStream *s) {
     memset(s, 0, sizeof *s);
 }
 
-int kvstream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
+int kvstream_init(KVStream *s, const CodecSpec *spec, KVRole role, int n_heads, int head_dim, int capacity,
                   char *err, size_t errlen) {
-    return stream_init(s, spec_text, role, n_heads, head_dim, capacity, 0, NULL, err, errlen);
+    return stream_init(s, spec, role, n_heads, head_dim, capacity, 0, NULL, err, errlen);
 }
 
-int kvstream_init_at(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
+int kvstream_init_at(KVStream *s, const CodecSpec *spec, KVRole role, int n_heads, int head_dim, int capacity,
                      const KVStreamPlace *place, char *err, size_t errlen) {
-    return stream_init(s, spec_text, role, n_heads, head_dim, capacity, 0, place, err, errlen);
+    return stream_init(s, spec, role, n_heads, head_dim, capacity, 0, place, err, errlen);
 }
 
 int kvstream_check_spec_shape(const char *spec_text, KVRole role, const KVShape *shape, char *err, size_t errlen) {
@@ -324,7 +326,9 @@ int kvstream_check_spec_shape(const char *spec_text, KVRole role, const KVShape 
     // One token of capacity: the codecs check their options and the shape without allocating a
     // whole context; the context itself comes as an option.
     KVStream s;
-    if (stream_init(&s, spec_text, role, shape->n_heads, shape->head_dim, 1, shape->context, NULL, err, errlen))
+    CodecSpec spec;
+    if (spec_parse(spec_text, &spec, err, errlen) ||
+        stream_init(&s, &spec, role, shape->n_heads, shape->head_dim, 1, shape->context, NULL, err, errlen))
         return -1;
     kvstream_free(&s);
     return 0;

@@ -135,6 +135,10 @@ typedef struct {
 // The registry (kvcache.c): one line per codec family.
 const CodecFamily *const *codec_families(int *count);
 
+// The reference cache's spec, parsed: fp32.
+extern const CodecSpec codec_spec_fp32;
+// A spec string parsed: where a spec enters (a command's option, a test's list) it is parsed once,
+// and every layer below takes the CodecSpec, never the text.
 int spec_parse(const char *text, CodecSpec *spec, char *err, size_t errlen);
 // Option look-ups for codecs: mark the option used; -1 with a message on a bad value.
 int spec_int(CodecSpec *spec, const char *key, int fallback, int lo, int hi, int *out, char *err, size_t errlen);
@@ -152,7 +156,8 @@ int spec_flag(CodecSpec *spec, const char *key);
 // stream passes it to its codec as the option `role=k` or `role=v` (a spec string cannot set it).
 typedef enum { KV_ROLE_KEY, KV_ROLE_VALUE } KVRole;
 
-int kvstream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
+// A stream of the parsed spec (spec_parse; a stream marks its options on a copy).
+int kvstream_init(KVStream *s, const CodecSpec *spec, KVRole role, int n_heads, int head_dim, int capacity,
                   char *err, size_t errlen);
 // Where a stream sits, for codecs and transforms that depend on it. block > 0: the stream is one
 // block of `block` tokens of a longer sequence (kvpool.c), holding its tokens [first, first + block):
@@ -162,7 +167,7 @@ int kvstream_init(KVStream *s, const char *spec_text, KVRole role, int n_heads, 
 typedef struct {
     int block, first, layer;
 } KVStreamPlace;
-int kvstream_init_at(KVStream *s, const char *spec_text, KVRole role, int n_heads, int head_dim, int capacity,
+int kvstream_init_at(KVStream *s, const CodecSpec *spec, KVRole role, int n_heads, int head_dim, int capacity,
                      const KVStreamPlace *place, char *err, size_t errlen);
 void kvstream_free(KVStream *s);
 // The shape of the streams a spec is meant for: heads, head_dim, and the model's context (the

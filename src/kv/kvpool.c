@@ -13,18 +13,17 @@ static int div_up(int a, int b) { return (a + b - 1) / b; }
 // A block of the pool. When one block holds a whole sequence (block == context) the codec is not
 // told of blocks: its alignment rules (kivi's groups) are about a sequence spread over blocks.
 // `first`: the block's first token in its sequence; `layer`: its model layer.
-static int block_init(const KVPool *p, KVStream *b, const char *spec, KVRole role, int first, int layer, char *err,
-                      size_t errlen) {
+static int block_init(const KVPool *p, KVStream *b, KVRole role, int first, int layer, char *err, size_t errlen) {
     const KVStreamPlace place = {p->block < p->context ? p->block : 0, first, layer};
-    return kvstream_init_at(b, spec, role, p->n_heads, p->head_dim, p->block, &place, err, errlen);
+    return kvstream_init_at(b, &p->spec[role], role, p->n_heads, p->head_dim, p->block, &place, err, errlen);
 }
 
 // What a full block costs open and settled, measured on a block: `block` tokens appended (their
 // values do not change any codec's byte count), then all of them given their final form.
-static int measure_block(const KVPool *p, KVRole role, const char *spec, int first, size_t *open, size_t *settled,
-                         char *normalised, char *err, size_t errlen) {
+static int measure_block(const KVPool *p, KVRole role, int first, size_t *open, size_t *settled, char *normalised,
+                         char *err, size_t errlen) {
     KVStream b;
-    if (block_init(p, &b, spec, role, first, 0, err, errlen)) return -1;
+    if (block_init(p, &b, role, first, 0, err, errlen)) return -1;
     float *vec = malloc(sizeof(float) * (size_t)p->n_heads * (size_t)p->head_dim);
     if (!vec) {
         kvstream_free(&b);
@@ -46,18 +45,18 @@ static int measure_block(const KVPool *p, KVRole role, const char *spec, int fir
 // A block of a sequence past its first ones (whose cost every block of growth has), and what the
 // first ones cost more: a stream with sink tokens keeps them exact in the blocks that hold them. A
 // pool of one block per sequence has only a first block.
-static int measure_cost(KVPool *p, KVRole role, const char *spec, char *err, size_t errlen) {
+static int measure_cost(KVPool *p, KVRole role, char *err, size_t errlen) {
     PoolStreamCost *c = &p->cost[role];
     const int later = p->block < p->context ? p->context : 0; // past every sink token
-    if (measure_block(p, role, spec, later, &c->open_bytes, &c->settled_bytes, c->spec, err, errlen)) return -1;
+    if (measure_block(p, role, later, &c->open_bytes, &c->settled_bytes, c->spec, err, errlen)) return -1;
     c->first_extra = 0;
     for (int first = 0; later && first < p->context; first += p->block) { // sink tokens may fill blocks
         size_t open, settled;
-        if (measure_block(p, role, spec, first, &open, &settled, NULL, err, errlen)) return -1;
+        if (measure_block(p, role, first, &open, &settled, NULL, err, errlen)) return -1;
         if (open <= c->open_bytes) break;
         c->first_extra += open - c->open_bytes;
     }
-    if (block_init(p, &p->rule[role], spec, role, 0, 0, err, errlen)) return -1;
+    if (block_init(p, &p->rule[role], role, 0, 0, err, errlen)) return -1;
     c->settles = p->rule[role].ops->settle != NULL;
     return 0;
 }
@@ -77,7 +76,7 @@ int kvpool_check_block(int block, int context, char *err, size_t errlen) {
 }
 
 int kvpool_init(KVPool *p, int n_layers, int n_heads, int head_dim, int block, int context, size_t budget,
-                const char *k_spec, const char *v_spec, char *err, size_t errlen) {
+                const CodecSpec *k_spec, const CodecSpec *v_spec, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
     if (n_layers < 1 || n_heads < 1 || head_dim < 1 || context < 1) {
         snprintf(err, errlen, "cache pool shape %d layers x %d heads x %d, context %d is not a shape", n_layers,
@@ -93,7 +92,8 @@ int kvpool_init(KVPool *p, int n_layers, int n_heads, int head_dim, int block, i
     }
     p->n_layers = n_layers, p->n_heads = n_heads, p->head_dim = head_dim;
     p->block = block, p->context = context, p->budget = budget;
-    if (measure_cost(p, KV_ROLE_KEY, k_spec, err, errlen) || measure_cost(p, KV_ROLE_VALUE, v_spec, err, errlen)) {
+    p->spec[KV_ROLE_KEY] = *k_spec, p->spec[KV_ROLE_VALUE] = *v_spec;
+    if (measure_cost(p, KV_ROLE_KEY, err, errlen) || measure_cost(p, KV_ROLE_VALUE, err, errlen)) {
         kvpool_free(p);
         return -1;
     }
@@ -194,7 +194,7 @@ int kvseq_reserve(KVSeq *s, int tokens, char *err, size_t errlen) {
         for (int r = 0; r < 2; r++) {
             PagedStream *ps = stream_of(s, (KVRole)r, l);
             for (int b = have; b < want; b++) {
-                if (!block_init(p, &ps->blocks[b], p->cost[r].spec, (KVRole)r, b * p->block, l, err, errlen)) {
+                if (!block_init(p, &ps->blocks[b], (KVRole)r, b * p->block, l, err, errlen)) {
                     ps->states[b] = ps->blocks[b].state;
                 } else {
                     // Undo this call's blocks: the sequence is as it was.

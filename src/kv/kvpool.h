@@ -33,6 +33,7 @@ typedef struct {
     size_t peak;   // the most ever charged
     long blocks;   // blocks allocated now (all layers and streams)
     PoolStreamCost cost[2]; // [KV_ROLE_KEY], [KV_ROLE_VALUE]
+    CodecSpec spec[2];      // the specs as given: each new block is made from them, no text parsed
     KVStream rule[2];       // an empty block of each role: its codec's settle rule
 } KVPool;
 
@@ -59,7 +60,7 @@ typedef struct {
 // The block rule alone (kvpool_init's first check), for commands to check before any work.
 int kvpool_check_block(int block, int context, char *err, size_t errlen);
 int kvpool_init(KVPool *p, int n_layers, int n_heads, int head_dim, int block, int context, size_t budget,
-                const char *k_spec, const char *v_spec, char *err, size_t errlen);
+                const CodecSpec *k_spec, const CodecSpec *v_spec, char *err, size_t errlen);
 void kvpool_free(KVPool *p);
 // The bytes of blocks that hold `tokens` tokens of one sequence, every token final except the
 // newest ones a codec keeps open: what a sequence of that length is charged at most.

@@ -119,8 +119,9 @@ void quant_unpack(const uint8_t *src, uint8_t *codes, size_t n, int bits);
 // 16-entry table built per call (or per group of tokens): the table holds the products the kernel
 // adds, e.g. q_d · level(c), so a lookup replaces unpacking, conversion and a multiplication. With
 // AVX-512 a lookup is one _mm512_permutexvar_ps; the portable code does the same lookups in plain
-// C, so both give the same bits (the products are computed once, in the table, either way; a test
-// compiles the codecs with MICRO_PORTABLE and compares).
+// C, so both give the same bits (the products are computed once, in the table, either way; the
+// portable build is compiled with MICRO_PORTABLE defined, and test_codec_simd runs both on the same
+// vectors and compares).
 #if defined(__AVX512F__) && defined(__AVX512BW__) && !defined(MICRO_PORTABLE)
 #define QUANT_AVX512 1
 #define QUANT_SIMD 1
@@ -173,8 +174,8 @@ static inline void quant_row_gather(int bits, __m512i *ctrl, __m512i *off) {
 #endif
 
 // fmaxf(m, fabsf(x)) for an m that is not NaN (a NaN x leaves m, as fmaxf does), inline: gcc calls
-// libm's fmaxf unless NaNs may be ignored, and an encoder's absmax made that call a tenth of the
-// time filling a pool (micro plate's panel (d)).
+// libm's fmaxf unless NaNs may be ignored, and an encoder's absmax would make that call for every
+// number it stores, which slowed the filling of a pool (micro plate's panel (d)).
 static inline float quant_max_abs(float m, float x) {
     const float a = fabsf(x);
     return a > m ? a : m;
@@ -182,7 +183,7 @@ static inline float quant_max_abs(float m, float x) {
 
 // j / per, and j % per in *rem, for j >= 0: a stream's block and place in it. A pool's blocks are a
 // power of two (the default 16, vLLM's) almost always, and the kernels ask this for every tile: a
-// shift and a mask, where an integer division (~10 cycles here) cost the batched step several percent.
+// shift and a mask, where an integer division is slow enough to show in the batched step.
 static inline int quant_divmod(int j, int per, int *rem) {
     if ((per & (per - 1)) == 0) {
         *rem = j & (per - 1);

@@ -140,8 +140,8 @@ static QUANT_ALWAYS_INLINE const uint8_t *affine_unit(const AffineChunk *ch, int
 
 // Asks for units [u, u + count) ahead of their use (within the stream): a pool's blocks lie anywhere,
 // and the hardware prefetcher loses the way at each. The kernels ask 256 tokens ahead: in a pool of
-// 32 long conversations (micro bench --batch 32) every block is a trip to DRAM, and 128 tokens
-// ahead left the adds waiting on it (fp16's step was ~10% slower). (The families also ask for the
+// 32 long conversations (micro bench --batch 32) every block is a trip to DRAM, and at 128 tokens
+// ahead the bytes still came too late, so the adds waited on them. (The families also ask for the
 // next head's codes as they read their own: int_prefetch_next_head, block_prefetch.)
 #define AFFINE_AHEAD 256
 static QUANT_ALWAYS_INLINE void affine_prefetch(const AffineChunk *ch, int u, int count) {

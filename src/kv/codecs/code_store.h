@@ -46,7 +46,7 @@ static inline uint8_t *code_store_unit(const CodeStore *cs, int head, int unit) 
 // in a unit) in every block of the n tokens, found from the blocks' pointers (affine_chunk_at).
 // Both such families (int, llama.cpp's blocks) ask for the next head's codes as they read their own
 // (code_store_prefetch16) over blocks: heads after the first find theirs in cache (followed), and
-// asking again cost their kernels about a tenth of their time with the bytes at hand.
+// their kernels do not ask again: the bytes are at hand, and asking would only cost time.
 static inline AffineChunk code_store_chunk_at(const CodecBlocks *b, const CodeStore *cs, size_t codes_at, int head,
                                               int n, size_t offset) {
     const size_t head_at = (size_t)head * (size_t)cs->units * cs->unit_bytes;

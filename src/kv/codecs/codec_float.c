@@ -255,7 +255,7 @@ static ALWAYS_INLINE const uint8_t *float_codes_at(const CodecBlocks *b, int hea
 // Asks for the codes of the 16 tokens from t (a key tile, or 16 value rows: contiguous in a block)
 // ahead of their use. A pool's blocks lie anywhere in memory, so the hardware prefetcher, which
 // follows one stream of addresses, loses the way at every block; this keeps DRAM busy. The kernels
-// ask 192 tokens ahead: at 64 a pool of 32 long conversations waited on DRAM (~10% slower mix).
+// ask 192 tokens ahead: at 64, the mix over a pool of 32 long conversations still waited on DRAM.
 static ALWAYS_INLINE void float_prefetch16(const CodecBlocks *b, int head, int t, int n) {
     if (t >= n || n <= b->block) return; // one block is one stream of addresses: the hardware follows it
     const uint8_t *p = float_codes_at(b, head, t);
@@ -481,9 +481,10 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
         const float *w = direct ? p + j0 : wbuf[(j0 / (4 * TILE)) % 2];
         const int cnt = n - j0 < 4 * TILE ? n - j0 : 4 * TILE;
         // 16 rows at a time, each 16 asking for the rows 192 tokens ahead as it starts; all the
-        // chunk's at once in a stream of one block (which the hardware prefetcher follows). Passes
-        // of 64 in blocks of 64 tokens and more, asking for 16 rows of every 64, left fp16's step
-        // 20-60% longer than at blocks of 16; asking for all 64 at once, ~10% longer.
+        // chunk's at once in a stream of one block (which the hardware prefetcher follows). Asking
+        // as each 16 rows start spreads the requests over the reading: passes of 64 that asked for
+        // 16 rows of every 64, or for all 64 at once, left the step waiting on DRAM at blocks of 64
+        // tokens and more.
         const int whole = n <= b->block;
         for (int k0 = 0; k0 < cnt; k0 += whole ? cnt : TILE) {
             const int k1 = whole || cnt - k0 < TILE ? cnt : k0 + TILE;
@@ -520,16 +521,15 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
 // ---- Every head of a row at once (CodecOps.scores_heads, mix_heads) ---------------------------
 // A pool's block holds each head's tile (or 16 rows) one after another. The kernels above read a
 // head at a time, 1 KB of each 6 KB fp16 block per pass, and a pool of 32 long conversations read
-// so left one core's DRAM reading at ~60% of its streaming rate. These go tile by tile through
+// so left one core's DRAM reading well below its streaming rate. These go tile by tile through
 // every head, so each block's bytes are read in order, and ask for the tile ~12 KB on
-// (codec_ahead_tiles) a line for each line they read (in a scratch model of this step, asking for
-// a whole block at once was 40-60% slower: the arithmetic waited behind the requests). Each head's
-// sums are the per-head kernels' own, in their order: the same bits. Only in the AVX-512 build,
-// micro's head_dim 32, unscaled formats and up to eight heads; everything else (and the portable
-// build) goes head by head.
-// 12 KB ahead: two tiles of fp16 at six heads, with which micro bench --batch 32's fp16 step on one
-// thread took 7.3 ms, against 7.9 at one tile, 7.5-7.7 at three or four, 8.1-8.4 at 8 to 20, and
-// 9.0-9.3 head by head (alternating runs); one tile of fp32, 14.0 ms against 15.0 at two.
+// (codec_ahead_tiles) a line for each line they read: asking for the next tiles as each is read
+// keeps one core's DRAM reading near its streaming rate, where asking for a whole block at once
+// left the arithmetic waiting behind the requests. Each head's sums are the per-head kernels' own,
+// in their order: the same bits. Only in the AVX-512 build, micro's head_dim 32, unscaled formats
+// and up to eight heads; everything else (and the portable build) goes head by head.
+// 12 KB ahead is two tiles of fp16 at six heads and one of fp32: nearer, the lines came too late;
+// farther, the step was slower again.
 #define FLOAT_HEADS_MAX 8
 
 #ifdef QUANT_AVX512
@@ -618,9 +618,9 @@ static ALWAYS_INLINE void float_mix_heads_fast(const CodecBlocks *b, const float
 #endif
 
 // Whether the every-head kernels take this stream: AVX-512, head_dim 32, no scale, up to eight
-// heads. In one block too (a pool of one block per sequence: micro bench --batch 32 --block 2048's
-// fp16 step took 8.3 ms this way against 12.9 head by head, whose one-block passes leave the
-// reading to the hardware prefetcher).
+// heads. In one block too (a pool of one block per sequence, as micro bench --batch 32 --block 2048
+// makes): reading every head's bytes in order and asking for them ahead beats passes head by head,
+// which leave the reading of each block to the hardware prefetcher.
 static ALWAYS_INLINE int float_heads_fit(const CodecBlocks *b, int n) {
     const FloatState *s0 = b->states[0];
     return QUANT_SIMD && b->head_dim == 32 && !s0->scaled && s0->n_heads <= FLOAT_HEADS_MAX && n > 0;

@@ -400,8 +400,8 @@ static void kivi_key_finish(void *ctx, int c, int t0, int nt, float (*acc)[TILE]
 static ALWAYS_INLINE void kivi_scores_quantised(const KiviState *s, int head, const float *q, float *out, int nq,
                                                 const int hd, const int bits) {
     // Not zeroed: 11 KB of tables, and in a pool this runs once per block of every head (kivi's
-    // kernels read one state), where clearing them took a tenth of the step. Every field is written
-    // before it is read (kivi_key_job at t0 = 0, kivi_tables_for, kivi_key_params).
+    // kernels read one state), so clearing them would be paid again for every block. Every field is
+    // written before it is read (kivi_key_job at t0 = 0, kivi_tables_for, kivi_key_params).
     KiviKeys kt;
     kt.s = s, kt.head = head, kt.nq = nq, kt.q = q;
     affine_levels(bits, 0, kt.lv);
@@ -457,7 +457,7 @@ static const float *kivi_value_params(const void *state, int head, int c, const 
     const int ng = s->head_dim / s->group, g = 32 * c / s->group;
     const uint16_t *meta = s->meta + (size_t)head * s->meta_per_head;
     if (ng == 1) { // (scale, minimum) pairs side by side, converted 8 tokens' at a time (a pool's
-                   // blocks of 32 tokens are never 64 in one call: one by one was a sixth of the step)
+                   // blocks of 32 tokens are never 64 in one call, and one by one held the step back)
         const int pairs = 2 * (nq - j0 < 4 * TILE ? nq - j0 : 4 * TILE);
         int i = 0;
         for (; i + TILE <= pairs; i += TILE) quant_fp16_to_fp32_16(meta + (size_t)j0 * 2 + i, sm + i);

@@ -34,7 +34,8 @@ uint8_t mx_elem_encode(MxElem e, float x);
 float mx_elem_decode(MxElem e, uint8_t code);
 // mx_elem_decode of every code as a 256-entry table (codes beyond the element's bits repeat nothing
 // meaningful and are 0), built once per process: the read path's decode is then one load, where
-// mx_elem_decode's ldexpf made mx and nvfp4 attention ~40x slower than the int codecs'. Same floats.
+// mx_elem_decode's ldexpf on every number read made mx and nvfp4 attention far slower than the int
+// codecs'. Same floats.
 const float *mx_elem_table(MxElem e);
 // The shared scale's exponent X = floor(log2 amax) − emax, clamped to E8M0's [−127, 127]; −127
 // for amax 0. The stored byte is X + 127; 0xFF (NaN) when amax is not finite.
