@@ -15,7 +15,6 @@
 #include "commands.h"
 #include "figure.h"
 #include "finite.h"
-#include "msgtext.h"
 #include "forward.h"
 #include "text.h"
 
@@ -92,29 +91,19 @@ static int draw(const char *out_dir, const char *title, int from, const char *sp
     char err[600], first[16];
     FigureData d;
     if (figure_data_open(&d, err, sizeof err)) return cli_error("%s", err);
-    FILE *f;
-    int status = 0;
-    if (!(f = figure_data_file(&d, "fp32.mat", err, sizeof err))) goto fail;
-    write_matrix(f, w_ref, rows, cols);
-    if (figure_data_done(f, "fp32.mat", err, sizeof err)) goto fail;
-    if (!(f = figure_data_file(&d, "scheme.mat", err, sizeof err))) goto fail;
-    write_matrix(f, w_sch, rows, cols);
-    if (figure_data_done(f, "scheme.mat", err, sizeof err)) goto fail;
-    if (!(f = figure_data_file(&d, "top.dat", err, sizeof err))) goto fail;
-    for (int r = 0; r < rows; r++) fprintf(f, "%d %d %d %d\n", r, top_ref[r], top_sch[r], top_ref[r] == top_sch[r]);
-    if (figure_data_done(f, "top.dat", err, sizeof err)) goto fail;
     snprintf(first, sizeof first, "%d", from);
     const FigureSpec fig = {"attention", out_dir, "attention", 1200, 560, 12, 10, {title, first, spec, NULL}};
-    const int rc = figure_draw(&d, &fig, err, sizeof err);
-    if (rc == FIGURE_FAILED) goto fail;
-    if (rc == FIGURE_NO_GNUPLOT) printf("figure: %s\n", err);
-    else printf("figure: %s/attention.svg and .png\n", msg_text(out_dir, (char[MSG_TEXT]){0}, MSG_TEXT));
-    figure_data_close(&d);
-    return 0;
-fail:
-    status = cli_error("%s", err);
-    figure_data_close(&d);
-    return status;
+    FILE *f;
+    int bad = !(f = figure_data_file(&d, "fp32.mat", err, sizeof err));
+    if (!bad) write_matrix(f, w_ref, rows, cols), bad = figure_data_done(f, "fp32.mat", err, sizeof err);
+    if (!bad) bad = !(f = figure_data_file(&d, "scheme.mat", err, sizeof err));
+    if (!bad) write_matrix(f, w_sch, rows, cols), bad = figure_data_done(f, "scheme.mat", err, sizeof err);
+    if (!bad) bad = !(f = figure_data_file(&d, "top.dat", err, sizeof err));
+    if (!bad) {
+        for (int r = 0; r < rows; r++) fprintf(f, "%d %d %d %d\n", r, top_ref[r], top_sch[r], top_ref[r] == top_sch[r]);
+        bad = figure_data_done(f, "top.dat", err, sizeof err);
+    }
+    return figure_finish(&d, &fig, bad ? err : NULL);
 }
 
 int cmd_attention(int argc, char **argv) {

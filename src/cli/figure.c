@@ -169,3 +169,22 @@ int figure_draw(FigureData *d, const FigureSpec *f, char *err, size_t errlen) {
     }
     return FIGURE_DRAWN;
 }
+
+int figure_finish(FigureData *d, const FigureSpec *f, const char *data_err) {
+    char err[600];
+    int rc = FIGURE_FAILED;
+    if (data_err)
+        snprintf(err, sizeof err, "%s", data_err);
+    else
+        rc = figure_draw(d, f, err, sizeof err);
+    figure_data_close(d);
+    if (rc == FIGURE_FAILED) {
+        fprintf(stderr, "micro: %s\n", err);
+        return 2;
+    }
+    if (rc == FIGURE_NO_GNUPLOT)
+        printf("figure: %s\n", err);
+    else
+        printf("figure: %s/%s.svg and .png\n", SHOWN(f->out_dir), f->stem);
+    return 0;
+}

@@ -42,6 +42,11 @@ enum { FIGURE_DRAWN = 0, FIGURE_NO_GNUPLOT = 1, FIGURE_FAILED = -1 };
 // Draws both outputs. FIGURE_NO_GNUPLOT with err saying so, FIGURE_FAILED with err set (the
 // targets as they were), or FIGURE_DRAWN.
 int figure_draw(FigureData *d, const FigureSpec *f, char *err, size_t errlen);
+// A command's figure to the end: draws it, says in one line what happened ("figure: OUT/stem.svg
+// and .png", or that gnuplot is missing, on stdout; micro's line on stderr when it failed), closes
+// the data folder and returns the command's status (0, or 2 after a failure). With data_err set
+// (the data could not be written), only says so and cleans up.
+int figure_finish(FigureData *d, const FigureSpec *f, const char *data_err);
 // Whether OUT_DIR/stem.svg and .png may be written (safe_check_output): checked before any work.
 int figure_check_outputs(const char *out_dir, const char *stem, char *err, size_t errlen);
 

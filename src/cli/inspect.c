@@ -17,7 +17,6 @@
 #include "forward.h"
 #include "kvtransform.h"
 #include "model_file.h"
-#include "msgtext.h"
 #include "text.h"
 
 enum { K_PRE_ROPE, K_CACHED, V_CACHED, N_STREAMS };
@@ -121,29 +120,20 @@ static int draw_profiles(const Decoder *d, const ModelConfig *p, int n, const fl
     char err[600], title[400], layers[16], hd[16];
     FigureData data;
     if (figure_data_open(&data, err, sizeof err)) return cli_error("%s", err);
-    FILE *f = figure_data_file(&data, "profiles.dat", err, sizeof err);
-    int status = 0;
-    if (!f) goto fail;
-    if (write_profiles(d, p, n, rot, f)) {
-        fclose(f);
-        snprintf(err, sizeof err, "out of memory");
-        goto fail;
-    }
-    if (figure_data_done(f, "profiles.dat", err, sizeof err)) goto fail;
     snprintf(title, sizeof title, "%s: every channel's max |x|, without and with rot=%s", text_name, rot_name);
     snprintf(layers, sizeof layers, "%d", p->n_layers);
     snprintf(hd, sizeof hd, "%d", p->head_dim);
     const FigureSpec fig = {"channels", out_dir, "channels", 1200, 220 * p->n_layers + 60, 11, 9, {title, layers, hd, NULL}};
-    const int rc = figure_draw(&data, &fig, err, sizeof err);
-    if (rc == FIGURE_FAILED) goto fail;
-    if (rc == FIGURE_NO_GNUPLOT) printf("figure: %s\n", err);
-    else printf("figure: %s/channels.svg and .png\n", msg_text(out_dir, (char[MSG_TEXT]){0}, MSG_TEXT));
-    figure_data_close(&data);
-    return 0;
-fail:
-    status = cli_error("%s", err);
-    figure_data_close(&data);
-    return status;
+    FILE *f = figure_data_file(&data, "profiles.dat", err, sizeof err);
+    int bad = !f;
+    if (!bad && write_profiles(d, p, n, rot, f)) {
+        fclose(f);
+        snprintf(err, sizeof err, "out of memory");
+        bad = 1;
+    } else if (!bad) {
+        bad = figure_data_done(f, "profiles.dat", err, sizeof err);
+    }
+    return figure_finish(&data, &fig, bad ? err : NULL);
 }
 
 // One character per channel, darker for larger max |x| relative to the head's largest channel.
