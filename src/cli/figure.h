@@ -22,8 +22,8 @@ typedef struct {
 } FigureData;
 
 int figure_data_open(FigureData *d, char *err, size_t errlen);
-// Creates DIR/name for writing (tracked for removal) and writes its full path to path when not NULL.
-// NULL with err set.
+// Creates DIR/name for writing (tracked for removal; its path is the folder's newest, files[n_files
+// - 1]). NULL with err set.
 FILE *figure_data_file(FigureData *d, const char *name, char *err, size_t errlen);
 // Closes a data file: 0, or -1 with err set when a write failed.
 int figure_data_done(FILE *f, const char *name, char *err, size_t errlen);

@@ -117,16 +117,18 @@ static double clamp_delta(const char *s) {
     return d < FLOOR_DELTA || isnan(d) ? FLOOR_DELTA : d;
 }
 
-// A name as one line of data for gnuplot: no control character, no quote, no tab.
-static void put_name(FILE *f, const char *s) {
+// A name as data for gnuplot: no control character (no line break, no tab), no double quote.
+static void put_text(FILE *f, const char *s) {
     for (const unsigned char *c = (const unsigned char *)s; *c; c++) fputc(*c < 0x20 || *c == 0x7f ? '?' : *c == '"' ? '\'' : *c, f);
-    fputc('\n', f);
 }
 
-// Opens the data folder's file name; on failure err is set and NULL returned.
-#define DATA_FILE(var, name)                                      \
-    FILE *var = figure_data_file(d, name, err, errlen);           \
-    if (!var) goto fail
+// The names of the texts or the families, one a line.
+static int put_names(FigureData *d, const char *file, char **names, int n, char *err, size_t errlen) {
+    FILE *f = figure_data_file(d, file, err, errlen);
+    if (!f) return -1;
+    for (int i = 0; i < n; i++) put_text(f, names[i]), fputc('\n', f);
+    return figure_data_done(f, file, err, errlen);
+}
 
 // --- The plate's figure and its measured panel ---
 
@@ -163,8 +165,7 @@ static int write_plate_data(const Csv *c, FigureData *d, char *err, size_t errle
             fprintf(f[CAPACITY], "%d %s\n", bits, at(c, r, held)), rows[CAPACITY]++;
         } else if (!strcmp(p, "serve")) {
             fputc('"', f[SERVE]);
-            for (const unsigned char *s = (const unsigned char *)l; *s; s++)
-                fputc(*s < 0x20 || *s == 0x7f ? '?' : *s == '"' ? '\'' : *s, f[SERVE]);
+            put_text(f[SERVE], l);
             fprintf(f[SERVE], "\" %s %s %s %s\n", at(c, r, held), at(c, r, plain), at(c, r, meta), at(c, r, tps));
             rows[SERVE]++;
         }
@@ -271,15 +272,12 @@ static int write_frontier_data(const Csv *c, const char *csv_path, FigureData *d
     }
     for (int i = 0; i < np; i++) pts[i].text = index_of(tset, *nt, texts[i]), pts[i].family = index_of(fset, *nf, fams[i]);
     qsort(pts, (size_t)np, sizeof *pts, by_point);
-    DATA_FILE(tf, "texts");
-    for (int t = 0; t < *nt; t++) put_name(tf, tset[t]);
-    if (figure_data_done(tf, "texts", err, errlen)) goto done;
-    DATA_FILE(ff, "families");
-    for (int i = 0; i < *nf; i++) put_name(ff, fset[i]);
-    if (figure_data_done(ff, "families", err, errlen)) goto done;
-    DATA_FILE(pf, "plate_points.dat");
-    fprintf(pf, "8 0.0008\n4 0.044\n3 0.238\n2 0.96\n");
-    if (figure_data_done(pf, "plate_points.dat", err, errlen)) goto done;
+    if (put_names(d, "texts", tset, *nt, err, errlen) || put_names(d, "families", fset, *nf, err, errlen)) goto done;
+    if (!(f = figure_data_file(d, "plate_points.dat", err, errlen))) goto done;
+    fprintf(f, "8 0.0008\n4 0.044\n3 0.238\n2 0.96\n");
+    const int bad = figure_data_done(f, "plate_points.dat", err, errlen);
+    f = NULL;
+    if (bad) goto done;
     // One file of blocks (gnuplot's index), per text its frontier then each family's points; a
     // block has at least a NaN point, so that no block is empty.
     if (!(f = figure_data_file(d, "frontier.dat", err, errlen))) goto done;
@@ -308,14 +306,10 @@ static int write_frontier_data(const Csv *c, const char *csv_path, FigureData *d
         }
         fprintf(f, "NaN NaN\n\n\n");
     }
-    if (figure_data_done(f, "frontier.dat", err, errlen)) goto done_closed;
+    status = figure_data_done(f, "frontier.dat", err, errlen);
     f = NULL;
-    status = 0;
-    goto done;
-fail:
 done:
     if (f) fclose(f);
-done_closed:
     if (fams)
         for (int i = 0; i < np; i++) free(fams[i]);
     free(pts), free(texts), free(fams), free(tset), free(fset);
