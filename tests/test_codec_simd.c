@@ -1,9 +1,10 @@
-// The codecs' AVX-512 kernels against their portable build, bit for bit. The library holds both
-// builds of every family with kernels and hands out one at run time (codec_dispatch.h); this test
-// creates each stream twice, once with the portable build forced, and feeds both the same vectors:
-// scores(), mix() and read() must agree exactly, at every length around tile and group boundaries,
-// before and after end_step, at micro's head_dim 32 and at 64, fp16/bf16/fp8 with and without
-// scale=token. (Without AVX-512 on this CPU both sides are portable and the test says so.)
+// The codecs' AVX2 and AVX-512 kernels against their portable build, bit for bit. The library holds
+// a build of every family with kernels per kernel set and hands out one at run time
+// (codec_dispatch.h); this test creates each stream twice, once with the set under test forced and
+// once with the portable build, and feeds both the same vectors: scores(), mix() and read() must
+// agree exactly, at every length around tile and group boundaries, before and after end_step, at
+// micro's head_dim 32 and at 64, fp16/bf16/fp8 with and without scale=token. It runs every set this
+// CPU has and names the ones it could not.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include "codec_dispatch.h"
 #include "kvcache.h"
 #include "kvq_view.h"
+#include "spec_catalog.h"
 
 #include "check.h"
 
@@ -47,6 +49,8 @@ static void compare(KVStream *lib, KVStream *port, KVRole role, const char *labe
     }
 }
 
+static Isa isa_under_test;
+
 static void test_family_heads(const char *spec, KVRole role, int H, int head_dim, int length);
 static void test_family(const char *spec, KVRole role, int head_dim, int length) {
     test_family_heads(spec, role, 2, head_dim, length);
@@ -56,23 +60,23 @@ static int checkpoint(int n) { return n <= 5 || n % 16 <= 2 || n % 16 == 15 || n
 
 static void test_family_heads(const char *spec, KVRole role, int H, int head_dim, int length) {
     char label[160];
-    snprintf(label, sizeof label, "%s (%s, head_dim %d)", spec, role == KV_ROLE_KEY ? "keys" : "values", head_dim);
+    snprintf(label, sizeof label, "%s %s (%s, head_dim %d)", cpu_isa_name(isa_under_test), spec, role == KV_ROLE_KEY ? "keys" : "values", head_dim);
     KVStream lib, port;
     char err[256];
-    codec_force_portable(0);
+    codec_force_isa(isa_under_test);
     if (kvstream_init(&lib, SPEC(spec), role, H, head_dim, length, err, sizeof err)) {
         CHECK(0, "%s: %s", label, err);
         return;
     }
-    codec_force_portable(1);
+    codec_force_isa(ISA_PORTABLE);
     const int refused = kvstream_init(&port, SPEC(spec), role, H, head_dim, length, err, sizeof err);
-    codec_force_portable(0);
+    codec_force_isa(-1);
     if (refused) {
         CHECK(0, "%s: the portable build refuses it: %s", label, err);
         kvstream_free(&lib);
         return;
     }
-    CHECK(!codec_simd_supported() || lib.ops != port.ops, "%s: both streams got the same build", label);
+    CHECK(lib.ops != port.ops, "%s: both streams got the same build", label);
     float vec[6 * 64];
     for (int n = 1; n <= length; n++) {
         const double mag = pow(10.0, -2.0 + 3.0 * urand());
@@ -89,7 +93,7 @@ static void test_family_heads(const char *spec, KVRole role, int H, int head_dim
     kvstream_free(&port);
 }
 
-int main(void) {
+static void run_cases(void) {
     static const char *const cases[] = {
         "fp32",
         "int:bits=1",
@@ -153,13 +157,33 @@ int main(void) {
     static const char *const kvquant[] = {"kvquant:bits=2", "kvquant:bits=3", "kvquant:bits=4,outliers=0"};
     for (size_t i = 0; i < sizeof kvquant / sizeof kvquant[0]; i++)
         for (int role = 0; role < 2; role++) test_family_heads(kvquant[i], role ? KV_ROLE_VALUE : KV_ROLE_KEY, 6, 32, 200);
+    // Every family's examples from the catalog (mx, nvfp4 and qjl among them), and the transforms'.
+    int n_catalog;
+    const CatalogEntry *catalog = spec_catalog(&n_catalog);
+    for (int i = 0; i < n_catalog; i++) {
+        const CatalogEntry *e = &catalog[i];
+        const int H = e->calibrated ? 6 : 2, length = e->calibrated ? 200 : 150;
+        test_family_heads(e->k, KV_ROLE_KEY, H, 32, length);
+        test_family_heads(e->v, KV_ROLE_VALUE, H, 32, length);
+    }
+}
+
+int main(void) {
+    char ran[64] = "", not_run[64] = "";
+    for (int isa = ISA_AVX2; isa <= ISA_AVX512; isa++) {
+        if (!codec_isa_available((Isa)isa)) {
+            snprintf(not_run + strlen(not_run), sizeof not_run - strlen(not_run), " %s", cpu_isa_name((Isa)isa));
+            continue;
+        }
+        isa_under_test = (Isa)isa;
+        snprintf(ran + strlen(ran), sizeof ran - strlen(ran), " %s", cpu_isa_name((Isa)isa));
+        run_cases();
+    }
     if (failures) {
         fprintf(stderr, "test_codec_simd: %d failure(s)\n", failures);
         return 1;
     }
-    if (codec_simd_supported())
-        printf("test_codec_simd: ok (AVX-512 kernels agree with the portable ones)\n");
-    else
-        printf("test_codec_simd: ok (no AVX-512 on this build: both sides are portable)\n");
+    printf("test_codec_simd: ok: the%s kernels agree with the portable ones%s%s\n", *ran ? ran : " (none)",
+           *not_run ? "; not run (not compiled in, or this CPU lacks them):" : "", not_run);
     return 0;
 }

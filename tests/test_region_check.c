@@ -90,9 +90,8 @@ static void expect_stop(const char *label, Call call, int floats, const char *na
 }
 
 int main(void) {
-    const ForwardKernels *builds[] = {&forward_kernels_portable, forward_kernels_simd()};
-    for (int b = 0; b < 2; b++) {
-        if (!(k = builds[b])) continue;
+    for (int isa = ISA_PORTABLE; isa <= ISA_AVX512; isa++) {
+        if (!(k = forward_kernels_for((Isa)isa))) continue;
         printf("the %s kernels\n", k->name);
         expect_stop("matvec_rows", call_matvec, ROWS * N, "matvec_rows: W");
         expect_stop("matmul_rows", call_matmul, 4 * N, "matmul_rows: X");

@@ -344,8 +344,8 @@ static int bench_batch(const Model *m, const BenchOptions *o, char *err, size_t 
     BandwidthReadings readings = {0};
     double turn_ratio[2] = {0, 0};
     printf("micro bench --batch: %d conversations ending at positions %d..%d, blocks of %d tokens, %d steps, best of "
-           "%d, %d thread%s\n",
-           o->batch, n / 2, n, o->block, o->steps, o->repeat, threads, threads == 1 ? "" : "s");
+           "%d, %d thread%s; kernels: %s\n",
+           o->batch, n / 2, n, o->block, o->steps, o->repeat, threads, threads == 1 ? "" : "s", cli_kernels());
     fflush(stdout); // the runs take a while
     rc = held_best_pair(m, &rec, specs, o, n / 2, n, held, &readings, turn_ratio, err, errlen);
     const double bw = readings.best;
@@ -453,8 +453,8 @@ int cmd_bench(int argc, char **argv) {
 
     double weight_bytes = (double)m.n_params * sizeof(float);
     double dram_bw = read_bandwidth((size_t)512 << 20, 1);
-    printf("micro bench: %zu parameters (%.1f MB fp32), cache %s / %s, best of %d\n", m.n_params, weight_bytes / 1e6,
-           k_spec, v_spec, repeat);
+    printf("micro bench: %zu parameters (%.1f MB fp32), cache %s / %s, best of %d; kernels: %s\n", m.n_params,
+           weight_bytes / 1e6, k_spec, v_spec, repeat, cli_kernels());
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     for (int b = 0; b < nt; b++)
         if (cores >= 1 && threads[b] > cores) {

@@ -106,8 +106,8 @@ int bench_eval(const Model *m, const char *k_spec, const char *v_spec, int n, in
                size_t errlen) {
     uint8_t *window = plate_window(n, err, errlen);
     if (!window) return -1;
-    printf("micro bench --eval: one window of %d tokens (the plates' bytes, repeated), %d thread%s, best of %d\n", n,
-           threads, threads == 1 ? "" : "s", repeat);
+    printf("micro bench --eval: one window of %d tokens (the plates' bytes, repeated), %d thread%s, best of %d; "
+           "kernels: %s\n", n, threads, threads == 1 ? "" : "s", repeat, cli_kernels());
     printf("fast: %d positions at a time through the weights, each attending through its codec's kernels (or a\n"
            "copy decoded once per token, for codecs read back whole); decode: token by token, as a server\n"
            "decodes (micro eval --decode). Both give the same bits.\n\n", EVAL_SPAN);

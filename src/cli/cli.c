@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "cmd_options.h"
+#include "cpu.h"
+#include "forward_kernels.h"
 #include "kvcache.h"
 #include "kvq_file.h"
 #include "kvq_view.h"
@@ -27,6 +29,18 @@ static void vreport(const char *fmt, va_list ap) {
     fputs("micro: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
+}
+
+const char *cli_kernels(void) {
+    static char text[96];
+    // The forward pass's and the codecs' builds follow the same choice (the set in use, or the next
+    // lower one compiled in), so one name says both.
+    const char *used = forward_kernels()->name;
+    if (!strcmp(used, cpu_isa_name(cpu_isa_supported())))
+        snprintf(text, sizeof text, "%s", used);
+    else
+        snprintf(text, sizeof text, "%s (MICRO_ISA; this CPU runs %s)", used, cpu_isa_name(cpu_isa_supported()));
+    return text;
 }
 
 int cli_error(const char *fmt, ...) {

@@ -10,6 +10,10 @@
 #include "model.h"
 
 // Prints "micro: <message>" to stderr and returns 2 (for `return cli_error(...)`).
+// The kernel set this run uses, as every benchmark header names it: "avx2", or "portable (MICRO_ISA;
+// this CPU runs avx512)" when the environment chose a lower set than the CPU's best.
+const char *cli_kernels(void);
+
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // `given` when set; else `relative` when it exists from the current directory; else the installed copy.
 const char *cli_default_path(const char *given, const char *relative, char *buf, size_t n);

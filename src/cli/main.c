@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "cpu.h"
 #include "kvcache.h"
@@ -56,7 +57,19 @@ static int dispatch(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "--version")) {
-        printf("micro %s\n", MICRO_VERSION);
+        printf("micro %s\nkernels: %s; compiled in: portable%s%s; MICRO_ISA=portable|avx2|avx512 picks a lower set\n",
+               MICRO_VERSION, cli_kernels(),
+#ifdef MICRO_KERNELS_AVX2
+               " avx2",
+#else
+               "",
+#endif
+#ifdef MICRO_KERNELS_AVX512
+               " avx512"
+#else
+               ""
+#endif
+        );
         return 0;
     }
     for (int i = 0; i < N_COMMANDS; i++)

@@ -324,10 +324,10 @@ int cmd_serve_bench(int argc, char **argv) {
     bandwidth_probe_note(probe, 2, &readings);
     if (!o.csv && !o.json) {
         printf("micro serve-bench: %d conversations, %s, seed %llu; pool %.2f MB in blocks of %d tokens; at most %d "
-               "running; %d thread%s\n",
+               "running; %d thread%s; kernels: %s\n",
                o.conversations,
                o.workload == WORKLOAD_CHAT ? "chat (prompt 1..321, reply 1..675 tokens)" : "fixed (half prompt, half reply)",
-               o.seed, budget / 1e6, o.block, o.max_batch, o.threads, o.threads == 1 ? "" : "s");
+               o.seed, budget / 1e6, o.block, o.max_batch, o.threads, o.threads == 1 ? "" : "s", cli_kernels());
         if (o.workload == WORKLOAD_FIXED) printf("every conversation %d tokens\n", o.length);
         printf("streaming read bandwidth: read before and after each scheme (%d thread%s, 512 MiB), the best kept\n\n",
                o.threads, o.threads == 1 ? "" : "s");

@@ -18,19 +18,28 @@
 #include "threadpool.h"
 
 // ---------------------------------------------------------------------------------------------
-// Kernels. The hot ones (matvec_rows, scaled_softmax) are in forward_kernels.c, built portable and
-// for AVX-512; the build this CPU runs is chosen once.
+// Kernels. The hot ones (matvec_rows, scaled_softmax) are in forward_kernels.c, built once per
+// kernel set; the build this CPU runs is chosen once.
 
-const ForwardKernels *forward_kernels_simd(void) {
-#ifdef MICRO_FORWARD_SIMD
-    if (cpu_isa_supported() >= ISA_AVX512) return &forward_kernels_avx512;
+const ForwardKernels *forward_kernels_for(Isa isa) {
+    if (isa > cpu_isa_supported()) return NULL;
+    switch (isa) {
+#ifdef MICRO_KERNELS_AVX2
+    case ISA_AVX2: return &forward_kernels_avx2;
 #endif
-    return NULL;
+#ifdef MICRO_KERNELS_AVX512
+    case ISA_AVX512: return &forward_kernels_avx512;
+#endif
+    case ISA_PORTABLE: return &forward_kernels_portable;
+    default: return NULL;
+    }
 }
 
 const ForwardKernels *forward_kernels(void) {
-    const ForwardKernels *simd = cpu_isa() >= ISA_AVX512 ? forward_kernels_simd() : NULL;
-    return simd ? simd : &forward_kernels_portable;
+    for (int isa = (int)cpu_isa();; isa--) {
+        const ForwardKernels *k = forward_kernels_for((Isa)isa);
+        if (k) return k;
+    }
 }
 
 

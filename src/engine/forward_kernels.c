@@ -1,7 +1,8 @@
-// The decode step's hot loops, compiled twice (meson.build: forward_portable, and forward_avx512
-// with FORWARD_KERNELS_AVX512 and -mavx512f); forward_kernels() in forward.c picks one at run time.
-// Plain C with `omp simd` loops whose sums are all written out in a fixed order, so that the two
-// builds (and any -march) compute the same bits: see forward_kernels.h.
+// The decode step's hot loops, compiled once per kernel set (meson.build: forward_portable, and
+// forward_avx2 and forward_avx512 with KERNELS_AVX2 / KERNELS_AVX512 and their sets' flags);
+// forward_kernels() in forward.c picks one at run time. Plain C with `omp simd` loops whose sums are
+// all written out in a fixed order, so that every build (and any -march) computes the same bits: see
+// forward_kernels.h.
 #include "forward_kernels.h"
 
 #include <stddef.h>
@@ -9,7 +10,7 @@
 #include "fastmath.h"
 #include "region_check.h"
 
-#ifdef FORWARD_KERNELS_AVX512
+#if defined(KERNELS_AVX512) || defined(KERNELS_AVX2)
 #include <immintrin.h>
 #endif
 
@@ -75,7 +76,7 @@ static inline float fold_lanes_unrolled(float *part) {
 // The batched kernel's block: out[i·os + k] = Σ_j w_k[j] · x_i[j] for four weight rows w_k (n apart)
 // and four batch rows x_i (xs apart), each sum dot_row's: 16 lane partials a[i][k][l] over the row,
 // folded by fold_lanes_unrolled.
-#ifdef FORWARD_KERNELS_AVX512
+#ifdef KERNELS_AVX512
 // The sixteen partial sums stay in registers from the first product to the fold, where the C
 // loop's array was cleared and read back through memory for every block, which at a row as short
 // as micro's (n = 192) cost as much as the products themselves. The fold is a transpose tree whose
@@ -326,9 +327,12 @@ static void mix_rows_impl(float *restrict out, size_t os, const float *restrict 
     }
 }
 
-#ifdef FORWARD_KERNELS_AVX512
+#if defined(KERNELS_AVX512)
 const ForwardKernels forward_kernels_avx512 = {"avx512", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
                                                scores_transposed_impl, mix_rows_impl};
+#elif defined(KERNELS_AVX2)
+const ForwardKernels forward_kernels_avx2 = {"avx2", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
+                                             scores_transposed_impl, mix_rows_impl};
 #else
 const ForwardKernels forward_kernels_portable = {"portable", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
                                                  scores_transposed_impl, mix_rows_impl};

@@ -1,18 +1,21 @@
-// The decode step's own hot loops (matrix-vector rows, softmax), compiled twice like the codec
-// kernels: a portable build (plain x86-64 under the default -Dnative=false) and, on x86-64, an
-// AVX-512 build; forward_kernels() picks one at run time. Every sum runs in a fixed order written
-// out in the source (16 lane partials folded in a fixed order), never one the compiler picks for
-// its vector width, so both builds give the same bits on every machine (tests/test_forward_kernels.c).
+// The decode step's own hot loops (matrix-vector rows, softmax), compiled once per kernel set like
+// the codec kernels: a portable build (plain x86-64 under the default -Dnative=false, or the
+// target's baseline) and, on x86-64, AVX2 and AVX-512 builds; forward_kernels() picks one at run
+// time. Every sum runs in a fixed order written out in the source (16 lane partials folded in a
+// fixed order), never one the compiler picks for its vector width, so every build gives the same
+// bits on every machine (tests/test_forward_kernels.c).
 #ifndef MICRO_FORWARD_KERNELS_H
 #define MICRO_FORWARD_KERNELS_H
 
 #include <stddef.h>
 
+#include "cpu.h"
+
 // Queries one call of the fast evaluator's attention kernels takes.
 #define SPAN_TILE 4
 
 typedef struct {
-    const char *name; // "portable" or "avx512"
+    const char *name; // "portable", "avx2" or "avx512"
     // out[r] = W[r,:] · x for rows [r0, r1) of the row-major W (n columns).
     void (*matvec_rows)(float *restrict out, const float *restrict W, const float *restrict x, int n, int r0,
                         int r1);
@@ -32,15 +35,12 @@ typedef struct {
                      const float *restrict v, int head_dim, int j0, int j1);
 } ForwardKernels;
 
-extern const ForwardKernels forward_kernels_portable;
-#ifdef MICRO_FORWARD_SIMD
-extern const ForwardKernels forward_kernels_avx512;
-#endif
+extern const ForwardKernels forward_kernels_portable, forward_kernels_avx2, forward_kernels_avx512;
 
-// The AVX-512 build when it was compiled in and the set in use is AVX-512 (cpu.h: the CPU's best,
-// or what MICRO_ISA asks); else the portable one.
+// The build for the set in use (cpu.h: the CPU's best, or what MICRO_ISA asks), or the next lower
+// set compiled in.
 const ForwardKernels *forward_kernels(void);
-// The AVX-512 build if compiled in and this CPU runs it (whatever MICRO_ISA says), else NULL.
-const ForwardKernels *forward_kernels_simd(void);
+// The build for `isa` if it was compiled in and this CPU runs it (whatever MICRO_ISA says), else NULL.
+const ForwardKernels *forward_kernels_for(Isa isa);
 
 #endif

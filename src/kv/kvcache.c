@@ -20,36 +20,46 @@
 #define CODEC_PORTABLE_ENTRY(name) &name,
 static const CodecFamily *const registry_portable[] = {CODEC_KERNEL_FAMILIES(CODEC_PORTABLE_ENTRY)};
 #undef CODEC_PORTABLE_ENTRY
-
-#ifdef MICRO_CODEC_SIMD
-#define CODEC_SIMD_ENTRY(name) &name##_simd,
-static const CodecFamily *const registry_simd[] = {CODEC_KERNEL_FAMILIES(CODEC_SIMD_ENTRY)};
-#undef CODEC_SIMD_ENTRY
+#ifdef MICRO_KERNELS_AVX2
+#define CODEC_AVX2_ENTRY(name) &name##_avx2,
+static const CodecFamily *const registry_avx2[] = {CODEC_KERNEL_FAMILIES(CODEC_AVX2_ENTRY)};
+#undef CODEC_AVX2_ENTRY
+#endif
+#ifdef MICRO_KERNELS_AVX512
+#define CODEC_AVX512_ENTRY(name) &name##_avx512,
+static const CodecFamily *const registry_avx512[] = {CODEC_KERNEL_FAMILIES(CODEC_AVX512_ENTRY)};
+#undef CODEC_AVX512_ENTRY
 #endif
 
-static int force_portable = -1; // -1: not yet read from the environment
-
-int codec_simd_supported(void) {
-#ifdef MICRO_CODEC_SIMD
-    return cpu_isa_supported() >= ISA_AVX512;
-#else
-    return 0;
+// Each set's registry, NULL where its build was not compiled in.
+static const CodecFamily *const *registry_of(Isa isa) {
+    switch (isa) {
+#ifdef MICRO_KERNELS_AVX2
+    case ISA_AVX2: return registry_avx2;
 #endif
+#ifdef MICRO_KERNELS_AVX512
+    case ISA_AVX512: return registry_avx512;
+#endif
+    case ISA_PORTABLE: return registry_portable;
+    default: return NULL;
+    }
 }
 
-void codec_force_portable(int on) { force_portable = on != 0; }
+static int forced = -1; // -1: the set in use
 
-int codec_simd_active(void) {
-    if (force_portable < 0) force_portable = cpu_isa() < ISA_AVX512;
-    return !force_portable && codec_simd_supported();
+int codec_isa_available(Isa isa) { return isa <= cpu_isa_supported() && registry_of(isa) != NULL; }
+
+void codec_force_isa(int isa) { forced = isa >= 0 && codec_isa_available((Isa)isa) ? isa : -1; }
+
+Isa codec_isa_active(void) {
+    int isa = forced >= 0 ? forced : (int)cpu_isa();
+    while (isa > ISA_PORTABLE && !codec_isa_available((Isa)isa)) isa--;
+    return (Isa)isa;
 }
 
 const CodecFamily *const *codec_families(int *count) {
     *count = (int)(sizeof registry_portable / sizeof registry_portable[0]);
-#ifdef MICRO_CODEC_SIMD
-    if (codec_simd_active()) return registry_simd;
-#endif
-    return registry_portable;
+    return registry_of(codec_isa_active());
 }
 
 const CodecSpec codec_spec_fp32 = {.name = "fp32"};

@@ -7,8 +7,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__AVX512F__) && defined(__AVX512VL__) && !defined(MICRO_PORTABLE)
-#include <immintrin.h> // the codecs' AVX-512 build converts fp16 with vcvtph2ps
+// Which kernel build this is (meson.build's kernel_isas): KERNELS_AVX512 or KERNELS_AVX2 in the
+// codec libraries built for those sets, neither in the portable one nor in any other file, whatever
+// -march says, so that each build holds exactly its own set's code.
+#if defined(KERNELS_AVX512) || defined(KERNELS_AVX2)
+#include <immintrin.h> // both convert fp16 with F16C's vcvtph2ps / vcvtps2ph
+#define QUANT_F16C 1
 #endif
 
 // ---- Rounding -------------------------------------------------------------------------------
@@ -54,10 +58,10 @@ static inline uint32_t quant_select3(int ca, uint32_t a, int cb, uint32_t b, uin
 }
 
 static inline float quant_fp16_to_fp32(uint16_t h) {
-#if defined(__AVX512F__) && defined(__AVX512VL__) && !defined(MICRO_PORTABLE)
-    // The codecs' AVX-512 build: one vcvtph2ps, exact for every finite and infinite fp16 (a NaN takes
+#ifdef QUANT_F16C
+    // The AVX2 and AVX-512 builds: one vcvtph2ps, exact for every finite and infinite fp16 (a NaN takes
     // the path below, which keeps a signalling NaN signalling as the portable build does).
-    if ((h & 0x7c00u) != 0x7c00u) return _mm512_cvtss_f32(_mm512_cvtph_ps(_mm256_castsi128_si256(_mm_cvtsi32_si128(h))));
+    if ((h & 0x7c00u) != 0x7c00u) return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
 #endif
     const uint32_t em = h & 0x7fffu, e = em >> 10;
     const uint32_t normal = (em << 13) + (112u << 23);
@@ -122,10 +126,9 @@ void quant_unpack(const uint8_t *src, uint8_t *codes, size_t n, int bits);
 // C, so both give the same bits (the products are computed once, in the table, either way; the
 // portable build is compiled with MICRO_PORTABLE defined, and test_codec_simd runs both on the same
 // vectors and compares).
-#if defined(__AVX512F__) && defined(__AVX512BW__) && !defined(MICRO_PORTABLE)
+#ifdef KERNELS_AVX512
 #define QUANT_AVX512 1
 #define QUANT_SIMD 1
-#include <immintrin.h>
 #else
 #define QUANT_SIMD 0
 #endif
@@ -196,11 +199,14 @@ static inline int quant_divmod(int j, int per, int *rem) {
 // Where a stream keeps its codes: one packed row per token, token tiles, or token groups.
 typedef enum { QUANT_ROWS, QUANT_TILES, QUANT_GROUPS } QuantLayout;
 
-// Sixteen fp16 numbers to fp32, as quant_fp16_to_fp32 does each (AVX-512: one vcvtph2ps, which
+// Sixteen fp16 numbers to fp32, as quant_fp16_to_fp32 does each (AVX2, AVX-512: vcvtph2ps, which
 // agrees on every code but the signalling NaNs, which it quiets; no encoder here produces those).
 static QUANT_ALWAYS_INLINE void quant_fp16_to_fp32_16(const uint16_t *h, float *out) {
-#ifdef QUANT_AVX512
+#if defined(QUANT_AVX512)
     _mm512_storeu_ps(out, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h)));
+#elif defined(QUANT_F16C)
+    _mm256_storeu_ps(out, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)));
+    _mm256_storeu_ps(out + 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + 8))));
 #else
     for (int i = 0; i < 16; i++) out[i] = quant_fp16_to_fp32(h[i]);
 #endif

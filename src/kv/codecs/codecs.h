@@ -1,16 +1,19 @@
 // Every codec family the registry in kvcache.c knows: one source file each in this folder.
 //
-// The files with attention kernels are compiled twice (meson.build): once portable, once with
-// AVX-512 (CODEC_SIMD_VARIANT defined, the families renamed *_simd). The registry picks one set at
-// run time from what the CPU supports (codec_dispatch.h), so one installed binary runs on any x86-64
-// and still takes the AVX-512 kernels where they exist; the two give the same bits (a test checks).
+// The files with attention kernels are compiled once per kernel set (meson.build): portable, and on
+// x86-64 for AVX2 (KERNELS_AVX2 defined, the families renamed *_avx2) and AVX-512 (KERNELS_AVX512,
+// *_avx512). The registry picks one set at run time from what the CPU supports (codec_dispatch.h),
+// so one installed binary runs on any x86-64 and still takes the best kernels it can; every set gives
+// the portable set's bits (tests/test_codec_simd.c checks each against it).
 #ifndef MICRO_CODECS_H
 #define MICRO_CODECS_H
 
 #include "kvcache.h"
 
-#ifdef CODEC_SIMD_VARIANT
-#define CODEC_FAMILY(name) name##_simd
+#if defined(KERNELS_AVX512)
+#define CODEC_FAMILY(name) name##_avx512
+#elif defined(KERNELS_AVX2)
+#define CODEC_FAMILY(name) name##_avx2
 #else
 #define CODEC_FAMILY(name) name
 #endif
@@ -21,7 +24,7 @@
     X(codec_q4_1) X(codec_q5_0) X(codec_q5_1) X(codec_iq4_nl) X(codec_kvquant) X(codec_quarot) \
     X(codec_mx) X(codec_nvfp4) X(codec_turboquant) X(codec_qjl)
 
-#define CODEC_DECLARE(name) extern const CodecFamily name, name##_simd;
+#define CODEC_DECLARE(name) extern const CodecFamily name, name##_avx2, name##_avx512;
 CODEC_KERNEL_FAMILIES(CODEC_DECLARE)
 #undef CODEC_DECLARE
 
