@@ -115,6 +115,41 @@ static inline __attribute__((always_inline)) void block4x4(float *restrict out, 
     _mm_storeu_ps(out + 2 * os, _mm512_extractf32x4_ps(sum, 2));
     _mm_storeu_ps(out + 3 * os, _mm512_extractf32x4_ps(sum, 3));
 }
+#elif defined(KERNELS_AVX2)
+// fold_lanes_unrolled on one output's 16 partials, held as lanes 0..7 (lo) and 8..15 (hi): the same
+// adds, 8 + 8, 4 + 4, 0 + 2 and 1 + 3, then 0 + 1.
+static inline __attribute__((always_inline)) float fold16_avx2(__m256 lo, __m256 hi) {
+    const __m256 v = _mm256_add_ps(lo, hi);
+    const __m128 x4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 x2 = _mm_add_ps(x4, _mm_movehl_ps(x4, x4));
+    return _mm_cvtss_f32(_mm_add_ss(x2, _mm_shuffle_ps(x2, x2, 1)));
+}
+
+// Two weight rows against two batch rows, both halves of each output's 16 lanes in registers: eight
+// accumulators, which AVX2's sixteen registers hold with the loads (four against four would not).
+static inline __attribute__((always_inline)) void block2x2(float *restrict out, size_t os, const float *restrict w0,
+                                                           const float *restrict x0, size_t xs, int n) {
+    const float *w1 = w0 + n, *x1 = x0 + xs;
+    __m256 a[8]; // a[4i + 2k + h]: half h of out[i·os + k]'s partials
+    for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+    for (int j = 0; j < n; j += LANES)
+        for (int h = 0; h < 2; h++) {
+            const __m256 c0 = _mm256_loadu_ps(w0 + j + 8 * h), c1 = _mm256_loadu_ps(w1 + j + 8 * h);
+            const __m256 y0 = _mm256_loadu_ps(x0 + j + 8 * h), y1 = _mm256_loadu_ps(x1 + j + 8 * h);
+            a[h] = _mm256_add_ps(a[h], _mm256_mul_ps(c0, y0));
+            a[2 + h] = _mm256_add_ps(a[2 + h], _mm256_mul_ps(c1, y0));
+            a[4 + h] = _mm256_add_ps(a[4 + h], _mm256_mul_ps(c0, y1));
+            a[6 + h] = _mm256_add_ps(a[6 + h], _mm256_mul_ps(c1, y1));
+        }
+    out[0] = fold16_avx2(a[0], a[1]), out[1] = fold16_avx2(a[2], a[3]);
+    out[os] = fold16_avx2(a[4], a[5]), out[os + 1] = fold16_avx2(a[6], a[7]);
+}
+
+static inline __attribute__((always_inline)) void block4x4(float *restrict out, size_t os, const float *restrict w0,
+                                                           const float *restrict x0, size_t xs, int n) {
+    for (int i = 0; i < 4; i += 2)
+        for (int k = 0; k < 4; k += 2) block2x2(out + (size_t)i * os + k, os, w0 + (size_t)k * n, x0 + (size_t)i * xs, xs, n);
+}
 #else
 static inline void block4x4(float *restrict out, size_t os, const float *restrict w0, const float *restrict x0,
                             size_t xs, int n) {

@@ -146,17 +146,7 @@ void quant_unpack(const uint8_t *src, uint8_t *codes, size_t n, int bits);
 #define QUANT_UNROLL(n)
 #endif
 
-#ifdef QUANT_AVX512
-// Four vectors to a[0..32) and b[0..32): the kernels' four sums (mix: even tokens' numbers 0..15 and
-// 16..31 to `a`, odd tokens' to `b`; scores: tiles 0, 1 to `a` and 2, 3 to `b`).
-static QUANT_ALWAYS_INLINE void quant_store4(float *a, float *b, __m512 e0, __m512 e1, __m512 o0, __m512 o1) {
-    _mm512_storeu_ps(a, e0);
-    _mm512_storeu_ps(a + 16, e1);
-    _mm512_storeu_ps(b, o0);
-    _mm512_storeu_ps(b + 16, o1);
-}
-
-#endif
+#include "vec16.h" // sixteen float lanes in the AVX2 and AVX-512 builds (VEC16)
 
 #if defined(QUANT_AVX512) && defined(__AVX512VBMI__)
 // The row kernels read 16 numbers of a packed row (32 numbers of `bits` bits) at a time: ctrl[h]
@@ -258,27 +248,25 @@ static QUANT_ALWAYS_INLINE void quant_tile_lookup(const uint32_t *const *tiles, 
                                                   const float (*const *tables)[16], const int shared, const int bits,
                                                   float (*acc)[16]) {
     const int steps = quant_tile_steps(bits);
-#ifdef QUANT_AVX512
+#ifdef VEC16
     // Step s looks up the 4 bits (B = 3: 3) from bit 4s (3s) of each lane's stream, shifted down (a
     // lookup reads only an index's low four bits); at B = 3 a number may continue in the next word.
     // With constant steps the loads of a word are one load and the shifts constants.
     const int sb = bits == 3 ? 3 : 4;
 #define QUANT_INDEX(tp)                                                                            \
-    (sh + sb <= 32 ? _mm512_srli_epi32(_mm512_loadu_si512(tp + g * QUANT_TILE), (unsigned)sh)      \
-                   : _mm512_or_si512(_mm512_srli_epi32(_mm512_loadu_si512(tp + g * QUANT_TILE), (unsigned)sh), \
-                                     _mm512_slli_epi32(_mm512_loadu_si512(tp + (g + 1) * QUANT_TILE), (unsigned)(32 - sh))))
+    (sh + sb <= 32 ? v16i_srli(v16i_load(tp + g * QUANT_TILE), sh)                                 \
+                   : v16i_or(v16i_srli(v16i_load(tp + g * QUANT_TILE), sh), v16i_slli(v16i_load(tp + (g + 1) * QUANT_TILE), 32 - sh)))
     if (nt == 4) {
-        __m512 a0 = _mm512_loadu_ps(acc[0]), a1 = _mm512_loadu_ps(acc[1]), a2 = _mm512_loadu_ps(acc[2]),
-               a3 = _mm512_loadu_ps(acc[3]);
+        v16 a0 = v16_load(acc[0]), a1 = v16_load(acc[1]), a2 = v16_load(acc[2]), a3 = v16_load(acc[3]);
         const uint32_t *t0 = tiles[0], *t1 = tiles[1], *t2 = tiles[2], *t3 = tiles[3];
 #define QUANT_STEP(i0, i1, i2, i3, s)                                                              \
     {                                                                                              \
-        const __m512 t = _mm512_loadu_ps(tb0[s]);                                                  \
-        a0 = _mm512_add_ps(a0, _mm512_permutexvar_ps(i0, t));                                      \
-        a1 = _mm512_add_ps(a1, _mm512_permutexvar_ps(i1, shared ? t : _mm512_loadu_ps(tb1[s])));   \
-        a2 = _mm512_add_ps(a2, _mm512_permutexvar_ps(i2, shared ? t : _mm512_loadu_ps(tb2[s])));   \
-        a3 = _mm512_add_ps(a3, _mm512_permutexvar_ps(i3, shared ? t : _mm512_loadu_ps(tb3[s])));   \
-        __asm__("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3));                                      \
+        const v16 t = v16_load(tb0[s]);                                                            \
+        a0 = v16_add(a0, v16_lookup(i0, t));                                                       \
+        a1 = v16_add(a1, v16_lookup(i1, shared ? t : v16_load(tb1[s])));                           \
+        a2 = v16_add(a2, v16_lookup(i2, shared ? t : v16_load(tb2[s])));                           \
+        a3 = v16_add(a3, v16_lookup(i3, shared ? t : v16_load(tb3[s])));                           \
+        V16_KEEP4(a0, a1, a2, a3);                                                                 \
     }
         // The empty asm statements keep gcc from hoisting the tables out of the caller's loop and
         // every lookup above the adds, which runs out of registers and spills.
@@ -291,7 +279,7 @@ QUANT_UNROLL(32)
             QUANT_STEP(QUANT_INDEX(t0), QUANT_INDEX(t1), QUANT_INDEX(t2), QUANT_INDEX(t3), s)
         }
 #undef QUANT_STEP
-        quant_store4(acc[0], acc[2], a0, a1, a2, a3); // acc[k] follows acc[k - 1]
+        v16_store4(acc[0], acc[2], a0, a1, a2, a3); // acc[k] follows acc[k - 1]
         return;
     }
     // Fewer tiles (a stream's last ones; every block of KIVI's, which its kernels read block by
@@ -299,13 +287,13 @@ QUANT_UNROLL(32)
     for (int k = 0; k < nt; k++) {
         const uint32_t *tp = tiles[k];
         const float(*table)[16] = tables[shared ? 0 : k];
-        __m512 a = _mm512_loadu_ps(acc[k]);
+        v16 a = v16_load(acc[k]);
 QUANT_UNROLL(32)
         for (int s = 0; s < steps; s++) {
             const int bit = sb * s, g = bit >> 5, sh = bit & 31;
-            a = _mm512_add_ps(a, _mm512_permutexvar_ps(QUANT_INDEX(tp), _mm512_loadu_ps(table[s])));
+            a = v16_add(a, v16_lookup(QUANT_INDEX(tp), v16_load(table[s])));
         }
-        _mm512_storeu_ps(acc[k], a);
+        v16_store(acc[k], a);
     }
 #undef QUANT_INDEX
     return;
@@ -361,12 +349,12 @@ static inline void quant_group_sum(const float (*acc)[2][16], float *out) {
     }
 }
 
-#ifdef QUANT_AVX512
+#ifdef VEC16
 // One group's chunk looked up in table t: lo (numbers 2i) and hi (numbers 2i+1) accumulate.
-static QUANT_ALWAYS_INLINE void quant_group_lookup16(const uint8_t *chunk, __m512 t, __m512 *lo, __m512 *hi) {
-    const __m512i i = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)chunk));
-    *lo = _mm512_add_ps(*lo, _mm512_permutexvar_ps(i, t));
-    *hi = _mm512_add_ps(*hi, _mm512_permutexvar_ps(_mm512_srli_epi32(i, 4), t));
+static QUANT_ALWAYS_INLINE void quant_group_lookup16(const uint8_t *chunk, v16 t, v16 *lo, v16 *hi) {
+    const v16i i = v16i_load_bytes(chunk);
+    *lo = v16_add(*lo, v16_lookup(i, t));
+    *hi = v16_add(*hi, v16_lookup(v16i_srli(i, 4), t));
 }
 #endif
 

@@ -9,9 +9,10 @@
 // groups), affine_mix_rows (rows of 32 codes) and affine_score_tiles (token tiles). What stays in
 // a family's file is its encoder, its layout and those parameters.
 //
-// Included by the family sources, which are compiled twice (portable and AVX-512, codecs.h): every
-// kernel here has one portable and at most one AVX-512 path, computing the same products and sums
-// in the same order, so both builds give the same bits.
+// Included by the family sources, which are compiled once per kernel set (codecs.h): every kernel
+// here has one portable path and at most one vector path (vec16.h: AVX2 and AVX-512; the rows'
+// decoding needs AVX-512's VBMI), computing the same products and sums in the same order, so every
+// build gives the same bits.
 #ifndef MICRO_AFFINE_KERNELS_H
 #define MICRO_AFFINE_KERNELS_H
 
@@ -71,18 +72,18 @@ static QUANT_ALWAYS_INLINE void affine_table(const float *w, const float *sm, co
     }
 }
 
-#ifdef QUANT_AVX512
+#ifdef VEC16
 // affine_term on sixteen levels, and affine_table in a register (the same products and sums).
-static QUANT_ALWAYS_INLINE __m512 affine_term16(float w, __m512 L, const float *sm, int i, const AffineForm f) {
-    if (!f.scaled) return _mm512_mul_ps(_mm512_set1_ps(w), L);
-    const __m512 x = _mm512_mul_ps(L, _mm512_set1_ps(sm[i * f.ps]));
-    return _mm512_mul_ps(_mm512_set1_ps(w), f.minimum ? _mm512_add_ps(x, _mm512_set1_ps(sm[i * f.ps + f.moff])) : x);
+static QUANT_ALWAYS_INLINE v16 affine_term16(float w, v16 L, const float *sm, int i, const AffineForm f) {
+    if (!f.scaled) return v16_mul(v16_set1(w), L);
+    const v16 x = v16_mul(L, v16_set1(sm[i * f.ps]));
+    return v16_mul(v16_set1(w), f.minimum ? v16_add(x, v16_set1(sm[i * f.ps + f.moff])) : x);
 }
 
-static QUANT_ALWAYS_INLINE __m512 affine_table16(const float *w, const float *sm, const int per, const float (*lv)[16],
-                                                 const AffineForm f) {
-    __m512 t = affine_term16(w[0], _mm512_load_ps(lv[0]), sm, 0, f);
-    for (int k = 1; k < per; k++) t = _mm512_add_ps(t, affine_term16(w[k], _mm512_load_ps(lv[k]), sm, k, f));
+static QUANT_ALWAYS_INLINE v16 affine_table16(const float *w, const float *sm, const int per, const float (*lv)[16],
+                                              const AffineForm f) {
+    v16 t = affine_term16(w[0], v16_load(lv[0]), sm, 0, f);
+    for (int k = 1; k < per; k++) t = v16_add(t, affine_term16(w[k], v16_load(lv[k]), sm, k, f));
     return t;
 }
 #endif
@@ -168,8 +169,8 @@ static QUANT_ALWAYS_INLINE void affine_mix_groups(AffineChunk ch, const int g, c
     float wbuf[2][4 * QUANT_TILE] __attribute__((aligned(64))), sm[2][8 * QUANT_TILE] __attribute__((aligned(64)));
     const float *w[2] = {NULL, NULL};
     memset(acc, 0, sizeof(float) * 2 * 2 * 16);
-#ifdef QUANT_AVX512
-    __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
+#ifdef VEC16
+    v16 e0 = v16_zero(), e1 = e0, o0 = e0, o1 = e0;
 #endif
     if (n > 0) w[0] = prep(state, head, c, p, n, 0, wbuf[0], sm[0]);
     for (int j0 = 0; j0 < n; j0 += 4 * QUANT_TILE) {
@@ -184,7 +185,7 @@ static QUANT_ALWAYS_INLINE void affine_mix_groups(AffineChunk ch, const int g, c
         for (int k0 = 0; k0 < nb; k0 += step) {
             const uint8_t *chunk = affine_unit(&ch, u0 + k0); // group k at chunk + (k − k0)·ub
             const int k1 = nb - k0 < step ? nb : k0 + step;
-#ifdef QUANT_AVX512
+#ifdef VEC16
             __asm__("" ::: "memory"); // each table broadcasts its parameters from memory
             int k = k0;
             for (; k + 2 <= k1; k += 2) {
@@ -205,8 +206,8 @@ static QUANT_ALWAYS_INLINE void affine_mix_groups(AffineChunk ch, const int g, c
 #endif
         }
     }
-#ifdef QUANT_AVX512
-    quant_store4(acc[0][0], acc[1][0], e0, e1, o0, o1);
+#ifdef VEC16
+    v16_store4(acc[0][0], acc[1][0], e0, e1, o0, o1);
 #endif
 }
 
@@ -326,7 +327,7 @@ static QUANT_ALWAYS_INLINE void affine_mix_rows(AffineChunk ch, const uint32_t *
     }
 #if defined(QUANT_AVX512) && defined(__AVX512VBMI__)
 #undef AFFINE_ROW
-    quant_store4(even, odd, e0, e1, o0, o1);
+    v16_store4(even, odd, e0, e1, o0, o1);
 #endif
 }
 
@@ -352,8 +353,8 @@ static QUANT_ALWAYS_INLINE void affine_step_tables(const float *w, const float *
     const int per = bits == 3 ? 1 : 4 / bits;
     for (int st = 0; st < quant_tile_steps(bits); st++) {
         const float *x = f.scaled ? sm + st * per * f.ps : NULL;
-#ifdef QUANT_AVX512
-        _mm512_storeu_ps(table[st], affine_table16(w + st * per, x, per, lv, f));
+#ifdef VEC16
+        v16_store(table[st], affine_table16(w + st * per, x, per, lv, f));
 #else
         affine_table(w + st * per, x, per, lv, f, table[st]);
 #endif

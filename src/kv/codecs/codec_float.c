@@ -22,6 +22,11 @@
 #include "codecs.h"
 
 #define TILE QUANT_TILE
+#ifdef VEC16
+#define VEC16_ON 1
+#else
+#define VEC16_ON 0
+#endif
 #define ALWAYS_INLINE QUANT_ALWAYS_INLINE
 
 typedef enum { FMT_FP16, FMT_BF16, FMT_E4M3, FMT_E5M2, FMT_FP32 } FloatFormat;
@@ -173,6 +178,13 @@ static void float_encode_row(const float *v, int n, FloatFormat f, uint32_t *cod
         if (_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q)) break; // a NaN: its payload, as quant.c keeps it
         _mm512_storeu_si512(codes + d, _mm512_cvtepu16_epi32(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
     }
+#elif defined(QUANT_F16C)
+    for (; f == FMT_FP16 && d + 8 <= n; d += 8) {
+        const __m256 x = _mm256_loadu_ps(v + d);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q))) break; // a NaN: as above
+        _mm256_storeu_si256((__m256i *)(void *)(codes + d),
+                            _mm256_cvtepu16_epi32(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+    }
 #endif
     for (; d < n; d++) codes[d] = float_encode(v[d], f);
 }
@@ -230,10 +242,13 @@ static void float_read(const void *state, int head, int token, float *out) {
     }
 }
 
-// Whether the AVX-512 kernels may take the stream with these query numbers or weights: no infinity
-// or NaN stored in any block the n tokens lie in, and every |x| · unit finite. 0 in the portable build.
+// Whether the vector kernels (AVX2, AVX-512) may take the stream with these query numbers or weights:
+// no infinity or NaN stored in any block the n tokens lie in, and every |x| · unit finite. 0 in the
+// portable build.
 static ALWAYS_INLINE int float_fast(const CodecBlocks *b, int n_tokens, const float *x, int n, const FloatFormat f) {
-    if (!QUANT_SIMD) return 0;
+#ifndef VEC16
+    return 0;
+#endif
     for (int i = 0; i * b->block < n_tokens; i++)
         if (((const FloatState *)b->states[i])->special) return 0;
     if (formats[f].limit == INFINITY) return 1; // bf16: no unit, nothing can overflow
@@ -271,8 +286,8 @@ static ALWAYS_INLINE void float_scales16(const CodecBlocks *b, int head, int t, 
     quant_fp16_to_fp32_16((const uint16_t *)(const void *)(block + s0->scales_at) + float_slot(s0, head, local), sc);
 }
 
-#ifdef QUANT_AVX512
-// The AVX-512 decoders give each number divided by the format's unit, with shifts where they can;
+#ifdef VEC16
+// The vector decoders give each number divided by the format's unit, with shifts where they can;
 // the query or weights carry the unit instead, so each product is the same real number as q · x and
 // rounds the same (the portable code computes q · x). Infinities and NaNs do not survive them.
 //   fp16: sign-extended to bit 31, moved down three bits and masked, exponent and fraction land
@@ -283,51 +298,44 @@ static ALWAYS_INLINE void float_scales16(const CodecBlocks *b, int head, int t, 
 //   E4M3: ((c + (c & 0x80)) << 7) is the fp16 of x · 2^-8 (fp16's range holds every E4M3 number),
 //         converted by vcvtph2ps (unit 2^8).
 // 16-bit formats: numbers 2i (lo) and 2i+1 (hi) of 16 words.
-static ALWAYS_INLINE __m512 float_lo16(__m512i w, const FloatFormat f) {
-    if (f == FMT_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-    return _mm512_castsi512_ps(
-        _mm512_and_si512(_mm512_srai_epi32(_mm512_slli_epi32(w, 16), 3), _mm512_set1_epi32((int)0x8fffe000u)));
+static ALWAYS_INLINE v16 float_lo16(v16i w, const FloatFormat f) {
+    if (f == FMT_BF16) return v16i_shl_bits(w, 16);
+    return v16i_shl_sra_and_bits(w, 16, 3, 0x8fffe000u);
 }
-static ALWAYS_INLINE __m512 float_hi16(__m512i w, const FloatFormat f) {
-    if (f == FMT_BF16) return _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u)));
-    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_srai_epi32(w, 3), _mm512_set1_epi32((int)0x8fffe000u)));
+static ALWAYS_INLINE v16 float_hi16(v16i w, const FloatFormat f) {
+    if (f == FMT_BF16) return v16i_and_bits(w, 0xffff0000u);
+    return v16i_sra_and_bits(w, 3, 0x8fffe000u);
 }
 // 8-bit formats: 16 consecutive codes.
-static ALWAYS_INLINE __m512 float_decode8(const uint8_t *p, const FloatFormat f) {
-    const __m128i c = _mm_loadu_si128((const __m128i *)(const void *)p);
-    if (f == FMT_E5M2)
-        return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(c), 21),
-                                                    _mm512_set1_epi32((int)0x8fe00000u)));
-    const __m256i h = _mm256_cvtepu8_epi16(c);
-    return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_add_epi16(h, _mm256_and_si256(h, _mm256_set1_epi16(0x80))), 7));
+static ALWAYS_INLINE v16 float_decode8(const uint8_t *p, const FloatFormat f) {
+    if (f == FMT_E5M2) return v16_bytes_shl_and_bits(p, 21, 0x8fe00000u);
+    return v16_e4m3_scaled(p);
 }
 
 // a += x · (the 32 numbers at p): numbers 0..15 to lo, 16..31 to hi (8- and 32-bit), or 2i to lo
 // and 2i+1 to hi (16-bit, both from one load).
-static ALWAYS_INLINE void float_madd(const uint8_t *p, __m512 x0, __m512 x1, const FloatFormat f, __m512 *lo,
-                                     __m512 *hi) {
+static ALWAYS_INLINE void float_madd(const uint8_t *p, v16 x0, v16 x1, const FloatFormat f, v16 *lo, v16 *hi) {
     if (formats[f].bytes == 4) {
-        *lo = _mm512_add_ps(*lo, _mm512_mul_ps(x0, _mm512_loadu_ps(p)));
-        *hi = _mm512_add_ps(*hi, _mm512_mul_ps(x1, _mm512_loadu_ps(p + 64)));
+        *lo = v16_add(*lo, v16_mul(x0, v16_load(p)));
+        *hi = v16_add(*hi, v16_mul(x1, v16_load(p + 64)));
     } else if (formats[f].bytes == 2) {
-        const __m512i w = _mm512_loadu_si512(p);
-        *lo = _mm512_add_ps(*lo, _mm512_mul_ps(x0, float_lo16(w, f)));
-        *hi = _mm512_add_ps(*hi, _mm512_mul_ps(x1, float_hi16(w, f)));
+        const v16i w = v16i_load(p);
+        *lo = v16_add(*lo, v16_mul(x0, float_lo16(w, f)));
+        *hi = v16_add(*hi, v16_mul(x1, float_hi16(w, f)));
     } else {
-        *lo = _mm512_add_ps(*lo, _mm512_mul_ps(x0, float_decode8(p, f)));
-        *hi = _mm512_add_ps(*hi, _mm512_mul_ps(x1, float_decode8(p + 16, f)));
+        *lo = v16_add(*lo, v16_mul(x0, float_decode8(p, f)));
+        *hi = v16_add(*hi, v16_mul(x1, float_decode8(p + 16, f)));
     }
 }
 // One step of a lane's score on a key tile at k: a + q[0] · x_d (+ q[1] · x_d+1 for 16-bit codes,
 // which come in pairs), the order of the portable kernel.
-static ALWAYS_INLINE __m512 float_tile_step(__m512 a, const uint8_t *k, const float *q, const FloatFormat f) {
-    if (f == FMT_FP32) return _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(q[0]), _mm512_loadu_ps(k)));
+static ALWAYS_INLINE v16 float_tile_step(v16 a, const uint8_t *k, const float *q, const FloatFormat f) {
+    if (f == FMT_FP32) return v16_add(a, v16_mul(v16_set1(q[0]), v16_load(k)));
     if (formats[f].bytes == 2) {
-        const __m512i w = _mm512_loadu_si512(k);
-        return _mm512_add_ps(_mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(q[0]), float_lo16(w, f))),
-                             _mm512_mul_ps(_mm512_set1_ps(q[1]), float_hi16(w, f)));
+        const v16i w = v16i_load(k);
+        return v16_add(v16_add(a, v16_mul(v16_set1(q[0]), float_lo16(w, f))), v16_mul(v16_set1(q[1]), float_hi16(w, f)));
     }
-    return _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(q[0]), float_decode8(k, f)));
+    return v16_add(a, v16_mul(v16_set1(q[0]), float_decode8(k, f)));
 }
 #endif
 
@@ -345,10 +353,10 @@ static ALWAYS_INLINE void float_score_tiles(const CodecBlocks *b, int head, cons
     const int same_block = t0 + nt * TILE <= b->block || codec_in_block(b, t0) + nt * TILE <= b->block;
     for (int t = 1; t < nt; t++)
         tiles[t] = same_block ? tiles[0] + (size_t)t * TILE * (size_t)hd * es : float_codes_at(b, head, t0 + t * TILE);
-#ifdef QUANT_AVX512
+#ifdef VEC16
     if (qu) {
         if (nt == 4) { // four tiles at once: their independent chains hide the latency of the adds
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            v16 a0 = v16_zero(), a1 = a0, a2 = a0, a3 = a0;
             for (int d = 0; d < hd; d += (int)pair) { // 16-bit: numbers d and d + 1 from one word
                 const size_t at = (size_t)d * TILE * es;
                 if (ahead && at % 64 == 0) // the same line of the four tiles 192 tokens ahead
@@ -358,13 +366,13 @@ static ALWAYS_INLINE void float_score_tiles(const CodecBlocks *b, int head, cons
                 a2 = float_tile_step(a2, tiles[2] + at, qu + d, f);
                 a3 = float_tile_step(a3, tiles[3] + at, qu + d, f);
             }
-            quant_store4(acc[0], acc[2], a0, a1, a2, a3); // acc[k] follows acc[k - 1]
+            v16_store4(acc[0], acc[2], a0, a1, a2, a3); // acc[k] follows acc[k - 1]
             return;
         }
         for (int t = 0; t < nt; t++) { // the last tiles of a stream, one at a time
-            __m512 a = _mm512_setzero_ps();
+            v16 a = v16_zero();
             for (int d = 0; d < hd; d += (int)pair) a = float_tile_step(a, tiles[t] + (size_t)d * TILE * es, qu + d, f);
-            _mm512_storeu_ps(acc[t], a);
+            v16_store(acc[t], a);
         }
         return;
     }
@@ -469,8 +477,8 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
         fast = m < formats[f].limit;
     }
     const float unit = fast ? formats[f].unit : 1.0f;
-#ifdef QUANT_AVX512
-    __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
+#ifdef VEC16
+    v16 e0 = v16_zero(), e1 = e0, o0 = e0, o1 = e0;
 #endif
     // The weights: p itself where there is neither scale nor unit (bf16), else made in a buffer.
     const int direct = !scaled && formats[f].unit == 1.0f;
@@ -490,17 +498,17 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
             const int k1 = whole || cnt - k0 < TILE ? cnt : k0 + TILE;
             float_prefetch16(b, head, j0 + k0 + 12 * TILE, n);
             const uint8_t *row = float_codes_at(b, head, j0 + k0);
-#ifdef QUANT_AVX512
+#ifdef VEC16
             if (fast) {
                 __asm__("" ::: "memory"); // the weights broadcast from memory
                 const size_t rb = 32 * es;
                 int k = k0;
                 for (; k + 2 <= k1; k += 2, row += 2 * rb) {
-                    const __m512 w0 = _mm512_set1_ps(w[k]), w1 = _mm512_set1_ps(w[k + 1]);
+                    const v16 w0 = v16_set1(w[k]), w1 = v16_set1(w[k + 1]);
                     float_madd(row, w0, w0, f, &e0, &e1);
                     float_madd(row + rb, w1, w1, f, &o0, &o1);
                 }
-                if (k < k1) float_madd(row, _mm512_set1_ps(w[k]), _mm512_set1_ps(w[k]), f, &e0, &e1);
+                if (k < k1) float_madd(row, v16_set1(w[k]), v16_set1(w[k]), f, &e0, &e1);
                 continue;
             }
 #endif
@@ -512,8 +520,8 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
             }
         }
     }
-#ifdef QUANT_AVX512
-    if (fast) quant_store4(even, odd, e0, e1, o0, o1);
+#ifdef VEC16
+    if (fast) v16_store4(even, odd, e0, e1, o0, o1);
 #endif
     float_mix_out(even, odd, fast && es == 2, hd, out);
 }
@@ -532,7 +540,7 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
 // farther, the step was slower again.
 #define FLOAT_HEADS_MAX 8
 
-#ifdef QUANT_AVX512
+#ifdef VEC16
 static ALWAYS_INLINE void float_scores_heads_fast(const CodecBlocks *b, const float *qu, float *out, size_t stride,
                                                   int n, const int H, const FloatFormat f) {
     const FloatState *s0 = b->states[0];
@@ -542,11 +550,11 @@ static ALWAYS_INLINE void float_scores_heads_fast(const CodecBlocks *b, const fl
         int local, alocal = 0;
         const uint8_t *block = codec_block(b, t0, &local), *tiles[FLOAT_HEADS_MAX], *ahead[FLOAT_HEADS_MAX];
         const uint8_t *ablock = (const uint8_t *)codec_ahead_block(b, t0 / TILE + ahead_tiles, n, &alocal);
-        __m512 a[FLOAT_HEADS_MAX];
+        v16 a[FLOAT_HEADS_MAX];
         for (int h = 0; h < H; h++) {
             tiles[h] = block + FLOAT_CODES_AT + float_at(s0, h, local, 0) * es;
             ahead[h] = ablock ? ablock + FLOAT_CODES_AT + float_at(s0, h, alocal, 0) * es : NULL;
-            a[h] = _mm512_setzero_ps();
+            a[h] = v16_zero();
         }
         for (int d = 0; d < 32; d += (int)pair) {
             const size_t at = (size_t)d * TILE * es;
@@ -558,10 +566,10 @@ static ALWAYS_INLINE void float_scores_heads_fast(const CodecBlocks *b, const fl
         const int m = n - t0 < TILE ? n - t0 : TILE;
         for (int h = 0; h < H; h++) {
             if (m == TILE) {
-                _mm512_storeu_ps(out + (size_t)h * stride + t0, a[h]);
+                v16_store(out + (size_t)h * stride + t0, a[h]);
             } else {
                 float acc[TILE];
-                _mm512_storeu_ps(acc, a[h]);
+                v16_store(acc, a[h]);
                 memcpy(out + (size_t)h * stride + t0, acc, sizeof(float) * (size_t)m);
             }
         }
@@ -576,8 +584,8 @@ static ALWAYS_INLINE void float_mix_heads_fast(const CodecBlocks *b, const float
     const int direct = unit == 1.0f; // the weights are p itself
     const int ahead_tiles = codec_ahead_tiles((size_t)H * TILE * 32 * es);
     float wbuf[2][FLOAT_HEADS_MAX][TILE] __attribute__((aligned(64)));
-    __m512 e0[FLOAT_HEADS_MAX], e1[FLOAT_HEADS_MAX], o0[FLOAT_HEADS_MAX], o1[FLOAT_HEADS_MAX];
-    for (int h = 0; h < H; h++) e0[h] = e1[h] = o0[h] = o1[h] = _mm512_setzero_ps();
+    v16 e0[FLOAT_HEADS_MAX], e1[FLOAT_HEADS_MAX], o0[FLOAT_HEADS_MAX], o1[FLOAT_HEADS_MAX];
+    for (int h = 0; h < H; h++) e0[h] = e1[h] = o0[h] = o1[h] = v16_zero();
     // The weights of a tile are made a tile ahead of their use: a broadcast that reads a vector
     // store still in flight would wait for it.
 #define FLOAT_HEADS_WEIGHTS(buf, t)                                                                \
@@ -601,17 +609,17 @@ static ALWAYS_INLINE void float_mix_heads_fast(const CodecBlocks *b, const float
             for (; k + 2 <= m; k += 2) {
                 for (size_t at = (size_t)k * rb; arow && at < (size_t)(k + 2) * rb; at += 64)
                     __builtin_prefetch(arow + at);
-                const __m512 w0 = _mm512_set1_ps(w[k]), w1 = _mm512_set1_ps(w[k + 1]);
+                const v16 w0 = v16_set1(w[k]), w1 = v16_set1(w[k + 1]);
                 float_madd(row + (size_t)k * rb, w0, w0, f, &e0[h], &e1[h]);
                 float_madd(row + (size_t)(k + 1) * rb, w1, w1, f, &o0[h], &o1[h]);
             }
-            if (k < m) float_madd(row + (size_t)k * rb, _mm512_set1_ps(w[k]), _mm512_set1_ps(w[k]), f, &e0[h], &e1[h]);
+            if (k < m) float_madd(row + (size_t)k * rb, v16_set1(w[k]), v16_set1(w[k]), f, &e0[h], &e1[h]);
         }
     }
 #undef FLOAT_HEADS_WEIGHTS
     for (int h = 0; h < H; h++) {
         float even[32], odd[32];
-        quant_store4(even, odd, e0[h], e1[h], o0[h], o1[h]);
+        v16_store4(even, odd, e0[h], e1[h], o0[h], o1[h]);
         float_mix_out(even, odd, es == 2, 32, out + (size_t)h * 32);
     }
 }
@@ -623,13 +631,13 @@ static ALWAYS_INLINE void float_mix_heads_fast(const CodecBlocks *b, const float
 // which leave the reading of each block to the hardware prefetcher.
 static ALWAYS_INLINE int float_heads_fit(const CodecBlocks *b, int n) {
     const FloatState *s0 = b->states[0];
-    return QUANT_SIMD && b->head_dim == 32 && !s0->scaled && s0->n_heads <= FLOAT_HEADS_MAX && n > 0;
+    return VEC16_ON && b->head_dim == 32 && !s0->scaled && s0->n_heads <= FLOAT_HEADS_MAX && n > 0;
 }
 
 // scores_heads and mix_heads of one format: the every-head kernels when the stream and every head's
 // numbers fit them (float_fast, as the per-head kernels ask), else head by head. micro's six heads
 // get an instance of their own (constant loops keep the heads' sums in registers).
-#ifdef QUANT_AVX512
+#ifdef VEC16
 #define FLOAT_HEADS_INSTANCE(id, fmt)                                                              \
     static int heads_scores_##id(const CodecBlocks *b, const float *q, float *out, size_t stride, int n) { \
         const int H = ((const FloatState *)b->states[0])->n_heads;                                 \
