@@ -10,4 +10,8 @@
 int bench_eval(const Model *m, const char *k_spec, const char *v_spec, int n, int threads, int repeat, char *err,
                size_t errlen);
 
+// Multiply-adds of scoring texts of tokens[0..n_texts) tokens (BOS included) through every one of
+// `runs` caches: the arithmetic under micro plate's loss runs.
+double eval_text_multiply_adds(const ModelConfig *c, const int *tokens, int n_texts, int runs);
+
 #endif

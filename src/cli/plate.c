@@ -10,8 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bench_eval.h"
 #include "bootstrap.h"
 #include "capacity.h"
+#include "clock.h"
 #include "cli.h"
 #include "cmd_options.h"
 #include "commands.h"
@@ -21,6 +23,7 @@
 #include "held_decode.h"
 #include "model_file.h"
 #include "msgtext.h"
+#include "peak.h"
 #include "safe_file.h"
 #include "serve.h"
 #include "text.h"
@@ -140,6 +143,7 @@ typedef struct {
     EvalResult reference[N_TEXTS];  // fp32
     EvalResult results[N_SCHEMES][N_TEXTS];
     ServeRow serve[N_SERVE];
+    double loss_seconds; // wall time of the loss runs (the fp32 references and every scheme)
     double serve_budget; // bytes
     int serve_context; // tokens per conversation
     int serve_fp16;    // the pool holds this many fp16 conversations
@@ -300,6 +304,37 @@ static void print_serve_panel(const PlateRun *r) {
                row->bytes_per_token / 1e3, ref->bytes_per_token / row->bytes_per_token);
     }
     printf("x fp16: tokens/s gained; x fewer: cache bytes a conversation's decode step reads, saved (both against fp16)\n");
+    // The targets (docs/performance.md): fewer bytes never decode slower within a family, fp16 within
+    // 10% of bf16, and the plate's scheme at 8, 4 and 2 bits in that order.
+    const ServeRow *bf16 = &r->serve[1], *i8 = &r->serve[2], *i4 = &r->serve[3], *i2 = &r->serve[5];
+    const double fp16_bf16 = ref->tokens_per_s / bf16->tokens_per_s;
+    const int ordered = i4->tokens_per_s >= i8->tokens_per_s && i2->tokens_per_s >= i4->tokens_per_s;
+    printf("targets: fp16 within 10%% of bf16: %.2fx (%s); int 8, 4, 2 each no slower than the wider: %.0f, %.0f, %.0f "
+           "tokens/s (%s)\n",
+           fp16_bf16, fp16_bf16 >= 0.9 && fp16_bf16 <= 1.1 ? "met" : "not met", i8->tokens_per_s, i4->tokens_per_s,
+           i2->tokens_per_s, ordered ? "met" : "not met");
+}
+
+// The loss runs' wall time beside the arithmetic's floor on the cores they ran on (bench --eval's),
+// the target being within 3x of it; and beside the floor at the rate of a multiply and an add apart,
+// the arithmetic every kernel set shares.
+static void print_loss_time(const PlateRun *r, int threads) {
+    const ModelConfig *c = &r->model->config;
+    const int tokens[N_TEXTS] = {r->texts[0].n_tokens, r->texts[1].n_tokens};
+    const long online = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
+    const int cores = threads < online ? threads : (int)online;
+    const char *form, *apart_form;
+    const double work = eval_text_multiply_adds(c, tokens, N_TEXTS, plate_loss_runs());
+    const double floor = work / (peak_multiply_adds(&form) * cores);
+    const double floor_apart = work / (peak_multiply_then_add(&apart_form) * cores);
+    const double ratio = r->loss_seconds / floor;
+    printf("\nthe loss runs (%d caches on both texts, %.0f G multiply-adds; kernels: %s): %.2f s on %d thread%s,\n"
+           "%.1fx the arithmetic's floor on %d core%s (%.2f s at this machine's peak, %s,\n"
+           "measured now; target: within 3x): %s. At the rate of a multiply, then an add (every kernel set's\n"
+           "arithmetic: %s): %.2f s, %.1fx\n",
+           plate_loss_runs(), work * 1e-9, cli_kernels(), r->loss_seconds, threads, threads == 1 ? "" : "s", ratio,
+           cores, cores == 1 ? "" : "s", floor, form, ratio <= 3 ? "met" : "not met", apart_form, floor_apart,
+           r->loss_seconds / floor_apart);
 }
 
 // Bars on a log scale from 1e-4 nats (below: a dot) to the largest increase, so that +0.001 and +1
@@ -760,8 +795,10 @@ int cmd_plate(int argc, char **argv) {
     if (!status) {
         r->model = &m;
         r->decode = o.decode;
+        const double t0 = seconds_now();
         pool_run_tasks(pool, N_TEXTS, reference_task, r);
         if (!atomic_load(&r->failed)) pool_run_tasks(pool, N_SCHEMES * N_TEXTS, scheme_task, r);
+        r->loss_seconds = seconds_now() - t0;
         if (atomic_load(&r->failed)) {
             cli_error("%s", r->err);
             status = atomic_load(&r->failed) == EVAL_NOT_FINITE ? 1 : 2;
@@ -827,6 +864,7 @@ int cmd_plate(int argc, char **argv) {
         printf("\n(e) ");
         print_bars(r);
         print_frontier(r);
+        print_loss_time(r, threads);
         if (files) {
             printf("\nwritten: %s and %s/plate.json\n", csv_path, out_dir);
             status = draw_figure(csv_path, out_dir);
