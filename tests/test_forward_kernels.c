@@ -113,10 +113,11 @@ static void run(const ForwardKernels *k, const ForwardKernels *o) {
 enum { SPAN_N = 300, SPAN_STRIDE = SPAN_N + 16, SPAN_HD = 48 };
 static float kt[SPAN_HD * SPAN_STRIDE], vrows[SPAN_N * SPAN_HD], qs[SPAN_TILE * SPAN_HD], ps[SPAN_TILE * SPAN_N];
 static float sc_a[SPAN_TILE * SPAN_N], sc_b[SPAN_TILE * SPAN_N], mx_a[SPAN_TILE * SPAN_HD], mx_b[SPAN_TILE * SPAN_HD];
+static float ev_a[SPAN_TILE * SPAN_HD], ev_b[SPAN_TILE * SPAN_HD];
 
 static void run_span(const ForwardKernels *k, const ForwardKernels *o) {
     static const int hds[] = {32, 16, 48};
-    static const int ranges[][2] = {{0, 1}, {0, 16}, {3, 35}, {0, 64}, {17, 300}, {0, 300}};
+    static const int ranges[][2] = {{0, 1}, {0, 16}, {3, 35}, {0, 64}, {1, 130}, {17, 300}, {0, 300}};
     fill(kt, SPAN_HD * SPAN_STRIDE, 1.0);
     fill(vrows, SPAN_N * SPAN_HD, 1.0);
     fill(qs, SPAN_TILE * SPAN_HD, 1.0);
@@ -149,6 +150,19 @@ static void run_span(const ForwardKernels *k, const ForwardKernels *o) {
                             for (int d = 0; d < hd; d++) mx_b[r * SPAN_HD + d] += ps[r * SPAN_N + j] * vrows[j * hd + d];
                 CHECK(check_same_bits(mx_a, mx_b, SPAN_TILE * SPAN_HD), "mix_rows %s vs %s: hd %d, %d vectors, [%d, %d)",
                       k->name, o ? o->name : "reference", hd, nq, j0, j1);
+                // Even and odd positions apart, each in order (MirrorOps.split_mix).
+                for (int i = 0; i < SPAN_TILE * SPAN_HD; i++) mx_a[i] = mx_b[i] = ev_a[i] = ev_b[i] = (float)i / 5.0f;
+                k->mix_rows_split(ev_a, mx_a, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, j1);
+                if (o)
+                    o->mix_rows_split(ev_b, mx_b, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, j1);
+                else
+                    for (int r = 0; r < nq; r++)
+                        for (int j = j0; j < j1; j++)
+                            for (int d = 0; d < hd; d++)
+                                (j % 2 ? mx_b : ev_b)[r * SPAN_HD + d] += ps[r * SPAN_N + j] * vrows[j * hd + d];
+                CHECK(check_same_bits(ev_a, ev_b, SPAN_TILE * SPAN_HD) && check_same_bits(mx_a, mx_b, SPAN_TILE * SPAN_HD),
+                      "mix_rows_split %s vs %s: hd %d, %d vectors, [%d, %d)", k->name, o ? o->name : "reference", hd, nq,
+                      j0, j1);
             }
         }
     }

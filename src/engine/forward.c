@@ -248,10 +248,20 @@ static void task_span_attention(void *arg, int i, int thread) {
             for (int t = 0; t < nt; t++)
                 for (int j = 0; j < n0 + t; j++) att[t * as + j] = att[t * as + j] * fac[j];
         }
-        for (int t = 0; t < nt; t++) memset(out + t * xs, 0, sizeof(float) * (size_t)hd);
-        fk->mix_rows(out, xs, att, as, nt, v, hd, 0, n0);
-        for (int t = 1; t < nt; t++) fk->mix_rows(out + t * xs, 0, att + t * as, 0, 1, v, hd, n0, n0 + t);
         const MirrorOps *ops = mm->ops[KV_ROLE_VALUE];
+        if (ops && ops->split_mix) { // even and odd tokens apart, then added, as the codec's mix does
+            enum { HD = 64 }; // a split codec's head_dim is <= 64
+            float even[SPAN_TILE * HD] = {0}, odd[SPAN_TILE * HD] = {0};
+            fk->mix_rows_split(even, odd, HD, att, as, nt, v, hd, 0, n0);
+            for (int t = 1; t < nt; t++)
+                fk->mix_rows_split(even + t * HD, odd + t * HD, 0, att + t * as, 0, 1, v, hd, n0, n0 + t);
+            for (int t = 0; t < nt; t++)
+                for (int d = 0; d < hd; d++) out[t * xs + d] = even[t * HD + d] + odd[t * HD + d];
+        } else {
+            for (int t = 0; t < nt; t++) memset(out + t * xs, 0, sizeof(float) * (size_t)hd);
+            fk->mix_rows(out, xs, att, as, nt, v, hd, 0, n0);
+            for (int t = 1; t < nt; t++) fk->mix_rows(out + t * xs, 0, att + t * as, 0, 1, v, hd, n0, n0 + t);
+        }
         if (ops && ops->post)
             for (int t = 0; t < nt; t++) {
                 float acc[1024]; // a codec's head_dim is ≤ 1024

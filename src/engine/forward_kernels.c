@@ -284,7 +284,14 @@ static void scaled_softmax_impl(float *x, int n, float scale) {
 
 // The fast evaluator's inner step, a full tile of four: acc[r][0, w) += s_r · x[0, w). Inlined with a
 // constant w, so the accumulators stay in registers.
-enum { SPAN_WIDTH = 2 * LANES };
+// SCORE_WIDTH: positions a full tile of scores keeps in registers, 4 x 64 in AVX-512's 32 registers
+// (each key load then serves more products against each query number's broadcast), 4 x 16 where there
+// are 16 (AVX2) or fewer. Every output is its own sum in order of d whatever the width: the same bits.
+#ifdef KERNELS_AVX512
+enum { SPAN_WIDTH = 4 * LANES, SCORE_WIDTH = 4 * LANES };
+#else
+enum { SPAN_WIDTH = 2 * LANES, SCORE_WIDTH = LANES };
+#endif
 static inline __attribute__((always_inline)) void add_scaled4(float acc[][SPAN_WIDTH], const float *restrict x,
                                                               float s0, float s1, float s2, float s3, int w) {
 #pragma omp simd
@@ -308,6 +315,12 @@ static void scores_transposed_impl(float *restrict out, size_t os, const float *
                                    const float *restrict kt, size_t stride, int head_dim, int j0, int j1) {
     scores_contract(out, os, q, qs, n_q, kt, stride, head_dim, j0, j1);
     int j = j0;
+    for (; n_q == SPAN_TILE && j + SCORE_WIDTH <= j1; j += SCORE_WIDTH) {
+        float acc[SPAN_TILE][SPAN_WIDTH] = {{0}};
+        for (int d = 0; d < head_dim; d++)
+            add_scaled4(acc, kt + (size_t)d * stride + j, q[d], q[qs + d], q[2 * qs + d], q[3 * qs + d], SCORE_WIDTH);
+        store4(out + j, os, acc, SCORE_WIDTH);
+    }
     for (; n_q == SPAN_TILE && j + LANES <= j1; j += LANES) {
         float acc[SPAN_TILE][SPAN_WIDTH] = {{0}};
         for (int d = 0; d < head_dim; d++)
@@ -341,7 +354,7 @@ static void scores_transposed_impl(float *restrict out, size_t os, const float *
 static void mix_rows_impl(float *restrict out, size_t os, const float *restrict p, size_t ps, int n_p,
                           const float *restrict v, int head_dim, int j0, int j1) {
     mix_contract(out, os, p, ps, n_p, v, head_dim, j0, j1);
-    enum { W = SPAN_WIDTH };
+    enum { W = 2 * LANES }; // micro's head_dim: one tile of channels
     int d0 = 0;
     for (; n_p == SPAN_TILE && d0 + W <= head_dim; d0 += W) {
         float acc[SPAN_TILE][SPAN_WIDTH];
@@ -362,13 +375,62 @@ static void mix_rows_impl(float *restrict out, size_t os, const float *restrict 
     }
 }
 
+// mix_rows with even and odd tokens summed apart (two chains, as the float codec's mix keeps them):
+// a full tile of four vectors and SPLIT_WIDTH channels holds both sums in registers, each row load
+// serving the four; the rest one vector at a time. Every channel's two sums run in order of j.
+#ifdef KERNELS_AVX512
+enum { SPLIT_WIDTH = 2 * LANES };
+#else
+enum { SPLIT_WIDTH = LANES / 2 };
+#endif
+static inline __attribute__((always_inline)) void split_add4(float (*acc)[SPLIT_WIDTH], const float *restrict x,
+                                                             const float *p, size_t ps, int j) {
+    const float s0 = p[j], s1 = p[ps + j], s2 = p[2 * ps + j], s3 = p[3 * ps + j];
+#pragma omp simd
+    for (int l = 0; l < SPLIT_WIDTH; l++) {
+        acc[0][l] += s0 * x[l], acc[1][l] += s1 * x[l];
+        acc[2][l] += s2 * x[l], acc[3][l] += s3 * x[l];
+    }
+}
+
+static void mix_rows_split_impl(float *restrict even, float *restrict odd, size_t os, const float *restrict p,
+                                size_t ps, int n_p, const float *restrict v, int head_dim, int j0, int j1) {
+    mix_contract(even, os, p, ps, n_p, v, head_dim, j0, j1);
+    mix_contract(odd, os, p, ps, n_p, v, head_dim, j0, j1);
+    enum { W = SPLIT_WIDTH };
+    int d0 = 0;
+    for (; n_p == SPAN_TILE && d0 + W <= head_dim; d0 += W) {
+        float e[SPAN_TILE][SPLIT_WIDTH], o[SPAN_TILE][SPLIT_WIDTH];
+        for (int r = 0; r < SPAN_TILE; r++)
+            for (int d = 0; d < W; d++) e[r][d] = even[(size_t)r * os + d0 + d], o[r][d] = odd[(size_t)r * os + d0 + d];
+        int j = j0;
+        if (j < j1 && j % 2) split_add4(o, v + (size_t)j * head_dim + d0, p, ps, j), j++;
+        for (; j + 2 <= j1; j += 2) {
+            split_add4(e, v + (size_t)j * head_dim + d0, p, ps, j);
+            split_add4(o, v + (size_t)(j + 1) * head_dim + d0, p, ps, j + 1);
+        }
+        if (j < j1) split_add4(e, v + (size_t)j * head_dim + d0, p, ps, j);
+        for (int r = 0; r < SPAN_TILE; r++)
+            for (int d = 0; d < W; d++) even[(size_t)r * os + d0 + d] = e[r][d], odd[(size_t)r * os + d0 + d] = o[r][d];
+    }
+    for (int r = 0; r < n_p; r++) {
+        const float *pr = p + (size_t)r * ps;
+        for (int j = j0; j < j1; j++) {
+            float *acc = (j % 2 ? odd : even) + (size_t)r * os;
+            const float pj = pr[j], *row = v + (size_t)j * head_dim;
+#pragma omp simd
+            for (int d = d0; d < head_dim; d++) acc[d] += pj * row[d];
+        }
+    }
+}
+
 #if defined(KERNELS_AVX512)
 const ForwardKernels forward_kernels_avx512 = {"avx512", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
-                                               scores_transposed_impl, mix_rows_impl};
+                                               scores_transposed_impl, mix_rows_impl, mix_rows_split_impl};
 #elif defined(KERNELS_AVX2)
 const ForwardKernels forward_kernels_avx2 = {"avx2", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
-                                             scores_transposed_impl, mix_rows_impl};
+                                             scores_transposed_impl, mix_rows_impl, mix_rows_split_impl};
 #else
 const ForwardKernels forward_kernels_portable = {"portable", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
-                                                 scores_transposed_impl, mix_rows_impl};
+                                                 scores_transposed_impl, mix_rows_impl, mix_rows_split_impl};
 #endif

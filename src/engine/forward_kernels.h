@@ -33,6 +33,10 @@ typedef struct {
     // ... and out[r·os + d] += p[r·ps + j] · v[j·head_dim + d] for j = j0, j0 + 1, ..., j1 − 1 in turn.
     void (*mix_rows)(float *restrict out, size_t os, const float *restrict p, size_t ps, int n_p,
                      const float *restrict v, int head_dim, int j0, int j1);
+    // ... or, for a codec that sums even and odd tokens apart (MirrorOps.split_mix), the same into
+    // even[r·os + d] for even j and odd[r·os + d] for odd j, each in order of j.
+    void (*mix_rows_split)(float *restrict even, float *restrict odd, size_t os, const float *restrict p, size_t ps,
+                           int n_p, const float *restrict v, int head_dim, int j0, int j1);
 } ForwardKernels;
 
 extern const ForwardKernels forward_kernels_portable, forward_kernels_avx2, forward_kernels_avx512;

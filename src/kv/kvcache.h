@@ -60,6 +60,9 @@ typedef struct MirrorOps {
     // Values: out from the sums acc (head_dim numbers each); NULL: out = acc.
     void (*post)(const void *state, const float *acc, float *out);
     int has_factor;
+    // Values: the codec's mix sums even and odd tokens apart, each in order, and adds the two at the
+    // end (out = even + odd, as the float codec's two chains do); the mirror's mix does the same.
+    int split_mix;
 } MirrorOps;
 
 // Operations on one stream's encoded state. Every call is for one stream (keys or values of one

@@ -749,6 +749,9 @@ static void float_key_read(const void *state, int head, int token, float *x, flo
 }
 
 static const MirrorOps float_key_mirror_ops = {.read = float_key_read};
+// Unscaled values: float_mix_rows sums w_j · x̂_j over even and odd tokens apart, w_j = p_j (the
+// vector kernels' w_j · unit times x̂_j / unit is the same real number), at head_dim up to 64.
+static const MirrorOps float_value_mirror_ops = {.read = float_key_read, .split_mix = 1};
 
 static const MirrorOps *float_key_mirror(const void *state) {
     const FloatState *s = state;
@@ -758,11 +761,17 @@ static const MirrorOps *float_key_mirror(const void *state) {
     return s->is_key && !s->scaled && s->bytes != 2 ? &float_key_mirror_ops : NULL;
 }
 
+static const MirrorOps *float_value_mirror(const void *state) {
+    const FloatState *s = state;
+    return !s->is_key && !s->scaled && s->head_dim <= 64 ? &float_value_mirror_ops : NULL;
+}
+
 static size_t float_extent(const void *state) { return ((const FloatState *)state)->extent; }
 
 static const CodecOps float_ops = {.append = float_append, .scores = float_scores, .mix = float_mix,
                                    .scores_heads = float_scores_heads, .mix_heads = float_mix_heads,
                                    .read = float_read, .key_mirror = float_key_mirror,
+                                   .value_mirror = float_value_mirror,
                                    .bytes = float_bytes, .extent = float_extent, .destroy = float_destroy};
 
 #define FLOAT_FAMILY(id, help_text, ...)                                                           \
