@@ -266,6 +266,55 @@ static QUANT_ALWAYS_INLINE __m512 affine_row_levels16(const uint8_t *row, uint32
     return _mm512_cvtepi32_ps(kind == AFFINE_SIGNED ? _mm512_srai_epi32(v, (unsigned)(32 - bits))
                                                     : _mm512_srli_epi32(v, (unsigned)(32 - bits)));
 }
+#elif defined(VEC16)
+// The AVX2 build's row decoder: a row's 32 levels as two vectors (numbers 0..15, 16..31), eight
+// lanes at a time. Eight dense codes fill `bits` bytes and lie alike in every such run, so one
+// shuffle control (vpshufb: the two bytes holding each code's start into its lane, within each
+// 128-bit half, which both hold the run's bytes) and one shift serve every run; the codes are
+// shifted up to bit 31 and back down, with the sign or without. The row is copied first, so that no
+// load reads past its bytes.
+typedef struct {
+    __m256i ctrl, up; // per lane: the shuffle that gathers its code's two bytes; 32 − B − its offset
+} AffineRowAvx2;
+
+static inline void affine_row_avx2_init(AffineRowAvx2 *r, int bits) {
+    uint8_t c[32];
+    int32_t u[8];
+    for (int i = 0; i < 8; i++) {
+        const int bit = i * bits;
+        for (int b = 0; b < 4; b++) c[4 * (i % 4) + 16 * (i / 4) + b] = b < 2 ? (uint8_t)(bit / 8 + b) : 0x80;
+        u[i] = 32 - bits - bit % 8;
+    }
+    r->ctrl = _mm256_loadu_si256((const __m256i *)(const void *)c);
+    r->up = _mm256_loadu_si256((const __m256i *)(const void *)u);
+}
+
+// Levels of numbers 8k .. 8k+7 of a row (bytes: the row, copied) as floats.
+static QUANT_ALWAYS_INLINE __m256 affine_row_levels8(const uint8_t *bytes, uint32_t qh, const AffineRowAvx2 *r, int k,
+                                                     const int bits, const int kind, const int bias) {
+    if (kind == AFFINE_Q5) {
+        const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(bytes + 8 * (k % 2))));
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)(qh >> (8 * k))), lane),
+                                            _mm256_set1_epi32(1));
+        const __m256i lo = k >= 2 ? _mm256_srli_epi32(b, 4) : _mm256_and_si256(b, _mm256_set1_epi32(15));
+        return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(bias)));
+    }
+    if (bits == 8) {
+        const __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(bytes + 8 * k));
+        return _mm256_cvtepi32_ps(kind == AFFINE_SIGNED ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
+    }
+    const __m256i run = _mm256_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)(const void *)(bytes + k * bits)));
+    const __m256i v = _mm256_sllv_epi32(_mm256_shuffle_epi8(run, r->ctrl), r->up);
+    return _mm256_cvtepi32_ps(kind == AFFINE_SIGNED ? _mm256_srai_epi32(v, 32 - bits) : _mm256_srli_epi32(v, 32 - bits));
+}
+
+// affine_row_levels for numbers 16h .. 16h+15 of a row copied into `bytes` (at least 4·B + 8 bytes).
+static QUANT_ALWAYS_INLINE v16 affine_row_levels16(const uint8_t *bytes, uint32_t qh, const AffineRowAvx2 *r,
+                                                   const int h, const int bits, const int kind, const int bias) {
+    return (v16){affine_row_levels8(bytes, qh, r, 2 * h, bits, kind, bias),
+                 affine_row_levels8(bytes, qh, r, 2 * h + 1, bits, kind, bias)};
+}
 #endif
 
 // Mix on rows of the quantised tokens [0, n) of one chunk: per token its 32 numbers' levels decoded
@@ -292,6 +341,18 @@ static QUANT_ALWAYS_INLINE void affine_mix_rows(AffineChunk ch, const uint32_t *
         acc1 = _mm512_add_ps(acc1, affine_term16(w[b][k], affine_row_levels16(r, hk, ctrl, up, 1, bits, kind, bias), \
                                                  sm[b], k, f));                                    \
     }
+#elif defined(VEC16)
+    AffineRowAvx2 dec;
+    affine_row_avx2_init(&dec, bits);
+    v16 e0 = v16_zero(), e1 = e0, o0 = e0, o1 = e0;
+    uint8_t copy[48] = {0}; // a row (at most 32 bytes, q5's 16) and room for the last run's 8-byte load
+#define AFFINE_ROW(acc0, acc1, k)                                                                  \
+    {                                                                                              \
+        memcpy(copy, row + (size_t)((k) - k0) * rb, kind == AFFINE_Q5 ? 16 : 4 * (size_t)bits);   \
+        const uint32_t hk = qh ? qh[j0 + (k)] : 0;                                                 \
+        acc0 = v16_add(acc0, affine_term16(w[b][k], affine_row_levels16(copy, hk, &dec, 0, bits, kind, bias), sm[b], k, f)); \
+        acc1 = v16_add(acc1, affine_term16(w[b][k], affine_row_levels16(copy, hk, &dec, 1, bits, kind, bias), sm[b], k, f)); \
+    }
 #else
     memset(even, 0, sizeof(float) * 32);
     memset(odd, 0, sizeof(float) * 32);
@@ -307,7 +368,7 @@ static QUANT_ALWAYS_INLINE void affine_mix_rows(AffineChunk ch, const uint32_t *
         for (int k0 = 0; k0 < cnt; k0 += step) {
             const uint8_t *row = affine_unit(&ch, j0 + k0); // row k at row + (k − k0)·rb
             const int k1 = cnt - k0 < step ? cnt : k0 + step;
-#if defined(QUANT_AVX512) && defined(__AVX512VBMI__)
+#if (defined(QUANT_AVX512) && defined(__AVX512VBMI__)) || defined(VEC16)
             __asm__("" ::: "memory"); // the parameters broadcast from memory
             int k = k0;
             for (; k + 2 <= k1; k += 2) {
@@ -325,7 +386,7 @@ static QUANT_ALWAYS_INLINE void affine_mix_rows(AffineChunk ch, const uint32_t *
 #endif
         }
     }
-#if defined(QUANT_AVX512) && defined(__AVX512VBMI__)
+#if (defined(QUANT_AVX512) && defined(__AVX512VBMI__)) || defined(VEC16)
 #undef AFFINE_ROW
     v16_store4(even, odd, e0, e1, o0, o1);
 #endif
