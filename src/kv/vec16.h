@@ -43,6 +43,10 @@ static QUANT_ALWAYS_INLINE v16 v16_e4m3_scaled(const uint8_t *p) {
 }
 // The table lookups of the code kernels (quant.h): lane i gets t[idx_i & 15].
 static QUANT_ALWAYS_INLINE v16 v16_lookup(v16i idx, v16 t) { return _mm512_permutexvar_ps(idx, t); }
+// Sixteen fp16 numbers at p (vcvtph2ps: exact for every number; a signalling NaN comes out quiet).
+static QUANT_ALWAYS_INLINE v16 v16_from_fp16(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
+}
 static QUANT_ALWAYS_INLINE v16i v16i_srli(v16i w, int s) { return _mm512_srli_epi32(w, (unsigned)s); }
 static QUANT_ALWAYS_INLINE v16i v16i_slli(v16i w, int s) { return _mm512_slli_epi32(w, (unsigned)s); }
 static QUANT_ALWAYS_INLINE v16i v16i_or(v16i a, v16i b) { return _mm512_or_si512(a, b); }
@@ -108,6 +112,10 @@ static QUANT_ALWAYS_INLINE __m256 v8_lookup(__m256i idx, v16 t) {
                             _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
 }
 static QUANT_ALWAYS_INLINE v16 v16_lookup(v16i idx, v16 t) { return (v16){v8_lookup(idx.lo, t), v8_lookup(idx.hi, t)}; }
+static QUANT_ALWAYS_INLINE v16 v16_from_fp16(const uint16_t *p) {
+    return (v16){_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)),
+                 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p + 8)))};
+}
 static QUANT_ALWAYS_INLINE v16i v16i_srli(v16i w, int s) { return (v16i){_mm256_srli_epi32(w.lo, s), _mm256_srli_epi32(w.hi, s)}; }
 static QUANT_ALWAYS_INLINE v16i v16i_slli(v16i w, int s) { return (v16i){_mm256_slli_epi32(w.lo, s), _mm256_slli_epi32(w.hi, s)}; }
 static QUANT_ALWAYS_INLINE v16i v16i_or(v16i a, v16i b) { return (v16i){_mm256_or_si256(a.lo, b.lo), _mm256_or_si256(a.hi, b.hi)}; }

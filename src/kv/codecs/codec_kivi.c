@@ -361,7 +361,7 @@ static inline const float (*kivi_tables_for(KiviKeys *kt, int g, int c, const in
     if (kt->ahead != g) kivi_key_params(kt->s, kt->head, g, c, kt->sm[g % 2]);
     if ((g + 1) * kt->s->group < kt->s->n_quant) kivi_key_params(kt->s, kt->head, g + 1, c, kt->sm[(g + 1) % 2]);
     kt->ahead = g + 1;
-#ifdef QUANT_AVX512
+#ifdef VEC16
     __asm__("" ::: "memory"); // the parameters broadcast from memory
 #endif
     affine_step_tables(kt->q + 32 * c, kt->sm[g % 2], bits, (const float(*)[16])kt->lv, KIVI_KEY_FORM, kt->table[i]);
@@ -417,17 +417,13 @@ static ALWAYS_INLINE void kivi_scores_residual(const KiviState *s, int head, con
     for (int t0 = 0; t0 < r; t0 += TILE) {
         const uint16_t *tile = kivi_full_at(s, head, s->n_quant + t0, 0);
         float acc[TILE] __attribute__((aligned(64))) = {0};
-#ifdef QUANT_AVX512
-        __m512 even = _mm512_setzero_ps(), odd = even;
+#ifdef VEC16
+        v16 even = v16_zero(), odd = even;
         for (int d = 0; d + 2 <= hd; d += 2) {
-            const __m512 k0 =
-                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(tile + (size_t)d * TILE)));
-            const __m512 k1 =
-                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(tile + (size_t)(d + 1) * TILE)));
-            even = _mm512_add_ps(even, _mm512_mul_ps(_mm512_set1_ps(q[d]), k0));
-            odd = _mm512_add_ps(odd, _mm512_mul_ps(_mm512_set1_ps(q[d + 1]), k1));
+            even = v16_add(even, v16_mul(v16_set1(q[d]), v16_from_fp16(tile + (size_t)d * TILE)));
+            odd = v16_add(odd, v16_mul(v16_set1(q[d + 1]), v16_from_fp16(tile + (size_t)(d + 1) * TILE)));
         }
-        _mm512_store_ps(acc, _mm512_add_ps(even, odd));
+        v16_store(acc, v16_add(even, odd));
 #else
         float odd[TILE] = {0};
         for (int d = 0; d + 2 <= hd; d += 2) {
