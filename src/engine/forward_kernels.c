@@ -290,7 +290,7 @@ static void scaled_softmax_impl(float *x, int n, float scale) {
 #ifdef KERNELS_AVX512
 enum { SPAN_WIDTH = 4 * LANES, SCORE_WIDTH = 4 * LANES };
 #else
-enum { SPAN_WIDTH = 2 * LANES, SCORE_WIDTH = LANES };
+enum { SPAN_WIDTH = 4 * LANES, SCORE_WIDTH = 4 * LANES };
 #endif
 static inline __attribute__((always_inline)) void add_scaled4(float acc[][SPAN_WIDTH], const float *restrict x,
                                                               float s0, float s1, float s2, float s3, int w) {
@@ -364,7 +364,7 @@ static void mix_rows_impl(float *restrict out, size_t os, const float *restrict 
             add_scaled4(acc, v + (size_t)j * head_dim + d0, p[j], p[ps + j], p[2 * ps + j], p[3 * ps + j], W);
         store4(out + d0, os, acc, W);
     }
-    for (int r = 0; r < n_p; r++) {
+    for (int r = 0; r < n_p && d0 < head_dim; r++) { // (after full tiles of every channel: nothing)
         const float *pr = p + (size_t)r * ps;
         float *o = out + (size_t)r * os;
         for (int j = j0; j < j1; j++) {
@@ -413,7 +413,7 @@ static void mix_rows_split_impl(float *restrict even, float *restrict odd, size_
         for (int r = 0; r < SPAN_TILE; r++)
             for (int d = 0; d < W; d++) even[(size_t)r * os + d0 + d] = e[r][d], odd[(size_t)r * os + d0 + d] = o[r][d];
     }
-    for (int r = 0; r < n_p; r++) {
+    for (int r = 0; r < n_p && d0 < head_dim; r++) { // (after full tiles of every channel: nothing)
         const float *pr = p + (size_t)r * ps;
         for (int j = j0; j < j1; j++) {
             float *acc = (j % 2 ? odd : even) + (size_t)r * os;
