@@ -315,12 +315,36 @@ static void scores_transposed_impl(float *restrict out, size_t os, const float *
                                    const float *restrict kt, size_t stride, int head_dim, int j0, int j1) {
     scores_contract(out, os, q, qs, n_q, kt, stride, head_dim, j0, j1);
     int j = j0;
+#ifdef KERNELS_AVX512
+    // The same sums in sixteen named registers: the C loop's 4 x 64 array left gcc short of registers
+    // (it spilled accumulators to the stack and cleared the array with rep stos every 64 positions).
+    for (; n_q == SPAN_TILE && j + 4 * LANES <= j1; j += 4 * LANES) {
+        __m512 a[SPAN_TILE][4];
+        for (int r = 0; r < SPAN_TILE; r++)
+            for (int c = 0; c < 4; c++) a[r][c] = _mm512_setzero_ps();
+        for (int d = 0; d < head_dim; d++) {
+            const float *k = kt + (size_t)d * stride + j;
+            const __m512 k0 = _mm512_loadu_ps(k), k1 = _mm512_loadu_ps(k + LANES), k2 = _mm512_loadu_ps(k + 2 * LANES),
+                         k3 = _mm512_loadu_ps(k + 3 * LANES);
+            for (int r = 0; r < SPAN_TILE; r++) {
+                const __m512 qd = _mm512_set1_ps(q[(size_t)r * qs + d]);
+                a[r][0] = _mm512_add_ps(a[r][0], _mm512_mul_ps(qd, k0));
+                a[r][1] = _mm512_add_ps(a[r][1], _mm512_mul_ps(qd, k1));
+                a[r][2] = _mm512_add_ps(a[r][2], _mm512_mul_ps(qd, k2));
+                a[r][3] = _mm512_add_ps(a[r][3], _mm512_mul_ps(qd, k3));
+            }
+        }
+        for (int r = 0; r < SPAN_TILE; r++)
+            for (int c = 0; c < 4; c++) _mm512_storeu_ps(out + (size_t)r * os + j + c * LANES, a[r][c]);
+    }
+#else
     for (; n_q == SPAN_TILE && j + SCORE_WIDTH <= j1; j += SCORE_WIDTH) {
         float acc[SPAN_TILE][SPAN_WIDTH] = {{0}};
         for (int d = 0; d < head_dim; d++)
             add_scaled4(acc, kt + (size_t)d * stride + j, q[d], q[qs + d], q[2 * qs + d], q[3 * qs + d], SCORE_WIDTH);
         store4(out + j, os, acc, SCORE_WIDTH);
     }
+#endif
     for (; n_q == SPAN_TILE && j + LANES <= j1; j += LANES) {
         float acc[SPAN_TILE][SPAN_WIDTH] = {{0}};
         for (int d = 0; d < head_dim; d++)
