@@ -144,8 +144,9 @@ st=$?
 [ $st -eq 0 ] && ! grep -q "env\|bash" "$tmp/err" && ok "PATH empty: inspect --plot draws, no helper's words" ||
     bad "PATH empty: exit $st, $(cat "$tmp/err")"
 
-# A gnuplot that hangs: a signal to micro ends it too and leaves no temporary (SIGINT through a
-# wrapper, since a background job of a script ignores SIGINT, and micro keeps an ignored signal so).
+# A gnuplot that hangs: a signal to micro ends it too and leaves no temporary. Every signal is set
+# to its default through a wrapper first: a background job of a script ignores SIGINT, a run under
+# nohup ignores SIGHUP, and micro keeps an ignored signal ignored (as a user who ignores it asks).
 cat >"$tmp/fake/gnuplot" <<EOF
 #!/bin/sh
 echo \$\$ >"$tmp/helper.pid"
@@ -154,12 +155,9 @@ EOF
 chmod +x "$tmp/fake/gnuplot"
 for sig in TERM HUP INT; do
     rm -rf "$tmp/sig" "$tmp/helper.pid"
-    if [ $sig = INT ]; then
-        PATH="$tmp/fake:$PATH" python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
-            "$micro" figure --csv "$base/plate.csv" --out "$tmp/sig" >/dev/null 2>&1 &
-    else
-        PATH="$tmp/fake:$PATH" "$micro" figure --csv "$base/plate.csv" --out "$tmp/sig" >/dev/null 2>&1 &
-    fi
+    PATH="$tmp/fake:$PATH" python3 -c 'import os, signal, sys
+signal.signal(getattr(signal, "SIG" + sys.argv[1]), signal.SIG_DFL)
+os.execv(sys.argv[2], sys.argv[2:])' $sig "$micro" figure --csv "$base/plate.csv" --out "$tmp/sig" >/dev/null 2>&1 &
     pid=$!
     for _ in $(seq 100); do [ -s "$tmp/helper.pid" ] && break; sleep 0.1; done
     helper=$(cat "$tmp/helper.pid" 2>/dev/null)
