@@ -19,59 +19,38 @@ enum { CHAINS = 16, ROUNDS = 5 };
 typedef double (*PeakLoop)(long iters, float m, float c); // returns the accumulators' sum
 
 #if defined(__x86_64__)
-__attribute__((target("avx512f,fma"))) static double loop_avx512(long iters, float m, float c) {
-    __m512 a[CHAINS];
-    const __m512 vm = _mm512_set1_ps(m), vc = _mm512_set1_ps(c);
-    for (int i = 0; i < CHAINS; i++) a[i] = _mm512_set1_ps((float)i);
-    for (long k = 0; k < iters; k++)
-        for (int i = 0; i < CHAINS; i++) a[i] = _mm512_fmadd_ps(a[i], vm, vc);
-    double s = 0;
-    for (int i = 0; i < CHAINS; i++) s += _mm512_reduce_add_ps(a[i]);
-    return s;
-}
-
-// The same chains with the multiply and the add apart (two roundings): what every kernel set computes,
-// so that all give the same bits.
-__attribute__((target("avx512f"))) static double loop_avx512_apart(long iters, float m, float c) {
-    __m512 a[CHAINS];
-    const __m512 vm = _mm512_set1_ps(m), vc = _mm512_set1_ps(c);
-    for (int i = 0; i < CHAINS; i++) a[i] = _mm512_set1_ps((float)i);
-    for (long k = 0; k < iters; k++)
-        for (int i = 0; i < CHAINS; i++) a[i] = _mm512_add_ps(_mm512_mul_ps(a[i], vm), vc);
-    double s = 0;
-    for (int i = 0; i < CHAINS; i++) s += _mm512_reduce_add_ps(a[i]);
-    return s;
-}
-
-__attribute__((target("avx"))) static double loop_avx2_apart(long iters, float m, float c) {
-    __m256 a[CHAINS];
-    const __m256 vm = _mm256_set1_ps(m), vc = _mm256_set1_ps(c);
-    for (int i = 0; i < CHAINS; i++) a[i] = _mm256_set1_ps((float)i);
-    for (long k = 0; k < iters; k++)
-        for (int i = 0; i < CHAINS; i++) a[i] = _mm256_add_ps(_mm256_mul_ps(a[i], vm), vc);
-    float out[8];
-    double s = 0;
-    for (int i = 0; i < CHAINS; i++) {
-        _mm256_storeu_ps(out, a[i]);
-        for (int l = 0; l < 8; l++) s += out[l];
+// Each loop twice: fused (one rounding per multiply-add, the hardware's peak) and apart (a multiply,
+// then an add: what every kernel set computes, so that all give the same bits).
+#define PEAK_LOOP_512(name, isa, step)                                                          \
+    __attribute__((target(isa))) static double name(long iters, float m, float c) {             \
+        __m512 a[CHAINS];                                                                          \
+        const __m512 vm = _mm512_set1_ps(m), vc = _mm512_set1_ps(c);                               \
+        for (int i = 0; i < CHAINS; i++) a[i] = _mm512_set1_ps((float)i);                         \
+        for (long k = 0; k < iters; k++)                                                           \
+            for (int i = 0; i < CHAINS; i++) a[i] = step;                                          \
+        double s = 0;                                                                              \
+        for (int i = 0; i < CHAINS; i++) s += _mm512_reduce_add_ps(a[i]);                         \
+        return s;                                                                                  \
     }
-    return s;
-}
-
-__attribute__((target("avx2,fma"))) static double loop_avx2(long iters, float m, float c) {
-    __m256 a[CHAINS];
-    const __m256 vm = _mm256_set1_ps(m), vc = _mm256_set1_ps(c);
-    for (int i = 0; i < CHAINS; i++) a[i] = _mm256_set1_ps((float)i);
-    for (long k = 0; k < iters; k++)
-        for (int i = 0; i < CHAINS; i++) a[i] = _mm256_fmadd_ps(a[i], vm, vc);
-    float out[8];
-    double s = 0;
-    for (int i = 0; i < CHAINS; i++) {
-        _mm256_storeu_ps(out, a[i]);
-        for (int l = 0; l < 8; l++) s += out[l];
+#define PEAK_LOOP_256(name, isa, step)                                                          \
+    __attribute__((target(isa))) static double name(long iters, float m, float c) {             \
+        __m256 a[CHAINS];                                                                          \
+        const __m256 vm = _mm256_set1_ps(m), vc = _mm256_set1_ps(c);                               \
+        for (int i = 0; i < CHAINS; i++) a[i] = _mm256_set1_ps((float)i);                         \
+        for (long k = 0; k < iters; k++)                                                           \
+            for (int i = 0; i < CHAINS; i++) a[i] = step;                                          \
+        float out[8];                                                                              \
+        double s = 0;                                                                              \
+        for (int i = 0; i < CHAINS; i++) {                                                         \
+            _mm256_storeu_ps(out, a[i]);                                                           \
+            for (int l = 0; l < 8; l++) s += out[l];                                               \
+        }                                                                                          \
+        return s;                                                                                  \
     }
-    return s;
-}
+PEAK_LOOP_512(loop_avx512, "avx512f,fma", _mm512_fmadd_ps(a[i], vm, vc))
+PEAK_LOOP_512(loop_avx512_apart, "avx512f", _mm512_add_ps(_mm512_mul_ps(a[i], vm), vc))
+PEAK_LOOP_256(loop_avx2, "avx2,fma", _mm256_fmadd_ps(a[i], vm, vc))
+PEAK_LOOP_256(loop_avx2_apart, "avx", _mm256_add_ps(_mm256_mul_ps(a[i], vm), vc))
 #endif
 
 // Any CPU: 4-float vectors (SSE2 on x86-64, NEON elsewhere), a multiply then an add.
@@ -109,29 +88,23 @@ static double best_rate(PeakLoop loop, int lanes) {
     return best;
 }
 
-double peak_multiply_adds(const char **form) {
+// The fused or the apart rate, in the widest form this CPU has (whatever set the kernels run:
+// MICRO_ISA lowers the kernels, not the floor).
+static double peak(int fused, const char **form) {
     PeakLoop loop = loop_generic;
     int lanes = 4;
-    *form = "4-wide multiply and add";
+    *form = fused ? "4-wide multiply and add" : "4-wide multiply, then add";
 #if defined(__x86_64__)
-    // The hardware's peak, whatever set the kernels run (MICRO_ISA lowers the kernels, not the floor).
     if (cpu_isa_supported() >= ISA_AVX512)
-        loop = loop_avx512, lanes = 16, *form = "512-bit fused multiply-add";
+        loop = fused ? loop_avx512 : loop_avx512_apart, lanes = 16,
+        *form = fused ? "512-bit fused multiply-add" : "512-bit multiply, then add";
     else if (cpu_isa_supported() >= ISA_AVX2)
-        loop = loop_avx2, lanes = 8, *form = "256-bit fused multiply-add";
+        loop = fused ? loop_avx2 : loop_avx2_apart, lanes = 8,
+        *form = fused ? "256-bit fused multiply-add" : "256-bit multiply, then add";
 #endif
     return best_rate(loop, lanes);
 }
 
-double peak_multiply_then_add(const char **form) {
-    PeakLoop loop = loop_generic;
-    int lanes = 4;
-    *form = "4-wide multiply, then add";
-#if defined(__x86_64__)
-    if (cpu_isa_supported() >= ISA_AVX512)
-        loop = loop_avx512_apart, lanes = 16, *form = "512-bit multiply, then add";
-    else if (cpu_isa_supported() >= ISA_AVX2)
-        loop = loop_avx2_apart, lanes = 8, *form = "256-bit multiply, then add";
-#endif
-    return best_rate(loop, lanes);
-}
+double peak_multiply_adds(const char **form) { return peak(1, form); }
+
+double peak_multiply_then_add(const char **form) { return peak(0, form); }

@@ -284,14 +284,7 @@ static void scaled_softmax_impl(float *x, int n, float scale) {
 
 // The fast evaluator's inner step, a full tile of four: acc[r][0, w) += s_r · x[0, w). Inlined with a
 // constant w, so the accumulators stay in registers.
-// SCORE_WIDTH: positions a full tile of scores keeps in registers, 4 x 64 in AVX-512's 32 registers
-// (each key load then serves more products against each query number's broadcast), 4 x 16 where there
-// are 16 (AVX2) or fewer. Every output is its own sum in order of d whatever the width: the same bits.
-#ifdef KERNELS_AVX512
-enum { SPAN_WIDTH = 4 * LANES, SCORE_WIDTH = 4 * LANES };
-#else
-enum { SPAN_WIDTH = 4 * LANES, SCORE_WIDTH = 4 * LANES };
-#endif
+enum { SPAN_WIDTH = 2 * LANES };
 static inline __attribute__((always_inline)) void add_scaled4(float acc[][SPAN_WIDTH], const float *restrict x,
                                                               float s0, float s1, float s2, float s3, int w) {
 #pragma omp simd
@@ -316,7 +309,8 @@ static void scores_transposed_impl(float *restrict out, size_t os, const float *
     scores_contract(out, os, q, qs, n_q, kt, stride, head_dim, j0, j1);
     int j = j0;
 #ifdef KERNELS_AVX512
-    // The same sums in sixteen named registers: the C loop's 4 x 64 array left gcc short of registers
+    // 4 x 64 positions a full tile (each key load serves more products against each query number's
+    // broadcast), in sixteen named registers: the C loop's 4 x 64 array left gcc short of registers
     // (it spilled accumulators to the stack and cleared the array with rep stos every 64 positions).
     for (; n_q == SPAN_TILE && j + 4 * LANES <= j1; j += 4 * LANES) {
         __m512 a[SPAN_TILE][4];
@@ -336,13 +330,6 @@ static void scores_transposed_impl(float *restrict out, size_t os, const float *
         }
         for (int r = 0; r < SPAN_TILE; r++)
             for (int c = 0; c < 4; c++) _mm512_storeu_ps(out + (size_t)r * os + j + c * LANES, a[r][c]);
-    }
-#else
-    for (; n_q == SPAN_TILE && j + SCORE_WIDTH <= j1; j += SCORE_WIDTH) {
-        float acc[SPAN_TILE][SPAN_WIDTH] = {{0}};
-        for (int d = 0; d < head_dim; d++)
-            add_scaled4(acc, kt + (size_t)d * stride + j, q[d], q[qs + d], q[2 * qs + d], q[3 * qs + d], SCORE_WIDTH);
-        store4(out + j, os, acc, SCORE_WIDTH);
     }
 #endif
     for (; n_q == SPAN_TILE && j + LANES <= j1; j += LANES) {
