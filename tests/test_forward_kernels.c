@@ -47,6 +47,30 @@ static void ref_softmax(float *x, int n, float scale) {
     for (i = 0; i < n; i++) x[i] *= inv;
 }
 
+// The first position of the largest weight, by the plain scan eval once ran over the weights (the
+// last position when the first weight is NaN: no weight compares equal to it).
+static int ref_top(const float *w, int n) {
+    float max = w[0];
+    for (int j = 0; j < n; j++) max = w[j] > max ? w[j] : max;
+    int top = 0;
+    while (top < n - 1 && !(w[top] == max)) top++;
+    return top;
+}
+
+// Scores whose weights tie or nearly tie at the top, or hold a NaN: case 0 random, 1 three values
+// (many equal maxima), 2 the max and its float neighbours below it scattered about, 3 a NaN.
+static void fill_scores(float *v, int n, double magnitude, int kind) {
+    for (int i = 0; i < n; i++) v[i] = (float)((2 * urand() - 1) * magnitude);
+    if (kind == 1)
+        for (int i = 0; i < n; i++) v[i] = (float)(magnitude * (int)(3 * urand()));
+    if (kind == 2) {
+        const float top = (float)magnitude;
+        for (int i = 0; i < n; i++)
+            if (urand() < 0.3) v[i] = i % 3 == 0 ? top : nextafterf(i % 3 == 1 ? top : nextafterf(top, 0), 0);
+    }
+    if (kind == 3) v[(int)(urand() * n)] = NAN;
+}
+
 enum { BATCH = 6 }; // the batched product's rows: a block of four and two left over
 static float W[ROWS * NMAX], x[NMAX], out_a[ROWS], out_b[ROWS];
 static float X[BATCH * NMAX], mm_a[BATCH * ROWS], mm_b[BATCH * ROWS];
@@ -104,6 +128,12 @@ static void run(const ForwardKernels *k, const ForwardKernels *o) {
             }
             CHECK(check_same_bits(s_a, s_b, n), "scaled_softmax %s vs %s: n %d magnitude %g", k->name,
                   o ? o->name : "reference", n, mags[mi]);
+            for (int kind = 0; kind < 4; kind++) { // its top position, ties and NaN included
+                fill_scores(s_a, n, mags[mi], kind);
+                const int top = k->scaled_softmax(s_a, n, scale), want = ref_top(s_a, n);
+                CHECK(top == want, "scaled_softmax %s top: %d, the scan finds %d (n %d magnitude %g case %d)", k->name,
+                      top, want, n, mags[mi], kind);
+            }
         }
     }
 }

@@ -58,7 +58,7 @@ int attention_in_cache(const Model *m, const KVRecording *rec, const CodecSpec *
         for (int r = 0; r <= repeat; r++) { // pass 0 brings the layer's blocks in
             const double t0 = seconds_now();
             if (together)
-                attention_heads(&seq.k[l], &seq.v[l], NULL, NULL, H, q_all, att, (size_t)n, out, n);
+                attention_heads(&seq.k[l], &seq.v[l], NULL, NULL, H, q_all, att, (size_t)n, out, n, NULL);
             for (int h = 0; h < H && !together; h++)
                 attention_head(&seq.k[l], &seq.v[l], NULL, NULL, h / group, q_all + (size_t)h * hd, fwd.rope_cos,
                                fwd.rope_sin, att, out, n);

@@ -61,15 +61,16 @@ static void rope(float *vec, int n_heads, int head_dim, const float *cos_t, cons
     for (int h = 0; h < n_heads; h++) rope_head(vec + h * head_dim, head_dim, cos_t, sin_t);
 }
 
-void attention_head(const PagedStream *ks, const PagedStream *vs, const PagedStream *next_k, const PagedStream *next_v,
-                    int kv_head, const float *q, const float *rope_cos, const float *rope_sin, float *att, float *out,
-                    int n) {
+int attention_head(const PagedStream *ks, const PagedStream *vs, const PagedStream *next_k, const PagedStream *next_v,
+                   int kv_head, const float *q, const float *rope_cos, const float *rope_sin, float *att, float *out,
+                   int n) {
     if (ks->blocks[0].prerope) // keys kept before RoPE: rotated as they are read
         paged_scores_rope(ks, kv_head, q, rope_cos, rope_sin, att, n);
     else
         paged_scores_then(ks, next_k, kv_head, q, att, n);
-    forward_kernels()->scaled_softmax(att, n, 1.0f / sqrtf((float)ks->blocks[0].head_dim));
+    const int top = forward_kernels()->scaled_softmax(att, n, 1.0f / sqrtf((float)ks->blocks[0].head_dim));
     paged_mix_then(vs, next_v, kv_head, att, out, n);
+    return top;
 }
 
 int attention_heads_fit(const ModelConfig *p, const PagedStream *ks) {
@@ -77,10 +78,13 @@ int attention_heads_fit(const ModelConfig *p, const PagedStream *ks) {
 }
 
 void attention_heads(const PagedStream *ks, const PagedStream *vs, const PagedStream *next_k, const PagedStream *next_v,
-                     int n_heads, const float *q, float *att, size_t stride, float *out, int n) {
+                     int n_heads, const float *q, float *att, size_t stride, float *out, int n, int *top) {
     const float scale = 1.0f / sqrtf((float)ks->blocks[0].head_dim);
     paged_scores_heads(ks, next_k, n_heads, q, att, stride, n);
-    for (int h = 0; h < n_heads; h++) forward_kernels()->scaled_softmax(att + (size_t)h * stride, n, scale);
+    for (int h = 0; h < n_heads; h++) {
+        const int t = forward_kernels()->scaled_softmax(att + (size_t)h * stride, n, scale);
+        if (top) top[h] = t;
+    }
     paged_mix_heads(vs, next_v, n_heads, att, stride, out, n);
 }
 
@@ -145,28 +149,13 @@ static void task_append(void *arg, int r, int thread) {
 }
 
 // What eval and micro attention keep of a (row, head)'s weights att[0, n): the layer micro attention
-// draws, and which position this head attends to most (the evaluator's measure of whether quantised
-// keys still pick out the right tokens; the first of equal weights wins, so it is well defined).
-static void note_attention(BatchForward *b, int r, int layer, int h, const float *att, int n) {
+// draws, and top, which position this head attends to most (the evaluator's measure of whether
+// quantised keys still pick out the right tokens; the first of equal weights wins, so it is well
+// defined), as scaled_softmax found it.
+static void note_attention(BatchForward *b, int r, int layer, int h, const float *att, int n, int top) {
     const ModelConfig *p = &b->model->config;
     if (r == 0 && layer == b->keep_layer) memcpy(b->kept_att + (size_t)h * b->context, att, sizeof(float) * (size_t)n);
-    if (!b->track_top) return;
-    // The largest weight, then its first position: a vector max and a scan 16 positions at a time to
-    // the first block that holds it, where a running argmax is one dependent compare per position
-    // (a tenth of a span's time), and a scan one position at a time was still a tenth of the fast
-    // evaluator's. No block holds it when it is NaN: the last position, as the plain scan gives.
-    float max = att[0];
-#pragma omp simd reduction(max : max)
-    for (int j = 0; j < n; j++) max = att[j] > max ? att[j] : max;
-    int top = 0;
-    for (; top + 16 <= n; top += 16) {
-        int hit = 0;
-#pragma omp simd reduction(| : hit)
-        for (int l = 0; l < 16; l++) hit |= att[top + l] == max;
-        if (hit) break;
-    }
-    while (top < n - 1 && !(att[top] == max)) top++;
-    b->top_position[((size_t)r * p->n_layers + layer) * p->n_heads + h] = top;
+    if (b->track_top) b->top_position[((size_t)r * p->n_layers + layer) * p->n_heads + h] = top;
 }
 
 // Heads per attention task: a row's heads together when there are rows enough to keep every thread
@@ -194,10 +183,10 @@ static void attend(StepCtx *c, int r, int h) {
     float *att = b->att + ((size_t)r * H + h) * b->context;
     const size_t qd = (size_t)H * hd, xs = qd > (size_t)p->dim ? qd : (size_t)p->dim;
     const KVSeq *nseq = attention_heads_per_task(c) == H ? next_row_seq(c, r) : NULL;
-    attention_head(&seq->k[c->layer], &seq->v[c->layer], nseq ? &nseq->k[c->layer] : NULL,
-                   nseq ? &nseq->v[c->layer] : NULL, h / group, b->q + r * qd + h * hd, b->rope_cos, b->rope_sin, att,
-                   b->xb2 + r * xs + h * hd, n);
-    note_attention(b, r, c->layer, h, att, n);
+    const int top = attention_head(&seq->k[c->layer], &seq->v[c->layer], nseq ? &nseq->k[c->layer] : NULL,
+                                   nseq ? &nseq->v[c->layer] : NULL, h / group, b->q + r * qd + h * hd, b->rope_cos,
+                                   b->rope_sin, att, b->xb2 + r * xs + h * hd, n);
+    note_attention(b, r, c->layer, h, att, n, top);
 }
 
 // A span's (tile of up to SPAN_TILE consecutive rows, head), once every row's key and value is in
@@ -211,8 +200,9 @@ static void task_span_attention(void *arg, int i, int thread) {
     BatchForward *b = c->b;
     const ForwardKernels *fk = forward_kernels();
     const ModelConfig *p = &b->model->config;
-    const int H = p->n_heads, hd = p->head_dim, h = i % H, g = h / (p->n_heads / p->n_kv_heads), l = c->layer;
-    const int r0 = i / H * SPAN_TILE, nt = c->n_rows - r0 < SPAN_TILE ? c->n_rows - r0 : SPAN_TILE;
+    const int n_tiles = (c->n_rows + SPAN_TILE - 1) / SPAN_TILE;
+    const int H = p->n_heads, hd = p->head_dim, h = i / n_tiles, g = h / (p->n_heads / p->n_kv_heads), l = c->layer;
+    const int r0 = i % n_tiles * SPAN_TILE, nt = c->n_rows - r0 < SPAN_TILE ? c->n_rows - r0 : SPAN_TILE;
     const SpanMirror *mm = &b->mirror;
     const KVSeq *seq = c->rows[0].seq;
     const size_t as = (size_t)H * b->context, qd = (size_t)H * hd, xs = qd > (size_t)p->dim ? qd : (size_t)p->dim;
@@ -238,9 +228,10 @@ static void task_span_attention(void *arg, int i, int thread) {
         }
     } else
         for (int t = 0; t < nt; t++) paged_scores(&seq->k[l], g, q + t * qd, att + t * as, n0 + t);
-    for (int t = 0; t < nt; t++) fk->scaled_softmax(att + t * as, n0 + t, 1.0f / sqrtf((float)hd));
     // The weights as they are, before a value mirror's factors scale them in place.
-    for (int t = 0; t < nt; t++) note_attention(b, r0 + t, l, h, att + t * as, n0 + t);
+    for (int t = 0; t < nt; t++)
+        note_attention(b, r0 + t, l, h, att + t * as, n0 + t,
+                       fk->scaled_softmax(att + t * as, n0 + t, 1.0f / sqrtf((float)hd)));
     if (mm->mirrored[KV_ROLE_VALUE]) {
         const float *v = span_mirror_values(mm, l, g);
         if (mm->factors[KV_ROLE_VALUE]) { // p_j · factor_j, as the codec's kernel forms each token's weight
@@ -287,9 +278,11 @@ static void attend_row(StepCtx *c, int r) {
     float *att = b->att + (size_t)r * H * b->context;
     const size_t qd = (size_t)H * hd, xs = qd > (size_t)p->dim ? qd : (size_t)p->dim;
     const KVSeq *nseq = next_row_seq(c, r);
+    // The heads' top positions straight into their places (note_attention writes the same again).
+    int *top = b->track_top ? b->top_position + ((size_t)r * p->n_layers + l) * H : NULL;
     attention_heads(&seq->k[l], &seq->v[l], nseq ? &nseq->k[l] : NULL, nseq ? &nseq->v[l] : NULL, H, b->q + r * qd, att,
-                    b->context, b->xb2 + r * xs, n);
-    for (int h = 0; h < H; h++) note_attention(b, r, l, h, att + (size_t)h * b->context, n);
+                    b->context, b->xb2 + r * xs, n, top);
+    for (int h = 0; h < H; h++) note_attention(b, r, l, h, att + (size_t)h * b->context, n, top ? top[h] : 0);
 }
 
 static void task_attention(void *arg, int i, int thread) {

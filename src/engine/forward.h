@@ -102,20 +102,22 @@ double decoder_bits_per_element(const Decoder *d);
 const char *decoder_spec(const Decoder *d, KVRole role);
 
 // One head's attention over n cached tokens, read back from the encoded streams: scores, softmax
-// (att holds n weights after), then the weighted sum of values into out[head_dim]. rope_cos/sin:
+// (att holds n weights after), then the weighted sum of values into out[head_dim]; returns the first
+// position of the largest weight. rope_cos/sin:
 // the RoPE tables [position][head_dim/2], for keys a cache keeps before RoPE.
 // next_k, next_v: the streams attention most likely reads next (NULL: unknown), whose first head
 // some codecs' kernels ask for while they read the last one of these.
-void attention_head(const PagedStream *ks, const PagedStream *vs, const PagedStream *next_k, const PagedStream *next_v,
-                    int kv_head, const float *q, const float *rope_cos, const float *rope_sin, float *att, float *out,
-                    int n);
+int attention_head(const PagedStream *ks, const PagedStream *vs, const PagedStream *next_k, const PagedStream *next_v,
+                   int kv_head, const float *q, const float *rope_cos, const float *rope_sin, float *att, float *out,
+                   int n);
 // Every head of one row, when attention_heads_fit: each head's numbers are attention_head's, att
-// holding head h's n weights at att + h·stride and out the heads' mixes one after another. A codec
+// holding head h's n weights at att + h·stride, top[h] (unless top is NULL) the first position of its
+// largest weight, and out the heads' mixes one after another. A codec
 // with CodecOps.scores_heads reads each block once for all heads.
 // attention_heads_fit: a key and value head per query head, and keys not kept before RoPE (which
 // attention_head rotates as it reads them).
 int attention_heads_fit(const ModelConfig *p, const PagedStream *ks);
 void attention_heads(const PagedStream *ks, const PagedStream *vs, const PagedStream *next_k, const PagedStream *next_v,
-                     int n_heads, const float *q, float *att, size_t stride, float *out, int n);
+                     int n_heads, const float *q, float *att, size_t stride, float *out, int n, int *top);
 
 #endif

@@ -270,16 +270,36 @@ static float exp_and_sum(float *x, int n, float max, float scale) {
     return sum;
 }
 
-// x = softmax(scale · x), in place.
-static void scaled_softmax_impl(float *x, int n, float scale) {
+// x = softmax(scale · x), in place; returns the first position of the largest weight.
+//
+// The largest weight is inv itself, so the normalising pass finds it without a pass of its own: the
+// max score's exp_neg(0) is exactly 1 and every other exp_neg of a number <= 0 is at most 1, so no
+// rounded e · inv exceeds 1 · inv (others may equal it: the first of them wins). When inv is NaN
+// every weight is NaN, no position matches, and the last is returned, as a scan for the max gives.
+static int scaled_softmax_impl(float *x, int n, float scale) {
     REGION_CHECK("scaled_softmax: x", x, n);
     float max = x[0];
 #pragma omp simd reduction(max : max)
     for (int i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
     // The max is exact in any order (for numbers; a NaN anywhere makes every weight NaN anyway).
-    float inv = 1.0f / exp_and_sum(x, n, max, scale);
-#pragma omp simd
-    for (int i = 0; i < n; i++) x[i] *= inv;
+    const float inv = 1.0f / exp_and_sum(x, n, max, scale);
+    int first = -1, i = 0; // the first block of LANES that holds inv, then its position within
+    for (; i + LANES <= n; i += LANES) {
+        int hit = 0;
+#pragma omp simd reduction(| : hit)
+        for (int l = 0; l < LANES; l++) {
+            x[i + l] *= inv;
+            hit |= x[i + l] == inv;
+        }
+        first = hit && first < 0 ? i : first;
+    }
+    for (; i < n; i++) {
+        x[i] *= inv;
+        first = x[i] == inv && first < 0 ? i : first;
+    }
+    if (first < 0) return n - 1;
+    while (!(x[first] == inv)) first++;
+    return first;
 }
 
 // The fast evaluator's inner step, a full tile of four: acc[r][0, w) += s_r · x[0, w). Inlined with a

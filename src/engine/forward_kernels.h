@@ -23,8 +23,9 @@ typedef struct {
     // each output the same bits as matvec_rows gives for that row alone.
     void (*matmul_rows)(float *restrict out, size_t os, const float *restrict W, const float *restrict X, size_t xs,
                         int n, int n_rows, int o0, int o1);
-    // x = softmax(scale · x), in place, n >= 1.
-    void (*scaled_softmax)(float *x, int n, float scale);
+    // x = softmax(scale · x), in place, n >= 1. Returns the first position of the largest weight
+    // (n - 1 when the weights are NaN), which eval's top-1 agreement records.
+    int (*scaled_softmax)(float *x, int n, float scale);
     // The fast evaluator's attention (span_mirror.h), over keys and values decoded to floats, for
     // n_q <= SPAN_TILE queries at once: out[r·os + j] = Σ_d q[r·qs + d] · kt[d·stride + j] for j in
     // [j0, j1), each sum in order of d (keys held transposed, one row per channel) ...
