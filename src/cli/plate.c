@@ -145,6 +145,7 @@ typedef struct {
     EvalResult results[N_SCHEMES][N_TEXTS];
     ServeRow serve[N_SERVE];
     double loss_seconds; // wall time of the loss runs (the fp32 references and every scheme)
+    double run_seconds[1 + N_SCHEMES][N_TEXTS]; // each run's own time on its thread: [0] fp32, [1 + s] scheme s
     double serve_budget; // bytes
     int serve_context; // tokens per conversation
     int serve_fp16;    // the pool holds this many fp16 conversations
@@ -171,10 +172,12 @@ static void reference_task(void *arg, int j, int thread) {
     (void)thread;
     PlateRun *r = arg;
     char err[512];
+    const double t0 = seconds_now();
     int rc = atomic_load(&r->failed) ? 0
                                      : eval_tokens(r->model, r->texts[j].tokens, r->texts[j].n_tokens, &codec_spec_fp32, &codec_spec_fp32, 1,
                                                    r->decode, &r->traces[j], NULL, &r->reference[j], err, sizeof err);
     if (rc) fail_run(r, r->texts[j].path, err, rc);
+    r->run_seconds[0][j] = seconds_now() - t0;
 }
 
 static void scheme_task(void *arg, int j, int thread) {
@@ -183,11 +186,13 @@ static void scheme_task(void *arg, int j, int thread) {
     const PlateScheme *s = &schemes[j / N_TEXTS];
     int t = j % N_TEXTS;
     char err[512];
+    const double t0 = seconds_now();
     int rc = atomic_load(&r->failed) ? 0
                                      : eval_tokens(r->model, r->texts[t].tokens, r->texts[t].n_tokens, cli_spec(s->k_spec),
                                                    cli_spec(s->v_spec), 1, r->decode, NULL, &r->traces[t], &r->results[j / N_TEXTS][t], err,
                                                    sizeof err);
     if (rc) fail_run(r, r->texts[t].path, err, rc);
+    r->run_seconds[1 + j / N_TEXTS][t] = seconds_now() - t0;
 }
 
 // The measured panel. The keys and values of one conversation (the plates' bytes, the model's whole
@@ -341,6 +346,37 @@ static void print_loss_time(const PlateRun *r, int threads) {
            plate_loss_runs(), work * 1e-9, cli_kernels(), r->loss_seconds, threads, threads == 1 ? "" : "s", ratio,
            cores, cores == 1 ? "" : "s", floor, form, ratio <= 3 ? "met" : "not met", apart_form, floor_apart,
            r->loss_seconds / floor_apart);
+    // Where the time went: each run on its thread against its own floor on one core. The fp32
+    // references read through the evaluator's float mirror, the fastest path a cache has; runs far
+    // above them spend it in their codec's own kernels.
+    double one_floor[N_TEXTS], ref = 0, all = 0, total_floor = 0;
+    for (int t = 0; t < N_TEXTS; t++) {
+        one_floor[t] = eval_text_multiply_adds(c, &tokens[t], 1, 1) / peak_multiply_adds(&form);
+        ref += r->run_seconds[0][t];
+        total_floor += one_floor[t];
+    }
+    int worst[5] = {-1, -1, -1, -1, -1}, best = 1;
+    double worst_s[5] = {0}, best_s = INFINITY;
+    for (int s = 1; s <= N_SCHEMES; s++) {
+        double sec = 0;
+        for (int t = 0; t < N_TEXTS; t++) sec += r->run_seconds[s][t];
+        all += sec;
+        if (sec < best_s) best = s, best_s = sec;
+        for (int w = 0; w < 5; w++)
+            if (worst[w] < 0 || sec > worst_s[w]) {
+                memmove(&worst[w + 1], &worst[w], sizeof worst[0] * (size_t)(4 - w));
+                memmove(&worst_s[w + 1], &worst_s[w], sizeof worst_s[0] * (size_t)(4 - w));
+                worst[w] = s, worst_s[w] = sec;
+                break;
+            }
+    }
+    printf("each run on its own thread against its floor on one core: the fastest scheme, %s, %.1fx; the\n"
+           "fp32 references %.1fx (the first runs: the weights come in from memory); the schemes %.1fx on\n"
+           "average; the slowest, in their codecs' own kernels:\n ",
+           schemes[best - 1].label, best_s / total_floor, ref / total_floor, all / (total_floor * N_SCHEMES));
+    for (int w = 0; w < 5 && worst[w] > 0; w++)
+        printf("%s %s %.1fx", w ? "," : "", schemes[worst[w] - 1].label, worst_s[w] / total_floor);
+    printf("\n");
 }
 
 // Bars on a log scale from 1e-4 nats (below: a dot) to the largest increase, so that +0.001 and +1
