@@ -13,7 +13,7 @@ static void load(const uint8_t *data, size_t size) {
         FUZZ_REQUIRE(m.params == NULL);
         return;
     }
-    FUZZ_REQUIRE(size == MODEL_FILE_HEADER_BYTES + m.n_params * sizeof(float));
+    FUZZ_REQUIRE(size == model_file_header_bytes(&m.config) + m.n_params * sizeof(float));
     FUZZ_REQUIRE(m.n_params == model_param_count(&m.config));
     FUZZ_REQUIRE(model_config_validate(&m.config, err, sizeof err) == 0);
     // The weights' pointers cover the buffer exactly: the last tensor ends at its end.
@@ -22,6 +22,9 @@ static void load(const uint8_t *data, size_t size) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    fuzz_as_is_and_resummed(data, size, MODEL_FILE_HEADER_BYTES, 60, load);
+    // A latent-attention file's payload starts after its longer header.
+    const size_t from = size >= 12 && data[8] == MODEL_FILE_VERSION_LATENT ? MODEL_FILE_HEADER_BYTES_LATENT
+                                                                           : MODEL_FILE_HEADER_BYTES;
+    fuzz_as_is_and_resummed(data, size, from, 60, load);
     return 0;
 }

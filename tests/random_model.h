@@ -11,11 +11,10 @@ static inline void random_model(Model *m, const ModelConfig *c, unsigned seed) {
     if (model_alloc(m, c)) exit(1);
     srand(seed);
     for (size_t i = 0; i < m->n_params; i++) m->params[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * 0.2f;
-    TensorInfo info[MODEL_N_TENSORS];
-    model_tensor_infos(c, info);
-    float *norms[] = {m->w.attn_norm, m->w.ffn_norm, m->w.final_norm};
-    size_t counts[] = {info[1].count, info[6].count, info[10].count};
-    for (int t = 0; t < 3; t++)
+    const size_t ld = (size_t)c->n_layers * (size_t)c->dim;
+    float *norms[] = {m->w.attn_norm, m->w.ffn_norm, m->w.final_norm, m->w.kv_norm};
+    size_t counts[] = {ld, ld, (size_t)c->dim, (size_t)c->n_layers * (size_t)c->latent_dim};
+    for (int t = 0; t < 4; t++)
         for (size_t i = 0; i < counts[t]; i++) norms[t][i] += 1.0f;
 }
 

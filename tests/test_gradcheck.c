@@ -11,7 +11,10 @@
 // are judged on that tensor's absolute scale). fp32 backward errors are ~1e-6..1e-5 relative; a
 // wrong term in any layer's backward gives O(1). Also checked: the fp32 batched loss equals the
 // double reference loss to 1e-5 (the forward is right), and attention is split into blocks of 3
-// query rows so the causal block logic is exercised (T = 8: blocks of 3, 3, 2).
+// query rows so the causal block logic is exercised (T = 8: blocks of 3, 3, 2). Latent attention's
+// reference is written in the absorbed form (each head's query taken through W_uk into the latent's
+// space, the mix of latents taken through W_uv), the trainer's in the explicit one (every head's key
+// and value made from the latent): the two agreeing checks the one against the other too.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,35 +52,75 @@ static void ref_matvec(double *y, const double *W, const double *x, int out, int
     }
 }
 
-static void ref_rope(double *v, int n_heads, int hd, int pos, double theta) {
+// RoPE on the first `dims` numbers of each head, heads `stride` apart.
+static void ref_rope(double *v, int n_heads, int stride, int dims, int pos, double theta) {
     for (int h = 0; h < n_heads; h++)
-        for (int i = 0; i < hd / 2; i++) {
-            double ang = pos * pow(theta, -2.0 * i / hd);
-            double a = v[h * hd + 2 * i], b = v[h * hd + 2 * i + 1];
-            v[h * hd + 2 * i] = a * cos(ang) - b * sin(ang);
-            v[h * hd + 2 * i + 1] = a * sin(ang) + b * cos(ang);
+        for (int i = 0; i < dims / 2; i++) {
+            double ang = pos * pow(theta, -2.0 * i / dims);
+            double a = v[h * stride + 2 * i], b = v[h * stride + 2 * i + 1];
+            v[h * stride + 2 * i] = a * cos(ang) - b * sin(ang);
+            v[h * stride + 2 * i + 1] = a * sin(ang) + b * cos(ang);
         }
+}
+
+// Latent attention of position t over 0..t, absorbed: score_j = (W_uk,hᵀ q_nope,h · c_j + q_rope,h ·
+// kr_j) / sqrt(head_dim + rope_dim), out_h = W_uv,h Σ_j p_j c_j.
+static void ref_latent_attention(const ModelConfig *c, const double *q, const double *lat, const double *kr,
+                                 const double *w_uk, const double *w_uv, int t, double *att) {
+    const int nh = c->n_heads, hd = c->head_dim, LAT = c->latent_dim, DR = c->rope_dim, QK = hd + DR;
+    double *qt = malloc(sizeof(double) * LAT), *s = malloc(sizeof(double) * (t + 1)), *mix = malloc(sizeof(double) * LAT);
+    for (int h = 0; h < nh; h++) {
+        const double *qh = q + (size_t)t * nh * QK + h * QK;
+        for (int a = 0; a < LAT; a++) {
+            double d = 0;
+            for (int i = 0; i < hd; i++) d += w_uk[(size_t)(h * hd + i) * LAT + a] * qh[i];
+            qt[a] = d;
+        }
+        double m = -INFINITY, sum = 0;
+        for (int j = 0; j <= t; j++) {
+            double d = 0;
+            for (int a = 0; a < LAT; a++) d += qt[a] * lat[(size_t)j * LAT + a];
+            for (int i = 0; i < DR; i++) d += qh[hd + i] * kr[(size_t)j * DR + i];
+            s[j] = d / sqrt((double)QK);
+            if (s[j] > m) m = s[j];
+        }
+        for (int j = 0; j <= t; j++) sum += (s[j] = exp(s[j] - m));
+        for (int a = 0; a < LAT; a++) {
+            double o = 0;
+            for (int j = 0; j <= t; j++) o += s[j] / sum * lat[(size_t)j * LAT + a];
+            mix[a] = o;
+        }
+        ref_matvec(att + h * hd, w_uv + (size_t)h * hd * LAT, mix, hd, LAT);
+    }
+    free(qt), free(s), free(mix);
 }
 
 // Mean cross-entropy of the whole batch, in double, straight from the definition.
 static double ref_loss(const Ref *r, const double *p) {
     const ModelConfig *c = &r->c;
     int D = c->dim, L = c->n_layers, nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim, F = c->hidden_dim;
-    int V = c->vocab_size, T = r->T, QD = nh * hd, KD = nkv * hd;
+    const int mla = c->latent_dim > 0, LAT = c->latent_dim, DR = c->rope_dim;
+    int V = c->vocab_size, T = r->T, QD = nh * (hd + DR), OD = nh * hd, KD = mla ? 0 : nkv * hd;
     const double *emb = p;
     const double *an = emb + (size_t)V * D;
     const double *wq = an + (size_t)L * D;
     const double *wk = wq + (size_t)L * QD * D;
     const double *wv = wk + (size_t)L * KD * D;
-    const double *wo = wv + (size_t)L * KD * D;
-    const double *fnorm = wo + (size_t)L * D * QD;
+    const double *w_dkv = wv + (size_t)L * KD * D;
+    const double *kv_norm = w_dkv + (size_t)L * LAT * D;
+    const double *w_kr = kv_norm + (size_t)L * LAT;
+    const double *w_uk = w_kr + (size_t)L * DR * D;
+    const double *w_uv = w_uk + (size_t)L * OD * LAT;
+    const double *wo = w_uv + (size_t)L * OD * LAT;
+    const double *fnorm = wo + (size_t)L * D * OD;
     const double *w1 = fnorm + (size_t)L * D;
     const double *w2 = w1 + (size_t)L * F * D;
     const double *w3 = w2 + (size_t)L * D * F;
     const double *final_norm = w3 + (size_t)L * F * D;
     double *x = malloc(sizeof(double) * T * D), *xn = malloc(sizeof(double) * D);
-    double *q = malloc(sizeof(double) * T * QD), *k = malloc(sizeof(double) * T * KD);
-    double *v = malloc(sizeof(double) * T * KD), *att = malloc(sizeof(double) * QD), *tmp = malloc(sizeof(double) * D);
+    double *q = malloc(sizeof(double) * T * QD), *k = malloc(sizeof(double) * (T * KD + 1));
+    double *v = malloc(sizeof(double) * (T * KD + 1)), *att = malloc(sizeof(double) * OD), *tmp = malloc(sizeof(double) * D);
+    double *lat = malloc(sizeof(double) * (T * LAT + 1)), *kr = malloc(sizeof(double) * (T * DR + 1));
     double *h1 = malloc(sizeof(double) * F), *h3 = malloc(sizeof(double) * F), *s = malloc(sizeof(double) * T);
     double *logits = malloc(sizeof(double) * V);
     double total = 0;
@@ -87,13 +130,26 @@ static double ref_loss(const Ref *r, const double *p) {
             for (int t = 0; t < T; t++) {
                 ref_rmsnorm(xn, x + t * D, an + l * D, D, c->norm_eps);
                 ref_matvec(q + t * QD, wq + (size_t)l * QD * D, xn, QD, D);
+                if (mla) {
+                    double *pre = malloc(sizeof(double) * LAT);
+                    ref_matvec(pre, w_dkv + (size_t)l * LAT * D, xn, LAT, D);
+                    ref_rmsnorm(lat + t * LAT, pre, kv_norm + (size_t)l * LAT, LAT, c->norm_eps);
+                    ref_matvec(kr + t * DR, w_kr + (size_t)l * DR * D, xn, DR, D);
+                    ref_rope(q + t * QD + hd, nh, hd + DR, DR, t, c->rope_theta);
+                    ref_rope(kr + t * DR, 1, DR, DR, t, c->rope_theta);
+                    free(pre);
+                    continue;
+                }
                 ref_matvec(k + t * KD, wk + (size_t)l * KD * D, xn, KD, D);
                 ref_matvec(v + t * KD, wv + (size_t)l * KD * D, xn, KD, D);
-                ref_rope(q + t * QD, nh, hd, t, c->rope_theta);
-                ref_rope(k + t * KD, nkv, hd, t, c->rope_theta);
+                ref_rope(q + t * QD, nh, hd, hd, t, c->rope_theta);
+                ref_rope(k + t * KD, nkv, hd, hd, t, c->rope_theta);
             }
             for (int t = 0; t < T; t++) {
-                for (int h = 0; h < nh; h++) {
+                if (mla)
+                    ref_latent_attention(c, q, lat, kr, w_uk + (size_t)l * OD * LAT, w_uv + (size_t)l * OD * LAT, t,
+                                         att);
+                for (int h = 0; h < nh && !mla; h++) {
                     int g = h / (nh / nkv);
                     double m = -INFINITY, sum = 0;
                     for (int j = 0; j <= t; j++) {
@@ -109,7 +165,7 @@ static double ref_loss(const Ref *r, const double *p) {
                         att[h * hd + i] = o;
                     }
                 }
-                ref_matvec(tmp, wo + (size_t)l * D * QD, att, D, QD);
+                ref_matvec(tmp, wo + (size_t)l * D * OD, att, D, OD);
                 for (int i = 0; i < D; i++) x[t * D + i] += tmp[i];
                 // the next positions' attention reads q/k/v computed before this add: fine, they are stored
             }
@@ -132,6 +188,7 @@ static double ref_loss(const Ref *r, const double *p) {
         }
     }
     free(x), free(xn), free(q), free(k), free(v), free(att), free(tmp), free(h1), free(h3), free(s), free(logits);
+    free(lat), free(kr);
     return total / (r->B * T);
 }
 
@@ -183,6 +240,7 @@ static int check(const char *label, ModelConfig c, int B, int T, int att_block) 
     size_t off = 0;
     for (int t = 0; t < MODEL_N_TENSORS; t++) {
         size_t cnt = info[t].count;
+        if (cnt == 0) continue; // a tensor this attention does not have
         int ns = cnt < SAMPLES ? (int)cnt : SAMPLES;
         size_t idx[SAMPLES];
         double num[SAMPLES], ana[SAMPLES], gmax = 0;
@@ -235,6 +293,11 @@ int main(void) {
     g.n_heads = 4;
     g.head_dim = 4;
     fail |= check("GQA: 4 query heads of 4, 2 KV heads, B 2, T 8", g, 2, 8, 3);
+    ModelConfig a = c; // latent attention: 2 heads of 8 from a latent of 6, a RoPE key of 4
+    a.n_kv_heads = 1;
+    a.latent_dim = 6;
+    a.rope_dim = 4;
+    fail |= check("MLA: 2 heads of 8, latent 6, RoPE key 4, B 2, T 8", a, 2, 8, 3);
     printf(fail ? "FAIL\n" : "ok\n");
     return fail;
 }

@@ -130,8 +130,8 @@ int main(void) {
     b[0] = 'X';
     expect_refused("bad_magic", b, n, "bad magic");
     RESET();
-    put_u32(b + 8, 2);
-    expect_refused("future_version", b, n, "version 2");
+    put_u32(b + 8, 3);
+    expect_refused("future_version", b, n, "version 3");
     RESET();
     put_u32(b + 12, 0);
     expect_refused("zero_dim", b, n, "dim = 0");
@@ -179,6 +179,41 @@ int main(void) {
     RESET();
     put_u32(b + 36, 1000);
     expect_refused("vocab", b, n, "vocab_size = 1000");
+
+    // Latent attention (version 2: the header ends with latent_dim and rope_dim).
+    ModelConfig lc = tiny();
+    lc.n_kv_heads = 1, lc.latent_dim = 6, lc.rope_dim = 4;
+    Model lm;
+    if (model_alloc(&lm, &lc)) return 1;
+    for (size_t i = 0; i < lm.n_params; i++) lm.params[i] = (float)cos((double)i);
+    char latent[256];
+    snprintf(latent, sizeof latent, "%s/latent.bin", dir);
+    Model lback;
+    if (model_save(&lm, latent, err, sizeof err) || model_load(&lback, latent, err, sizeof err) ||
+        lback.n_params != lm.n_params || memcmp(lback.params, lm.params, lm.n_params * sizeof(float)) != 0 ||
+        memcmp(&lback.config, &lm.config, sizeof lc) != 0) {
+        printf("FAIL latent round trip: %s\n", err);
+        failures++;
+    } else {
+        printf("ok   latent round trip of %zu parameters\n", lback.n_params);
+        model_free(&lback);
+    }
+    size_t ln;
+    unsigned char *lorig = read_all(latent, &ln), *lb = malloc(ln + 64);
+    memcpy(lb, lorig, ln);
+    expect_refused("latent_truncated_header", lb, 72, "a version 2 header needs 76");
+    memcpy(lb, lorig, ln);
+    put_u32(lb + 24, 2); // n_kv_heads 2 beside a latent
+    expect_refused("latent_kv_heads", lb, ln, "under latent attention");
+    memcpy(lb, lorig, ln);
+    put_u32(lb + 72, 3); // an odd rope_dim
+    expect_refused("latent_odd_rope", lb, ln, "rope_dim 3");
+    memcpy(lb, lorig, ln);
+    put_u32(lb + 8, 1); // a version 1 header cannot say latent: the payload is then too long
+    expect_refused("latent_as_version_1", lb, ln, "parameters but its dimensions give");
+    free(lorig), free(lb);
+    model_free(&lm);
+    remove(latent);
 
     // A directory and a missing file.
     char err2[512];

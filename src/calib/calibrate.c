@@ -115,6 +115,10 @@ int calibrate_model(Model *m, const int *inputs, const int *targets, int n_seq, 
                     Kvq *out, CalibSummary *summary, char *err, size_t errlen) {
     const ModelConfig *c = &m->config;
     int L = c->n_layers, np = s->n_percents;
+    if (c->latent_dim > 0) {
+        snprintf(err, errlen, "calibration reads keys and values of multi-head or grouped-query models only");
+        return -1;
+    }
     if (kvq_init(out, L, c->n_kv_heads, c->head_dim, s->percents, np, s->bits, s->n_bits, err, errlen)) return -1;
     out->model_checksum = kvq_model_checksum(m);
     out->sequences = (uint32_t)n_seq, out->length = (uint32_t)len;

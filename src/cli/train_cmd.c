@@ -40,13 +40,17 @@ static const char usage[] =
     "  --stop-after N          stop after N steps, writing the checkpoint (resume tests)\n"
     "model shape (default micro: 192, 4, 6, 6, 512, 2048):\n"
     "  --dim N  --layers N  --heads N  --kv-heads N  --hidden N  --context N\n"
+    "  --latent-dim N          multi-head latent attention (DeepSeek-V2): each token caches a latent of N\n"
+    "                          numbers, every head's key and value made from it (default 0: none)\n"
+    "  --rope-dim N            with --latent-dim: the RoPE key shared by the heads, N numbers, even\n"
+    "                          (default 16); each head's query gets N more numbers to match it\n"
     "  --help                  this text\n";
 
 // Every bad argument is refused here, before the corpus is read or a step runs: exit status 2.
 int train_parse(int argc, char **argv, TrainOptions *o, char *err, size_t errlen) {
     train_options_default(o);
     ModelConfig *c = &o->config;
-    int heads_given = 0, kv_given = 0;
+    int heads_given = 0, kv_given = 0, rope_given = 0;
     Opts p;
     opts_init(&p, argc, argv, err, errlen);
     while (opts_next(&p)) {
@@ -80,11 +84,19 @@ int train_parse(int argc, char **argv, TrainOptions *o, char *err, size_t errlen
         else if (opts_is(&p, "--kv-heads")) bad = opts_int(&p, 1, 4096, &c->n_kv_heads), kv_given = 1;
         else if (opts_is(&p, "--hidden")) bad = opts_int(&p, 1, 1 << 20, &c->hidden_dim);
         else if (opts_is(&p, "--context")) bad = opts_int(&p, 1, 1 << 20, &c->max_seq_len);
+        else if (opts_is(&p, "--latent-dim")) bad = opts_int(&p, 1, 65536, &c->latent_dim);
+        else if (opts_is(&p, "--rope-dim")) bad = opts_int(&p, 2, 4096, &c->rope_dim), rope_given = 1;
         else return opts_unknown(&p);
         if (bad) return OPTS_ERROR;
     }
     // --heads without --kv-heads: keep them equal (micro's shape); head_dim follows dim / heads
     if (heads_given && !kv_given) c->n_kv_heads = c->n_heads;
+    if (rope_given && c->latent_dim == 0) return opts_fail(&p, "--rope-dim is for latent attention: give --latent-dim");
+    if (c->latent_dim > 0) { // the latent serves every head: one key/value "head"
+        if (kv_given) return opts_fail(&p, "--kv-heads and --latent-dim: latent attention caches one latent for all heads");
+        c->n_kv_heads = 1;
+        if (!rope_given) c->rope_dim = 16;
+    }
     if (c->n_heads > 0 && c->dim % c->n_heads == 0) c->head_dim = c->dim / c->n_heads;
     if (model_config_validate(c, err, errlen)) return OPTS_ERROR;
     if (o->seq > c->max_seq_len) return opts_fail(&p, "--seq %d exceeds the context %d", o->seq, c->max_seq_len);

@@ -440,6 +440,11 @@ float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
 int batch_init(BatchForward *b, const Model *m, int max_rows, int context, int n_threads, char *err, size_t errlen) {
     memset(b, 0, sizeof *b);
     const ModelConfig *p = &m->config;
+    if (p->latent_dim > 0) {
+        snprintf(err, errlen, "a latent-attention model (latent_dim %d): micro's decoder runs multi-head and "
+                 "grouped-query models only", p->latent_dim);
+        return -1;
+    }
     if (max_rows < 1 || max_rows > 4096) {
         snprintf(err, errlen, "batch of %d rows is outside 1..4096", max_rows);
         return -1;

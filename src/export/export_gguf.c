@@ -157,6 +157,10 @@ static void write_metadata(Writer *w, const ModelConfig *c) {
 }
 
 int gguf_write_model(FILE *f, const Model *m, char *err, size_t errlen) {
+    if (m->config.latent_dim > 0) {
+        snprintf(err, errlen, "GGUF export writes llama models: this one has latent attention");
+        return -1;
+    }
     if (m->config.vocab_size != 256 || m->config.n_layers > 1024) {
         snprintf(err, errlen, "GGUF export needs a 256-byte vocabulary and at most 1024 layers");
         return -1;

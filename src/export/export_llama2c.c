@@ -31,5 +31,9 @@ static int write_llama2c(FILE *f, void *ctx, char *why, size_t whylen) {
 }
 
 int llama2c_save(const Model *m, const char *path, char *err, size_t errlen) {
+    if (m->config.latent_dim > 0) {
+        snprintf(err, errlen, "llama2.c's checkpoint has no latent attention");
+        return -1;
+    }
     return safe_write(path, write_llama2c, (void *)m, err, errlen);
 }

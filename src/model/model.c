@@ -19,20 +19,26 @@ ModelConfig model_config_micro(void) {
 // a*b into *out; 0 on overflow.
 static int mul(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
 
+// Latent attention's tensors are empty in a multi-head or grouped-query model, and its wk and wv
+// empty under latent attention, so either file holds exactly its own tensors in one order.
 int model_tensor_infos(const ModelConfig *c, TensorInfo info[MODEL_N_TENSORS]) {
     size_t L = (size_t)c->n_layers, d = (size_t)c->dim, hid = (size_t)c->hidden_dim;
-    size_t qd, kvd, qdd, kvdd, hd2, ld, n;
+    const int mla = c->latent_dim > 0;
+    size_t qd, qkd, kvd, qkdd, qdd, kvdd, hd2, ld, n, lat, latd, ropd, uk;
     if (!mul((size_t)c->n_heads, (size_t)c->head_dim, &qd) ||
-        !mul((size_t)c->n_kv_heads, (size_t)c->head_dim, &kvd) || !mul(qd, d, &qdd) ||
-        !mul(kvd, d, &kvdd) || !mul(hid, d, &hd2) || !mul(L, d, &ld) ||
-        !mul((size_t)c->vocab_size, d, &n))
+        !mul((size_t)c->n_heads, (size_t)c->head_dim + (size_t)c->rope_dim, &qkd) ||
+        !mul(mla ? 0 : (size_t)c->n_kv_heads, (size_t)c->head_dim, &kvd) || !mul(qd, d, &qdd) ||
+        !mul(qkd, d, &qkdd) || !mul(kvd, d, &kvdd) || !mul(hid, d, &hd2) || !mul(L, d, &ld) ||
+        !mul((size_t)c->vocab_size, d, &n) || !mul(L, (size_t)c->latent_dim, &lat) || !mul(lat, d, &latd) ||
+        !mul(L * (size_t)c->rope_dim, d, &ropd) || !mul(L * qd, (size_t)c->latent_dim, &uk))
         return -1;
     size_t wq, wk, wo, w13;
-    if (!mul(L, qdd, &wq) || !mul(L, kvdd, &wk) || !mul(L, qdd, &wo) || !mul(L, hd2, &w13)) return -1;
+    if (!mul(L, qkdd, &wq) || !mul(L, kvdd, &wk) || !mul(L, qdd, &wo) || !mul(L, hd2, &w13)) return -1;
     TensorInfo t[MODEL_N_TENSORS] = {
-        {"token_embedding", n, 1}, {"attn_norm", ld, 0}, {"wq", wq, 1},  {"wk", wk, 1},
-        {"wv", wk, 1},             {"wo", wo, 1},        {"ffn_norm", ld, 0}, {"w1", w13, 1},
-        {"w2", w13, 1},            {"w3", w13, 1},       {"final_norm", d, 0},
+        {"token_embedding", n, 1}, {"attn_norm", ld, 0}, {"wq", wq, 1},     {"wk", wk, 1},
+        {"wv", wk, 1},             {"w_dkv", latd, 1},   {"kv_norm", lat, 0}, {"w_kr", ropd, 1},
+        {"w_uk", uk, 1},           {"w_uv", uk, 1},      {"wo", wo, 1},     {"ffn_norm", ld, 0},
+        {"w1", w13, 1},            {"w2", w13, 1},       {"w3", w13, 1},    {"final_norm", d, 0},
     };
     memcpy(info, t, sizeof t);
     return 0;
@@ -50,9 +56,10 @@ size_t model_param_count(const ModelConfig *c) {
 void model_point_weights(const ModelConfig *c, float *base, ModelWeights *w) {
     TensorInfo info[MODEL_N_TENSORS];
     model_tensor_infos(c, info);
-    float **slots[MODEL_N_TENSORS] = {&w->token_embedding, &w->attn_norm, &w->wq, &w->wk,
-                                      &w->wv, &w->wo, &w->ffn_norm, &w->w1,
-                                      &w->w2, &w->w3, &w->final_norm};
+    float **slots[MODEL_N_TENSORS] = {&w->token_embedding, &w->attn_norm, &w->wq,   &w->wk,
+                                      &w->wv,              &w->w_dkv,     &w->kv_norm, &w->w_kr,
+                                      &w->w_uk,            &w->w_uv,      &w->wo,   &w->ffn_norm,
+                                      &w->w1,              &w->w2,        &w->w3,   &w->final_norm};
     for (int i = 0; i < MODEL_N_TENSORS; i++) {
         *slots[i] = base;
         base += info[i].count;
@@ -82,6 +89,18 @@ int model_config_validate(const ModelConfig *c, char *err, size_t errlen) {
     if (c->n_heads * c->head_dim != c->dim) {
         snprintf(err, errlen, "n_heads %d x head_dim %d does not equal dim %d", c->n_heads,
                  c->head_dim, c->dim);
+        return -1;
+    }
+    CHECK_RANGE(latent_dim, 0, 65536);
+    CHECK_RANGE(rope_dim, 0, 4096);
+    if (c->latent_dim > 0 && c->n_kv_heads != 1) {
+        snprintf(err, errlen, "n_kv_heads %d under latent attention: must be 1 (the latent serves every head)",
+                 c->n_kv_heads);
+        return -1;
+    }
+    if (c->latent_dim > 0 ? c->rope_dim < 2 || c->rope_dim % 2 != 0 : c->rope_dim != 0) {
+        snprintf(err, errlen, "rope_dim %d: latent attention needs an even rope_dim of at least 2, other models 0",
+                 c->rope_dim);
         return -1;
     }
     if (c->n_heads % c->n_kv_heads != 0) {

@@ -19,16 +19,32 @@ typedef struct {
     int max_seq_len; // context (2048)
     float rope_theta; // 10000
     float norm_eps;   // 1e-5
+    // Multi-head latent attention (DeepSeek-V2) when latent_dim > 0: each token caches one latent
+    // c = RMSNorm(W_dkv·x) of latent_dim numbers, from which every head's key (W_uk) and value
+    // (W_uv) are made, and one RoPE key of rope_dim numbers shared by the heads; each head's query
+    // has head_dim numbers matched against the latent's key and rope_dim against the RoPE key.
+    // n_kv_heads is then 1 (the latent serves every head). 0 and 0: multi-head or grouped-query.
+    int latent_dim;
+    int rope_dim;
 } ModelConfig;
+
+// Per head, the numbers a query has: head_dim, plus rope_dim under latent attention.
+static inline int model_qk_dim(const ModelConfig *c) { return c->head_dim + c->rope_dim; }
 
 // Pointers into one contiguous fp32 buffer, in the file's payload order (llama2.c's order without
 // its RoPE tables). The trainer lays its gradients and AdamW moments out the same way.
 typedef struct {
     float *token_embedding; // [vocab, dim]; also the (tied) classifier
     float *attn_norm;       // [L, dim]
-    float *wq;              // [L, n_heads*head_dim, dim]
-    float *wk;              // [L, n_kv_heads*head_dim, dim]
-    float *wv;              // [L, n_kv_heads*head_dim, dim]
+    float *wq;              // [L, n_heads*qk_dim, dim]: per head head_dim numbers, then rope_dim (MLA)
+    float *wk;              // [L, n_kv_heads*head_dim, dim] (empty under latent attention)
+    float *wv;              // [L, n_kv_heads*head_dim, dim] (empty under latent attention)
+    // Latent attention's (all empty otherwise):
+    float *w_dkv;           // [L, latent_dim, dim]: the latent before its norm
+    float *kv_norm;         // [L, latent_dim]: the latent's RMSNorm gain
+    float *w_kr;            // [L, rope_dim, dim]: the shared RoPE key
+    float *w_uk;            // [L, n_heads*head_dim, latent_dim]: each head's key from the latent
+    float *w_uv;            // [L, n_heads*head_dim, latent_dim]: each head's value from the latent
     float *wo;              // [L, dim, n_heads*head_dim]
     float *ffn_norm;        // [L, dim]
     float *w1;              // [L, hidden, dim]
@@ -37,7 +53,7 @@ typedef struct {
     float *final_norm;      // [dim]
 } ModelWeights;
 
-#define MODEL_N_TENSORS 11
+#define MODEL_N_TENSORS 16
 #define MODEL_MAX_PARAMS (1ull << 34) // 64 GiB of fp32: far beyond micro, well inside 64-bit sizes
 
 typedef struct {

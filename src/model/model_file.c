@@ -44,25 +44,30 @@ static const struct {
 };
 #define N_INT_FIELDS (sizeof int_fields / sizeof int_fields[0])
 
-static void encode_header(const Model *m, uint64_t checksum, unsigned char h[MODEL_FILE_HEADER_BYTES]) {
+static void encode_header(const Model *m, uint64_t checksum, unsigned char h[MODEL_FILE_HEADER_BYTES_LATENT]) {
     memcpy(h, MODEL_FILE_MAGIC, 8);
-    le_put_u32(h + 8, MODEL_FILE_VERSION);
+    const int latent = m->config.latent_dim > 0;
+    le_put_u32(h + 8, latent ? MODEL_FILE_VERSION_LATENT : MODEL_FILE_VERSION);
     for (size_t i = 0; i < N_INT_FIELDS; i++)
         le_put_u32(h + 12 + 4 * i, (uint32_t) * (const int *)((const char *)&m->config + int_fields[i].offset));
     le_put_f32(h + 44, m->config.rope_theta);
     le_put_f32(h + 48, m->config.norm_eps);
     le_put_u64(h + 52, m->n_params);
     le_put_u64(h + 60, checksum);
+    if (latent) {
+        le_put_u32(h + 68, (uint32_t)m->config.latent_dim);
+        le_put_u32(h + 72, (uint32_t)m->config.rope_dim);
+    }
 }
 
 int model_save(const Model *m, const char *path, char *err, size_t errlen) {
-    unsigned char header[MODEL_FILE_HEADER_BYTES];
-    size_t payload = m->n_params * sizeof(float);
+    unsigned char header[MODEL_FILE_HEADER_BYTES_LATENT];
+    const size_t payload = m->n_params * sizeof(float), header_bytes = model_file_header_bytes(&m->config);
     encode_header(m, model_checksum(m->params, payload), header);
     SafeFile out;
     if (safe_open(&out, path, err, errlen)) return -1;
     // A short fwrite leaves the stream's error flag, which safe_commit reports with its reason.
-    if (fwrite(header, 1, sizeof header, out.f) == sizeof header) fwrite(m->params, 1, payload, out.f);
+    if (fwrite(header, 1, header_bytes, out.f) == header_bytes) fwrite(m->params, 1, payload, out.f);
     return safe_commit(&out, err, errlen);
 }
 
@@ -71,6 +76,7 @@ int model_save(const Model *m, const char *path, char *err, size_t errlen) {
 
 // The header checks both loaders share, in the order the file's problems are named: the length it
 // must have, magic, version, every field, the parameter count; *expected is the exact file length.
+// h holds min(file_bytes, MODEL_FILE_HEADER_BYTES_LATENT) bytes.
 static int check_header(const unsigned char *h, uint64_t file_bytes, const char *name, ModelConfig *c,
                         uint64_t *expected, char *err, size_t errlen) {
     if (file_bytes == 0) FAIL("empty file");
@@ -79,8 +85,14 @@ static int check_header(const unsigned char *h, uint64_t file_bytes, const char 
              MODEL_FILE_HEADER_BYTES);
     if (memcmp(h, MODEL_FILE_MAGIC, 8) != 0) FAIL("not a micro model file (bad magic)");
     uint32_t version = le_get_u32(h + 8);
-    if (version != MODEL_FILE_VERSION)
-        FAIL("format version %u is not supported (this build reads version %u)", version, MODEL_FILE_VERSION);
+    if (version != MODEL_FILE_VERSION && version != MODEL_FILE_VERSION_LATENT)
+        FAIL("format version %u is not supported (this build reads versions %u and %u)", version, MODEL_FILE_VERSION,
+             MODEL_FILE_VERSION_LATENT);
+    const int latent = version == MODEL_FILE_VERSION_LATENT;
+    if (latent && file_bytes < MODEL_FILE_HEADER_BYTES_LATENT)
+        FAIL("truncated header: %llu bytes, a version %u header needs %d", (unsigned long long)file_bytes, version,
+             MODEL_FILE_HEADER_BYTES_LATENT);
+    memset(c, 0, sizeof *c);
     for (size_t i = 0; i < N_INT_FIELDS; i++) {
         uint32_t v = le_get_u32(h + 12 + 4 * i);
         if (v > INT32_MAX) FAIL("%s = %u is out of range", int_fields[i].name, v);
@@ -88,6 +100,12 @@ static int check_header(const unsigned char *h, uint64_t file_bytes, const char 
     }
     c->rope_theta = le_get_f32(h + 44);
     c->norm_eps = le_get_f32(h + 48);
+    if (latent) {
+        const uint32_t lat = le_get_u32(h + 68), rope = le_get_u32(h + 72);
+        if (lat > INT32_MAX || lat == 0) FAIL("latent_dim = %u is out of range", lat);
+        if (rope > INT32_MAX) FAIL("rope_dim = %u is out of range", rope);
+        c->latent_dim = (int)lat, c->rope_dim = (int)rope;
+    }
     char why[256];
     if (model_config_validate(c, why, sizeof why)) FAIL("%s", why);
     size_t n_params = model_param_count(c);
@@ -95,7 +113,7 @@ static int check_header(const unsigned char *h, uint64_t file_bytes, const char 
     if (stored_params != n_params)
         FAIL("header says %llu parameters but its dimensions give %zu", (unsigned long long)stored_params, n_params);
     if (__builtin_mul_overflow((uint64_t)n_params, (uint64_t)sizeof(float), expected) ||
-        __builtin_add_overflow(*expected, (uint64_t)MODEL_FILE_HEADER_BYTES, expected))
+        __builtin_add_overflow(*expected, (uint64_t)model_file_header_bytes(c), expected))
         FAIL("parameter count overflows the file size");
     // The payload is allocated only once the length matches, so a header cannot ask for more memory
     // than the file (or buffer) it came in.
@@ -135,7 +153,7 @@ int model_load_bytes(Model *m, const void *bytes, size_t n, const char *label, c
     uint64_t expected;
     if (check_header(b, n, name, &c, &expected, err, errlen)) return -1;
     if (model_alloc(m, &c)) FAIL("out of memory for %zu parameters", model_param_count(&c));
-    memcpy(m->params, b + MODEL_FILE_HEADER_BYTES, m->n_params * sizeof(float));
+    memcpy(m->params, b + model_file_header_bytes(&c), m->n_params * sizeof(float));
     if (check_payload(m, b, name, err, errlen)) goto fail;
     return 0;
 fail:
@@ -152,13 +170,15 @@ int model_load(Model *m, const char *path, char *err, size_t errlen) {
     f = safe_open_read(path, &size, err, errlen); // a regular file, or one line saying what it is
     if (!f) goto fail;
     uint64_t file_bytes = (uint64_t)size;
-    unsigned char h[MODEL_FILE_HEADER_BYTES] = {0};
-    if (file_bytes >= sizeof h && fread(h, 1, sizeof h, f) != sizeof h) FAIL("read error in the header");
+    unsigned char h[MODEL_FILE_HEADER_BYTES_LATENT] = {0};
+    const size_t head = file_bytes < sizeof h ? (size_t)file_bytes : sizeof h;
+    if (file_bytes >= MODEL_FILE_HEADER_BYTES && fread(h, 1, head, f) != head) FAIL("read error in the header");
     ModelConfig c;
     uint64_t expected;
     if (check_header(h, file_bytes, name, &c, &expected, err, errlen)) goto fail;
     if (model_alloc(m, &c)) FAIL("out of memory for %zu parameters", model_param_count(&c));
     size_t payload = m->n_params * sizeof(float);
+    if (fseek(f, (long)model_file_header_bytes(&c), SEEK_SET) != 0) FAIL("seek error after the header");
     if (fread(m->params, 1, payload, f) != payload) FAIL("read error in the payload");
     if (check_payload(m, h, name, err, errlen)) goto fail;
     fclose(f);

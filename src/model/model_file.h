@@ -7,8 +7,17 @@
 #include "model.h"
 
 #define MODEL_FILE_MAGIC "MICROLM\0"
+// Version 1: multi-head and grouped-query models, a 68-byte header. Version 2: latent attention,
+// the same header and then latent_dim and rope_dim (76 bytes). A model is written in the lowest
+// version that holds it, so micro.bin stays version 1.
 #define MODEL_FILE_VERSION 1u
+#define MODEL_FILE_VERSION_LATENT 2u
 #define MODEL_FILE_HEADER_BYTES 68
+#define MODEL_FILE_HEADER_BYTES_LATENT 76
+// The header's length for a model of this config.
+static inline size_t model_file_header_bytes(const ModelConfig *c) {
+    return c->latent_dim > 0 ? MODEL_FILE_HEADER_BYTES_LATENT : MODEL_FILE_HEADER_BYTES;
+}
 
 // Loads and validates path into m. On failure writes one line naming the problem to err, leaves m
 // empty and returns -1 (callers exit with status 2).

@@ -73,21 +73,23 @@ int checkpoint_load(const char *path, Checkpoint *c, char *err, size_t errlen) {
     if (len > 0) buf = malloc((size_t)len);
     int ok = buf && fread(buf, 1, (size_t)len, f) == (size_t)len;
     fclose(f);
-    size_t head = 8 + 4 + sizeof(RunIdent) + sizeof(RunProgress);
+    uint32_t version = 0;
+    if (ok && len >= 12) memcpy(&version, buf + 8, 4);
+    // Version 1's RunIdent ends before latent_dim: a multi-head or grouped-query run.
+    const size_t ident = version == 1 ? offsetof(RunIdent, latent_dim) : sizeof(RunIdent);
+    size_t head = 8 + 4 + ident + sizeof(RunProgress);
     if (!ok || (size_t)len < head + 8) {
         free(buf);
         snprintf(err, errlen, "checkpoint %s is unreadable or too short", shown);
         return -1;
     }
-    uint32_t version;
-    memcpy(&version, buf + 8, 4);
-    if (memcmp(buf, CKPT_MAGIC, 8) != 0 || version != CKPT_VERSION) {
+    if (memcmp(buf, CKPT_MAGIC, 8) != 0 || version < 1 || version > CKPT_VERSION) {
         free(buf);
-        snprintf(err, errlen, "%s is not a version-%u micro checkpoint", shown, CKPT_VERSION);
+        snprintf(err, errlen, "%s is not a version-1 or -%u micro checkpoint", shown, CKPT_VERSION);
         return -1;
     }
-    memcpy(&c->id, buf + 12, sizeof c->id);
-    memcpy(&c->pr, buf + 12 + sizeof c->id, sizeof c->pr);
+    memcpy(&c->id, buf + 12, ident);
+    memcpy(&c->pr, buf + 12 + ident, sizeof c->pr);
     int64_t n = c->pr.n_params, steps = c->id.steps, nv = c->pr.n_val;
     if (n <= 0 || n > ((int64_t)1 << 32) || steps < 0 || steps > ((int64_t)1 << 30) || nv < 0 ||
         nv > ((int64_t)1 << 30) || c->pr.step < 0 || c->pr.step > steps) {

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #define CKPT_MAGIC "MICROCKP"
-#define CKPT_VERSION 1u
+#define CKPT_VERSION 2u // 2 added latent_dim and rope_dim to RunIdent; version 1 still loads (both 0)
 
 // What must match for a resume to continue the same run (all 8-byte fields: no padding).
 typedef struct {
@@ -17,6 +17,7 @@ typedef struct {
     double lr, min_lr_frac, weight_decay, grad_clip, beta1, beta2, adam_eps;
     uint64_t seed;
     char corpus_sha256[72];
+    int64_t latent_dim, rope_dim; // version 2 on
 } RunIdent;
 
 typedef struct {

@@ -122,15 +122,16 @@ static void rmsnorm_gain_backward(float *dg, const float *dy, const float *x, co
     for (int i = c0; i < c1; i++) dg[i] += acc[i - c0];
 }
 
-// RoPE on adjacent pairs (2i, 2i+1) of each head, angle pos * theta^(-2i/head_dim)
-static void rope_forward(float *v, int ld, int n_heads, int hd, const float *cs, const float *sn, int r0, int r1,
-                         int T) {
-    int half = hd / 2;
+// RoPE on adjacent pairs (2i, 2i+1) of the first `dims` numbers of each head (heads `stride` apart),
+// angle pos * theta^(-2i/dims)
+static void rope_forward(float *v, int ld, int n_heads, int stride, int dims, const float *cs, const float *sn, int r0,
+                         int r1, int T) {
+    int half = dims / 2;
     for (int n = r0; n < r1; n++) {
         int pos = n % T;
         const float *c = cs + (size_t)pos * half, *s = sn + (size_t)pos * half;
         for (int h = 0; h < n_heads; h++) {
-            float *p = v + (size_t)n * ld + h * hd;
+            float *p = v + (size_t)n * ld + h * stride;
             for (int i = 0; i < half; i++) {
                 float a = p[2 * i], b = p[2 * i + 1];
                 p[2 * i] = a * c[i] - b * s[i];
@@ -140,14 +141,14 @@ static void rope_forward(float *v, int ld, int n_heads, int hd, const float *cs,
     }
 }
 // the rotation is orthogonal: its backward rotates the gradient by -angle
-static void rope_backward(float *d, int ld, int n_heads, int hd, const float *cs, const float *sn, int r0, int r1,
-                          int T) {
-    int half = hd / 2;
+static void rope_backward(float *d, int ld, int n_heads, int stride, int dims, const float *cs, const float *sn,
+                          int r0, int r1, int T) {
+    int half = dims / 2;
     for (int n = r0; n < r1; n++) {
         int pos = n % T;
         const float *c = cs + (size_t)pos * half, *s = sn + (size_t)pos * half;
         for (int h = 0; h < n_heads; h++) {
-            float *p = d + (size_t)n * ld + h * hd;
+            float *p = d + (size_t)n * ld + h * stride;
             for (int i = 0; i < half; i++) {
                 float a = p[2 * i], b = p[2 * i + 1];
                 p[2 * i] = a * c[i] + b * s[i];
@@ -210,8 +211,9 @@ static void classifier_backward(float *probs, const int *targets, int r0, int r1
 typedef struct {
     const float *q, *k, *v; // this (batch, head)'s column of each buffer
     float *o;               // attention output (forward) / its gradient (backward: do_)
-    int ldq, ldk, ldo;
-    int T, hd;
+    int ldq, ldk, ldv, ldo;
+    int T, hd;              // hd: numbers per query and key
+    int vd;                 // numbers per value (hd but under latent attention)
     int block;              // query rows per block
     float *lse;             // [T]
     float *S, *dS;          // scratch [ATT_BLOCK, T] each
@@ -241,7 +243,7 @@ static void attention_forward(const AttHead *h) {
             for (int j = t + 1; j < e; j++) s[j] = 0.0f;
             h->lse[t] = m + logf(sum);
         }
-        mm_nn(rows, h->hd, e, 1.0f, S, e, h->v, h->ldk, 0.0f, h->o + (size_t)r0 * h->ldo, h->ldo);
+        mm_nn(rows, h->vd, e, 1.0f, S, e, h->v, h->ldv, 0.0f, h->o + (size_t)r0 * h->ldo, h->ldo);
     }
 }
 
@@ -258,13 +260,13 @@ static void attention_backward(const AttHead *h, const float *out, float *dq, fl
         float *P = h->S, *dP = h->dS;
         const float *qb = h->q + (size_t)r0 * h->ldq, *dob = h->o + (size_t)r0 * h->ldo;
         mm_nt(rows, e, h->hd, scale, qb, h->ldq, h->k, h->ldk, 0.0f, P, e);
-        mm_nt(rows, e, h->hd, 1.0f, dob, h->ldo, h->v, h->ldk, 0.0f, dP, e);
+        mm_nt(rows, e, h->vd, 1.0f, dob, h->ldo, h->v, h->ldv, 0.0f, dP, e);
         for (int r = 0; r < rows; r++) {
             int t = r0 + r;
             float *p = P + (size_t)r * e, *dp = dP + (size_t)r * e;
             const float *o = out + (size_t)t * h->ldo, *dor = h->o + (size_t)t * h->ldo;
             float di = 0.0f;
-            for (int d = 0; d < h->hd; d++) di += dor[d] * o[d];
+            for (int d = 0; d < h->vd; d++) di += dor[d] * o[d];
             float lse = h->lse[t];
 #pragma omp simd
             for (int j = 0; j <= t; j++) {
@@ -275,12 +277,34 @@ static void attention_backward(const AttHead *h, const float *out, float *dq, fl
         }
         mm_nn(rows, h->hd, e, scale, dP, e, h->k, h->ldk, 0.0f, dq + (size_t)r0 * h->ldq, h->ldq);
         mm_tn(e, h->hd, rows, scale, dP, e, qb, h->ldq, beta, dk, h->ldk);
-        mm_tn(e, h->hd, rows, 1.0f, P, e, dob, h->ldo, beta, dv, h->ldk);
+        mm_tn(e, h->vd, rows, 1.0f, P, e, dob, h->ldo, beta, dv, h->ldv);
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Allocation
+
+// A layer's attention widths (gpt.h): QK numbers per query head, QD/KD/VD/OD the buffers' widths,
+// att_kv_heads the key/value heads attention sees, rope the numbers RoPE rotates in each head.
+typedef struct {
+    int mla, QK, QD, KD, VD, OD, LAT, DR, att_kv_heads, rope, wkv; // wkv: rows of wk and wv
+} AttDims;
+
+static AttDims att_dims(const ModelConfig *c) {
+    AttDims a;
+    a.mla = c->latent_dim > 0;
+    a.QK = model_qk_dim(c);
+    a.QD = c->n_heads * a.QK;
+    a.OD = c->n_heads * c->head_dim;
+    a.KD = a.mla ? a.QD : c->n_kv_heads * c->head_dim;
+    a.VD = a.mla ? a.OD : a.KD;
+    a.LAT = c->latent_dim;
+    a.DR = c->rope_dim;
+    a.att_kv_heads = a.mla ? c->n_heads : c->n_kv_heads;
+    a.rope = a.mla ? c->rope_dim : c->head_dim;
+    a.wkv = a.mla ? 0 : a.KD;
+    return a;
+}
 
 typedef struct {
     float **ptr;
@@ -310,8 +334,9 @@ int train_net_init(TrainNet *n, Model *m, int B, int T, int n_threads, char *err
     n->model = m;
     n->n_threads = n_threads < 1 ? 1 : n_threads;
     n->att_block = ATT_BLOCK;
+    const AttDims ad = att_dims(c);
     size_t N = (size_t)B * T, L = (size_t)c->n_layers, D = (size_t)c->dim;
-    size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
+    size_t QD = (size_t)ad.QD, KD = (size_t)ad.KD, VD = (size_t)ad.VD, OD = (size_t)ad.OD, LAT = (size_t)ad.LAT;
     size_t F = (size_t)c->hidden_dim, V = (size_t)c->vocab_size, H = (size_t)c->n_heads;
     TrainActs *a = &n->a;
     Slot slots[] = {
@@ -320,9 +345,12 @@ int train_net_init(TrainNet *n, Model *m, int B, int T, int n_threads, char *err
         {&a->attn_xn, L * N * D},
         {&a->q, L * N * QD},
         {&a->k, L * N * KD},
-        {&a->v, L * N * KD},
+        {&a->v, L * N * VD},
+        {&a->kv_pre, L * N * LAT},
+        {&a->kv_rstd, ad.mla ? L * N : 0},
+        {&a->ckv, L * N * LAT},
         {&a->att_lse, L * N * H},
-        {&a->att_out, L * N * QD},
+        {&a->att_out, L * N * OD},
         {&a->ffn_rstd, L * N},
         {&a->ffn_xn, L * N * D},
         {&a->h1, L * N * F},
@@ -335,16 +363,20 @@ int train_net_init(TrainNet *n, Model *m, int B, int T, int n_threads, char *err
         {&a->dx, N * D},
         {&a->dx2, N * D},
         {&a->dxn, N * D},
-        {&a->datt, N * QD},
+        {&a->datt, N * OD},
         {&a->dq, N * QD},
         {&a->dk, N * KD},
-        {&a->dv, N * KD},
+        {&a->dv, N * VD},
+        {&a->dknope, ad.mla ? N * OD : 0},
+        {&a->dkr, N * (size_t)ad.DR},
+        {&a->dckv, N * LAT},
+        {&a->dckv_pre, N * LAT},
         {&a->dhg, N * F},
         {&a->dh1, N * F},
         {&a->dh3, N * F},
         {&a->att_scratch, (size_t)n->n_threads * 2 * ATT_BLOCK * (size_t)T},
-        {&a->rope_cos, (size_t)T * (size_t)(c->head_dim / 2)},
-        {&a->rope_sin, (size_t)T * (size_t)(c->head_dim / 2)},
+        {&a->rope_cos, (size_t)T * (size_t)(ad.rope / 2)},
+        {&a->rope_sin, (size_t)T * (size_t)(ad.rope / 2)},
     };
     size_t total = 0, nslots = sizeof slots / sizeof slots[0];
     for (size_t i = 0; i < nslots; i++) total += (slots[i].count + 15) & ~(size_t)15; // 64-byte aligned
@@ -365,7 +397,7 @@ int train_net_init(TrainNet *n, Model *m, int B, int T, int n_threads, char *err
     memset(n->act_memory, 0, total * sizeof(float));
     model_point_weights(c, n->grads, &n->g);
     train_net_zero_grad(n);
-    rope_table(a->rope_cos, a->rope_sin, T, c->head_dim, c->rope_theta);
+    rope_table(a->rope_cos, a->rope_sin, T, ad.rope, c->rope_theta);
     return 0;
 }
 
@@ -391,20 +423,49 @@ typedef struct {
 #define DIMS                                                                                                 \
     const ModelConfig *c = &n->c;                                                                            \
     const int N = n->B * n->T, T = n->T, D = c->dim, F = c->hidden_dim, V = c->vocab_size, hd = c->head_dim; \
-    const int QD = c->n_heads * hd, KD = c->n_kv_heads * hd;                                                 \
-    (void)N, (void)T, (void)D, (void)F, (void)V, (void)QD, (void)KD
+    const AttDims ad = att_dims(c);                                                                          \
+    const int QD = ad.QD, KD = ad.KD, VD = ad.VD, OD = ad.OD;                                                \
+    (void)N, (void)T, (void)D, (void)F, (void)V, (void)hd, (void)QD, (void)KD, (void)VD, (void)OD
 
 // layer l's weights
 typedef struct {
     const float *wq, *wk, *wv, *wo, *w1, *w2, *w3, *an, *fn;
+    const float *w_dkv, *kv_norm, *w_kr, *w_uk, *w_uv; // latent attention's
 } LayerW;
 static LayerW layer_weights(const ModelConfig *c, const ModelWeights *w, int l) {
-    size_t D = (size_t)c->dim, QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
-    size_t F = (size_t)c->hidden_dim;
-    LayerW r = {w->wq + l * QD * D, w->wk + l * KD * D, w->wv + l * KD * D, w->wo + l * D * QD,
-                w->w1 + l * F * D,  w->w2 + l * D * F,  w->w3 + l * F * D,  w->attn_norm + l * D,
-                w->ffn_norm + l * D};
+    const AttDims ad = att_dims(c);
+    size_t D = (size_t)c->dim, QD = (size_t)ad.QD, KW = (size_t)ad.wkv, OD = (size_t)ad.OD;
+    size_t F = (size_t)c->hidden_dim, LAT = (size_t)ad.LAT, DR = (size_t)ad.DR;
+    LayerW r = {w->wq + l * QD * D,   w->wk + l * KW * D,   w->wv + l * KW * D,     w->wo + l * D * OD,
+                w->w1 + l * F * D,    w->w2 + l * D * F,    w->w3 + l * F * D,      w->attn_norm + l * D,
+                w->ffn_norm + l * D,  w->w_dkv + l * LAT * D, w->kv_norm + l * LAT, w->w_kr + l * DR * D,
+                w->w_uk + l * OD * LAT, w->w_uv + l * OD * LAT};
     return r;
+}
+
+// Latent attention's rows [r0, r1) of layer l, once the queries are made: RoPE on each head's last
+// rope_dim numbers; the latent c = RMSNorm(W_dkv h); each head's key [W_uk,h c | the RoPE key
+// W_kr h, rotated, the same in every head] and value W_uv,h c.
+static void fwd_latent_in(TrainNet *n, int l, int r0, int r1) {
+    DIMS;
+    TrainActs *a = &n->a;
+    LayerW w = layer_weights(c, &n->model->w, l);
+    const int rows = r1 - r0, H = c->n_heads, QK = ad.QK, LAT = ad.LAT, DR = ad.DR;
+    const float *xn = a->attn_xn + (size_t)l * N * D + (size_t)r0 * D;
+    float *q = a->q + (size_t)l * N * QD, *k = a->k + (size_t)l * N * KD, *v = a->v + (size_t)l * N * VD;
+    float *kv_pre = a->kv_pre + (size_t)l * N * LAT, *ckv = a->ckv + (size_t)l * N * LAT;
+    rope_forward(q + hd, QD, H, QK, DR, a->rope_cos, a->rope_sin, r0, r1, T);
+    mm_nt(rows, LAT, D, 1.0f, xn, D, w.w_dkv, D, 0.0f, kv_pre + (size_t)r0 * LAT, LAT);
+    rmsnorm_forward(ckv, a->kv_rstd + (size_t)l * N, kv_pre, w.kv_norm, r0, r1, LAT, c->norm_eps);
+    for (int h = 0; h < H; h++)
+        mm_nt(rows, hd, LAT, 1.0f, ckv + (size_t)r0 * LAT, LAT, w.w_uk + (size_t)h * hd * LAT, LAT, 0.0f,
+              k + (size_t)r0 * KD + (size_t)h * QK, KD);
+    mm_nt(rows, DR, D, 1.0f, xn, D, w.w_kr, D, 0.0f, k + (size_t)r0 * KD + hd, KD);
+    rope_forward(k + hd, KD, 1, QK, DR, a->rope_cos, a->rope_sin, r0, r1, T);
+    for (int r = r0; r < r1; r++)
+        for (int h = 1; h < H; h++)
+            memcpy(k + (size_t)r * KD + (size_t)h * QK + hd, k + (size_t)r * KD + hd, sizeof(float) * (size_t)DR);
+    mm_nt(rows, VD, LAT, 1.0f, ckv + (size_t)r0 * LAT, LAT, w.w_uv, LAT, 0.0f, v + (size_t)r0 * VD, VD);
 }
 
 // rows: (embedding for l == 0), attention norm, Q K V projections, RoPE
@@ -419,30 +480,36 @@ static void fwd_attn_in(void *ctx, int task, int thread) {
     float *x = a->x + (size_t)2 * l * N * D;
     if (l == 0) encoder_forward(x, n->inputs, n->model->w.token_embedding, r0, r1, D);
     float *xn = a->attn_xn + (size_t)l * N * D;
-    float *q = a->q + (size_t)l * N * QD, *k = a->k + (size_t)l * N * KD, *v = a->v + (size_t)l * N * KD;
+    float *q = a->q + (size_t)l * N * QD, *k = a->k + (size_t)l * N * KD, *v = a->v + (size_t)l * N * VD;
     rmsnorm_forward(xn, a->attn_rstd + (size_t)l * N, x, w.an, r0, r1, D, c->norm_eps);
     mm_nt(rows, QD, D, 1.0f, xn + (size_t)r0 * D, D, w.wq, D, 0.0f, q + (size_t)r0 * QD, QD);
+    if (ad.mla) {
+        fwd_latent_in(n, l, r0, r1);
+        return;
+    }
     mm_nt(rows, KD, D, 1.0f, xn + (size_t)r0 * D, D, w.wk, D, 0.0f, k + (size_t)r0 * KD, KD);
-    mm_nt(rows, KD, D, 1.0f, xn + (size_t)r0 * D, D, w.wv, D, 0.0f, v + (size_t)r0 * KD, KD);
-    rope_forward(q, QD, c->n_heads, hd, a->rope_cos, a->rope_sin, r0, r1, T);
-    rope_forward(k, KD, c->n_kv_heads, hd, a->rope_cos, a->rope_sin, r0, r1, T);
+    mm_nt(rows, VD, D, 1.0f, xn + (size_t)r0 * D, D, w.wv, D, 0.0f, v + (size_t)r0 * VD, VD);
+    rope_forward(q, QD, c->n_heads, hd, hd, a->rope_cos, a->rope_sin, r0, r1, T);
+    rope_forward(k, KD, c->n_kv_heads, hd, hd, a->rope_cos, a->rope_sin, r0, r1, T);
 }
 
 static AttHead att_head(TrainNet *n, int l, int b, int h, int thread, int backward) {
     DIMS;
     TrainActs *a = &n->a;
-    int g = h / (c->n_heads / c->n_kv_heads);
+    int g = h / (c->n_heads / ad.att_kv_heads);
     size_t row0 = (size_t)b * T;
     AttHead ah;
-    ah.q = a->q + (size_t)l * N * QD + row0 * QD + (size_t)h * hd;
-    ah.k = a->k + (size_t)l * N * KD + row0 * KD + (size_t)g * hd;
-    ah.v = a->v + (size_t)l * N * KD + row0 * KD + (size_t)g * hd;
-    ah.o = (backward ? a->datt : a->att_out + (size_t)l * N * QD) + row0 * QD + (size_t)h * hd;
+    ah.q = a->q + (size_t)l * N * QD + row0 * QD + (size_t)h * ad.QK;
+    ah.k = a->k + (size_t)l * N * KD + row0 * KD + (size_t)g * ad.QK;
+    ah.v = a->v + (size_t)l * N * VD + row0 * VD + (size_t)g * hd;
+    ah.o = (backward ? a->datt : a->att_out + (size_t)l * N * OD) + row0 * OD + (size_t)h * hd;
     ah.ldq = QD;
     ah.ldk = KD;
-    ah.ldo = QD;
+    ah.ldv = VD;
+    ah.ldo = OD;
     ah.T = T;
-    ah.hd = hd;
+    ah.hd = ad.QK;
+    ah.vd = hd;
     ah.block = n->att_block;
     ah.lse = a->att_lse + (((size_t)l * n->B + b) * c->n_heads + h) * T;
     ah.S = a->att_scratch + (size_t)thread * 2 * ATT_BLOCK * T;
@@ -454,7 +521,7 @@ static AttHead att_head(TrainNet *n, int l, int b, int h, int thread, int backwa
 static void fwd_attention(void *ctx, int task, int thread) {
     Job *j = ctx;
     TrainNet *n = j->n;
-    int group = n->c.n_heads / n->c.n_kv_heads, b = task / n->c.n_kv_heads, g = task % n->c.n_kv_heads;
+    const int kvh = att_dims(&n->c).att_kv_heads, group = n->c.n_heads / kvh, b = task / kvh, g = task % kvh;
     for (int h = g * group; h < (g + 1) * group; h++) {
         AttHead ah = att_head(n, j->l, b, h, thread, 0);
         attention_forward(&ah);
@@ -473,7 +540,7 @@ static void fwd_attn_out_ffn(void *ctx, int task, int thread) {
     const float *x0 = a->x + (size_t)2 * l * N * D;
     float *x1 = a->x + (size_t)(2 * l + 1) * N * D, *x2 = a->x + (size_t)(2 * l + 2) * N * D;
     memcpy(x1 + (size_t)r0 * D, x0 + (size_t)r0 * D, (size_t)rows * D * sizeof(float));
-    mm_nt(rows, D, QD, 1.0f, a->att_out + (size_t)l * N * QD + (size_t)r0 * QD, QD, w.wo, QD, 1.0f,
+    mm_nt(rows, D, OD, 1.0f, a->att_out + (size_t)l * N * OD + (size_t)r0 * OD, OD, w.wo, OD, 1.0f,
           x1 + (size_t)r0 * D, D);
     float *xn = a->ffn_xn + (size_t)l * N * D;
     rmsnorm_forward(xn, a->ffn_rstd + (size_t)l * N, x1, w.fn, r0, r1, D, c->norm_eps);
@@ -507,7 +574,7 @@ float train_net_forward(TrainNet *n, const int *inputs, const int *targets) {
     for (int l = 0; l < c->n_layers; l++) {
         Job j = {n, l};
         pool_run_tasks(n->pool, row_tasks, fwd_attn_in, &j);
-        pool_run_tasks(n->pool, n->B * c->n_kv_heads, fwd_attention, &j);
+        pool_run_tasks(n->pool, n->B * ad.att_kv_heads, fwd_attention, &j);
         pool_run_tasks(n->pool, row_tasks, fwd_attn_out_ffn, &j);
     }
     Job j = {n, 0};
@@ -603,22 +670,53 @@ static void bwd_ffn(void *ctx, int task, int thread) {
     mm_nn(rows, D, F, 1.0f, a->dh3 + rf, F, w.w3, D, 1.0f, a->dxn + rd, D);
     rmsnorm_backward(a->dx2, a->dx, a->dxn, a->x + (size_t)(2 * l + 1) * N * D, a->ffn_rstd + (size_t)l * N, w.fn,
                      r0, r1, D);
-    mm_nn(rows, QD, D, 1.0f, a->dx2 + rd, D, w.wo, QD, 0.0f, a->datt + (size_t)r0 * QD, QD);
+    mm_nn(rows, OD, D, 1.0f, a->dx2 + rd, D, w.wo, OD, 0.0f, a->datt + (size_t)r0 * OD, OD);
 }
 
 static void bwd_attention(void *ctx, int task, int thread) {
     Job *j = ctx;
     TrainNet *n = j->n;
     DIMS;
-    int group = c->n_heads / c->n_kv_heads, b = task / c->n_kv_heads, g = task % c->n_kv_heads;
+    const int kvh = ad.att_kv_heads, group = c->n_heads / kvh, b = task / kvh, g = task % kvh;
     size_t row0 = (size_t)b * T;
-    const float *out = n->a.att_out + (size_t)j->l * N * QD + row0 * QD;
+    const float *out = n->a.att_out + (size_t)j->l * N * OD + row0 * OD;
     for (int h = g * group; h < (g + 1) * group; h++) {
         AttHead ah = att_head(n, j->l, b, h, thread, 1);
-        attention_backward(&ah, out + (size_t)h * hd, n->a.dq + row0 * QD + (size_t)h * hd,
-                           n->a.dk + row0 * KD + (size_t)g * hd, n->a.dv + row0 * KD + (size_t)g * hd,
+        attention_backward(&ah, out + (size_t)h * hd, n->a.dq + row0 * QD + (size_t)h * ad.QK,
+                           n->a.dk + row0 * KD + (size_t)g * ad.QK, n->a.dv + row0 * VD + (size_t)g * hd,
                            h == g * group);
     }
+}
+
+// Latent attention's rows [r0, r1) of layer l, back from the heads' dq, dk, dv to dxn: the RoPE
+// key's gradient summed over the heads (in order), the latent's from every head's key and value,
+// through its norm, then dxn = dq Wq + dc_pre W_dkv + dk_rope W_kr.
+static void bwd_latent_in(TrainNet *n, int l, int r0, int r1) {
+    DIMS;
+    TrainActs *a = &n->a;
+    LayerW w = layer_weights(c, &n->model->w, l);
+    const int rows = r1 - r0, H = c->n_heads, QK = ad.QK, LAT = ad.LAT, DR = ad.DR;
+    const size_t rd = (size_t)r0 * D;
+    rope_backward(a->dq + hd, QD, H, QK, DR, a->rope_cos, a->rope_sin, r0, r1, T);
+    for (int r = r0; r < r1; r++) {
+        const float *dk = a->dk + (size_t)r * KD;
+        for (int i = 0; i < DR; i++) {
+            float s = dk[hd + i];
+            for (int h = 1; h < H; h++) s += dk[(size_t)h * QK + hd + i];
+            a->dkr[(size_t)r * DR + i] = s;
+        }
+        for (int h = 0; h < H; h++)
+            memcpy(a->dknope + (size_t)r * OD + (size_t)h * hd, dk + (size_t)h * QK, sizeof(float) * (size_t)hd);
+    }
+    rope_backward(a->dkr, DR, 1, DR, DR, a->rope_cos, a->rope_sin, r0, r1, T);
+    float *dckv = a->dckv + (size_t)r0 * LAT;
+    mm_nn(rows, LAT, OD, 1.0f, a->dknope + (size_t)r0 * OD, OD, w.w_uk, LAT, 0.0f, dckv, LAT);
+    mm_nn(rows, LAT, VD, 1.0f, a->dv + (size_t)r0 * VD, VD, w.w_uv, LAT, 1.0f, dckv, LAT);
+    rmsnorm_backward(a->dckv_pre, NULL, a->dckv, a->kv_pre + (size_t)l * N * LAT, a->kv_rstd + (size_t)l * N,
+                     w.kv_norm, r0, r1, LAT);
+    mm_nn(rows, D, QD, 1.0f, a->dq + (size_t)r0 * QD, QD, w.wq, D, 0.0f, a->dxn + rd, D);
+    mm_nn(rows, D, LAT, 1.0f, a->dckv_pre + (size_t)r0 * LAT, LAT, w.w_dkv, D, 1.0f, a->dxn + rd, D);
+    mm_nn(rows, D, DR, 1.0f, a->dkr + (size_t)r0 * DR, DR, w.w_kr, D, 1.0f, a->dxn + rd, D);
 }
 
 // rows: RoPE backward; dxn = dq Wq + dk Wk + dv Wv; dx = dx2 + attention-norm backward
@@ -630,12 +728,16 @@ static void bwd_attn_in(void *ctx, int task, int thread) {
     int l = j->l, r0 = task * ROW_CHUNK, r1 = r0 + ROW_CHUNK < N ? r0 + ROW_CHUNK : N, rows = r1 - r0;
     TrainActs *a = &n->a;
     LayerW w = layer_weights(c, &n->model->w, l);
-    rope_backward(a->dq, QD, c->n_heads, hd, a->rope_cos, a->rope_sin, r0, r1, T);
-    rope_backward(a->dk, KD, c->n_kv_heads, hd, a->rope_cos, a->rope_sin, r0, r1, T);
     size_t rd = (size_t)r0 * D;
-    mm_nn(rows, D, QD, 1.0f, a->dq + (size_t)r0 * QD, QD, w.wq, D, 0.0f, a->dxn + rd, D);
-    mm_nn(rows, D, KD, 1.0f, a->dk + (size_t)r0 * KD, KD, w.wk, D, 1.0f, a->dxn + rd, D);
-    mm_nn(rows, D, KD, 1.0f, a->dv + (size_t)r0 * KD, KD, w.wv, D, 1.0f, a->dxn + rd, D);
+    if (ad.mla) {
+        bwd_latent_in(n, l, r0, r1);
+    } else {
+        rope_backward(a->dq, QD, c->n_heads, hd, hd, a->rope_cos, a->rope_sin, r0, r1, T);
+        rope_backward(a->dk, KD, c->n_kv_heads, hd, hd, a->rope_cos, a->rope_sin, r0, r1, T);
+        mm_nn(rows, D, QD, 1.0f, a->dq + (size_t)r0 * QD, QD, w.wq, D, 0.0f, a->dxn + rd, D);
+        mm_nn(rows, D, KD, 1.0f, a->dk + (size_t)r0 * KD, KD, w.wk, D, 1.0f, a->dxn + rd, D);
+        mm_nn(rows, D, VD, 1.0f, a->dv + (size_t)r0 * VD, VD, w.wv, D, 1.0f, a->dxn + rd, D);
+    }
     rmsnorm_backward(a->dx, a->dx2, a->dxn, a->x + (size_t)2 * l * N * D, a->attn_rstd + (size_t)l * N, w.an, r0,
                      r1, D);
 }
@@ -658,17 +760,27 @@ void train_net_backward(TrainNet *n) {
         grad_job_add(&g1, a->dx, a->hg + (size_t)l * N * F, NULL, (float *)gw.w2, D, F);
         grad_job_add(&g1, a->dh1, a->ffn_xn + (size_t)l * N * D, NULL, (float *)gw.w1, F, D);
         grad_job_add(&g1, a->dh3, a->ffn_xn + (size_t)l * N * D, NULL, (float *)gw.w3, F, D);
-        grad_job_add(&g1, a->dx2, a->att_out + (size_t)l * N * QD, NULL, (float *)gw.wo, D, QD);
+        grad_job_add(&g1, a->dx2, a->att_out + (size_t)l * N * OD, NULL, (float *)gw.wo, D, OD);
         grad_job_add(&g1, a->dxn, a->x + (size_t)(2 * l + 1) * N * D, a->ffn_rstd + (size_t)l * N, (float *)gw.fn, D,
                      0);
         grad_job_run(&g1);
-        pool_run_tasks(n->pool, n->B * c->n_kv_heads, bwd_attention, &j);
+        pool_run_tasks(n->pool, n->B * ad.att_kv_heads, bwd_attention, &j);
         pool_run_tasks(n->pool, row_tasks, bwd_attn_in, &j);
         if (n->layer_grad_hook) n->layer_grad_hook(n->hook_ctx, n, l);
         GradJob g2 = {.n = n};
-        grad_job_add(&g2, a->dq, a->attn_xn + (size_t)l * N * D, NULL, (float *)gw.wq, QD, D);
-        grad_job_add(&g2, a->dk, a->attn_xn + (size_t)l * N * D, NULL, (float *)gw.wk, KD, D);
-        grad_job_add(&g2, a->dv, a->attn_xn + (size_t)l * N * D, NULL, (float *)gw.wv, KD, D);
+        const float *xn = a->attn_xn + (size_t)l * N * D;
+        grad_job_add(&g2, a->dq, xn, NULL, (float *)gw.wq, QD, D);
+        if (ad.mla) {
+            const float *kv_pre = a->kv_pre + (size_t)l * N * ad.LAT, *ckv = a->ckv + (size_t)l * N * ad.LAT;
+            grad_job_add(&g2, a->dckv_pre, xn, NULL, (float *)gw.w_dkv, ad.LAT, D);
+            grad_job_add(&g2, a->dckv, kv_pre, a->kv_rstd + (size_t)l * N, (float *)gw.kv_norm, ad.LAT, 0);
+            grad_job_add(&g2, a->dkr, xn, NULL, (float *)gw.w_kr, ad.DR, D);
+            grad_job_add(&g2, a->dknope, ckv, NULL, (float *)gw.w_uk, OD, ad.LAT);
+            grad_job_add(&g2, a->dv, ckv, NULL, (float *)gw.w_uv, VD, ad.LAT);
+        } else {
+            grad_job_add(&g2, a->dk, xn, NULL, (float *)gw.wk, KD, D);
+            grad_job_add(&g2, a->dv, xn, NULL, (float *)gw.wv, VD, D);
+        }
         grad_job_add(&g2, a->dxn, a->x + (size_t)2 * l * N * D, a->attn_rstd + (size_t)l * N, (float *)gw.an, D, 0);
         grad_job_run(&g2);
     }
@@ -680,5 +792,5 @@ void train_net_keys_pre_rope(const TrainNet *n, int l, float *out) {
     int N = n->B * n->T, KD = c->n_kv_heads * c->head_dim;
     memcpy(out, n->a.k + (size_t)l * N * KD, sizeof(float) * (size_t)N * KD);
     // RoPE's backward is its inverse: the rotation is orthogonal.
-    rope_backward(out, KD, c->n_kv_heads, c->head_dim, n->a.rope_cos, n->a.rope_sin, 0, N, n->T);
+    rope_backward(out, KD, c->n_kv_heads, c->head_dim, c->head_dim, n->a.rope_cos, n->a.rope_sin, 0, N, n->T);
 }

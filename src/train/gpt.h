@@ -17,17 +17,24 @@
 // Tokens per optimiser step (batch x seq) the trainer accepts; `micro train` checks it when parsing.
 #define TRAIN_MAX_STEP_TOKENS (1 << 24)
 
-// Activations of one forward pass (N = B*T tokens, D = dim, QD = n_heads*head_dim,
-// KD = n_kv_heads*head_dim, F = hidden_dim, V = vocab, L = n_layers), and the backward's scratch.
+// Activations of one forward pass (N = B*T tokens, D = dim, F = hidden_dim, V = vocab, L = n_layers;
+// the attention widths of gpt.c's AttDims: QD queries, KD keys, VD values, OD the heads' outputs,
+// LAT the latent, DR the RoPE key), and the backward's scratch. Multi-head and grouped-query:
+// QD = OD = n_heads*head_dim, KD = VD = n_kv_heads*head_dim. Latent attention (trained in the
+// explicit form, every head's key and value made from the latent): QD = KD = n_heads*(head_dim +
+// rope_dim), VD = OD = n_heads*head_dim.
 typedef struct {
     float *x;          // [2L+1, N, D] residual stream: x[2l] enters layer l's attention, x[2l+1] its FFN, x[2L] the final norm
     float *attn_rstd;  // [L, N] 1/sqrt(mean(x²)+eps) of the attention norm
     float *attn_xn;    // [L, N, D] normalised input of the attention (x * rstd * gain)
     float *q;          // [L, N, QD] queries after RoPE
     float *k;          // [L, N, KD] keys after RoPE
-    float *v;          // [L, N, KD] values
+    float *v;          // [L, N, VD] values
+    float *kv_pre;     // [L, N, LAT] latent attention: W_dkv h, the latent before its norm
+    float *kv_rstd;    // [L, N] its norm's 1/sqrt(mean(x²)+eps)
+    float *ckv;        // [L, N, LAT] the latent c (what the cache holds)
     float *att_lse;    // [L, B, n_heads, T] log-sum-exp of each row's scaled scores (backward recomputes the weights)
-    float *att_out;    // [L, N, QD] attention output before Wo
+    float *att_out;    // [L, N, OD] attention output before Wo
     float *ffn_rstd;   // [L, N]
     float *ffn_xn;     // [L, N, D]
     float *h1;         // [L, N, F] W1 h
@@ -41,16 +48,20 @@ typedef struct {
     float *dx;         // [N, D] gradient at the residual stream (running)
     float *dx2;        // [N, D] gradient at the residual between a layer's two sublayers
     float *dxn;        // [N, D] gradient at a norm's output
-    float *datt;       // [N, QD] gradient at the attention output
+    float *datt;       // [N, OD] gradient at the attention output
     float *dq;         // [N, QD]
     float *dk;         // [N, KD]
-    float *dv;         // [N, KD]
+    float *dv;         // [N, VD]
+    float *dknope;     // [N, OD] latent attention: the keys' gradient without their RoPE parts
+    float *dkr;        // [N, DR] the shared RoPE key's gradient (summed over the heads)
+    float *dckv;       // [N, LAT] the latent's gradient
+    float *dckv_pre;   // [N, LAT] and before its norm
     float *dhg;        // [N, F]
     float *dh1;        // [N, F]
     float *dh3;        // [N, F]
     float *att_scratch; // [n_threads, 2, ATT_BLOCK, T] scores/weights and their gradient, per thread
-    float *rope_cos;   // [T, head_dim/2]
-    float *rope_sin;   // [T, head_dim/2]
+    float *rope_cos;   // [T, rotated/2]: rotated = head_dim, or rope_dim under latent attention
+    float *rope_sin;   // [T, rotated/2]
 } TrainActs;
 
 typedef struct TrainNet TrainNet;

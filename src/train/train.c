@@ -59,6 +59,8 @@ static void run_ident(const TrainOptions *o, const Corpus *corpus, RunIdent *id)
     id->max_seq_len = c->max_seq_len;
     id->rope_theta = c->rope_theta;
     id->norm_eps = c->norm_eps;
+    id->latent_dim = c->latent_dim;
+    id->rope_dim = c->rope_dim;
     id->batch = o->batch;
     id->seq = o->seq;
     id->steps = o->steps;
@@ -83,7 +85,7 @@ static const char *ident_mismatch(const RunIdent *a, const RunIdent *b) {
     CMP(dim) CMP(n_layers) CMP(n_heads) CMP(n_kv_heads) CMP(head_dim) CMP(hidden_dim) CMP(vocab_size)
     CMP(max_seq_len) CMP(rope_theta) CMP(norm_eps) CMP(batch) CMP(seq) CMP(steps) CMP(warmup) CMP(val_windows)
     CMP(lr) CMP(min_lr_frac) CMP(weight_decay) CMP(grad_clip) CMP(beta1) CMP(beta2) CMP(adam_eps) CMP(seed)
-    CMP(corpus_sha256)
+    CMP(corpus_sha256) CMP(latent_dim) CMP(rope_dim)
 #undef CMP
     return NULL;
 }
@@ -134,10 +136,11 @@ static int write_json(const char *path, const TrainOptions *o, const Corpus *cor
     TensorInfo info[MODEL_N_TENSORS];
     model_tensor_infos(c, info);
     fprintf(f, "{\n  \"model\": {\"dim\": %d, \"n_layers\": %d, \"n_heads\": %d, \"n_kv_heads\": %d, \"head_dim\": %d, "
-               "\"hidden_dim\": %d, \"vocab_size\": %d, \"max_seq_len\": %d, \"rope_theta\": %g, \"norm_eps\": %g, "
-               "\"params\": %zu},\n",
+               "\"hidden_dim\": %d, \"vocab_size\": %d, \"max_seq_len\": %d, \"rope_theta\": %g, \"norm_eps\": %g, ",
             c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->hidden_dim, c->vocab_size, c->max_seq_len,
-            (double)c->rope_theta, (double)c->norm_eps, n_params);
+            (double)c->rope_theta, (double)c->norm_eps);
+    if (c->latent_dim > 0) fprintf(f, "\"latent_dim\": %d, \"rope_dim\": %d, ", c->latent_dim, c->rope_dim);
+    fprintf(f, "\"params\": %zu},\n", n_params);
     fprintf(f, "  \"corpus\": {\"sha256\": \"%s\", \"files\": [\"en.train.txt\", \"en.val.txt\", \"zh.train.txt\", "
                "\"zh.val.txt\"], \"bytes\": [%zu, %zu, %zu, %zu]},\n",
             corpus->sha256, corpus->file_len[0], corpus->file_len[1], corpus->file_len[2], corpus->file_len[3]);
