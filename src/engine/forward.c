@@ -74,7 +74,7 @@ int attention_head(const PagedStream *ks, const PagedStream *vs, const PagedStre
 }
 
 int attention_heads_fit(const ModelConfig *p, const PagedStream *ks) {
-    return p->n_kv_heads == p->n_heads && !ks->blocks[0].prerope;
+    return p->n_kv_heads == p->n_heads && p->latent_dim == 0 && !ks->blocks[0].prerope;
 }
 
 void attention_heads(const PagedStream *ks, const PagedStream *vs, const PagedStream *next_k, const PagedStream *next_v,
@@ -118,25 +118,42 @@ typedef struct {
     int first_row; // task_row_heads' row
 } StepCtx;
 
+// A step's attention widths: qw a row's queries (n_heads·(head_dim + rope_dim)), kw and vw what it
+// appends to the key and value slots (kv_layout_of), ow the heads' outputs (n_heads·head_dim); rot
+// the numbers RoPE turns in each head (head_dim, or rope_dim under latent attention).
+typedef struct {
+    int qw, kw, vw, ow, rot, mla;
+} StepDims;
+
+static StepDims step_dims(const ModelConfig *p) {
+    const KVLayout l = kv_layout_of(p);
+    return (StepDims){p->n_heads * model_qk_dim(p), l.n_heads[0] * l.head_dim[0], l.n_heads[1] * l.head_dim[1],
+                      p->n_heads * p->head_dim, p->latent_dim > 0 ? p->rope_dim : p->head_dim, p->latent_dim > 0};
+}
+
+// q, and what the cache's two slots take: keys and values, or under latent attention the latent
+// before its norm (W_dkv) and the RoPE key before RoPE (W_kr).
 static void task_qkv(void *arg, int t, int nt) {
     StepCtx *c = arg;
     const ModelConfig *p = &c->b->model->config;
     const ModelWeights *w = &c->b->model->w;
-    const int qd = p->n_heads * p->head_dim, kvd = p->n_kv_heads * p->head_dim, dim = p->dim;
+    const StepDims sd = step_dims(p);
+    const int qd = sd.qw, kd = sd.kw, vd = sd.vw, dim = p->dim;
     const size_t l = (size_t)c->layer;
+    const float *wk = sd.mla ? w->w_dkv : w->wk, *wv = sd.mla ? w->w_kr : w->wv;
     int b, e;
     // One row range over the stacked [q; k; v] outputs keeps both threads equally busy.
-    pool_share(qd + 2 * kvd, t, nt, &b, &e);
+    pool_share(qd + kd + vd, t, nt, &b, &e);
     int qb = b < qd ? b : qd, qe = e < qd ? e : qd;
     matmul_rows(c->b->q, (size_t)qd, w->wq + l * qd * dim, c->b->xb, (size_t)dim, dim, c->n_rows, qb, qe);
     int kb = b - qd, ke = e - qd;
-    kb = kb < 0 ? 0 : kb > kvd ? kvd : kb;
-    ke = ke < 0 ? 0 : ke > kvd ? kvd : ke;
-    matmul_rows(c->b->k, (size_t)kvd, w->wk + l * kvd * dim, c->b->xb, (size_t)dim, dim, c->n_rows, kb, ke);
-    int vb = b - qd - kvd, ve = e - qd - kvd;
+    kb = kb < 0 ? 0 : kb > kd ? kd : kb;
+    ke = ke < 0 ? 0 : ke > kd ? kd : ke;
+    matmul_rows(c->b->k, (size_t)kd, wk + l * kd * dim, c->b->xb, (size_t)dim, dim, c->n_rows, kb, ke);
+    int vb = b - qd - kd, ve = e - qd - kd;
     vb = vb < 0 ? 0 : vb;
     ve = ve < 0 ? 0 : ve;
-    matmul_rows(c->b->v, (size_t)kvd, w->wv + l * kvd * dim, c->b->xb, (size_t)dim, dim, c->n_rows, vb, ve);
+    matmul_rows(c->b->v, (size_t)vd, wv + l * vd * dim, c->b->xb, (size_t)dim, dim, c->n_rows, vb, ve);
 }
 
 // The codec encodes here, once per row: each row writes only its own sequence's blocks.
@@ -144,8 +161,8 @@ static void task_append(void *arg, int r, int thread) {
     (void)thread;
     StepCtx *c = arg;
     const ModelConfig *p = &c->b->model->config;
-    const size_t kvd = (size_t)p->n_kv_heads * p->head_dim;
-    kvseq_append(c->rows[r].seq, c->layer, c->b->k + r * kvd, c->b->v + r * kvd);
+    const StepDims sd = step_dims(p);
+    kvseq_append(c->rows[r].seq, c->layer, c->b->k + r * (size_t)sd.kw, c->b->v + r * (size_t)sd.vw);
 }
 
 // What eval and micro attention keep of a (row, head)'s weights att[0, n): the layer micro attention
@@ -173,10 +190,44 @@ static const KVSeq *next_row_seq(const StepCtx *c, int r) {
     return next < c->n_rows ? c->rows[next].seq : NULL;
 }
 
+// One (row, head) under latent attention, absorbed as DeepSeek-V2 decodes: the head's query taken
+// into the latent's space (q̃ = W_uk,hᵀ q), scores q̃·c_j + q^R·k^R_j from the two slots' codecs,
+// the latents mixed by the weights, and the mix taken out through W_uv,h. A step reads only the
+// latent and the RoPE key.
+static void attend_latent(StepCtx *c, int r, int h) {
+    BatchForward *b = c->b;
+    const ModelConfig *p = &b->model->config;
+    const ModelWeights *w = &b->model->w;
+    const StepDims sd = step_dims(p);
+    const int H = p->n_heads, hd = p->head_dim, lat = p->latent_dim, qk = model_qk_dim(p), l = c->layer;
+    const KVSeq *seq = c->rows[r].seq;
+    const int n = c->rows[r].pos + 1;
+    const float *q = b->q + (size_t)r * sd.qw + (size_t)h * qk;
+    const float *w_uk = w->w_uk + ((size_t)l * sd.ow + (size_t)h * hd) * lat;
+    const float *w_uv = w->w_uv + ((size_t)l * sd.ow + (size_t)h * hd) * lat;
+    float *att = b->att + ((size_t)r * H + h) * b->context, *rope_att = b->att_rope + ((size_t)r * H + h) * b->context;
+    float *qt = b->latent_q + ((size_t)r * H + h) * lat, *mix = b->latent_mix + ((size_t)r * H + h) * lat;
+    for (int a = 0; a < lat; a++) qt[a] = 0.0f;
+    for (int i = 0; i < hd; i++) // each q̃_a summed in order of i
+        for (int a = 0; a < lat; a++) qt[a] += w_uk[(size_t)i * lat + a] * q[i];
+    paged_scores(&seq->k[l], 0, qt, att, n);
+    paged_scores(&seq->v[l], 0, q + hd, rope_att, n);
+    for (int j = 0; j < n; j++) att[j] += rope_att[j];
+    const int top = forward_kernels()->scaled_softmax(att, n, 1.0f / sqrtf((float)qk));
+    paged_mix(&seq->k[l], 0, att, mix, n);
+    const size_t xs = (size_t)(sd.ow > p->dim ? sd.ow : p->dim);
+    forward_kernels()->matvec_rows(b->xb2 + (size_t)r * xs + (size_t)h * hd, w_uv, mix, lat, 0, hd);
+    note_attention(b, r, l, h, att, n, top);
+}
+
 // One (row, head): attention over the row's own sequence, read from what its codec stored.
 static void attend(StepCtx *c, int r, int h) {
     BatchForward *b = c->b;
     const ModelConfig *p = &b->model->config;
+    if (p->latent_dim > 0) {
+        attend_latent(c, r, h);
+        return;
+    }
     const int H = p->n_heads, hd = p->head_dim, group = p->n_heads / p->n_kv_heads;
     const KVSeq *seq = c->rows[r].seq;
     const int n = c->rows[r].pos + 1;
@@ -308,7 +359,7 @@ static void task_row_heads(void *arg, int i, int thread) {
 static void task_wo(void *arg, int t, int nt) {
     StepCtx *c = arg;
     const ModelConfig *p = &c->b->model->config;
-    const int qd = p->n_heads * p->head_dim, dim = p->dim;
+    const int qd = p->n_heads * p->head_dim, dim = p->dim; // the heads' outputs
     const size_t hs = (size_t)(p->hidden_dim > dim ? p->hidden_dim : dim), xs = (size_t)(qd > dim ? qd : dim);
     int b, e;
     pool_share(dim, t, nt, &b, &e);
@@ -376,8 +427,9 @@ __attribute__((format(printf, 2, 3))) static float *batch_refuse(BatchForward *b
 float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
     const ModelConfig *p = &b->model->config;
     const ModelWeights *w = &b->model->w;
-    const int dim = p->dim, half = p->head_dim / 2;
-    const size_t qd = (size_t)p->n_heads * p->head_dim, kvd = (size_t)p->n_kv_heads * p->head_dim;
+    const StepDims sd = step_dims(p);
+    const int dim = p->dim, half = sd.rot / 2, qk = model_qk_dim(p);
+    const size_t qd = (size_t)sd.qw, kd = (size_t)sd.kw, vd = (size_t)sd.vw;
     StepCtx c = {b, rows, n_rows, 0, 0};
     const int span = n_rows > 1 && rows[0].seq == rows[n_rows - 1].seq;
     const int settles = span && (rows[0].seq->pool->rule[KV_ROLE_KEY].ops->settle ||
@@ -401,19 +453,32 @@ float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
         pool_run(b->pool, task_qkv, &c);
         for (int r = 0; r < n_rows; r++) {
             const size_t at = (size_t)rows[r].pos * half;
+            if (sd.mla) { // each head's RoPE part and the RoPE key rotated; the latent normalised
+                for (int h = 0; h < p->n_heads; h++)
+                    rope_head(b->q + r * qd + (size_t)h * qk + p->head_dim, p->rope_dim, b->rope_cos + at,
+                              b->rope_sin + at);
+                rope_head(b->v + r * vd, p->rope_dim, b->rope_cos + at, b->rope_sin + at);
+                rmsnorm(b->k + r * kd, b->k + r * kd, w->kv_norm + (size_t)l * p->latent_dim, p->latent_dim,
+                        p->norm_eps);
+                continue;
+            }
             rope(b->q + r * qd, p->n_heads, p->head_dim, b->rope_cos + at, b->rope_sin + at);
             if (!rows[r].seq->pool->rule[KV_ROLE_KEY].prerope) // else the cache keeps keys before RoPE
-                rope(b->k + r * kvd, p->n_kv_heads, p->head_dim, b->rope_cos + at, b->rope_sin + at);
+                rope(b->k + r * kd, p->n_kv_heads, p->head_dim, b->rope_cos + at, b->rope_sin + at);
         }
         if (span && settles) { // tokens change form step by step (KIVI): the decode loop's order
             for (int r = 0; r < n_rows; r++) {
                 StepCtx one = {b, rows, r + 1, l, r};
-                kvseq_append(rows[r].seq, l, b->k + r * kvd, b->v + r * kvd);
+                kvseq_append(rows[r].seq, l, b->k + r * kd, b->v + r * vd);
                 pool_run_tasks(b->pool, p->n_heads, task_row_heads, &one);
                 kvseq_end_step(rows[r].seq, l);
             }
+        } else if (span && sd.mla) { // every row appended in order, then each attends through the codecs
+            for (int r = 0; r < n_rows; r++) kvseq_append(rows[r].seq, l, b->k + r * kd, b->v + r * vd);
+            pool_run_tasks(b->pool, n_rows * p->n_heads / attention_heads_per_task(&c), task_attention, &c);
+            for (int r = 0; r < n_rows; r++) kvseq_end_step(rows[r].seq, l);
         } else if (span) { // every row appended in order, then all rows attend at once
-            for (int r = 0; r < n_rows; r++) kvseq_append(rows[r].seq, l, b->k + r * kvd, b->v + r * kvd);
+            for (int r = 0; r < n_rows; r++) kvseq_append(rows[r].seq, l, b->k + r * kd, b->v + r * vd);
             span_mirror_update(&b->mirror, rows[0].seq, l, rows[0].pos, b->rope_cos, b->rope_sin);
             pool_run_tasks(b->pool, (n_rows + SPAN_TILE - 1) / SPAN_TILE * p->n_heads, task_span_attention, &c);
             for (int r = 0; r < n_rows; r++) kvseq_end_step(rows[r].seq, l);
@@ -440,11 +505,6 @@ float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
 int batch_init(BatchForward *b, const Model *m, int max_rows, int context, int n_threads, char *err, size_t errlen) {
     memset(b, 0, sizeof *b);
     const ModelConfig *p = &m->config;
-    if (p->latent_dim > 0) {
-        snprintf(err, errlen, "a latent-attention model (latent_dim %d): micro's decoder runs multi-head and "
-                 "grouped-query models only", p->latent_dim);
-        return -1;
-    }
     if (max_rows < 1 || max_rows > 4096) {
         snprintf(err, errlen, "batch of %d rows is outside 1..4096", max_rows);
         return -1;
@@ -463,16 +523,26 @@ int batch_init(BatchForward *b, const Model *m, int max_rows, int context, int n
     b->max_rows = max_rows;
     b->context = context;
     b->n_threads = n_threads;
-    const size_t R = (size_t)max_rows, dim = (size_t)p->dim;
-    const size_t qd = (size_t)p->n_heads * p->head_dim, kvd = (size_t)p->n_kv_heads * p->head_dim;
-    const size_t half = (size_t)p->head_dim / 2, ctx = (size_t)context;
+    const StepDims sd = step_dims(p);
+    const size_t R = (size_t)max_rows, dim = (size_t)p->dim, od = (size_t)sd.ow;
+    const size_t half = (size_t)sd.rot / 2, ctx = (size_t)context, H = (size_t)p->n_heads;
     const size_t hid = (size_t)p->hidden_dim > dim ? (size_t)p->hidden_dim : dim;
     b->x = calloc_lines(R * dim, sizeof(float));
     b->xb = calloc_lines(R * dim, sizeof(float));
-    b->xb2 = calloc_lines(R * (qd > dim ? qd : dim), sizeof(float));
-    b->q = calloc_lines(R * qd, sizeof(float));
-    b->k = calloc_lines(R * kvd, sizeof(float));
-    b->v = calloc_lines(R * kvd, sizeof(float));
+    b->xb2 = calloc_lines(R * (od > dim ? od : dim), sizeof(float));
+    b->q = calloc_lines(R * (size_t)sd.qw, sizeof(float));
+    b->k = calloc_lines(R * (size_t)sd.kw, sizeof(float));
+    b->v = calloc_lines(R * (size_t)sd.vw, sizeof(float));
+    if (sd.mla) {
+        b->att_rope = calloc_lines(R * H * ctx, sizeof(float));
+        b->latent_q = calloc_lines(R * H * (size_t)p->latent_dim, sizeof(float));
+        b->latent_mix = calloc_lines(R * H * (size_t)p->latent_dim, sizeof(float));
+        if (!b->att_rope || !b->latent_q || !b->latent_mix) {
+            batch_free(b);
+            snprintf(err, errlen, "out of memory allocating the forward pass's buffers");
+            return -1;
+        }
+    }
     b->hb = calloc_lines(R * hid, sizeof(float));
     b->hb2 = calloc_lines(R * (size_t)p->hidden_dim, sizeof(float));
     b->att = calloc_lines(R * (size_t)p->n_heads * ctx, sizeof(float));
@@ -488,13 +558,14 @@ int batch_init(BatchForward *b, const Model *m, int max_rows, int context, int n
         snprintf(err, errlen, "out of memory allocating the forward pass's buffers");
         return -1;
     }
-    rope_table(b->rope_cos, b->rope_sin, (int)ctx, p->head_dim, p->rope_theta);
+    rope_table(b->rope_cos, b->rope_sin, (int)ctx, sd.rot, p->rope_theta);
     return 0;
 }
 
 int batch_enable_spans(BatchForward *b, const KVPool *pool, char *err, size_t errlen) {
     if (b->spans) return 0;
-    if (span_mirror_init(&b->mirror, pool, b->context)) {
+    // Latent attention's spans attend through the codecs' kernels, as a decode step does: no mirror.
+    if (b->model->config.latent_dim == 0 && span_mirror_init(&b->mirror, pool, b->context)) {
         snprintf(err, errlen, "out of memory allocating the evaluator's decoded cache");
         return -1;
     }
@@ -519,6 +590,9 @@ void batch_free(BatchForward *b) {
     free(b->kept_att);
     free(b->rope_cos);
     free(b->rope_sin);
+    free(b->att_rope);
+    free(b->latent_q);
+    free(b->latent_mix);
     memset(b, 0, sizeof *b);
 }
 
@@ -534,8 +608,9 @@ static int decoder_init_rows(Decoder *d, const Model *m, const CodecSpec *k_spec
         return -1;
     }
     // One sequence of at most `capacity` tokens: the budget is never what stops it.
-    if (kvpool_init(&d->cache, p->n_layers, p->n_kv_heads, p->head_dim, block, capacity, SIZE_MAX / 2, k_spec, v_spec,
-                    err, errlen))
+    const KVLayout layout = kv_layout_of(p);
+    if (kvpool_init_layout(&d->cache, p->n_layers, &layout, block, capacity, SIZE_MAX / 2, k_spec, v_spec, err,
+                           errlen))
         return -1;
     if (rows > 1 && !(d->span_rows = malloc(sizeof(BatchRow) * (size_t)rows))) {
         kvpool_free(&d->cache);
@@ -608,7 +683,9 @@ size_t decoder_cache_bytes(const Decoder *d) { return kvseq_bytes(&d->seq); }
 
 double decoder_bits_per_element(const Decoder *d) {
     const KVPool *p = &d->cache;
-    const double elements = 2.0 * kvseq_length(&d->seq) * p->n_layers * p->n_heads * p->head_dim;
+    const KVLayout *l = &p->layout;
+    const double per_token = (double)l->n_heads[0] * l->head_dim[0] + (double)l->n_heads[1] * l->head_dim[1];
+    const double elements = kvseq_length(&d->seq) * (double)p->n_layers * per_token;
     return elements > 0 ? 8.0 * (double)decoder_cache_bytes(d) / elements : 0.0;
 }
 

@@ -30,8 +30,12 @@ typedef struct {
     float *x;      // [row][dim] residual stream
     float *xb;     // [row][dim] normalised input of a sublayer
     float *xb2;    // [row][max(dim, q width)] attention output before Wo; then W2's output
-    float *q;      // [row][n_heads*head_dim]
-    float *k, *v;  // [row][n_kv_heads*head_dim]
+    float *q;      // [row][n_heads*(head_dim + rope_dim)]
+    float *k, *v;  // [row][the key and value slots' widths, kv_layout_of]: keys and values, or the
+                   // latent and the RoPE key
+    float *att_rope;   // latent attention: [row][n_heads][context] the RoPE key's part of the scores
+    float *latent_q;   // [row][n_heads][latent_dim] each head's query in the latent's space
+    float *latent_mix; // [row][n_heads][latent_dim] the latents mixed by its weights
     float *hb;     // [row][max(hidden, dim)] W1 h, then silu(W1 h) * W3 h; Wo's output before that
     float *hb2;    // [row][hidden] W3 h
     float *att;    // [row][n_heads][context] attention scores then weights
@@ -40,7 +44,7 @@ typedef struct {
     int track_top;     // fill top_position (eval's top1 agreement); serving turns it off
     int keep_layer;    // -1, or the layer whose attention weights row 0 keeps in kept_att (micro attention)
     float *kept_att;   // [n_heads][context]: that layer's weights of row 0, its first pos + 1 numbers
-    float *rope_cos, *rope_sin; // [context][head_dim/2]
+    float *rope_cos, *rope_sin; // [context][rotated/2]: head_dim, or rope_dim under latent attention
     // Spans (batch_enable_spans): the decoded cache their rows attend over, for streams that read back.
     int spans;
     SpanMirror mirror;

@@ -27,7 +27,9 @@ int span_mirror_reads_back(const KVPool *pool, KVRole role) {
 
 int span_mirror_init(SpanMirror *m, const KVPool *pool, int context) {
     memset(m, 0, sizeof *m);
-    m->n_layers = pool->n_layers, m->n_heads = pool->n_heads, m->head_dim = pool->head_dim, m->context = context;
+    // Multi-head and grouped-query caches only (keys and values alike): latent attention has no mirror.
+    m->n_layers = pool->n_layers, m->n_heads = pool->layout.n_heads[0], m->head_dim = pool->layout.head_dim[0];
+    m->context = context;
     m->stride = context + 16;
     const size_t heads = (size_t)m->n_layers * m->n_heads * m->head_dim;
     const size_t tokens = (size_t)m->n_layers * m->n_heads * (size_t)context;

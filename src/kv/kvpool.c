@@ -10,12 +10,24 @@
 
 static int div_up(int a, int b) { return (a + b - 1) / b; }
 
+KVLayout kv_layout_uniform(int n_heads, int head_dim) {
+    return (KVLayout){{n_heads, n_heads}, {head_dim, head_dim}, {KV_ROLE_KEY, KV_ROLE_VALUE}};
+}
+
+KVLayout kv_layout_of(const ModelConfig *c) {
+    if (c->latent_dim > 0) return (KVLayout){{1, 1}, {c->latent_dim, c->rope_dim}, {KV_ROLE_KEY, KV_ROLE_KEY}};
+    return kv_layout_uniform(c->n_kv_heads, c->head_dim);
+}
+
 // A block of the pool. When one block holds a whole sequence (block == context) the codec is not
 // told of blocks: its alignment rules (kivi's groups) are about a sequence spread over blocks.
 // `first`: the block's first token in its sequence; `layer`: its model layer.
-static int block_init(const KVPool *p, KVStream *b, KVRole role, int first, int layer, char *err, size_t errlen) {
+// `slot`: KV_ROLE_KEY or KV_ROLE_VALUE, the stream's place in the layout (whose role the codec gets).
+static int block_init(const KVPool *p, KVStream *b, KVRole slot, int first, int layer, char *err, size_t errlen) {
     const KVStreamPlace place = {p->block < p->context ? p->block : 0, first, layer};
-    return kvstream_init_at(b, &p->spec[role], role, p->n_heads, p->head_dim, p->block, &place, err, errlen);
+    const KVLayout *l = &p->layout;
+    return kvstream_init_at(b, &p->spec[slot], l->role[slot], l->n_heads[slot], l->head_dim[slot], p->block, &place,
+                            err, errlen);
 }
 
 // What a full block costs open and settled, measured on a block: `block` tokens appended (their
@@ -24,13 +36,14 @@ static int measure_block(const KVPool *p, KVRole role, int first, size_t *open, 
                          char *err, size_t errlen) {
     KVStream b;
     if (block_init(p, &b, role, first, 0, err, errlen)) return -1;
-    float *vec = malloc(sizeof(float) * (size_t)p->n_heads * (size_t)p->head_dim);
+    const int width = p->layout.n_heads[role] * p->layout.head_dim[role];
+    float *vec = malloc(sizeof(float) * (size_t)width);
     if (!vec) {
         kvstream_free(&b);
         snprintf(err, errlen, "out of memory measuring a cache block");
         return -1;
     }
-    for (int i = 0; i < p->n_heads * p->head_dim; i++) vec[i] = (float)(i % 7) - 3.0f;
+    for (int i = 0; i < width; i++) vec[i] = (float)(i % 7) - 3.0f;
     for (int t = 0; t < p->block; t++) kvstream_append(&b, vec);
     free(vec);
     *open = b.ops->bytes(b.state);
@@ -77,12 +90,19 @@ int kvpool_check_block(int block, int context, char *err, size_t errlen) {
 
 int kvpool_init(KVPool *p, int n_layers, int n_heads, int head_dim, int block, int context, size_t budget,
                 const CodecSpec *k_spec, const CodecSpec *v_spec, char *err, size_t errlen) {
+    const KVLayout layout = kv_layout_uniform(n_heads, head_dim);
+    return kvpool_init_layout(p, n_layers, &layout, block, context, budget, k_spec, v_spec, err, errlen);
+}
+
+int kvpool_init_layout(KVPool *p, int n_layers, const KVLayout *layout, int block, int context, size_t budget,
+                       const CodecSpec *k_spec, const CodecSpec *v_spec, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
-    if (n_layers < 1 || n_heads < 1 || head_dim < 1 || context < 1) {
-        snprintf(err, errlen, "cache pool shape %d layers x %d heads x %d, context %d is not a shape", n_layers,
-                 n_heads, head_dim, context);
-        return -1;
-    }
+    for (int s = 0; s < 2; s++)
+        if (n_layers < 1 || layout->n_heads[s] < 1 || layout->head_dim[s] < 1 || context < 1) {
+            snprintf(err, errlen, "cache pool shape %d layers x %d heads x %d, context %d is not a shape", n_layers,
+                     layout->n_heads[s], layout->head_dim[s], context);
+            return -1;
+        }
     if (kvpool_check_block(block, context, err, errlen)) return -1;
     if (block > context) block = context;
     if (div_up(context, block) > KV_MAX_BLOCKS) {
@@ -90,7 +110,7 @@ int kvpool_init(KVPool *p, int n_layers, int n_heads, int head_dim, int block, i
                  context, block, KV_MAX_BLOCKS);
         return -1;
     }
-    p->n_layers = n_layers, p->n_heads = n_heads, p->head_dim = head_dim;
+    p->n_layers = n_layers, p->layout = *layout;
     p->block = block, p->context = context, p->budget = budget;
     p->spec[KV_ROLE_KEY] = *k_spec, p->spec[KV_ROLE_VALUE] = *v_spec;
     if (measure_cost(p, KV_ROLE_KEY, err, errlen) || measure_cost(p, KV_ROLE_VALUE, err, errlen)) {

@@ -12,6 +12,20 @@
 #include <stddef.h>
 
 #include "kvcache.h"
+#include "model.h"
+
+// What a model's cache holds per layer and token: two slots, [KV_ROLE_KEY] and [KV_ROLE_VALUE],
+// each a stream of n_heads × head_dim numbers whose codec encodes them in `role`. Multi-head and
+// grouped-query attention: keys and values, n_kv_heads × head_dim each, in their own roles. Latent
+// attention: the key slot holds the latent (1 × latent_dim), the value slot the RoPE key (1 ×
+// rope_dim), both encoded as keys (each is dotted with queries; attention mixes the latent too).
+typedef struct {
+    int n_heads[2], head_dim[2];
+    KVRole role[2];
+} KVLayout;
+KVLayout kv_layout_of(const ModelConfig *c);
+// Keys and values alike: n_heads × head_dim each, in their own roles.
+KVLayout kv_layout_uniform(int n_heads, int head_dim);
 
 // What one block of a stream (keys or values of one layer) costs the budget. A codec whose tokens
 // change form (KIVI keeps its newest tokens in fp16 and quantises them later) has a block cost
@@ -25,16 +39,17 @@ typedef struct {
 } PoolStreamCost;
 
 typedef struct {
-    int n_layers, n_heads, head_dim;
+    int n_layers;
+    KVLayout layout;
     int block;     // tokens per block
     int context;   // the longest sequence (the model's context)
     size_t budget; // bytes all blocks together may hold
     size_t used;   // bytes charged to the blocks now allocated
     size_t peak;   // the most ever charged
     long blocks;   // blocks allocated now (all layers and streams)
-    PoolStreamCost cost[2]; // [KV_ROLE_KEY], [KV_ROLE_VALUE]
+    PoolStreamCost cost[2]; // per slot: [KV_ROLE_KEY], [KV_ROLE_VALUE]
     CodecSpec spec[2];      // the specs as given: each new block is made from them, no text parsed
-    KVStream rule[2];       // an empty block of each role: its codec's settle rule
+    KVStream rule[2];       // an empty block of each slot: its codec's settle rule
 } KVPool;
 
 // One stream (keys or values of one layer) of one sequence: its block table.
@@ -59,6 +74,9 @@ typedef struct {
 // whole context. The specs are checked here (and must fit blocks of `block` tokens: kivi's groups).
 // The block rule alone (kvpool_init's first check), for commands to check before any work.
 int kvpool_check_block(int block, int context, char *err, size_t errlen);
+int kvpool_init_layout(KVPool *p, int n_layers, const KVLayout *layout, int block, int context, size_t budget,
+                       const CodecSpec *k_spec, const CodecSpec *v_spec, char *err, size_t errlen);
+// kvpool_init_layout with keys and values alike (kv_layout_uniform).
 int kvpool_init(KVPool *p, int n_layers, int n_heads, int head_dim, int block, int context, size_t budget,
                 const CodecSpec *k_spec, const CodecSpec *v_spec, char *err, size_t errlen);
 void kvpool_free(KVPool *p);
@@ -74,7 +92,8 @@ void kvseq_init(KVSeq *s, KVPool *p);
 // Makes every stream able to hold `tokens` tokens, taking blocks from the pool. All or nothing:
 // -1 (nothing taken) when the budget lacks the bytes or the blocks cannot be created (err says which).
 int kvseq_reserve(KVSeq *s, int tokens, char *err, size_t errlen);
-// Appends one token's keys and values (n_heads · head_dim each) to a layer; its block must be reserved.
+// Appends one token's keys and values (each its slot's n_heads · head_dim) to a layer; its block must
+// be reserved.
 void kvseq_append(KVSeq *s, int layer, const float *k, const float *v);
 // After the step's attention of this layer: tokens take their final form and blocks whose tokens
 // are all final are charged their smaller cost.
