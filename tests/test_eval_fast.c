@@ -3,7 +3,10 @@
 // agree within 1e-5 nats per token and top-1 agreement within 0.001; by construction (each row
 // attends through its codec's own kernels, or through the decoded mirror in the read-back order)
 // every per-token loss and most-attended position is the same to the bit, which is checked too.
-// The text spans two whole spans and part of a third, and passes KIVI's residual flush.
+// The text spans two whole spans and part of a third, and passes KIVI's residual flush. The same on a
+// grouped-query model (two query heads sharing one key/value head) and a latent-attention one (a
+// latent of 64 and a RoPE key of 16; each spec on the latent with the RoPE key in the same spec
+// where it can hold 16 numbers, and in fp16).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +15,7 @@
 
 #include "calib_for_test.h"
 #include "check.h"
+#include "kvpool.h"
 #include "eval.h"
 #include "random_model.h"
 #include "spec_catalog.h"
@@ -31,38 +35,55 @@ static int run(const Model *m, const uint8_t *text, const char *const spec[2], i
     return rc;
 }
 
-int main(void) {
-    ModelConfig c = small_config();
-    Model m;
-    random_model(&m, &c, 23);
-    uint8_t text[T];
-    uint64_t rng = 9;
-    text[0] = MICRO_BOS;
-    for (int t = 1; t < T; t++) text[t] = (uint8_t)(2 + check_next(&rng) % (VOCAB - 2));
-    char dir[] = "/tmp/micro-test-eval-fast-XXXXXX", calib[256];
-    int ids[T];
-    for (int t = 0; t < T; t++) ids[t] = text[t];
-    if (calibrate_for_test(&m, ids, T, dir, calib, sizeof calib)) return 1;
+// Every pair of the catalog (spec_catalog.h), then the extra one, fast against decoding. Under
+// latent attention each pair's key spec holds the latent and the RoPE key takes it too (where it
+// can hold the key's width) and fp16; the calibrated codecs are for multi-head caches only.
+static void check_model(const Model *m, const uint8_t *text, int calibrated) {
+    const ModelConfig c = m->config;
+    const int latent = c.latent_dim > 0;
     EvalTrace ref;
     EvalResult ref_result;
     const char *const fp32[2] = {"fp32", "fp32"};
-    if (run(&m, text, fp32, 1, 1, NULL, &ref, &ref_result)) return 1;
+    if (run(m, text, fp32, 1, 1, NULL, &ref, &ref_result)) return;
     const int heads = c.n_layers * c.n_heads;
-    // Every pair of the catalog (spec_catalog.h), then the extra one.
     int n_cat;
     const CatalogEntry *cat = spec_catalog(&n_cat);
-    const char *specs[257][2];
+    const char *specs[520][2];
     int N_SPECS = 0;
-    for (int i = 0; i < n_cat; i++) specs[N_SPECS][0] = cat[i].k, specs[N_SPECS++][1] = cat[i].v;
-    specs[N_SPECS][0] = extra[0][0], specs[N_SPECS++][1] = extra[0][1];
+    const KVLayout layout = kv_layout_of(&c);
+    const KVShape rope = {1, c.rope_dim, c.max_seq_len};
+    for (int i = 0; i <= n_cat; i++) {
+        const char *k = i < n_cat ? cat[i].k : extra[0][0], *v = i < n_cat ? cat[i].v : extra[0][1];
+        if (i < n_cat && cat[i].calibrated && !calibrated) continue;
+        if (!latent) {
+            specs[N_SPECS][0] = k, specs[N_SPECS++][1] = v;
+            continue;
+        }
+        char err[256];
+        specs[N_SPECS][0] = k, specs[N_SPECS++][1] = "fp16";
+        if (!kvstream_check_spec_shape(k, layout.role[1], &rope, err, sizeof err))
+            specs[N_SPECS][0] = k, specs[N_SPECS++][1] = k;
+    }
+    int refused = 0; // pairs this cache's shape cannot take (each with its one line, as micro says it)
     for (int s = 0; s < N_SPECS; s++) {
+        char why[256];
+        int bad = 0;
+        for (int slot = 0; slot < 2 && !bad; slot++) {
+            const KVShape shape = {layout.n_heads[slot], layout.head_dim[slot], c.max_seq_len};
+            bad = kvstream_check_spec_shape(specs[s][slot], layout.role[slot], &shape, why, sizeof why) != 0;
+        }
+        if (!bad && latent) bad = strstr(specs[s][0], "prerope") || strstr(specs[s][1], "prerope");
+        if (bad) {
+            refused++;
+            continue;
+        }
         EvalTrace slow, fast[2];
         EvalResult r_slow, r_fast[2];
-        if (run(&m, text, specs[s], 1, 1, &ref, &slow, &r_slow)) continue;
+        if (run(m, text, specs[s], 1, 1, &ref, &slow, &r_slow)) continue;
         for (int threads = 1; threads <= 2; threads++) {
             EvalTrace *f = &fast[threads - 1];
             EvalResult *rf = &r_fast[threads - 1];
-            if (run(&m, text, specs[s], threads, 0, &ref, f, rf)) continue;
+            if (run(m, text, specs[s], threads, 0, &ref, f, rf)) continue;
             CHECK(fabs(rf->loss - r_slow.loss) <= 1e-5, "%s | %s, %d thread(s): loss %.8f fast, %.8f decoding",
                   specs[s][0], specs[s][1], threads, rf->loss, r_slow.loss);
             CHECK(fabs(rf->top1_agree - r_slow.top1_agree) <= 0.001, "%s | %s: top-1 agreement %.5f fast, %.5f decoding",
@@ -81,8 +102,36 @@ int main(void) {
         eval_trace_free(&slow);
     }
     eval_trace_free(&ref);
+    printf("%s: %d spec pairs, fast = decoding to the bit (%d refused for this shape)\n",
+           latent ? "latent attention" : c.n_kv_heads < c.n_heads ? "grouped-query" : "multi-head", N_SPECS - refused,
+           refused);
+}
+
+int main(void) {
+    ModelConfig c = small_config();
+    Model m;
+    random_model(&m, &c, 23);
+    uint8_t text[T];
+    uint64_t rng = 9;
+    text[0] = MICRO_BOS;
+    for (int t = 1; t < T; t++) text[t] = (uint8_t)(2 + check_next(&rng) % (VOCAB - 2));
+    char dir[] = "/tmp/micro-test-eval-fast-XXXXXX", calib[256];
+    int ids[T];
+    for (int t = 0; t < T; t++) ids[t] = text[t];
+    if (calibrate_for_test(&m, ids, T, dir, calib, sizeof calib)) return 1;
+    check_model(&m, text, 1);
     unlink(calib);
     rmdir(dir);
+    model_free(&m);
+    ModelConfig g = small_config(); // two query heads sharing one key/value head
+    g.n_kv_heads = 1;
+    random_model(&m, &g, 29);
+    check_model(&m, text, 0);
+    model_free(&m);
+    ModelConfig l = small_config(); // latent attention
+    l.n_kv_heads = 1, l.latent_dim = 64, l.rope_dim = 16;
+    random_model(&m, &l, 31);
+    check_model(&m, text, 0);
     model_free(&m);
     if (failures) fprintf(stderr, "%d failures\n", failures);
     return failures != 0;

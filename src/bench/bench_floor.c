@@ -27,7 +27,7 @@ int attention_in_cache(const Model *m, const KVRecording *rec, const CodecSpec *
     const int L = c->n_layers, H = c->n_heads, hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
     const int n = rec->n < 1024 ? rec->n : 1024;
     KVPool pool;
-    if (kvpool_init(&pool, L, c->n_kv_heads, hd, block, c->max_seq_len, SIZE_MAX / 2, k_spec, v_spec, err, errlen))
+    if (kvpool_init_model(&pool, c, block, c->max_seq_len, SIZE_MAX / 2, k_spec, v_spec, err, errlen))
         return -1;
     KVSeq seq;
     kvseq_init(&seq, &pool);

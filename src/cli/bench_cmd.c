@@ -182,13 +182,13 @@ static int held_run(const Model *m, const KVRecording *rec, const char *k_spec, 
                     char *err, size_t errlen) {
     const ModelConfig *c = &m->config;
     KVPool sizing;
-    if (kvpool_init(&sizing, c->n_layers, c->n_kv_heads, c->head_dim, o->block, c->max_seq_len, SIZE_MAX / 2,
+    if (kvpool_init_model(&sizing, c, o->block, c->max_seq_len, SIZE_MAX / 2,
                     cli_spec(k_spec), cli_spec(v_spec), err, errlen))
         return -1;
     const size_t budget = kvpool_budget_for(&sizing, o->batch, hi) + (size_t)o->batch * kvpool_block_set_bytes(&sizing);
     kvpool_free(&sizing);
     KVPool pool;
-    if (kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, o->block, c->max_seq_len, budget, cli_spec(k_spec),
+    if (kvpool_init_model(&pool, c, o->block, c->max_seq_len, budget, cli_spec(k_spec),
                     cli_spec(v_spec), err, errlen))
         return -1;
     HeldDecode hd;

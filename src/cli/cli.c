@@ -14,6 +14,7 @@
 #include "cpu.h"
 #include "forward_kernels.h"
 #include "kvcache.h"
+#include "kvpool.h"
 #include "kvq_file.h"
 #include "kvq_view.h"
 #include "model_file.h"
@@ -90,12 +91,20 @@ int cmd_check_specs(const char *k_spec, const char *v_spec, char *err, size_t er
 }
 
 int cmd_check_specs_for_model(const Model *m, const char *k_spec, const char *v_spec, char *err, size_t errlen) {
-    const KVShape shape = {.n_heads = m->config.n_kv_heads, .head_dim = m->config.head_dim,
-                           .context = m->config.max_seq_len};
-    return kvstream_check_spec_shape(k_spec, KV_ROLE_KEY, &shape, err, errlen) ||
-                   kvstream_check_spec_shape(v_spec, KV_ROLE_VALUE, &shape, err, errlen)
-               ? -1
-               : 0;
+    const KVLayout l = kv_layout_of(&m->config);
+    const char *specs[2] = {k_spec, v_spec};
+    for (int s = 0; s < 2; s++) {
+        const KVShape shape = {.n_heads = l.n_heads[s], .head_dim = l.head_dim[s], .context = m->config.max_seq_len};
+        if (!kvstream_check_spec_shape(specs[s], l.role[s], &shape, err, errlen)) continue;
+        if (m->config.latent_dim > 0) { // say which of latent attention's two streams the spec cannot hold
+            char why[512];
+            snprintf(why, sizeof why, "%s", err);
+            snprintf(err, errlen, "%s (%d numbers, %s): %s", s ? "the RoPE key" : "the latent", l.head_dim[s],
+                     s ? "its spec is --v" : "its spec is --cache or --k", why);
+        }
+        return -1;
+    }
+    return 0;
 }
 
 int cmd_check_text_arg(const char *option, const char *arg, char *err, size_t errlen) {

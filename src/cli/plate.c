@@ -219,7 +219,7 @@ static int run_serve_panel(PlateRun *r, const Model *m, const uint8_t *text, siz
     free(tokens);
     if (rc) return -1;
     KVPool fp16;
-    if (kvpool_init(&fp16, c->n_layers, c->n_kv_heads, c->head_dim, SERVE_BLOCK, n, SIZE_MAX / 2, cli_spec("fp16"), cli_spec("fp16"), err,
+    if (kvpool_init_model(&fp16, c, SERVE_BLOCK, n, SIZE_MAX / 2, cli_spec("fp16"), cli_spec("fp16"), err,
                     errlen)) {
         kv_recording_free(&rec);
         return -1;
@@ -234,7 +234,7 @@ static int run_serve_panel(PlateRun *r, const Model *m, const uint8_t *text, siz
         const int i = round % N_SERVE;
         ServeRow *row = &r->serve[i];
         KVPool pool;
-        if ((rc = kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, SERVE_BLOCK, n, (size_t)r->serve_budget,
+        if ((rc = kvpool_init_model(&pool, c, SERVE_BLOCK, n, (size_t)r->serve_budget,
                               cli_spec(serve_schemes[i].spec), cli_spec(serve_schemes[i].spec), err, errlen)))
             break;
         row->bits = 8.0 * (double)kvpool_sequence_bytes(&pool, n) / numbers;

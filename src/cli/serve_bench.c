@@ -292,7 +292,7 @@ int cmd_serve_bench(int argc, char **argv) {
     double budget = o.pool_mb * 1e6;
     if (budget == 0) { // what pool_fp16 fp16 conversations of `length` tokens hold
         KVPool fp16;
-        if (kvpool_init(&fp16, c->n_layers, c->n_kv_heads, c->head_dim, o.block, c->max_seq_len, SIZE_MAX / 2, cli_spec("fp16"),
+        if (kvpool_init_model(&fp16, c, o.block, c->max_seq_len, SIZE_MAX / 2, cli_spec("fp16"),
                         cli_spec("fp16"), err, sizeof err))
             goto fail;
         // and the block set a step takes before the previous one's tokens settle, so that one
@@ -309,7 +309,7 @@ int cmd_serve_bench(int argc, char **argv) {
     }
     // Every scheme's pool before anything is measured or printed: bad input gets its one line at once.
     for (; n_pools < o.n_schemes; n_pools++) {
-        if (kvpool_init(&pools[n_pools], c->n_layers, c->n_kv_heads, c->head_dim, o.block, c->max_seq_len,
+        if (kvpool_init_model(&pools[n_pools], c, o.block, c->max_seq_len,
                         (size_t)budget, cli_spec(o.k_specs[n_pools]), cli_spec(o.v_specs[n_pools]), err, sizeof err))
             goto fail;
         if (serve_fits(&pools[n_pools], &w, err, sizeof err)) {

@@ -608,10 +608,7 @@ static int decoder_init_rows(Decoder *d, const Model *m, const CodecSpec *k_spec
         return -1;
     }
     // One sequence of at most `capacity` tokens: the budget is never what stops it.
-    const KVLayout layout = kv_layout_of(p);
-    if (kvpool_init_layout(&d->cache, p->n_layers, &layout, block, capacity, SIZE_MAX / 2, k_spec, v_spec, err,
-                           errlen))
-        return -1;
+    if (kvpool_init_model(&d->cache, p, block, capacity, SIZE_MAX / 2, k_spec, v_spec, err, errlen)) return -1;
     if (rows > 1 && !(d->span_rows = malloc(sizeof(BatchRow) * (size_t)rows))) {
         kvpool_free(&d->cache);
         snprintf(err, errlen, "out of memory");

@@ -94,6 +94,19 @@ int kvpool_init(KVPool *p, int n_layers, int n_heads, int head_dim, int block, i
     return kvpool_init_layout(p, n_layers, &layout, block, context, budget, k_spec, v_spec, err, errlen);
 }
 
+int kvpool_init_model(KVPool *p, const ModelConfig *c, int block, int context, size_t budget, const CodecSpec *k_spec,
+                      const CodecSpec *v_spec, char *err, size_t errlen) {
+    const KVLayout layout = kv_layout_of(c);
+    if (kvpool_init_layout(p, c->n_layers, &layout, block, context, budget, k_spec, v_spec, err, errlen)) return -1;
+    if (c->latent_dim > 0 && (p->rule[0].prerope || p->rule[1].prerope)) {
+        snprintf(err, errlen, "prerope keeps keys before RoPE: latent attention caches a latent that has no RoPE and "
+                 "a RoPE key rotated before it is cached");
+        kvpool_free(p);
+        return -1;
+    }
+    return 0;
+}
+
 int kvpool_init_layout(KVPool *p, int n_layers, const KVLayout *layout, int block, int context, size_t budget,
                        const CodecSpec *k_spec, const CodecSpec *v_spec, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);

@@ -76,6 +76,9 @@ typedef struct {
 int kvpool_check_block(int block, int context, char *err, size_t errlen);
 int kvpool_init_layout(KVPool *p, int n_layers, const KVLayout *layout, int block, int context, size_t budget,
                        const CodecSpec *k_spec, const CodecSpec *v_spec, char *err, size_t errlen);
+// kvpool_init_layout for a model's cache (kv_layout_of): its layers and slots.
+int kvpool_init_model(KVPool *p, const ModelConfig *c, int block, int context, size_t budget, const CodecSpec *k_spec,
+                      const CodecSpec *v_spec, char *err, size_t errlen);
 // kvpool_init_layout with keys and values alike (kv_layout_uniform).
 int kvpool_init(KVPool *p, int n_layers, int n_heads, int head_dim, int block, int context, size_t budget,
                 const CodecSpec *k_spec, const CodecSpec *v_spec, char *err, size_t errlen);
