@@ -316,8 +316,72 @@ done:
     return status;
 }
 
+// --- Panel (g): architecture x cache ---
+
+// The arch figure's files (arch.gp's ARG3 and ARG4 in nt and na) from the CSV's "arch" rows: per
+// text, the Pareto frontier over every row (bytes per token ascending, each whose increase over
+// micro's fp32 cache is below every one before it), then each architecture's points. 0 rows: *na 0.
+static int write_arch_data(const Csv *c, FigureData *d, int *nt, int *na, char *err, size_t errlen) {
+    const int panel = csv_col(c, "panel"), text = csv_col(c, "text"), bytes = csv_col(c, "bytes_per_token"),
+              delta = csv_col(c, "delta_micro"), arch = csv_col(c, "arch");
+    *nt = *na = 0;
+    if (panel < 0 || text < 0 || bytes < 0 || delta < 0 || arch < 0) return 0;
+    const int n = c->n_rows;
+    Point *pts = malloc(sizeof *pts * (size_t)n);
+    char **texts = malloc(sizeof *texts * (size_t)n), **names = malloc(sizeof *names * (size_t)n);
+    char **tset = NULL, **aset = NULL;
+    int np = 0, status = -1;
+    FILE *f = NULL;
+    if (!pts || !texts || !names) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    for (int r = 1; r < n; r++) {
+        if (strcmp(at(c, r, panel), "arch") || !*at(c, r, bytes) || !*at(c, r, delta)) continue;
+        texts[np] = (char *)at(c, r, text), names[np] = (char *)at(c, r, arch);
+        pts[np] = (Point){strtod(at(c, r, bytes), NULL), strtod(at(c, r, delta), NULL), r, 0, 0};
+        np++;
+    }
+    if (!np) {
+        status = 0;
+        goto done;
+    }
+    tset = distinct(texts, np, nt);
+    aset = distinct(names, np, na);
+    if (!tset || !aset) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < np; i++) pts[i].text = index_of(tset, *nt, texts[i]), pts[i].family = index_of(aset, *na, names[i]);
+    qsort(pts, (size_t)np, sizeof *pts, by_point);
+    if (put_names(d, "arch_texts", tset, *nt, err, errlen) || put_names(d, "archs", aset, *na, err, errlen)) goto done;
+    if (!(f = figure_data_file(d, "arch.dat", err, errlen))) goto done;
+    for (int t = 0; t < *nt; t++) {
+        double best = INFINITY;
+        for (int i = 0; i < np; i++) {
+            if (pts[i].text != t || !(pts[i].delta < best)) continue;
+            best = pts[i].delta;
+            fprintf(f, "%.9g %.9g\n", pts[i].bits, clamp_delta(at(c, pts[i].row, delta)));
+        }
+        for (int a = 0; a < *na; a++) {
+            fprintf(f, "NaN NaN\n\n\n");
+            for (int i = 0; i < np; i++)
+                if (pts[i].text == t && pts[i].family == a)
+                    fprintf(f, "%.9g %.9g\n", pts[i].bits, clamp_delta(at(c, pts[i].row, delta)));
+        }
+        fprintf(f, "NaN NaN\n\n\n");
+    }
+    status = figure_data_done(f, "arch.dat", err, errlen);
+    f = NULL;
+done:
+    if (f) fclose(f);
+    free(pts), free(texts), free(names), free(tset), free(aset);
+    return status;
+}
+
 int figure_check_csv_outputs(const char *out_dir, int plate, char *err, size_t errlen) {
-    if (plate && (figure_check_outputs(out_dir, "plate", err, errlen) || figure_check_outputs(out_dir, "serve", err, errlen)))
+    if (plate && (figure_check_outputs(out_dir, "plate", err, errlen) || figure_check_outputs(out_dir, "serve", err, errlen) ||
+                  figure_check_outputs(out_dir, "arch", err, errlen)))
         return -1;
     return figure_check_outputs(out_dir, "frontier", err, errlen);
 }
@@ -332,23 +396,28 @@ int figure_from_csv(const char *csv_path, const char *out_dir, FILE *members, ch
         return FIGURE_FAILED;
     }
     const int plate = csv_col(&c, "panel") >= 0;
-    int status = FIGURE_FAILED, nt = 0, nf = 0;
-    char ntext[16], nfam[16];
+    int status = FIGURE_FAILED, nt = 0, nf = 0, at_nt = 0, na = 0;
+    char ntext[16], nfam[16], atext[16], narch[16];
     if (figure_check_csv_outputs(out_dir, plate, err, errlen)) goto done;
     if (plate && write_plate_data(&c, &d, err, errlen)) goto done;
     if (write_frontier_data(&c, csv_path, &d, members, &nt, &nf, err, errlen)) goto done;
+    if (plate && write_arch_data(&c, &d, &at_nt, &na, err, errlen)) goto done;
     snprintf(ntext, sizeof ntext, "%d", nt);
     snprintf(nfam, sizeof nfam, "%d", nf);
+    snprintf(atext, sizeof atext, "%d", at_nt);
+    snprintf(narch, sizeof narch, "%d", na);
     const FigureSpec figures[] = {
         {"plate", out_dir, "plate", 1100, 460, 12, 10, {NULL}},
         {"serve", out_dir, "serve", 1100, 420, 12, 10, {NULL}},
         {"frontier", out_dir, "frontier", 1200, 520, 12, 10, {ntext, nfam, NULL}},
+        {"arch", out_dir, "arch", 1200, 520, 12, 10, {atext, narch, NULL}},
     };
-    for (int i = plate ? 0 : 2; i < 3; i++)
+    for (int i = plate ? 0 : 2; i < (plate && na ? 4 : 3); i++)
         if ((status = figure_draw(&d, &figures[i], err, errlen)) != FIGURE_DRAWN) goto done;
     const char *dir = SHOWN(out_dir);
     if (plate)
-        snprintf(drawn, drawnlen, "%s/plate.svg and .png, %s/serve.svg and .png, %s/frontier.svg and .png", dir, dir, dir);
+        snprintf(drawn, drawnlen, "%s/plate.svg and .png, %s/serve.svg and .png, %s/frontier.svg and .png%s%s%s", dir,
+                 dir, dir, na ? ", " : "", na ? dir : "", na ? "/arch.svg and .png" : "");
     else
         snprintf(drawn, drawnlen, "%s/frontier.svg and .png", dir);
 done:

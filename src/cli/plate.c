@@ -24,6 +24,7 @@
 #include "model_file.h"
 #include "msgtext.h"
 #include "peak.h"
+#include "plate_arch.h"
 #include "safe_file.h"
 #include "serve.h"
 #include "text.h"
@@ -144,6 +145,7 @@ typedef struct {
     EvalResult reference[N_TEXTS];  // fp32
     EvalResult results[N_SCHEMES][N_TEXTS];
     ServeRow serve[N_SERVE];
+    ArchPanel arch; // panel (g)
     double loss_seconds; // wall time of the loss runs (the fp32 references and every scheme)
     double run_seconds[1 + N_SCHEMES][N_TEXTS]; // each run's own time on its thread: [0] fp32, [1 + s] scheme s
     double serve_budget; // bytes
@@ -434,7 +436,7 @@ static void print_frontier(const PlateRun *r) {
 static const char *csv_header =
     "panel,label,text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes,top1_agree,kl,published_delta,"
     "model,conversations,bytes_per_token,predicted_plain,predicted_metadata,tokens_per_s,cache_bytes_per_token_step,"
-    "pool_bytes,delta_lo,delta_hi\n";
+    "pool_bytes,delta_lo,delta_hi,arch,numbers_per_token,delta_micro,delta_micro_lo,delta_micro_hi\n";
 
 static void csv_number(FILE *out, double v, const char *fmt) {
     fputc(',', out);
@@ -445,7 +447,7 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
     fputs(csv_header, out);
     for (int t = 0; t < N_TEXTS; t++) {
         const EvalResult *e = &r->reference[t];
-        fprintf(out, "reference,fp32,%s,fp32,fp32,%d,%.6f,0.000000,%.4f,%zu,1.000000,0,,,,,,,,,,0.000000,0.000000\n",
+        fprintf(out, "reference,fp32,%s,fp32,fp32,%d,%.6f,0.000000,%.4f,%zu,1.000000,0,,,,,,,,,,0.000000,0.000000,,,,,\n",
                 r->texts[t].name, e->tokens,
                 e->loss, e->bits_per_element, e->cache_bytes);
     }
@@ -462,9 +464,10 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
             fprintf(out, ",%d,%.6f,%.6f,%.4f,%zu,%.6f,%.6g", e->tokens, e->loss, delta_of(r, s, t), e->bits_per_element,
                     e->cache_bytes, e->top1_agree, e->kl);
             csv_number(out, schemes[s].published, "%.4f");
-            fprintf(out, ",,,,,,,,,%.6f,%.6f\n", e->delta_lo, e->delta_hi);
+            fprintf(out, ",,,,,,,,,%.6f,%.6f,,,,,\n", e->delta_lo, e->delta_hi);
         }
     }
+    if (!r->long_run) arch_panel_csv(out, &r->arch);
     for (int i = 0; i < N_CAP_BITS + N_CAP_SCHEMES && !r->long_run; i++) {
         double bits = i < N_CAP_BITS ? capacity_bits[i] : scheme_bits[i - N_CAP_BITS];
         CapacityRow row = capacity_row(cap, bits);
@@ -473,7 +476,7 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
             fprintf(out, "%d-bit", capacity_bits[i]);
         else
             csv_field_to(out, capacity_schemes[i - N_CAP_BITS]);
-        fprintf(out, ",,,,,,,%.4f,,,,,%s,%ld,%.1f,,,,,,,\n", bits, cap->name, row.conversations, row.bytes_per_token);
+        fprintf(out, ",,,,,,,%.4f,,,,,%s,%ld,%.1f,,,,,,,,,,,,\n", bits, cap->name, row.conversations, row.bytes_per_token);
     }
     // The measured panel: conversations = held, bytes_per_token = cache bytes one held conversation's
     // decode step reads (the same as cache_bytes_per_token_step, kept for the capacity rows' meaning).
@@ -483,7 +486,7 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
         csv_field_to(out, serve_schemes[i].spec);
         fputc(',', out);
         csv_field_to(out, serve_schemes[i].spec);
-        fprintf(out, ",%d,,,%.4f,,,,,micro,%d,%.1f,%.2f,%.2f,%.1f,%.1f,%.0f,,\n", r->serve_context, row->bits, row->held,
+        fprintf(out, ",%d,,,%.4f,,,,,micro,%d,%.1f,%.2f,%.2f,%.1f,%.1f,%.0f,,,,,,,\n", r->serve_context, row->bits, row->held,
                 row->bytes_per_token, row->plain, row->meta, row->tokens_per_s, row->bytes_per_token, r->serve_budget);
     }
 }
@@ -547,7 +550,9 @@ static void print_json(FILE *out, const PlateRun *r, const CapacityModel *cap, c
                 row->bits, row->held, row->plain, row->meta, row->tokens_per_s, row->bytes_per_token,
                 i + 1 < N_SERVE ? "," : "");
     }
-    fprintf(out, "  ]}\n}\n");
+    fprintf(out, "  ]},\n  \"arch\": ");
+    arch_panel_json(out, &r->arch);
+    fprintf(out, "\n}\n");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -847,6 +852,8 @@ int cmd_plate(int argc, char **argv) {
         }
     }
     pool_destroy(pool);
+    if (!status && (status = arch_panel_run(&r->arch, model_path, r->texts, threads, o.decode)) != 0)
+        cli_error("%s", r->arch.err);
     if (!status) { // the prompts' text: both plates' bytes, one after the other
         const size_t en_len = (size_t)r->texts[0].n_tokens - 1, zh_len = (size_t)r->texts[1].n_tokens - 1;
         uint8_t *text = malloc(en_len + zh_len);
@@ -906,6 +913,7 @@ int cmd_plate(int argc, char **argv) {
         printf("\n(e) ");
         print_bars(r);
         print_frontier(r);
+        arch_panel_print(&r->arch);
         print_loss_time(r, threads);
         if (files) {
             printf("\nwritten: %s and %s/plate.json\n", csv_path, out_dir);
@@ -916,6 +924,7 @@ int cmd_plate(int argc, char **argv) {
         text_free(&r->texts[t]);
         eval_trace_free(&r->traces[t]);
     }
+    arch_panel_free(&r->arch);
     pthread_mutex_destroy(&r->err_lock);
     free(r);
     model_free(&m);

@@ -1,0 +1,58 @@
+// Panel (g) of micro plate: architecture × cache. micro (multi-head attention), micro-gqa
+// (grouped-query) and micro-mla (latent attention), trained in the same budget, each through the
+// plate's scheme at 16, 8, 4, 3 and 2 bits, KIVI-2, q4_0 and FP8: bytes of cache per token, the loss,
+// its increase over the architecture's own fp32 cache and over micro's, each with its paired
+// bootstrap interval on the same tokens. Under latent attention each scheme runs twice: the RoPE key
+// in the latent's spec (where it can hold 16 numbers) and in fp16, as FlashMLA keeps it.
+#ifndef MICRO_PLATE_ARCH_H
+#define MICRO_PLATE_ARCH_H
+
+#include <stdio.h>
+
+#include "eval.h"
+#include "model.h"
+#include "text.h"
+
+#define ARCH_MAX 3
+#define ARCH_TEXTS 2
+#define ARCH_MAX_ROWS 64
+
+typedef struct {
+    int arch, scheme;  // indices into the architectures and the schemes (plate_arch.c)
+    int rope_fp16;     // latent attention: the RoPE key kept in fp16 (else in the latent's spec)
+    EvalResult res[ARCH_TEXTS];
+    double own[ARCH_TEXTS];                            // increase over its own fp32 cache
+    double micro[ARCH_TEXTS], micro_lo[ARCH_TEXTS], micro_hi[ARCH_TEXTS]; // over micro's fp32 cache
+} ArchRow;
+
+typedef struct {
+    int present[ARCH_MAX];      // the architecture's model was found beside micro's
+    char path[ARCH_MAX][4200];  // its file
+    int numbers[ARCH_MAX];      // numbers cached per token and layer
+    Model models[ARCH_MAX];
+    EvalTrace fp32[ARCH_MAX][ARCH_TEXTS];
+    int fp32_row[ARCH_MAX];     // the row of each architecture's fp32 cache
+    ArchRow rows[ARCH_MAX_ROWS];
+    int n_rows;
+    const Text *texts;
+    int decode;
+    double seconds; // the panel's wall time
+    int failed;     // eval's status of the first failure (its message in err)
+    char err[1200];
+} ArchPanel;
+
+// Runs the panel on the plate's two texts: micro is model_path (NULL: models/micro.bin), its
+// siblings micro-gqa.bin and micro-mla.bin beside it. An architecture whose file is missing is left
+// out (present[] says which). 0, or eval's status with one line in p->err.
+int arch_panel_run(ArchPanel *p, const char *model_path, const Text *texts, int threads, int decode);
+void arch_panel_free(ArchPanel *p);
+
+void arch_panel_print(const ArchPanel *p);
+// The panel's rows of plate.csv (panel "arch"), after `columns` leading columns of the plate's
+// header (panel,label,text,... as plate.c writes them).
+void arch_panel_csv(FILE *out, const ArchPanel *p);
+void arch_panel_json(FILE *out, const ArchPanel *p);
+// The architectures' labels ("MHA", "GQA", "MLA").
+const char *arch_label(int arch);
+
+#endif
