@@ -136,6 +136,22 @@ typedef struct {
 } ServeRow;
 
 #define N_CAP_BITS (int)(sizeof capacity_bits / sizeof capacity_bits[0])
+
+// Panel (c) per attention: the same model as published (grouped-query: 8 key/value heads for its 32
+// query heads), with full multi-head attention (a key and value head per query head), and with a
+// latent cache at DeepSeek-V2's ratio (d_c = 4 · head_dim, d_r = head_dim / 2): numbers cached per
+// token and layer.
+#define CAP_Q_HEADS 32 // Llama 3 8B's query heads
+typedef struct {
+    const char *arch, *label;
+} CapArch;
+static const CapArch cap_archs[] = {
+    {"GQA", "grouped-query, as published"}, {"MHA", "multi-head"}, {"MLA", "latent, DeepSeek-V2's ratio"}};
+#define N_CAP_ARCHS (int)(sizeof cap_archs / sizeof cap_archs[0])
+static double cap_arch_numbers(const CapacityModel *m, int a) {
+    return a == 0 ? 2.0 * m->kv_heads * m->head_dim
+                  : a == 1 ? 2.0 * CAP_Q_HEADS * m->head_dim : 4.0 * m->head_dim + m->head_dim / 2.0;
+}
 #define N_CAP_SCHEMES (int)(sizeof capacity_schemes / sizeof capacity_schemes[0])
 
 typedef struct {
@@ -478,6 +494,14 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
             csv_field_to(out, capacity_schemes[i - N_CAP_BITS]);
         fprintf(out, ",,,,,,,%.4f,,,,,%s,%ld,%.1f,,,,,,,,,,,,\n", bits, cap->name, row.conversations, row.bytes_per_token);
     }
+    for (int a = 0; a < N_CAP_ARCHS && !r->long_run; a++)
+        for (int i = 0; i < N_CAP_BITS; i++) {
+            const double numbers = cap_arch_numbers(cap, a);
+            const CapacityRow row = capacity_row_numbers(cap, numbers, capacity_bits[i]);
+            fprintf(out, "capacity_arch,%s %d-bit,,,,,,,%d,,,,,%s,%ld,%.1f,,,,,,,,%s,%.0f,,,\n", cap_archs[a].arch,
+                    capacity_bits[i], capacity_bits[i], cap->name, row.conversations, row.bytes_per_token,
+                    cap_archs[a].arch, numbers);
+        }
     // The measured panel: conversations = held, bytes_per_token = cache bytes one held conversation's
     // decode step reads (the same as cache_bytes_per_token_step, kept for the capacity rows' meaning).
     for (int i = 0; i < N_SERVE && !r->long_run; i++) {
@@ -908,6 +932,24 @@ int cmd_plate(int argc, char **argv) {
             else
                 snprintf(label, sizeof label, "%s", capacity_schemes[i - N_CAP_BITS]);
             printf("%-24s %8.3f %14.0f %14ld\n", label, bits, row.bytes_per_token, row.conversations);
+        }
+        printf("the same model with other attention: numbers cached per token and layer, conversations at each width\n");
+        printf("%-44s %8s", "attention", "numbers");
+        for (int i = 0; i < N_CAP_BITS; i++) printf(" %6d-bit", capacity_bits[i]);
+        printf("\n");
+        for (int a = 0; a < N_CAP_ARCHS; a++) {
+            char label[96];
+            const double numbers = cap_arch_numbers(cap, a);
+            if (a == 0)
+                snprintf(label, sizeof label, "%s (%d of %d heads)", cap_archs[a].label, cap->kv_heads, CAP_Q_HEADS);
+            else if (a == 1)
+                snprintf(label, sizeof label, "%s (%d key/value heads)", cap_archs[a].label, CAP_Q_HEADS);
+            else
+                snprintf(label, sizeof label, "%s (%d + %d)", cap_archs[a].label, 4 * cap->head_dim, cap->head_dim / 2);
+            printf("%-44s %8.0f", label, numbers);
+            for (int i = 0; i < N_CAP_BITS; i++)
+                printf(" %10ld", capacity_row_numbers(cap, numbers, capacity_bits[i]).conversations);
+            printf("\n");
         }
         print_serve_panel(r);
         printf("\n(e) ");

@@ -53,9 +53,13 @@ int capacity_check(const CapacityModel *m, char *err, unsigned long errlen) {
 }
 
 CapacityRow capacity_row(const CapacityModel *m, double bits) {
+    return capacity_row_numbers(m, 2.0 * m->kv_heads * m->head_dim, bits);
+}
+
+CapacityRow capacity_row_numbers(const CapacityModel *m, double numbers_per_layer, double bits) {
     CapacityRow r;
     r.bits_per_element = bits;
-    r.bytes_per_token = 2.0 * m->layers * m->kv_heads * m->head_dim * bits / 8.0;
+    r.bytes_per_token = m->layers * numbers_per_layer * bits / 8.0;
     r.bytes_per_conversation = r.bytes_per_token * m->context;
     // A count beyond a long's range cannot be converted (undefined behaviour): it saturates.
     double c = floor((m->gpu_gb * m->util - m->weights_gb) * 1e9 / r.bytes_per_conversation);

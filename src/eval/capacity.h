@@ -26,6 +26,9 @@ typedef struct {
 // returns -1 with one line in err.
 int capacity_check(const CapacityModel *m, char *err, unsigned long errlen);
 CapacityRow capacity_row(const CapacityModel *m, double bits_per_element);
+// The same with another attention's numbers cached per token and layer (m's own: 2 · kv_heads ·
+// head_dim; full multi-head attention of its query heads, or a latent and a RoPE key, change it).
+CapacityRow capacity_row_numbers(const CapacityModel *m, double numbers_per_layer, double bits_per_element);
 // Storage bits per cached number of a cache spec (keys and values alike) at the end of one full
 // conversation of m's head shape, through the real codecs: scales, minimums and residuals count.
 int capacity_scheme_bits(const CapacityModel *m, const CodecSpec *spec, double *bits, char *err, size_t errlen);
