@@ -19,13 +19,14 @@
 int kv_record(const Model *m, const int *tokens, int n, int n_threads, KVRecording *rec, char *err, size_t errlen) {
     memset(rec, 0, sizeof *rec);
     const ModelConfig *c = &m->config;
-    const int hd = c->head_dim, kvd = c->n_kv_heads * hd;
+    const KVLayout lay = kv_layout_of(c);
+    const int kd = lay.n_heads[0] * lay.head_dim[0], vd = lay.n_heads[1] * lay.head_dim[1];
     Decoder d;
     if (decoder_init_spans(&d, m, &codec_spec_fp32, &codec_spec_fp32, n, RECORD_SPAN, n_threads, err, errlen)) return -1;
-    rec->n = n, rec->n_layers = c->n_layers, rec->kv_dim = kvd;
+    rec->n = n, rec->n_layers = c->n_layers, rec->k_dim = kd, rec->v_dim = vd;
     rec->tokens = malloc(sizeof(int) * (size_t)n);
-    rec->k = malloc(sizeof(float) * (size_t)n * (size_t)c->n_layers * (size_t)kvd);
-    rec->v = malloc(sizeof(float) * (size_t)n * (size_t)c->n_layers * (size_t)kvd);
+    rec->k = malloc(sizeof(float) * (size_t)n * (size_t)c->n_layers * (size_t)kd);
+    rec->v = malloc(sizeof(float) * (size_t)n * (size_t)c->n_layers * (size_t)vd);
     if (!rec->tokens || !rec->k || !rec->v) {
         decoder_free(&d);
         kv_recording_free(rec);
@@ -42,12 +43,11 @@ int kv_record(const Model *m, const int *tokens, int n, int n_threads, KVRecordi
         }
     // fp32 stores every number as it is: reading back gives the keys and values themselves.
     for (int t = 0; t < n; t++)
-        for (int l = 0; l < c->n_layers; l++)
-            for (int h = 0; h < c->n_kv_heads; h++) {
-                const size_t at = ((size_t)t * c->n_layers + l) * kvd + (size_t)h * hd;
-                paged_read(&d.seq.k[l], h, t, rec->k + at);
-                paged_read(&d.seq.v[l], h, t, rec->v + at);
-            }
+        for (int l = 0; l < c->n_layers; l++) {
+            const size_t row = (size_t)t * c->n_layers + l;
+            for (int h = 0; h < lay.n_heads[0]; h++) paged_read(&d.seq.k[l], h, t, rec->k + row * kd + (size_t)h * lay.head_dim[0]);
+            for (int h = 0; h < lay.n_heads[1]; h++) paged_read(&d.seq.v[l], h, t, rec->v + row * vd + (size_t)h * lay.head_dim[1]);
+        }
     decoder_free(&d);
     return 0;
 }
@@ -63,8 +63,8 @@ void kv_recording_free(KVRecording *rec) {
 // step appends it.
 static void fill_token(KVSeq *s, const KVRecording *rec, int t) {
     for (int l = 0; l < rec->n_layers; l++) {
-        const size_t at = ((size_t)t * rec->n_layers + l) * rec->kv_dim;
-        kvseq_append(s, l, rec->k + at, rec->v + at);
+        const size_t row = (size_t)t * rec->n_layers + l;
+        kvseq_append(s, l, rec->k + row * rec->k_dim, rec->v + row * rec->v_dim);
         kvseq_end_step(s, l);
     }
 }

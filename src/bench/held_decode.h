@@ -10,10 +10,12 @@
 
 // The keys and values (fp32, after RoPE) one text's tokens make at every position and layer, from
 // an fp32 cache: what a conversation's cache holds, to be encoded into each held conversation.
+// Under latent attention, what its two slots hold: the latent and the RoPE key (kv_layout_of).
 typedef struct {
-    int n, n_layers, kv_dim;
+    int n, n_layers, k_dim, v_dim; // numbers per token and layer of the key and value slots
     int *tokens; // [n]
-    float *k, *v; // [n][n_layers][kv_dim]
+    float *k;    // [n][n_layers][k_dim]
+    float *v;    // [n][n_layers][v_dim]
 } KVRecording;
 
 int kv_record(const Model *m, const int *tokens, int n, int n_threads, KVRecording *rec, char *err, size_t errlen);

@@ -236,15 +236,18 @@ static int run_serve_panel(PlateRun *r, const Model *m, const uint8_t *text, siz
     int rc = kv_record(m, tokens, n, fill_threads, &rec, err, errlen); // the same numbers on any threads
     free(tokens);
     if (rc) return -1;
-    KVPool fp16;
-    if (kvpool_init_model(&fp16, c, SERVE_BLOCK, n, SIZE_MAX / 2, cli_spec("fp16"), cli_spec("fp16"), err,
-                    errlen)) {
+    KVPool fp16; // the budget: serve_fp16 fp16 conversations with multi-head attention, whatever the model's
+    const KVLayout mha = kv_layout_multi_head(c);
+    if (kvpool_init_layout(&fp16, c->n_layers, &mha, SERVE_BLOCK, n, SIZE_MAX / 2, cli_spec("fp16"), cli_spec("fp16"),
+                           err, errlen)) {
         kv_recording_free(&rec);
         return -1;
     }
     r->serve_budget = (double)kvpool_budget_for(&fp16, r->serve_fp16, n);
     kvpool_free(&fp16);
-    const double numbers = (double)n * c->n_layers * 2.0 * c->n_kv_heads * c->head_dim;
+    const KVLayout own = kv_layout_of(c);
+    const double numbers = (double)n * c->n_layers *
+                           ((double)own.n_heads[0] * own.head_dim[0] + (double)own.n_heads[1] * own.head_dim[1]);
     // SERVE_ROUNDS rounds over every scheme, the best of each kept: a slow spell of this shared machine
     // then falls on one round of several schemes, not on one scheme's only run (fp16 and bf16, the
     // same bytes and nearly the same kernels, came out 0.7x and 1.45x of each other in single runs).

@@ -32,7 +32,8 @@ static const char *serve_bench_usage =
     "  --cache SPEC          a scheme for both streams; repeat to compare (default: fp16 and int:bits=4)\n"
     "  --k SPEC, --v SPEC    a scheme with different streams; the i-th --k pairs with the i-th --v\n"
     "  --pool-mb X           the pool's budget in MB (10^6 bytes), at most the machine's memory;\n"
-    "                        default: what --pool-fp16 fp16 conversations of --length tokens hold,\n"
+    "                        default: what --pool-fp16 fp16 conversations of --length tokens hold\n"
+    "                        (with multi-head attention: every model of a shape gets the same bytes),\n"
     "                        and the blocks one step takes before the last ones settle\n"
     "  --pool-fp16 N         the default budget in fp16 conversations (default 16)\n"
     "  --block N             tokens per block, a multiple of 16 or the whole context (default 16, vLLM's)\n"
@@ -290,10 +291,11 @@ int cmd_serve_bench(int argc, char **argv) {
         goto fail;
     }
     double budget = o.pool_mb * 1e6;
-    if (budget == 0) { // what pool_fp16 fp16 conversations of `length` tokens hold
+    if (budget == 0) { // what pool_fp16 fp16 conversations of `length` tokens hold, with multi-head attention
         KVPool fp16;
-        if (kvpool_init_model(&fp16, c, o.block, c->max_seq_len, SIZE_MAX / 2, cli_spec("fp16"),
-                        cli_spec("fp16"), err, sizeof err))
+        const KVLayout mha = kv_layout_multi_head(c);
+        if (kvpool_init_layout(&fp16, c->n_layers, &mha, o.block, c->max_seq_len, SIZE_MAX / 2, cli_spec("fp16"),
+                               cli_spec("fp16"), err, sizeof err))
             goto fail;
         // and the block set a step takes before the previous one's tokens settle, so that one
         // conversation fits a pool of one

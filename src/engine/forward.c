@@ -194,29 +194,38 @@ static const KVSeq *next_row_seq(const StepCtx *c, int r) {
 // into the latent's space (q̃ = W_uk,hᵀ q), scores q̃·c_j + q^R·k^R_j from the two slots' codecs,
 // the latents mixed by the weights, and the mix taken out through W_uv,h. A step reads only the
 // latent and the RoPE key.
-static void attend_latent(StepCtx *c, int r, int h) {
-    BatchForward *b = c->b;
-    const ModelConfig *p = &b->model->config;
-    const ModelWeights *w = &b->model->w;
-    const StepDims sd = step_dims(p);
-    const int H = p->n_heads, hd = p->head_dim, lat = p->latent_dim, qk = model_qk_dim(p), l = c->layer;
-    const KVSeq *seq = c->rows[r].seq;
-    const int n = c->rows[r].pos + 1;
-    const float *q = b->q + (size_t)r * sd.qw + (size_t)h * qk;
-    const float *w_uk = w->w_uk + ((size_t)l * sd.ow + (size_t)h * hd) * lat;
-    const float *w_uv = w->w_uv + ((size_t)l * sd.ow + (size_t)h * hd) * lat;
-    float *att = b->att + ((size_t)r * H + h) * b->context, *rope_att = b->att_rope + ((size_t)r * H + h) * b->context;
-    float *qt = b->latent_q + ((size_t)r * H + h) * lat, *mix = b->latent_mix + ((size_t)r * H + h) * lat;
+int attention_latent_head(const Model *m, int layer, int head, const PagedStream *latent, const PagedStream *rope_key,
+                          const float *q, float *qt, float *mix, float *att, float *att_rope, float *out, int n) {
+    const ModelConfig *p = &m->config;
+    const int hd = p->head_dim, lat = p->latent_dim, qk = model_qk_dim(p);
+    const size_t od = (size_t)p->n_heads * hd;
+    const float *w_uk = m->w.w_uk + ((size_t)layer * od + (size_t)head * hd) * lat;
+    const float *w_uv = m->w.w_uv + ((size_t)layer * od + (size_t)head * hd) * lat;
     for (int a = 0; a < lat; a++) qt[a] = 0.0f;
     for (int i = 0; i < hd; i++) // each q̃_a summed in order of i
         for (int a = 0; a < lat; a++) qt[a] += w_uk[(size_t)i * lat + a] * q[i];
-    paged_scores(&seq->k[l], 0, qt, att, n);
-    paged_scores(&seq->v[l], 0, q + hd, rope_att, n);
-    for (int j = 0; j < n; j++) att[j] += rope_att[j];
+    paged_scores(latent, 0, qt, att, n);
+    paged_scores(rope_key, 0, q + hd, att_rope, n);
+    for (int j = 0; j < n; j++) att[j] += att_rope[j];
     const int top = forward_kernels()->scaled_softmax(att, n, 1.0f / sqrtf((float)qk));
-    paged_mix(&seq->k[l], 0, att, mix, n);
-    const size_t xs = (size_t)(sd.ow > p->dim ? sd.ow : p->dim);
-    forward_kernels()->matvec_rows(b->xb2 + (size_t)r * xs + (size_t)h * hd, w_uv, mix, lat, 0, hd);
+    paged_mix(latent, 0, att, mix, n);
+    forward_kernels()->matvec_rows(out, w_uv, mix, lat, 0, hd);
+    return top;
+}
+
+static void attend_latent(StepCtx *c, int r, int h) {
+    BatchForward *b = c->b;
+    const ModelConfig *p = &b->model->config;
+    const StepDims sd = step_dims(p);
+    const int H = p->n_heads, lat = p->latent_dim, l = c->layer;
+    const KVSeq *seq = c->rows[r].seq;
+    const int n = c->rows[r].pos + 1;
+    const size_t xs = (size_t)(sd.ow > p->dim ? sd.ow : p->dim), at = (size_t)r * H + h;
+    float *att = b->att + at * b->context;
+    const int top = attention_latent_head(b->model, l, h, &seq->k[l], &seq->v[l],
+                                          b->q + (size_t)r * sd.qw + (size_t)h * model_qk_dim(p), b->latent_q + at * lat,
+                                          b->latent_mix + at * lat, att, b->att_rope + at * b->context,
+                                          b->xb2 + (size_t)r * xs + (size_t)h * p->head_dim, n);
     note_attention(b, r, l, h, att, n, top);
 }
 

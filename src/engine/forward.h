@@ -114,6 +114,12 @@ const char *decoder_spec(const Decoder *d, KVRole role);
 int attention_head(const PagedStream *ks, const PagedStream *vs, const PagedStream *next_k, const PagedStream *next_v,
                    int kv_head, const float *q, const float *rope_cos, const float *rope_sin, float *att, float *out,
                    int n);
+// One head of latent attention over n cached tokens, absorbed (batch_forward's): q the head's
+// head_dim + rope_dim numbers (RoPE applied); scratch qt and mix of latent_dim numbers, att and
+// att_rope of n (att holds the weights after); the head's head_dim outputs to out. Returns the first
+// position of the largest weight.
+int attention_latent_head(const Model *m, int layer, int head, const PagedStream *latent, const PagedStream *rope_key,
+                          const float *q, float *qt, float *mix, float *att, float *att_rope, float *out, int n);
 // Every head of one row, when attention_heads_fit: each head's numbers are attention_head's, att
 // holding head h's n weights at att + h·stride, top[h] (unless top is NULL) the first position of its
 // largest weight, and out the heads' mixes one after another. A codec

@@ -14,6 +14,8 @@ KVLayout kv_layout_uniform(int n_heads, int head_dim) {
     return (KVLayout){{n_heads, n_heads}, {head_dim, head_dim}, {KV_ROLE_KEY, KV_ROLE_VALUE}};
 }
 
+KVLayout kv_layout_multi_head(const ModelConfig *c) { return kv_layout_uniform(c->n_heads, c->head_dim); }
+
 KVLayout kv_layout_of(const ModelConfig *c) {
     if (c->latent_dim > 0) return (KVLayout){{1, 1}, {c->latent_dim, c->rope_dim}, {KV_ROLE_KEY, KV_ROLE_KEY}};
     return kv_layout_uniform(c->n_kv_heads, c->head_dim);

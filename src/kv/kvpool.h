@@ -26,6 +26,9 @@ typedef struct {
 KVLayout kv_layout_of(const ModelConfig *c);
 // Keys and values alike: n_heads × head_dim each, in their own roles.
 KVLayout kv_layout_uniform(int n_heads, int head_dim);
+// The model's shape with multi-head attention (a key and value head per query head): what pools of
+// "N fp16 conversations" are sized by, so that every attention gets the same bytes.
+KVLayout kv_layout_multi_head(const ModelConfig *c);
 
 // What one block of a stream (keys or values of one layer) costs the budget. A codec whose tokens
 // change form (KIVI keeps its newest tokens in fp16 and quantises them later) has a block cost
