@@ -1,6 +1,7 @@
 // Writes a small model of any shape with seeded random weights, through the loader's own writer, so
 // that tests can run the CLI on shapes micro.bin does not have (head_dim 2, a short context, ...).
-// usage: make_model OUT DIM LAYERS HEADS KV_HEADS HIDDEN CONTEXT [SEED]
+// usage: make_model OUT DIM LAYERS HEADS KV_HEADS HIDDEN CONTEXT [SEED [LATENT ROPE]]
+// (LATENT and ROPE: a latent-attention model, KV_HEADS 1)
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -17,8 +18,8 @@ static int arg(const char *s) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 8 || argc > 9) {
-        fprintf(stderr, "usage: make_model OUT DIM LAYERS HEADS KV_HEADS HIDDEN CONTEXT [SEED]\n");
+    if (argc < 8 || argc > 11 || argc == 10) {
+        fprintf(stderr, "usage: make_model OUT DIM LAYERS HEADS KV_HEADS HIDDEN CONTEXT [SEED [LATENT ROPE]]\n");
         return 2;
     }
     ModelConfig c = model_config_micro();
@@ -26,6 +27,7 @@ int main(int argc, char **argv) {
     c.hidden_dim = arg(argv[6]), c.max_seq_len = arg(argv[7]);
     c.head_dim = c.n_heads ? c.dim / c.n_heads : 0;
     unsigned long long s = argc > 8 ? (unsigned long long)arg(argv[8]) + 1 : 1;
+    if (argc > 10) c.latent_dim = arg(argv[9]), c.rope_dim = arg(argv[10]);
     char err[512];
     if (model_config_validate(&c, err, sizeof err)) {
         fprintf(stderr, "make_model: %s\n", err);

@@ -69,6 +69,16 @@ expect 2 "unknown cache codec" "bench checks the spec's form before loading" -- 
 expect 0 "" "kivi group 48 fits a head_dim-48 model" -- "$micro" eval --model "$tmp/hd48.bin" --cache kivi:group=48,residual=48 --text data/plates/en.txt:20
 expect 2 "got head_dim 48" "q4_0 refused for a head_dim-48 model, before any work" -- "$micro" eval --model "$tmp/hd48.bin" --cache q4_0 --text data/plates/en.txt:20
 [ ! -s "$tmp/out" ] || bad "eval --cache q4_0 on head_dim 48 printed before failing"
+# Grouped-query and latent attention: shapes refused in one line, specs checked per stream.
+expect 2 "does not divide n_heads 6" "train: key/value heads not dividing the heads" -- "$micro" train --kv-heads 4
+expect 2 "--rope-dim is for latent attention" "train: a RoPE key without a latent" -- "$micro" train --rope-dim 16
+"$make_model" "$tmp/mla.bin" 64 1 2 1 32 64 1 48 16 || bad "make_model latent attention"
+expect 0 "" "a latent model through eval" -- "$micro" eval --model "$tmp/mla.bin" --cache int:bits=4 --text data/plates/en.txt:20
+expect 2 "the latent (48 numbers" "q4_0 refused for a latent of 48, naming it" -- "$micro" eval --model "$tmp/mla.bin" --cache q4_0 --text data/plates/en.txt:20
+"$make_model" "$tmp/mla64.bin" 64 1 2 1 32 64 1 64 16 || bad "make_model latent 64"
+expect 2 "the RoPE key (16 numbers, its spec is --v)" "q4_0 refused for the RoPE key, naming --v" -- "$micro" eval --model "$tmp/mla64.bin" --cache q4_0 --text data/plates/en.txt:20
+expect 0 "" "q4_0 on the latent, the RoPE key in fp16" -- "$micro" eval --model "$tmp/mla64.bin" --cache q4_0 --v fp16 --text data/plates/en.txt:20
+expect 2 "latent attention caches a latent that has no RoPE" "prerope refused under latent attention" -- "$micro" eval --model "$tmp/mla64.bin" --cache int:bits=4,prerope --text data/plates/en.txt:20
 expect 2 "beyond the model's context of 64" "bench --positions beyond the context" -- "$micro" "${bench[@]}" --positions 65
 expect 2 "cannot open" "bench: missing model" -- "$micro" bench --model "$tmp/nope.bin"
 
