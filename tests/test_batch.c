@@ -1,7 +1,9 @@
 // Batch invariance: a sequence's logits are the same to the bit whether it is decoded alone or in a
 // batch, whatever its companions (other tokens, other lengths, joining and leaving), its row in the
-// batch, and the thread count (1 or 2), for every codec family in blocks of 16. And the paged
-// single-sequence decoder agrees with the one-block decoder to rounding.
+// batch, and the thread count (1 or 2), for every codec family in blocks of 16; on grouped-query and
+// latent-attention models too (each family's first catalog spec, the RoPE key in fp16 where it cannot
+// take the spec, on 2 threads). And the paged single-sequence decoder agrees with the one-block
+// decoder to rounding.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,7 +26,7 @@ static int open_pool(KVPool *pool, const ModelConfig *c, const char *spec, char 
     const char *bar = strchr(spec, '|');
     snprintf(k, sizeof k, "%.*s", bar ? (int)(bar - spec) : (int)strlen(spec), spec);
     snprintf(v, sizeof v, "%s", bar ? bar + 1 : spec);
-    return kvpool_init(pool, c->n_layers, c->n_kv_heads, c->head_dim, BLOCK, c->max_seq_len, 1u << 30, SPEC(k), SPEC(v), err, errlen);
+    return kvpool_init_model(pool, c, BLOCK, c->max_seq_len, 1u << 30, SPEC(k), SPEC(v), err, errlen);
 }
 
 // The sequence under test alone, one row per step: its logits at every step.
@@ -151,6 +153,44 @@ int main(void) {
                   (size_t)((uintptr_t)buffers[i] % 64));
         CHECK(fwd.context == 40, "context %d, not the 40 asked", fwd.context);
         batch_free(&fwd);
+    }
+    // The siblings: a family's first spec each (calibrated ones are of multi-head caches).
+    for (int kind = 0; kind < 2; kind++) {
+        ModelConfig s = small_config();
+        s.n_kv_heads = 1;
+        if (kind) s.latent_dim = 64, s.rope_dim = 16;
+        Model sm;
+        random_model(&sm, &s, 41 + (unsigned)kind);
+        const KVLayout lay = kv_layout_of(&s);
+        int checked = 0;
+        for (int i = 0; i < n_specs; i++) {
+            if (cat[i].calibrated || strstr(cat[i].k, "prerope") || strstr(cat[i].v, "prerope")) continue;
+            if (i > 0 && strcspn(cat[i].k, ":") == strcspn(cat[i - 1].k, ":") &&
+                !strncmp(cat[i].k, cat[i - 1].k, strcspn(cat[i].k, ":")))
+                continue; // not the family's first
+            char spec[200];
+            const KVShape rope = {1, s.rope_dim, s.max_seq_len};
+            snprintf(spec, sizeof spec, "%s|%s", cat[i].k,
+                     kind && kvstream_check_spec_shape(cat[i].k, lay.role[1], &rope, err, sizeof err) ? "fp16"
+                                                                                                   : kind ? cat[i].k : cat[i].v);
+            int bad = 0;
+            for (int slot = 0; slot < 2 && !bad; slot++) {
+                const KVShape shape = {lay.n_heads[slot], lay.head_dim[slot], s.max_seq_len};
+                const char *one = slot ? strchr(spec, '|') + 1 : cat[i].k;
+                bad = kvstream_check_spec_shape(one, lay.role[slot], &shape, err, sizeof err) != 0;
+            }
+            if (bad) continue; // refused for this shape, with its line (test_eval_fast counts them)
+            if (alone(&sm, spec, tokens, want)) {
+                CHECK(0, "%s: could not decode alone", spec);
+                continue;
+            }
+            const int differ = differing_steps(&sm, spec, tokens, want, 2, 300 + (uint64_t)i);
+            CHECK(differ == 0, "%s, %s: %d of %d steps' logits differ from the sequence alone", kind ? "latent" : "grouped",
+                  spec, differ, T);
+            checked++;
+        }
+        printf("ok   %s attention: %d families batch-invariant\n", kind ? "latent" : "grouped-query", checked);
+        model_free(&sm);
     }
     free(want);
     model_free(&m);
