@@ -165,6 +165,15 @@ static void run_cases(void) {
         const int H = e->calibrated ? 6 : 2, length = e->calibrated ? 200 : 150;
         test_family_heads(e->k, KV_ROLE_KEY, H, 32, length);
         test_family_heads(e->v, KV_ROLE_VALUE, H, 32, length);
+        // Latent attention's slots, both in the key role: the latent (one head of 64, read as keys
+        // and as values) and the RoPE key (one head of 16); a spec the shape refuses is skipped.
+        if (e->calibrated) continue;
+        for (int hd = 64; hd >= 16; hd -= 48) {
+            const KVShape shape = {1, hd, length};
+            char why[256];
+            if (!kvstream_check_spec_shape(e->k, KV_ROLE_KEY, &shape, why, sizeof why))
+                test_family_heads(e->k, KV_ROLE_KEY, 1, hd, length);
+        }
     }
 }
 
