@@ -1,7 +1,8 @@
 // `micro export --gguf` read back by a GGUF reader written here from the specification (ggml's
 // docs/gguf.md), not from the writer: header, every key/value pair, tensor infos, offsets and
 // alignment, and tensors bit-identical to the model's, located through micro's documented payload
-// order. Also: write errors (/dev/full) and refused output paths.
+// order: a grouped-query model as llama, a latent-attention one as deepseek2 (its two re-laid-out
+// tensors rebuilt here by loops of the test's own). Also: write errors (/dev/full) and refused paths.
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -123,37 +124,86 @@ static void check_str(const Kv *kv, int n, const char *key, const char *want) {
 typedef struct {
     char name[64];
     uint32_t n_dims;
-    uint64_t ne[2];
+    uint64_t ne[3];
     const float *data;
 } Expect;
 
-static int expected_tensors(const Model *m, Expect *e) {
+static uint64_t expect_count(const Expect *e) { return e->ne[0] * e->ne[1] * e->ne[2]; }
+
+// Tensors are found in the payload, block by block in micro's order (docs/model-format.md); under
+// latent attention two of them are written in llama.cpp's layout instead, which this test builds in
+// `made` (caller frees) from the payload by its own loops: attn_kv_a_mqa = W_dkv's rows then W_kr's,
+// attn_k_b[h][r][i] = W_uk[h*head_dim + i][r].
+static int expected_tensors(const Model *m, Expect *e, float **made) {
     const ModelConfig *c = &m->config;
-    uint64_t d = (uint64_t)c->dim, L = (uint64_t)c->n_layers, q = (uint64_t)c->n_heads * c->head_dim;
-    uint64_t kv = (uint64_t)c->n_kv_heads * c->head_dim, h = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
+    uint64_t d = (uint64_t)c->dim, L = (uint64_t)c->n_layers, nh = (uint64_t)c->n_heads, hd = (uint64_t)c->head_dim;
+    uint64_t lat = (uint64_t)c->latent_dim, rope = (uint64_t)c->rope_dim;
+    uint64_t q = nh * (hd + rope), o = nh * hd, kv = lat ? 0 : (uint64_t)c->n_kv_heads * hd; // wk, wv empty under MLA
+    uint64_t h = (uint64_t)c->hidden_dim, V = (uint64_t)c->vocab_size;
     const float *p = m->params;
-    // Payload blocks in order: name, ggml ne[0] (row length), rows (1 for a vector).
+    // Payload blocks in order: name (NULL: not written as it is), ggml ne (ne[1] 1 for a vector),
+    // per layer or not. wk/wv are empty under latent attention, w_dkv..w_uv otherwise.
     struct {
         const char *name;
-        uint64_t in, rows;
+        uint64_t ne[3];
         int per_layer;
-    } blocks[] = {{"token_embd", d, V, 0}, {"attn_norm", d, 1, 1}, {"attn_q", d, q, 1},  {"attn_k", d, kv, 1},
-                  {"attn_v", d, kv, 1},    {"attn_output", q, d, 1}, {"ffn_norm", d, 1, 1}, {"ffn_gate", d, h, 1},
-                  {"ffn_down", h, d, 1},   {"ffn_up", d, h, 1},      {"output_norm", d, 1, 0}};
+        const float **where; // where the block starts, for the tensors built from it
+    } blocks[] = {{"token_embd", {d, V, 1}, 0, NULL},
+                  {"attn_norm", {d, 1, 1}, 1, NULL},
+                  {"attn_q", {d, q, 1}, 1, NULL},
+                  {"attn_k", {d, kv, 1}, 1, NULL},
+                  {"attn_v", {d, kv, 1}, 1, NULL},
+                  {NULL, {d, lat, 1}, 1, NULL}, // w_dkv
+                  {"attn_kv_a_norm", {lat, 1, 1}, 1, NULL},
+                  {NULL, {d, rope, 1}, 1, NULL}, // w_kr
+                  {NULL, {lat, hd, nh}, 1, NULL}, // w_uk
+                  {"attn_v_b", {lat, hd, nh}, 1, NULL},
+                  {"attn_output", {o, d, 1}, 1, NULL},
+                  {"ffn_norm", {d, 1, 1}, 1, NULL},
+                  {"ffn_gate", {d, h, 1}, 1, NULL},
+                  {"ffn_down", {h, d, 1}, 1, NULL},
+                  {"ffn_up", {d, h, 1}, 1, NULL},
+                  {"output_norm", {d, 1, 1}, 0, NULL}};
+    const float *dkv = NULL, *kr = NULL, *uk = NULL;
+    blocks[5].where = &dkv, blocks[7].where = &kr, blocks[8].where = &uk;
     int n = 0;
-    for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++)
-        for (uint64_t l = 0; l < (blocks[b].per_layer ? L : 1); l++) {
+    for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++) {
+        uint64_t count = blocks[b].ne[0] * blocks[b].ne[1] * blocks[b].ne[2];
+        if (blocks[b].where) *blocks[b].where = p;
+        for (uint64_t l = 0; l < (blocks[b].per_layer ? L : 1); l++, p += count) {
+            if (!blocks[b].name || count == 0) continue;
             Expect *x = &e[n++];
             if (blocks[b].per_layer) snprintf(x->name, sizeof x->name, "blk.%llu.%s.weight", (unsigned long long)l, blocks[b].name);
             else snprintf(x->name, sizeof x->name, "%s.weight", blocks[b].name);
-            x->n_dims = blocks[b].rows > 1 ? 2 : 1;
-            x->ne[0] = blocks[b].in;
-            x->ne[1] = blocks[b].rows;
+            x->n_dims = blocks[b].ne[2] > 1 ? 3 : blocks[b].ne[1] > 1 ? 2 : 1;
+            memcpy(x->ne, blocks[b].ne, sizeof x->ne);
             x->data = p;
-            p += blocks[b].in * blocks[b].rows;
         }
+    }
     CHECK((size_t)(p - m->params) == m->n_params, "the payload order covers %zu of %zu parameters",
           (size_t)(p - m->params), m->n_params);
+    *made = NULL;
+    if (lat == 0) return n;
+    // Latent attention: per layer attn_kv_a_mqa {dim, latent + rope} and attn_k_b {head_dim, latent, heads}.
+    uint64_t kva = (lat + rope) * d, kb = nh * hd * lat;
+    float *buf = malloc((size_t)(L * (kva + kb)) * sizeof *buf);
+    CHECK(buf != NULL, "out of memory");
+    if (!buf) return n;
+    *made = buf;
+    for (uint64_t l = 0; l < L; l++) {
+        float *a = buf + l * (kva + kb), *k = a + kva;
+        for (uint64_t r = 0; r < lat + rope; r++)
+            for (uint64_t i = 0; i < d; i++) a[r * d + i] = r < lat ? dkv[(l * lat + r) * d + i] : kr[(l * rope + r - lat) * d + i];
+        for (uint64_t hh = 0; hh < nh; hh++)
+            for (uint64_t r = 0; r < lat; r++)
+                for (uint64_t i = 0; i < hd; i++) k[(hh * lat + r) * hd + i] = uk[((l * nh + hh) * hd + i) * lat + r];
+        Expect *x = &e[n++];
+        snprintf(x->name, sizeof x->name, "blk.%llu.attn_kv_a_mqa.weight", (unsigned long long)l);
+        x->n_dims = 2, x->ne[0] = d, x->ne[1] = lat + rope, x->ne[2] = 1, x->data = a;
+        x = &e[n++];
+        snprintf(x->name, sizeof x->name, "blk.%llu.attn_k_b.weight", (unsigned long long)l);
+        x->n_dims = 3, x->ne[0] = hd, x->ne[1] = lat, x->ne[2] = nh, x->data = k;
+    }
     return n;
 }
 
@@ -206,21 +256,54 @@ static void check_file(const char *path, const Model *m) {
     CHECK(!r.bad, "key/value section truncated or malformed");
     if (r.bad) goto out;
     int nk = (int)n_kv;
-    check_str(kv, nk, "general.architecture", "llama");
+    const int mla = c->latent_dim > 0;
+    const char *arch = mla ? "deepseek2" : "llama";
+    char key[128];
+#define ARCH_KEY(k) (snprintf(key, sizeof key, "%s.%s", arch, k), key)
+    check_str(kv, nk, "general.architecture", arch);
+    check_str(kv, nk, "general.name", "micro");
     check_u32(kv, nk, "general.alignment", 32);
     check_u32(kv, nk, "general.file_type", 0);
-    check_u32(kv, nk, "llama.context_length", (uint32_t)c->max_seq_len);
-    check_u32(kv, nk, "llama.embedding_length", (uint32_t)c->dim);
-    check_u32(kv, nk, "llama.block_count", (uint32_t)c->n_layers);
-    check_u32(kv, nk, "llama.feed_forward_length", (uint32_t)c->hidden_dim);
-    check_u32(kv, nk, "llama.attention.head_count", (uint32_t)c->n_heads);
-    check_u32(kv, nk, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads);
-    check_u32(kv, nk, "llama.attention.key_length", (uint32_t)c->head_dim);
-    check_u32(kv, nk, "llama.attention.value_length", (uint32_t)c->head_dim);
-    check_u32(kv, nk, "llama.rope.dimension_count", (uint32_t)c->head_dim);
-    check_u32(kv, nk, "llama.vocab_size", 256);
-    check_f32(kv, nk, "llama.rope.freq_base", c->rope_theta);
-    check_f32(kv, nk, "llama.attention.layer_norm_rms_epsilon", c->norm_eps);
+    check_u32(kv, nk, ARCH_KEY("context_length"), (uint32_t)c->max_seq_len);
+    check_u32(kv, nk, ARCH_KEY("embedding_length"), (uint32_t)c->dim);
+    check_u32(kv, nk, ARCH_KEY("block_count"), (uint32_t)c->n_layers);
+    check_u32(kv, nk, ARCH_KEY("feed_forward_length"), (uint32_t)c->hidden_dim);
+    check_u32(kv, nk, ARCH_KEY("attention.head_count"), (uint32_t)c->n_heads);
+    check_u32(kv, nk, ARCH_KEY("vocab_size"), 256);
+    check_f32(kv, nk, ARCH_KEY("rope.freq_base"), c->rope_theta);
+    check_f32(kv, nk, ARCH_KEY("attention.layer_norm_rms_epsilon"), c->norm_eps);
+    const int n_arch_keys = mla ? 21 : 12; // the keys above and below under arch's prefix
+    if (!mla) {
+        check_u32(kv, nk, ARCH_KEY("attention.head_count_kv"), (uint32_t)c->n_kv_heads);
+        check_u32(kv, nk, ARCH_KEY("attention.key_length"), (uint32_t)c->head_dim);
+        check_u32(kv, nk, ARCH_KEY("attention.value_length"), (uint32_t)c->head_dim);
+        check_u32(kv, nk, ARCH_KEY("rope.dimension_count"), (uint32_t)c->head_dim);
+    } else {
+        // DeepSeek-V2 as llama.cpp runs it absorbed: one cached row per token (the latent, then the
+        // RoPE key), multi-query; the per-head sizes in the _mla keys; dense, no query compression.
+        check_u32(kv, nk, ARCH_KEY("attention.head_count_kv"), 1);
+        check_u32(kv, nk, ARCH_KEY("attention.key_length"), (uint32_t)(c->latent_dim + c->rope_dim));
+        check_u32(kv, nk, ARCH_KEY("attention.value_length"), (uint32_t)c->latent_dim);
+        check_u32(kv, nk, ARCH_KEY("attention.key_length_mla"), (uint32_t)(c->head_dim + c->rope_dim));
+        check_u32(kv, nk, ARCH_KEY("attention.value_length_mla"), (uint32_t)c->head_dim);
+        check_u32(kv, nk, ARCH_KEY("attention.q_lora_rank"), 0);
+        check_u32(kv, nk, ARCH_KEY("attention.kv_lora_rank"), (uint32_t)c->latent_dim);
+        check_u32(kv, nk, ARCH_KEY("rope.dimension_count"), (uint32_t)c->rope_dim);
+        check_u32(kv, nk, ARCH_KEY("leading_dense_block_count"), (uint32_t)c->n_layers);
+        check_u32(kv, nk, ARCH_KEY("expert_count"), 0);
+        check_u32(kv, nk, ARCH_KEY("expert_used_count"), 0);
+        check_u32(kv, nk, ARCH_KEY("expert_shared_count"), 0);
+        check_u32(kv, nk, ARCH_KEY("expert_feed_forward_length"), (uint32_t)c->hidden_dim);
+    }
+#undef ARCH_KEY
+    // No key of the other architecture, and no arch key this test does not know.
+    int n_prefixed = 0;
+    size_t alen = strlen(arch);
+    for (int i = 0; i < nk; i++) {
+        if (!strncmp(kv[i].key, arch, alen) && kv[i].key[alen] == '.') n_prefixed++;
+        CHECK(strncmp(kv[i].key, mla ? "llama." : "deepseek2.", mla ? 6 : 10), "key %s in a %s file", kv[i].key, arch);
+    }
+    CHECK(n_prefixed == n_arch_keys, "%d %s.* keys, want %d", n_prefixed, arch, n_arch_keys);
     check_str(kv, nk, "tokenizer.ggml.model", "llama");
     check_u32(kv, nk, "tokenizer.ggml.bos_token_id", 1);
     check_u32(kv, nk, "tokenizer.ggml.eos_token_id", 1);
@@ -246,9 +329,10 @@ static void check_file(const char *path, const Model *m) {
 
     // Tensor infos: every expected name exactly once (GGUF readers find tensors by name, so the
     // order is free), F32, the expected shape, offsets aligned and not overlapping.
-    Expect *e = calloc(2 + 9 * (size_t)c->n_layers, sizeof *e);
+    Expect *e = calloc(2 + 11 * (size_t)c->n_layers, sizeof *e);
+    float *made = NULL;
     if (!e) goto out;
-    int ne = expected_tensors(m, e);
+    int ne = expected_tensors(m, e, &made);
     CHECK(n_tensors == (uint64_t)ne, "%llu tensors, want %d (no output.weight: the classifier is tied)",
           (unsigned long long)n_tensors, ne);
     uint64_t *offsets = calloc((size_t)ne, sizeof *offsets);
@@ -262,15 +346,17 @@ static void check_file(const char *path, const Model *m) {
         CHECK(x >= 0, "unexpected tensor '%s'", name);
         uint32_t dims = get_u32(&r);
         uint64_t shape[4] = {1, 1, 1, 1};
+        CHECK(dims >= 1 && dims <= 3, "%s: %u dimensions", name, dims);
         for (uint32_t k = 0; k < dims && k < 4; k++) shape[k] = get_u64(&r);
         uint32_t type = get_u32(&r);
         uint64_t offset = get_u64(&r);
         if (x < 0) continue;
         CHECK(!seen[x]++, "tensor '%s' twice", name);
         CHECK(dims == e[x].n_dims, "%s: %u dimensions, want %u", name, dims, e[x].n_dims);
-        CHECK(shape[0] == e[x].ne[0] && shape[1] == e[x].ne[1], "%s: shape %llux%llu, want %llux%llu", name,
-              (unsigned long long)shape[0], (unsigned long long)shape[1], (unsigned long long)e[x].ne[0],
-              (unsigned long long)e[x].ne[1]);
+        CHECK(shape[0] == e[x].ne[0] && shape[1] == e[x].ne[1] && shape[2] == e[x].ne[2],
+              "%s: shape %llux%llux%llu, want %llux%llux%llu", name, (unsigned long long)shape[0],
+              (unsigned long long)shape[1], (unsigned long long)shape[2], (unsigned long long)e[x].ne[0],
+              (unsigned long long)e[x].ne[1], (unsigned long long)e[x].ne[2]);
         CHECK(type == 0, "%s: type %u, not F32", name, type);
         CHECK(offset % 32 == 0, "%s: offset %llu not aligned to 32", name, (unsigned long long)offset);
         offsets[x] = offset;
@@ -282,23 +368,24 @@ static void check_file(const char *path, const Model *m) {
     if (offsets && seen && !r.bad && ne > 0) {
         uint64_t end = 0;
         for (int i = 0; i < ne; i++) {
-            uint64_t bytes = e[i].ne[0] * e[i].ne[1] * 4;
+            uint64_t bytes = expect_count(&e[i]) * 4;
             if (offsets[i] + bytes > end) end = offsets[i] + bytes;
             for (int j = 0; j < ne; j++) // no two tensors share a byte
-                CHECK(i == j || offsets[j] >= offsets[i] + bytes || offsets[i] >= offsets[j] + e[j].ne[0] * e[j].ne[1] * 4,
+                CHECK(i == j || offsets[j] >= offsets[i] + bytes || offsets[i] >= offsets[j] + expect_count(&e[j]) * 4,
                       "%s and %s overlap", e[i].name, e[j].name);
             CHECK(data + offsets[i] + bytes <= file_n && !memcmp(file + data + offsets[i], e[i].data, (size_t)bytes),
                   "%s: data differ from the model's", e[i].name);
         }
         // Tightly packed: the data section is the tensors, each padded to the alignment, nothing else.
         uint64_t packed = 0;
-        for (int i = 0; i < ne; i++) packed += (e[i].ne[0] * e[i].ne[1] * 4 + 31) / 32 * 32;
+        for (int i = 0; i < ne; i++) packed += (expect_count(&e[i]) * 4 + 31) / 32 * 32;
         CHECK((end + 31) / 32 * 32 == packed, "data section %llu bytes, tensors need %llu", (unsigned long long)end,
               (unsigned long long)packed);
         CHECK(file_n == data + packed, "file is %zu bytes, want %llu", file_n, (unsigned long long)(data + packed));
     }
     free(seen);
     free(offsets);
+    free(made);
     free(e);
 out:
     free(kv);
@@ -331,19 +418,36 @@ int main(void) {
     check_file(path, &m);
     remove(path);
 
-    // The shipped model: micro's own hyperparameters (context 2048, ...).
+    // The same under latent attention (deepseek2): latent, RoPE key and head sizes all different.
+    ModelConfig cm = c;
+    cm.n_kv_heads = 1, cm.latent_dim = 6, cm.rope_dim = 2;
+    Model mla;
+    CHECK(model_config_validate(&cm, err, sizeof err) == 0, "tiny latent config: %s", err);
+    if (model_alloc(&mla, &cm)) return 1;
+    for (size_t i = 0; i < mla.n_params; i++) mla.params[i] = (float)cos((double)i * 0.7 + 0.1) * (float)(1 + i % 5);
+    snprintf(path, sizeof path, "%s/tiny-mla.gguf", dir);
+    CHECK(gguf_save(&mla, path, err, sizeof err) == 0, "save tiny latent: %s", err);
+    check_file(path, &mla);
+    remove(path);
+    model_free(&mla);
+
+    // The shipped models: micro's own hyperparameters (context 2048, ...), and its grouped-query and
+    // latent-attention siblings when they are there.
     const char *root = getenv("MICRO_SOURCE_ROOT");
-    char shipped[4096];
-    snprintf(shipped, sizeof shipped, "%s/models/micro.bin", root ? root : ".");
-    Model micro;
-    if (model_load(&micro, shipped, err, sizeof err) == 0) {
-        snprintf(path, sizeof path, "%s/micro.gguf", dir);
-        CHECK(gguf_save(&micro, path, err, sizeof err) == 0, "save micro: %s", err);
-        check_file(path, &micro);
-        remove(path);
-        model_free(&micro);
-    } else {
-        printf("note: %s (the shipped model's file not checked)\n", err);
+    const char *shipped_names[] = {"micro", "micro-gqa", "micro-mla"};
+    for (size_t s = 0; s < sizeof shipped_names / sizeof shipped_names[0]; s++) {
+        char shipped[4096];
+        snprintf(shipped, sizeof shipped, "%s/models/%s.bin", root ? root : ".", shipped_names[s]);
+        Model sm;
+        if (model_load(&sm, shipped, err, sizeof err) == 0) {
+            snprintf(path, sizeof path, "%s/%s.gguf", dir, shipped_names[s]);
+            CHECK(gguf_save(&sm, path, err, sizeof err) == 0, "save %s: %s", shipped_names[s], err);
+            check_file(path, &sm);
+            remove(path);
+            model_free(&sm);
+        } else {
+            printf("note: %s (that shipped model's file not checked)\n", err);
+        }
     }
 
     // A full disk: the writer reports the error (at the latest when the stream is flushed).

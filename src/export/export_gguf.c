@@ -1,4 +1,6 @@
 // GGUF v3 writer for micro (docs/gguf.md): header, key/value metadata, tensor infos, aligned F32 data.
+// Multi-head and grouped-query models are written as llama.cpp's llama architecture, latent
+// attention as its deepseek2 (every layer dense, no query compression).
 #include "export_gguf.h"
 #include "safe_file.h"
 
@@ -77,64 +79,149 @@ typedef struct {
     char name[64];
     const float *data;
     uint32_t n_dims;
-    uint64_t ne[2]; // ggml order: ne[0] is the contiguous (input) dimension
+    uint64_t ne[3]; // ggml order: ne[0] is the contiguous (input) dimension; unused ones are 1
 } Tensor;
 
-#define MAX_TENSORS (2 + 9 * 1024) // token_embd, output_norm, 9 per layer (n_layers <= 1024)
+static uint64_t tensor_count(const Tensor *t) { return t->ne[0] * t->ne[1] * t->ne[2]; }
+
+// token_embd, output_norm, and at most 11 per layer (latent attention; llama has 9), n_layers <= 1024
+#define MAX_TENSORS (2 + 11 * 1024)
+
+// One per-layer tensor: where its floats are and its ggml shape.
+typedef struct {
+    const char *suffix;
+    const float *base; // micro's block, every layer's one after another (one == 0), or this layer's alone
+    uint64_t ne[3];    // ne[1] == 0: a vector of ne[0]; ne[2] == 0: a matrix
+    int one;
+} PerLayer;
+
+static void add_layer_tensor(Tensor *x, int l, const PerLayer *p) {
+    snprintf(x->name, sizeof x->name, "blk.%d.%s.weight", l, p->suffix);
+    x->n_dims = p->ne[2] ? 3 : p->ne[1] ? 2 : 1;
+    x->ne[0] = p->ne[0];
+    x->ne[1] = p->ne[1] ? p->ne[1] : 1;
+    x->ne[2] = p->ne[2] ? p->ne[2] : 1;
+    x->data = p->base + (p->one ? 0 : (size_t)l * (size_t)tensor_count(x));
+}
+
+// Floats of the tensors latent attention writes in another layout than micro holds them
+// (attn_kv_a_mqa and attn_k_b, per layer); 0 for llama models.
+static size_t derived_floats(const ModelConfig *c) {
+    if (c->latent_dim == 0) return 0;
+    return (size_t)c->n_layers * ((size_t)(c->latent_dim + c->rope_dim) * (size_t)c->dim +
+                                  (size_t)c->n_heads * (size_t)c->head_dim * (size_t)c->latent_dim);
+}
 
 // llama.cpp's names and shapes, layer by layer as llama.cpp's own converter orders them (readers
-// find tensors by name). A row-major [out, in] matrix is ggml's
-// ne = {in, out}: the same bytes, so every tensor is written as micro holds it.
-static int list_tensors(const Model *m, Tensor *t) {
+// find tensors by name). A row-major [out, in] matrix is ggml's ne = {in, out}: the same bytes, so
+// every llama tensor is written as micro holds it. Under latent attention (deepseek2) two tensors
+// are made in `derived` (derived_floats(c) floats): attn_kv_a_mqa = [W_dkv; W_kr] (the latent's rows
+// then the RoPE key's, one matrix as llama.cpp multiplies it) and attn_k_b = each head's W_uk
+// transposed ({head_dim, latent_dim} per head: llama.cpp takes the query into the latent's space
+// with it, the absorbed form). attn_v_b is W_uv as it is.
+static int list_tensors(const Model *m, Tensor *t, float *derived) {
     const ModelConfig *c = &m->config;
     const ModelWeights *w = &m->w;
-    size_t d = (size_t)c->dim, q = (size_t)c->n_heads * c->head_dim, kv = (size_t)c->n_kv_heads * c->head_dim;
-    size_t h = (size_t)c->hidden_dim;
+    uint64_t d = (uint64_t)c->dim, hd = (uint64_t)c->head_dim, nh = (uint64_t)c->n_heads;
+    uint64_t q = nh * (uint64_t)model_qk_dim(c), o = nh * hd, kv = (uint64_t)c->n_kv_heads * hd;
+    uint64_t h = (uint64_t)c->hidden_dim, lat = (uint64_t)c->latent_dim, rope = (uint64_t)c->rope_dim;
     int n = 0;
-    t[n++] = (Tensor){"token_embd.weight", w->token_embedding, 2, {d, (uint64_t)c->vocab_size}};
+    t[n++] = (Tensor){"token_embd.weight", w->token_embedding, 2, {d, (uint64_t)c->vocab_size, 1}};
     for (int l = 0; l < c->n_layers; l++) {
-        struct {
-            const char *suffix;
-            const float *base;
-            uint64_t in, out; // out == 0: a vector of length in
-        } per[] = {
-            {"attn_norm", w->attn_norm, d, 0}, {"attn_q", w->wq, d, q},   {"attn_k", w->wk, d, kv},
-            {"attn_v", w->wv, d, kv},          {"attn_output", w->wo, q, d}, {"ffn_norm", w->ffn_norm, d, 0},
-            {"ffn_gate", w->w1, d, h},         {"ffn_down", w->w2, h, d},  {"ffn_up", w->w3, d, h},
-        };
-        for (size_t i = 0; i < sizeof per / sizeof per[0]; i++) {
-            Tensor *x = &t[n++];
-            snprintf(x->name, sizeof x->name, "blk.%d.%s.weight", l, per[i].suffix);
-            uint64_t count = per[i].in * (per[i].out ? per[i].out : 1);
-            x->data = per[i].base + (size_t)l * count;
-            x->n_dims = per[i].out ? 2 : 1;
-            x->ne[0] = per[i].in;
-            x->ne[1] = per[i].out ? per[i].out : 1;
+        if (lat == 0) {
+            PerLayer per[] = {
+                {"attn_norm", w->attn_norm, {d, 0, 0}, 0}, {"attn_q", w->wq, {d, q, 0}, 0},
+                {"attn_k", w->wk, {d, kv, 0}, 0},          {"attn_v", w->wv, {d, kv, 0}, 0},
+                {"attn_output", w->wo, {o, d, 0}, 0},      {"ffn_norm", w->ffn_norm, {d, 0, 0}, 0},
+                {"ffn_gate", w->w1, {d, h, 0}, 0},         {"ffn_down", w->w2, {h, d, 0}, 0},
+                {"ffn_up", w->w3, {d, h, 0}, 0},
+            };
+            for (size_t i = 0; i < sizeof per / sizeof per[0]; i++) add_layer_tensor(&t[n++], l, &per[i]);
+            continue;
         }
+        // attn_kv_a_mqa: {dim, latent + rope}, the latent's rows, then the RoPE key's.
+        float *kva = derived, *kb = derived + (lat + rope) * d;
+        derived = kb + nh * hd * lat;
+        memcpy(kva, w->w_dkv + (size_t)l * lat * d, (size_t)(lat * d) * sizeof(float));
+        memcpy(kva + lat * d, w->w_kr + (size_t)l * rope * d, (size_t)(rope * d) * sizeof(float));
+        // attn_k_b: per head {head_dim, latent}, i.e. row r (a latent index) holds W_uk,h[., r].
+        const float *uk = w->w_uk + (size_t)l * nh * hd * lat;
+        for (uint64_t hh = 0; hh < nh; hh++)
+            for (uint64_t r = 0; r < lat; r++)
+                for (uint64_t i = 0; i < hd; i++) kb[(hh * lat + r) * hd + i] = uk[(hh * hd + i) * lat + r];
+        PerLayer per[] = {
+            {"attn_norm", w->attn_norm, {d, 0, 0}, 0},     {"attn_q", w->wq, {d, q, 0}, 0},
+            {"attn_kv_a_mqa", kva, {d, lat + rope, 0}, 1}, {"attn_kv_a_norm", w->kv_norm, {lat, 0, 0}, 0},
+            {"attn_k_b", kb, {hd, lat, nh}, 1},            {"attn_v_b", w->w_uv, {lat, hd, nh}, 0},
+            {"attn_output", w->wo, {o, d, 0}, 0},           {"ffn_norm", w->ffn_norm, {d, 0, 0}, 0},
+            {"ffn_gate", w->w1, {d, h, 0}, 0},              {"ffn_down", w->w2, {h, d, 0}, 0},
+            {"ffn_up", w->w3, {d, h, 0}, 0},
+        };
+        for (size_t i = 0; i < sizeof per / sizeof per[0]; i++) add_layer_tensor(&t[n++], l, &per[i]);
     }
-    t[n++] = (Tensor){"output_norm.weight", w->final_norm, 1, {d, 1}};
+    t[n++] = (Tensor){"output_norm.weight", w->final_norm, 1, {d, 1, 1}};
     return n;
 }
 
+// general.architecture: micro's multi-head and grouped-query models are llama's; latent attention
+// is DeepSeek-V2's (deepseek2), every layer dense and without query compression.
+static const char *arch_name(const ModelConfig *c) { return c->latent_dim > 0 ? "deepseek2" : "llama"; }
+
+static void kv_arch_u32(Writer *w, const ModelConfig *c, const char *key, uint32_t v) {
+    char name[128];
+    snprintf(name, sizeof name, "%s.%s", arch_name(c), key);
+    kv_u32(w, name, v);
+}
+static void kv_arch_f32(Writer *w, const ModelConfig *c, const char *key, float v) {
+    char name[128];
+    snprintf(name, sizeof name, "%s.%s", arch_name(c), key);
+    kv_f32(w, name, v);
+}
+
 static void write_metadata(Writer *w, const ModelConfig *c) {
-    kv_str(w, "general.architecture", "llama");
+    const int mla = c->latent_dim > 0;
+    kv_str(w, "general.architecture", arch_name(c));
     kv_str(w, "general.name", "micro");
     kv_u32(w, "general.alignment", GGUF_ALIGNMENT);
     kv_u32(w, "general.file_type", GGML_FTYPE_ALL_F32);
-    kv_u32(w, "llama.vocab_size", (uint32_t)c->vocab_size);
-    kv_u32(w, "llama.context_length", (uint32_t)c->max_seq_len);
-    kv_u32(w, "llama.embedding_length", (uint32_t)c->dim);
-    kv_u32(w, "llama.block_count", (uint32_t)c->n_layers);
-    kv_u32(w, "llama.feed_forward_length", (uint32_t)c->hidden_dim);
-    kv_u32(w, "llama.attention.head_count", (uint32_t)c->n_heads);
-    kv_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads);
-    kv_u32(w, "llama.attention.key_length", (uint32_t)c->head_dim);
-    kv_u32(w, "llama.attention.value_length", (uint32_t)c->head_dim);
-    // Whole-head RoPE; llama.cpp's LLAMA architecture rotates adjacent pairs (rope type NORM), as
-    // micro does, so q and k need no permutation.
-    kv_u32(w, "llama.rope.dimension_count", (uint32_t)c->head_dim);
-    kv_f32(w, "llama.rope.freq_base", c->rope_theta);
-    kv_f32(w, "llama.attention.layer_norm_rms_epsilon", c->norm_eps);
+    kv_arch_u32(w, c, "vocab_size", (uint32_t)c->vocab_size);
+    kv_arch_u32(w, c, "context_length", (uint32_t)c->max_seq_len);
+    kv_arch_u32(w, c, "embedding_length", (uint32_t)c->dim);
+    kv_arch_u32(w, c, "block_count", (uint32_t)c->n_layers);
+    kv_arch_u32(w, c, "feed_forward_length", (uint32_t)c->hidden_dim);
+    kv_arch_u32(w, c, "attention.head_count", (uint32_t)c->n_heads);
+    if (!mla) {
+        kv_arch_u32(w, c, "attention.head_count_kv", (uint32_t)c->n_kv_heads);
+        kv_arch_u32(w, c, "attention.key_length", (uint32_t)c->head_dim);
+        kv_arch_u32(w, c, "attention.value_length", (uint32_t)c->head_dim);
+        // Whole-head RoPE; llama.cpp's LLAMA architecture rotates adjacent pairs (rope type NORM),
+        // as micro does, so q and k need no permutation.
+        kv_arch_u32(w, c, "rope.dimension_count", (uint32_t)c->head_dim);
+    } else {
+        // llama.cpp runs DeepSeek-V2 absorbed, as multi-query attention over one cached row per
+        // token: the latent then the RoPE key (key_length), of which the latent is the value
+        // (value_length). The per-head sizes it decompresses to are the _mla lengths; its score
+        // scale is 1/sqrt(key_length_mla) = 1/sqrt(head_dim + rope_dim), micro's (no YaRN keys, so
+        // mscale is 1). DEEPSEEK2's rope type is NORM (adjacent pairs), micro's: no permutation.
+        kv_arch_u32(w, c, "attention.head_count_kv", 1);
+        kv_arch_u32(w, c, "attention.key_length", (uint32_t)(c->latent_dim + c->rope_dim));
+        kv_arch_u32(w, c, "attention.value_length", (uint32_t)c->latent_dim);
+        kv_arch_u32(w, c, "attention.key_length_mla", (uint32_t)model_qk_dim(c));
+        kv_arch_u32(w, c, "attention.value_length_mla", (uint32_t)c->head_dim);
+        kv_arch_u32(w, c, "attention.q_lora_rank", 0); // no query compression: attn_q is the query
+        kv_arch_u32(w, c, "attention.kv_lora_rank", (uint32_t)c->latent_dim);
+        kv_arch_u32(w, c, "rope.dimension_count", (uint32_t)c->rope_dim);
+        // Every layer dense (ffn_gate/down/up of feed_forward_length); llama.cpp requires the expert
+        // keys anyway: no experts, the expert width stated as the dense width (as its converter
+        // does for dense DeepSeek-V2 models).
+        kv_arch_u32(w, c, "leading_dense_block_count", (uint32_t)c->n_layers);
+        kv_arch_u32(w, c, "expert_count", 0);
+        kv_arch_u32(w, c, "expert_used_count", 0);
+        kv_arch_u32(w, c, "expert_shared_count", 0);
+        kv_arch_u32(w, c, "expert_feed_forward_length", (uint32_t)c->hidden_dim);
+    }
+    kv_arch_f32(w, c, "rope.freq_base", c->rope_theta);
+    kv_arch_f32(w, c, "attention.layer_norm_rms_epsilon", c->norm_eps);
 
     // A SentencePiece ("llama") vocabulary made only of byte-fallback tokens: llama.cpp maps each
     // byte b to the token named <0xBB> (upper-case hex), which is token b, so token ids are bytes.
@@ -157,25 +244,26 @@ static void write_metadata(Writer *w, const ModelConfig *c) {
 }
 
 int gguf_write_model(FILE *f, const Model *m, char *err, size_t errlen) {
-    if (m->config.latent_dim > 0) {
-        snprintf(err, errlen, "GGUF export writes llama models: this one has latent attention");
-        return -1;
-    }
     if (m->config.vocab_size != 256 || m->config.n_layers > 1024) {
         snprintf(err, errlen, "GGUF export needs a 256-byte vocabulary and at most 1024 layers");
         return -1;
     }
     Tensor *tensors = malloc(MAX_TENSORS * sizeof *tensors);
-    if (!tensors) {
+    size_t nd = derived_floats(&m->config);
+    float *derived = nd ? malloc(nd * sizeof *derived) : NULL;
+    if (!tensors || (nd && !derived)) {
         snprintf(err, errlen, "out of memory");
+        free(tensors);
+        free(derived);
         return -1;
     }
-    int n = list_tensors(m, tensors);
+    int n = list_tensors(m, tensors, derived);
     size_t total = 0;
-    for (int i = 0; i < n; i++) total += (size_t)(tensors[i].ne[0] * tensors[i].ne[1]);
+    for (int i = 0; i < n; i++) total += (size_t)tensor_count(&tensors[i]);
     if (total != m->n_params) { // every parameter is written exactly once
         snprintf(err, errlen, "GGUF export: %zu of %zu parameters mapped to tensors", total, m->n_params);
         free(tensors);
+        free(derived);
         return -1;
     }
 
@@ -197,15 +285,16 @@ int gguf_write_model(FILE *f, const Model *m, char *err, size_t errlen) {
         for (uint32_t k = 0; k < tensors[i].n_dims; k++) put_u64(&w, tensors[i].ne[k]);
         put_u32(&w, GGML_TYPE_F32);
         put_u64(&w, offset);
-        uint64_t bytes = tensors[i].ne[0] * tensors[i].ne[1] * sizeof(float);
+        uint64_t bytes = tensor_count(&tensors[i]) * sizeof(float);
         offset += (bytes + GGUF_ALIGNMENT - 1) / GGUF_ALIGNMENT * GGUF_ALIGNMENT;
     }
     pad(&w);
     for (int i = 0; i < n; i++) {
-        put(&w, tensors[i].data, (size_t)(tensors[i].ne[0] * tensors[i].ne[1]) * sizeof(float));
+        put(&w, tensors[i].data, (size_t)tensor_count(&tensors[i]) * sizeof(float));
         pad(&w);
     }
     free(tensors);
+    free(derived);
     if (!w.ok || ferror(f)) {
         snprintf(err, errlen, "write failed: %s", strerror(errno ? errno : EIO));
         return -1;
