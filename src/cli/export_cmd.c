@@ -19,7 +19,8 @@ static const char *export_usage =
     "  vocab_size, seq_len; a positive vocab_size means a shared classifier), the fp32 weights in\n"
     "  llama2.c's order (which is ours), then the two legacy RoPE tables llama2.c skips.\n"
     "  For micro the file is exactly 7,543,580 bytes.\n"
-    "  --gguf writes a GGUF v3 llama model that llama.cpp runs: F32 weights, 256 byte tokens <0x00>..<0xFF>,\n"
+    "  --gguf writes a GGUF v3 model that llama.cpp runs (llama; deepseek2, every layer dense, for latent\n"
+    "  attention): F32 weights, 256 byte tokens <0x00>..<0xFF>,\n"
     "  BOS (and EOS) = byte 0x01 (docs/gguf.md).\n";
 
 int export_parse(int argc, char **argv, ExportOptions *o, char *err, size_t errlen) {

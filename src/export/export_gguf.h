@@ -1,4 +1,6 @@
-// micro as a GGUF (version 3) llama model, so that llama.cpp loads and runs it. Format: docs/gguf.md.
+// micro as a GGUF (version 3) model that llama.cpp loads and runs: a llama model (multi-head and
+// grouped-query attention), or a deepseek2 model with every layer dense (latent attention). Format:
+// docs/gguf.md.
 #ifndef MICRO_EXPORT_GGUF_H
 #define MICRO_EXPORT_GGUF_H
 
@@ -10,7 +12,7 @@
 #define GGUF_ALIGNMENT 32 // bytes; written as general.alignment (GGUF's default, stated anyway)
 #define GGUF_EOS_TOKEN MICRO_BOS // the document separator: llama.cpp stops where `micro generate` stops
 
-// Writes m to f as GGUF v3: llama.* hyperparameters, a byte-level SPM vocabulary (<0x00>..<0xFF>,
+// Writes m to f as GGUF v3: llama.* (or deepseek2.*) hyperparameters, a byte-level SPM vocabulary (<0x00>..<0xFF>,
 // all of type BYTE) and every weight as an F32 tensor under llama.cpp's name (the tied classifier is
 // not written: llama.cpp falls back to token_embd.weight). Returns 0, or -1 with one line in err.
 // Only writes; flushing, syncing and renaming are the caller's.
