@@ -94,14 +94,7 @@ int attention_in_cache(const Model *m, const KVRecording *rec, const CodecSpec *
         snprintf(err, errlen, "out of memory");
         rc = -1;
     }
-    for (int t = 0; t < n && !rc; t++) {
-        if ((rc = kvseq_reserve(&seq, t + 1, err, errlen))) break;
-        for (int l = 0; l < L; l++) {
-            const size_t row = (size_t)t * L + l;
-            kvseq_append(&seq, l, rec->k + row * rec->k_dim, rec->v + row * rec->v_dim);
-            kvseq_end_step(&seq, l);
-        }
-    }
+    if (!rc) rc = fill_recording(&seq, rec, n, err, errlen);
     double total = 0;
     for (int l = 0; l < L && !rc; l++) {
         double best = 0;
