@@ -48,8 +48,7 @@ int arch_panel_run(ArchPanel *p, const char *model_path, const Text *texts, int 
 void arch_panel_free(ArchPanel *p);
 
 void arch_panel_print(const ArchPanel *p);
-// The panel's rows of plate.csv (panel "arch"), after `columns` leading columns of the plate's
-// header (panel,label,text,... as plate.c writes them).
+// The panel's rows of plate.csv (panel "arch"), in the columns of plate.c's header.
 void arch_panel_csv(FILE *out, const ArchPanel *p);
 void arch_panel_json(FILE *out, const ArchPanel *p);
 // The architectures' labels ("MHA", "GQA", "MLA").
