@@ -161,24 +161,17 @@ int main(void) {
         if (kind) s.latent_dim = 64, s.rope_dim = 16;
         Model sm;
         random_model(&sm, &s, 41 + (unsigned)kind);
-        const KVLayout lay = kv_layout_of(&s);
         int checked = 0;
         for (int i = 0; i < n_specs; i++) {
             if (cat[i].calibrated || strstr(cat[i].k, "prerope") || strstr(cat[i].v, "prerope")) continue;
             if (i > 0 && strcspn(cat[i].k, ":") == strcspn(cat[i - 1].k, ":") &&
                 !strncmp(cat[i].k, cat[i - 1].k, strcspn(cat[i].k, ":")))
                 continue; // not the family's first
+            // Under latent attention the RoPE key takes the latent's spec where it can, else fp16.
+            const char *v = !kind ? cat[i].v : kv_layout_check_spec(&s, KV_ROLE_VALUE, cat[i].k, err, sizeof err) ? "fp16" : cat[i].k;
             char spec[200];
-            const KVShape rope = {1, s.rope_dim, s.max_seq_len};
-            snprintf(spec, sizeof spec, "%s|%s", cat[i].k,
-                     kind && kvstream_check_spec_shape(cat[i].k, lay.role[1], &rope, err, sizeof err) ? "fp16"
-                                                                                                   : kind ? cat[i].k : cat[i].v);
-            int bad = 0;
-            for (int slot = 0; slot < 2 && !bad; slot++) {
-                const KVShape shape = {lay.n_heads[slot], lay.head_dim[slot], s.max_seq_len};
-                const char *one = slot ? strchr(spec, '|') + 1 : cat[i].k;
-                bad = kvstream_check_spec_shape(one, lay.role[slot], &shape, err, sizeof err) != 0;
-            }
+            snprintf(spec, sizeof spec, "%s|%s", cat[i].k, v);
+            const int bad = kv_layout_check_specs(&s, cat[i].k, v, err, sizeof err) != 0;
             if (bad) continue; // refused for this shape, with its line (test_eval_fast counts them)
             if (alone(&sm, spec, tokens, want)) {
                 CHECK(0, "%s: could not decode alone", spec);

@@ -50,8 +50,6 @@ static void check_model(const Model *m, const uint8_t *text, int calibrated) {
     const CatalogEntry *cat = spec_catalog(&n_cat);
     const char *specs[520][2];
     int N_SPECS = 0;
-    const KVLayout layout = kv_layout_of(&c);
-    const KVShape rope = {1, c.rope_dim, c.max_seq_len};
     for (int i = 0; i <= n_cat; i++) {
         const char *k = i < n_cat ? cat[i].k : extra[0][0], *v = i < n_cat ? cat[i].v : extra[0][1];
         if (i < n_cat && cat[i].calibrated && !calibrated) continue;
@@ -61,17 +59,13 @@ static void check_model(const Model *m, const uint8_t *text, int calibrated) {
         }
         char err[256];
         specs[N_SPECS][0] = k, specs[N_SPECS++][1] = "fp16";
-        if (!kvstream_check_spec_shape(k, layout.role[1], &rope, err, sizeof err))
+        if (!kv_layout_check_spec(&c, KV_ROLE_VALUE, k, err, sizeof err))
             specs[N_SPECS][0] = k, specs[N_SPECS++][1] = k;
     }
     int refused = 0; // pairs this cache's shape cannot take (each with its one line, as micro says it)
     for (int s = 0; s < N_SPECS; s++) {
         char why[256];
-        int bad = 0;
-        for (int slot = 0; slot < 2 && !bad; slot++) {
-            const KVShape shape = {layout.n_heads[slot], layout.head_dim[slot], c.max_seq_len};
-            bad = kvstream_check_spec_shape(specs[s][slot], layout.role[slot], &shape, why, sizeof why) != 0;
-        }
+        int bad = kv_layout_check_specs(&c, specs[s][0], specs[s][1], why, sizeof why) != 0;
         if (!bad && latent) bad = strstr(specs[s][0], "prerope") || strstr(specs[s][1], "prerope");
         if (bad) {
             refused++;

@@ -91,20 +91,7 @@ int cmd_check_specs(const char *k_spec, const char *v_spec, char *err, size_t er
 }
 
 int cmd_check_specs_for_model(const Model *m, const char *k_spec, const char *v_spec, char *err, size_t errlen) {
-    const KVLayout l = kv_layout_of(&m->config);
-    const char *specs[2] = {k_spec, v_spec};
-    for (int s = 0; s < 2; s++) {
-        const KVShape shape = {.n_heads = l.n_heads[s], .head_dim = l.head_dim[s], .context = m->config.max_seq_len};
-        if (!kvstream_check_spec_shape(specs[s], l.role[s], &shape, err, errlen)) continue;
-        if (m->config.latent_dim > 0) { // say which of latent attention's two streams the spec cannot hold
-            char why[512];
-            snprintf(why, sizeof why, "%s", err);
-            snprintf(err, errlen, "%s (%d numbers, %s): %s", s ? "the RoPE key" : "the latent", l.head_dim[s],
-                     s ? "its spec is --v" : "its spec is --cache or --k", why);
-        }
-        return -1;
-    }
-    return 0;
+    return kv_layout_check_specs(&m->config, k_spec, v_spec, err, errlen);
 }
 
 int cmd_check_text_arg(const char *option, const char *arg, char *err, size_t errlen) {

@@ -112,10 +112,8 @@ static void row_task(void *arg, int i, int thread) {
 
 // Whether the 16-number RoPE key of a latent model takes this spec (q4_0 and MX need 32).
 static int rope_takes(const Model *m, const char *spec) {
-    const KVLayout l = kv_layout_of(&m->config);
-    const KVShape shape = {l.n_heads[1], l.head_dim[1], m->config.max_seq_len};
     char err[256];
-    return kvstream_check_spec_shape(spec, l.role[1], &shape, err, sizeof err) == 0;
+    return kv_layout_check_spec(&m->config, KV_ROLE_VALUE, spec, err, sizeof err) == 0;
 }
 
 int arch_panel_run(ArchPanel *p, const char *model_path, const Text *texts, int threads, int decode) {

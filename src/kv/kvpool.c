@@ -21,6 +21,27 @@ KVLayout kv_layout_of(const ModelConfig *c) {
     return kv_layout_uniform(c->n_kv_heads, c->head_dim);
 }
 
+int kv_layout_check_spec(const ModelConfig *c, KVRole slot, const char *spec, char *err, size_t errlen) {
+    const KVLayout l = kv_layout_of(c);
+    const KVShape shape = {.n_heads = l.n_heads[slot], .head_dim = l.head_dim[slot], .context = c->max_seq_len};
+    return kvstream_check_spec_shape(spec, l.role[slot], &shape, err, errlen);
+}
+
+int kv_layout_check_specs(const ModelConfig *c, const char *k_spec, const char *v_spec, char *err, size_t errlen) {
+    const char *specs[2] = {k_spec, v_spec};
+    for (int s = 0; s < 2; s++) {
+        if (!kv_layout_check_spec(c, (KVRole)s, specs[s], err, errlen)) continue;
+        if (c->latent_dim > 0) { // say which of latent attention's two streams the spec cannot hold
+            char why[512];
+            snprintf(why, sizeof why, "%s", err);
+            snprintf(err, errlen, "%s (%d numbers, %s): %s", s ? "the RoPE key" : "the latent",
+                     s ? c->rope_dim : c->latent_dim, s ? "its spec is --v" : "its spec is --cache or --k", why);
+        }
+        return -1;
+    }
+    return 0;
+}
+
 // A block of the pool. When one block holds a whole sequence (block == context) the codec is not
 // told of blocks: its alignment rules (kivi's groups) are about a sequence spread over blocks.
 // `first`: the block's first token in its sequence; `layer`: its model layer.

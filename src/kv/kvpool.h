@@ -24,6 +24,12 @@ typedef struct {
     KVRole role[2];
 } KVLayout;
 KVLayout kv_layout_of(const ModelConfig *c);
+// Whether slot (KV_ROLE_KEY or KV_ROLE_VALUE) of c's cache takes spec: the spec against the slot's
+// heads, width and role, and c's context (kvstream_check_spec_shape). 0, or -1 with one line in err.
+int kv_layout_check_spec(const ModelConfig *c, KVRole slot, const char *spec, char *err, size_t errlen);
+// Both slots; under latent attention the line names the stream that cannot take its spec (the
+// latent's is --cache or --k, the RoPE key's --v).
+int kv_layout_check_specs(const ModelConfig *c, const char *k_spec, const char *v_spec, char *err, size_t errlen);
 // Keys and values alike: n_heads × head_dim each, in their own roles.
 KVLayout kv_layout_uniform(int n_heads, int head_dim);
 // The model's shape with multi-head attention (a key and value head per query head): what pools of
