@@ -220,6 +220,37 @@ static int index_of(char **sorted, int n, const char *s) {
     return hit ? (int)(hit - sorted) : -1;
 }
 
+// One file of blocks (gnuplot's index) from points sorted by by_point: per text its Pareto frontier
+// (a point is on it when its increase is below every point's with fewer or equal bits, or bytes),
+// then each group's points; a block has at least a NaN point, so that no block is empty. With
+// members, the frontier's rows are named there by their k_cache and v_cache columns (kc, vc).
+static void put_pareto_blocks(FILE *f, const Csv *c, const Point *pts, int np, int nt, int ng, int delta, char **tset,
+                              FILE *members, int kc, int vc) {
+    for (int t = 0; t < nt; t++) {
+        if (members) fprintf(members, "frontier, %s: ", SHOWN(tset[t]));
+        double best = INFINITY;
+        int shown = 0;
+        for (int i = 0; i < np; i++) {
+            if (pts[i].text != t || !(pts[i].delta < best)) continue;
+            best = pts[i].delta;
+            fprintf(f, "%.9g %.9g\n", pts[i].bits, clamp_delta(at(c, pts[i].row, delta)));
+            if (members) {
+                const char *k = at(c, pts[i].row, kc), *v = at(c, pts[i].row, vc);
+                fprintf(members, "%s%s%s%s %.2f bits %+.4f", shown++ ? "; " : "", k, strcmp(k, v) ? " / " : "",
+                        strcmp(k, v) ? v : "", pts[i].bits, pts[i].delta);
+            }
+        }
+        if (members) fputc('\n', members);
+        for (int g = 0; g < ng; g++) {
+            fprintf(f, "NaN NaN\n\n\n");
+            for (int i = 0; i < np; i++)
+                if (pts[i].text == t && pts[i].family == g)
+                    fprintf(f, "%.9g %.9g\n", pts[i].bits, clamp_delta(at(c, pts[i].row, delta)));
+        }
+        fprintf(f, "NaN NaN\n\n\n");
+    }
+}
+
 // The frontier's files (figure frontier.gp's ARG3 and ARG4 in nt and nf), its members to members.
 static int write_frontier_data(const Csv *c, const char *csv_path, FigureData *d, FILE *members, int *nt, int *nf,
                                char *err, size_t errlen) {
@@ -278,34 +309,8 @@ static int write_frontier_data(const Csv *c, const char *csv_path, FigureData *d
     const int bad = figure_data_done(f, "plate_points.dat", err, errlen);
     f = NULL;
     if (bad) goto done;
-    // One file of blocks (gnuplot's index), per text its frontier then each family's points; a
-    // block has at least a NaN point, so that no block is empty.
     if (!(f = figure_data_file(d, "frontier.dat", err, errlen))) goto done;
-    for (int t = 0; t < *nt; t++) {
-        // Pareto: by bits ascending (then increase), a point is on the frontier when its increase is
-        // below every point's with fewer or equal bits.
-        if (members) fprintf(members, "frontier, %s: ", SHOWN(tset[t]));
-        double best = INFINITY;
-        int shown = 0;
-        for (int i = 0; i < np; i++) {
-            if (pts[i].text != t || !(pts[i].delta < best)) continue;
-            best = pts[i].delta;
-            fprintf(f, "%.9g %.9g\n", pts[i].bits, clamp_delta(at(c, pts[i].row, delta)));
-            if (members) {
-                const char *k = at(c, pts[i].row, kc), *v = at(c, pts[i].row, vc);
-                fprintf(members, "%s%s%s%s %.2f bits %+.4f", shown++ ? "; " : "", k, strcmp(k, v) ? " / " : "",
-                        strcmp(k, v) ? v : "", pts[i].bits, pts[i].delta);
-            }
-        }
-        if (members) fputc('\n', members);
-        for (int fam = 0; fam < *nf; fam++) {
-            fprintf(f, "NaN NaN\n\n\n");
-            for (int i = 0; i < np; i++)
-                if (pts[i].text == t && pts[i].family == fam)
-                    fprintf(f, "%.9g %.9g\n", pts[i].bits, clamp_delta(at(c, pts[i].row, delta)));
-        }
-        fprintf(f, "NaN NaN\n\n\n");
-    }
+    put_pareto_blocks(f, c, pts, np, *nt, *nf, delta, tset, members, kc, vc);
     status = figure_data_done(f, "frontier.dat", err, errlen);
     f = NULL;
 done:
@@ -356,21 +361,7 @@ static int write_arch_data(const Csv *c, FigureData *d, int *nt, int *na, char *
     qsort(pts, (size_t)np, sizeof *pts, by_point);
     if (put_names(d, "arch_texts", tset, *nt, err, errlen) || put_names(d, "archs", aset, *na, err, errlen)) goto done;
     if (!(f = figure_data_file(d, "arch.dat", err, errlen))) goto done;
-    for (int t = 0; t < *nt; t++) {
-        double best = INFINITY;
-        for (int i = 0; i < np; i++) {
-            if (pts[i].text != t || !(pts[i].delta < best)) continue;
-            best = pts[i].delta;
-            fprintf(f, "%.9g %.9g\n", pts[i].bits, clamp_delta(at(c, pts[i].row, delta)));
-        }
-        for (int a = 0; a < *na; a++) {
-            fprintf(f, "NaN NaN\n\n\n");
-            for (int i = 0; i < np; i++)
-                if (pts[i].text == t && pts[i].family == a)
-                    fprintf(f, "%.9g %.9g\n", pts[i].bits, clamp_delta(at(c, pts[i].row, delta)));
-        }
-        fprintf(f, "NaN NaN\n\n\n");
-    }
+    put_pareto_blocks(f, c, pts, np, *nt, *na, delta, tset, NULL, -1, -1);
     status = figure_data_done(f, "arch.dat", err, errlen);
     f = NULL;
 done:
