@@ -1,6 +1,8 @@
 // fp16, bf16 and fp8 (e4m3 / e5m2, unscaled and scale=token) as cache codecs: representable
 // numbers come back exactly, others within half a unit in the last place (computed here from each
-// format's precision), saturation, zero vectors with a per-token scale, and bytes per number.
+// format's precision), saturation, zero vectors with a per-token scale, and bytes per number; and
+// fp16's qround=f16 (llama.cpp's f16 arithmetic), against the plain fp16 stream given the query and
+// the weights rounded by hand.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -8,18 +10,23 @@
 #include <string.h>
 
 #include "kvcache.h"
+#include "quant.h"
 
 #include "check.h"
 
 static uint64_t rng_state = 0xda942042e4dd58b5ull;
 static double urand(void) { return check_uniform(&rng_state); }
 
-static void must_init(KVStream *s, const char *spec, int n_heads, int head_dim, int capacity) {
+static void must_init_role(KVStream *s, const char *spec, KVRole role, int n_heads, int head_dim, int capacity) {
     char err[256];
-    if (kvstream_init(s, SPEC(spec), KV_ROLE_VALUE, n_heads, head_dim, capacity, err, sizeof err)) {
+    if (kvstream_init(s, SPEC(spec), role, n_heads, head_dim, capacity, err, sizeof err)) {
         fprintf(stderr, "cannot create '%s': %s\n", spec, err);
         exit(1);
     }
+}
+
+static void must_init(KVStream *s, const char *spec, int n_heads, int head_dim, int capacity) {
+    must_init_role(s, spec, KV_ROLE_VALUE, n_heads, head_dim, capacity);
 }
 
 // A format by its precision: `mbits` fraction bits, smallest normal 2^emin, largest finite `max`.
@@ -141,12 +148,78 @@ static void test_scaled_exact(void) {
     }
 }
 
+static float round_f16(float x) {
+    return (float)quant_fp16_to_fp32(quant_fp32_to_fp16(x));
+}
+
+// qround=f16 gives, bit for bit, the plain fp16 stream's scores of the query rounded to fp16 and its
+// mix of the weights rounded to fp16 (the rounding is all it adds), for keys and values, at micro's
+// head_dim, latent attention's (a key stream mixed) and one past the mix kernel's 64; and it does
+// round: some score and some mix differ from the unrounded ones.
+static void test_qround_f16(void) {
+    enum { T = 45, H = 2 };
+    const int dims[] = {32, 64, 80};
+    for (int role = 0; role < 2; role++)
+        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+            const int hd = dims[di];
+            const KVRole r = role ? KV_ROLE_VALUE : KV_ROLE_KEY;
+            KVStream s, plain;
+            must_init_role(&s, "fp16:qround=f16", r, H, hd, T);
+            must_init_role(&plain, "fp16", r, H, hd, T);
+            CHECK(strcmp(s.spec, "fp16:qround=f16") == 0, "fp16:qround=f16 normalises to '%s'", s.spec);
+            float v[H * 80], q[80], qr[80], p[T], pr[T], a[T], b[T], ma[80], mb[80], direct[80];
+            for (int t = 0; t < T; t++) {
+                for (int i = 0; i < H * hd; i++) v[i] = (float)(2 * urand() - 1);
+                kvstream_append(&s, v);
+                kvstream_append(&plain, v);
+            }
+            double sum = 0;
+            for (int t = 0; t < T; t++) sum += p[t] = (float)urand();
+            for (int t = 0; t < T; t++) pr[t] = round_f16(p[t] = (float)(p[t] / sum));
+            for (int d = 0; d < hd; d++) qr[d] = round_f16(q[d] = (float)(3 * (2 * urand() - 1)));
+            for (int h = 0; h < H; h++) {
+                kvstream_scores(&s, h, q, a, T);
+                kvstream_scores(&plain, h, qr, b, T);
+                int scores_differ = 0, mix_differs = 0;
+                for (int t = 0; t < T; t++)
+                    CHECK(a[t] == b[t], "qround=f16 %s hd=%d head %d t=%d: score %a, plain fp16 of the rounded query %a",
+                          role ? "values" : "keys", hd, h, t, a[t], b[t]);
+                kvstream_scores(&plain, h, q, b, T);
+                for (int t = 0; t < T; t++) scores_differ |= a[t] != b[t];
+                kvstream_mix(&s, h, p, ma, T);
+                kvstream_mix(&plain, h, pr, mb, T);
+                kvstream_mix(&plain, h, p, direct, T);
+                for (int d = 0; d < hd; d++) {
+                    CHECK(ma[d] == mb[d], "qround=f16 %s hd=%d head %d d=%d: mix %a, plain fp16 of the rounded weights %a",
+                          role ? "values" : "keys", hd, h, d, ma[d], mb[d]);
+                    mix_differs |= ma[d] != direct[d];
+                }
+                CHECK(scores_differ && mix_differs, "qround=f16 %s hd=%d head %d: rounding changed no score (%d) or no mix (%d)",
+                      role ? "values" : "keys", hd, h, scores_differ, mix_differs);
+            }
+            kvstream_free(&s);
+            kvstream_free(&plain);
+        }
+    KVStream s;
+    must_init(&s, "fp16:qround=f16,scale=token", 1, 32, 4);
+    CHECK(strcmp(s.spec, "fp16:scale=token,qround=f16") == 0, "fp16:qround=f16,scale=token normalises to '%s'", s.spec);
+    kvstream_free(&s);
+    const char *bad[] = {"fp16:qround=q8", "bf16:qround=f16", "fp8:e4m3,qround=f16", "fp32:qround=f16", "fp16:qround"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char err[256] = "";
+        const int rc = kvstream_init(&s, SPEC(bad[i]), KV_ROLE_KEY, 1, 32, 4, err, sizeof err);
+        CHECK(rc != 0 && strlen(err) > 10, "'%s' was accepted", bad[i]);
+        if (rc == 0) kvstream_free(&s);
+    }
+}
+
 int main(void) {
     for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
         test_format(&formats[i], 32);
         test_format(&formats[i], 6);
     }
     test_scaled_exact();
+    test_qround_f16();
     if (failures) {
         fprintf(stderr, "test_codec_floats: %d failure(s)\n", failures);
         return 1;

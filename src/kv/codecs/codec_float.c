@@ -7,6 +7,11 @@
 //   scale=token one fp16 scale per head per token, absmax / the format's largest finite value, so
 //               that the largest number of the vector lands on it; numbers are divided by the
 //               stored (fp16-rounded) scale before the cast.
+// and fp16 with
+//   qround=f16  the other operand of attention's products rounded to fp16 first: the query a key
+//               stream scores, the weights a stream mixes. That is llama.cpp's f16 cache without
+//               flash attention, where both products are matrix products in f16 (docs/gguf.md):
+//               the arithmetic the interop check compares, not a cache format of its own.
 //
 // Keys lie in tiles of 16 tokens, dimension-major ([tile][d][16 lanes]), values one row per token: the score kernel runs one lane per token with no horizontal sums, the
 // mix kernel 16 numbers per vector. Both sum in the same order in their portable and AVX-512 forms
@@ -55,6 +60,7 @@ typedef struct {
     FloatFormat format;
     int n_heads, head_dim, capacity, length, is_key;
     int scaled;
+    int qround;       // qround=f16: queries and weights rounded to fp16 before their products
     int tiles, slots; // per head: key tiles, and scale slots (capacity rounded up to whole tiles)
     int special;      // an infinity or NaN was stored: the AVX-512 kernels leave the stream alone
     size_t bytes;     // of one code
@@ -119,6 +125,9 @@ static void *float_create(const char *family, CodecSpec *spec, int n_heads, int 
     int scaled = 0;
     if (f != FMT_FP32 && spec_choice(spec, "scale", (const char *const[]){"none", "token", NULL}, &scaled, err, errlen))
         return NULL;
+    int qround = 0;
+    if (f == FMT_FP16 && spec_choice(spec, "qround", (const char *const[]){"none", "f16", NULL}, &qround, err, errlen))
+        return NULL;
     if (f != FMT_FP32 && codec_check_shape(family, n_heads, head_dim, capacity, 2, err, errlen)) return NULL;
     const int is_key = !spec_is_value(spec), tiles = (capacity + TILE - 1) / TILE;
     const size_t codes = (size_t)n_heads * (size_t)(is_key ? tiles * TILE : capacity) * (size_t)head_dim *
@@ -132,6 +141,7 @@ static void *float_create(const char *family, CodecSpec *spec, int n_heads, int 
     s->format = f;
     s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
     s->scaled = scaled;
+    s->qround = qround;
     s->bytes = (size_t)formats[f].bytes;
     s->is_key = is_key;
     s->tiles = tiles;
@@ -144,7 +154,8 @@ static void *float_create(const char *family, CodecSpec *spec, int n_heads, int 
     if (formats[f].option)
         snprintf(normalised, normalised_len, "%s:%s,scale=%s", family, formats[f].option, scaled ? "token" : "none");
     else
-        snprintf(normalised, normalised_len, scaled ? "%s:scale=token" : "%s", family);
+        snprintf(normalised, normalised_len, "%s%s%s%s", family, scaled || qround ? ":" : "",
+                 scaled ? "scale=token" : "", qround ? (scaled ? ",qround=f16" : "qround=f16") : "");
     return s;
 }
 
@@ -447,16 +458,20 @@ static ALWAYS_INLINE void float_scores_keys(const CodecBlocks *b, int head, cons
 // their use: a broadcast that reads a vector store still in flight would wait for it. The sums run
 // on across blocks (16 tokens at a time, each 16 from its block), as over one stream.
 static ALWAYS_INLINE void float_weights(const CodecBlocks *b, int head, const float *p, int n, int j0, float unit,
-                                        int scaled, float *w) {
+                                        int scaled, int round, float *w) {
     for (int i = 0; i < 4 * TILE && j0 + i < n; i += TILE) {
-        float sc[TILE];
+        float sc[TILE], pr[TILE];
+        const float *pj = p + j0 + i;
         if (scaled) float_scales16(b, head, j0 + i, sc);
+        if (round) { // qround=f16
+            for (int l = 0; l < TILE && j0 + i + l < n; l++) pr[l] = quant_fp16_to_fp32(quant_fp32_to_fp16(pj[l]));
+            pj = pr;
+        }
         if (n - j0 - i >= TILE) {
 #pragma omp simd
-            for (int l = 0; l < TILE; l++) w[i + l] = (scaled ? p[j0 + i + l] * sc[l] : p[j0 + i + l]) * unit;
+            for (int l = 0; l < TILE; l++) w[i + l] = (scaled ? pj[l] * sc[l] : pj[l]) * unit;
         } else {
-            for (int l = 0; l < TILE; l++)
-                w[i + l] = j0 + i + l < n ? (scaled ? p[j0 + i + l] * sc[l] : p[j0 + i + l]) * unit : 0.0f;
+            for (int l = 0; l < TILE; l++) w[i + l] = j0 + i + l < n ? (scaled ? pj[l] * sc[l] : pj[l]) * unit : 0.0f;
         }
     }
 }
@@ -477,7 +492,7 @@ static ALWAYS_INLINE void float_mix_out(const float *even, const float *odd, int
 static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const float *p, float *out, int n,
                                          const FloatFormat f) {
     const FloatState *s0 = b->states[0];
-    const int hd = b->head_dim, scaled = s0->scaled;
+    const int hd = b->head_dim, scaled = s0->scaled, round = s0->qround;
     const size_t es = (size_t)formats[f].bytes;
     float even[64] __attribute__((aligned(64))) = {0}, odd[64] __attribute__((aligned(64))) = {0};
     float wbuf[2][4 * TILE] __attribute__((aligned(64)));
@@ -487,7 +502,7 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
     } else if (hd == 32 && float_fast(b, n, NULL, 0, FMT_BF16)) { // the largest weight p · scale decides
         float m = 0.0f;
         for (int j0 = 0; j0 < n; j0 += 4 * TILE) {
-            float_weights(b, head, p, n, j0, 1.0f, scaled, wbuf[0]);
+            float_weights(b, head, p, n, j0, 1.0f, scaled, round, wbuf[0]);
 #pragma omp simd reduction(max : m)
             for (int i = 0; i < 4 * TILE; i++) m = fabsf(wbuf[0][i]) > m ? fabsf(wbuf[0][i]) : m;
         }
@@ -497,12 +512,13 @@ static ALWAYS_INLINE void float_mix_rows(const CodecBlocks *b, int head, const f
 #ifdef VEC16
     v16 e0 = v16_zero(), e1 = e0, o0 = e0, o1 = e0;
 #endif
-    // The weights: p itself where there is neither scale nor unit (bf16), else made in a buffer.
-    const int direct = !scaled && formats[f].unit == 1.0f;
-    if (!direct) float_weights(b, head, p, n, 0, unit, scaled, wbuf[0]);
+    // The weights: p itself where there is neither scale nor unit nor rounding (bf16), else made in
+    // a buffer.
+    const int direct = !scaled && !round && formats[f].unit == 1.0f;
+    if (!direct) float_weights(b, head, p, n, 0, unit, scaled, round, wbuf[0]);
     for (int j0 = 0; j0 < n; j0 += 4 * TILE) {
         if (!direct && j0 + 4 * TILE < n)
-            float_weights(b, head, p, n, j0 + 4 * TILE, unit, scaled, wbuf[(j0 / (4 * TILE) + 1) % 2]);
+            float_weights(b, head, p, n, j0 + 4 * TILE, unit, scaled, round, wbuf[(j0 / (4 * TILE) + 1) % 2]);
         const float *w = direct ? p + j0 : wbuf[(j0 / (4 * TILE)) % 2];
         const int cnt = n - j0 < 4 * TILE ? n - j0 : 4 * TILE;
         // 16 rows at a time, each 16 asking for the rows 192 tokens ahead as it starts; all the
@@ -721,10 +737,34 @@ static const FloatHeadsScores float_scores_heads_fn[] = {heads_scores_fp16, head
 static const FloatHeadsMix float_mix_heads_fn[] = {heads_mix_fp16, heads_mix_bf16, heads_mix_e4m3, heads_mix_e5m2,
                                                       heads_mix_fp32};
 
-// Scoring a value stream or mixing a key stream is not what attention does: read back. The mix
-// kernel's buffers hold head_dims up to 64.
+// qround=f16: a vector rounded to fp16 and back.
+static void float_round_f16(const float *x, int n, float *out) {
+    for (int i = 0; i < n; i++) out[i] = quant_fp16_to_fp32(quant_fp32_to_fp16(x[i]));
+}
+
+// Σ_j p̃_j · x̂_j in order of j, p̃_j = p_j rounded to fp16 (codec_mix_by_read's sum, qround=f16): the
+// mix of a latent (a key stream mixed, latent attention) and of values past the kernel's 64 numbers.
+static void float_mix_by_read_rounded(const CodecBlocks *b, int head, const float *p, float *out, int n) {
+    float x[1024];
+    memset(out, 0, sizeof(float) * (size_t)b->head_dim);
+    for (int j = 0; j < n; j++) {
+        int local;
+        const void *state = codec_block(b, j, &local);
+        float_read(state, head, local, x);
+        const float pj = quant_fp16_to_fp32(quant_fp32_to_fp16(p[j]));
+        for (int d = 0; d < b->head_dim; d++) out[d] += pj * x[d];
+    }
+}
+
+// Scoring a value stream or mixing a key stream is not what attention does, except latent
+// attention's mix of its latent: read back. The mix kernel's buffers hold head_dims up to 64.
 static void float_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
     const FloatState *s = b->states[0];
+    float rounded[1024];
+    if (s->qround) {
+        float_round_f16(q, s->head_dim, rounded);
+        q = rounded;
+    }
     if (s->is_key)
         float_scores_fn[s->format](b, head, q, out, n);
     else
@@ -735,19 +775,22 @@ static void float_mix(const CodecBlocks *b, int head, const float *p, float *out
     const FloatState *s = b->states[0];
     if (!s->is_key && s->head_dim <= 64)
         float_mix_fn[s->format](b, head, p, out, n);
+    else if (s->qround)
+        float_mix_by_read_rounded(b, head, p, out, n);
     else
         codec_mix_by_read(b, float_read, s->head_dim, head, p, out, n);
 }
 
+// The every-head kernels take neither rounding: with qround=f16 the heads go one by one.
 static void float_scores_heads(const CodecBlocks *b, const float *q, float *out, size_t stride, int n) {
     const FloatState *s = b->states[0];
-    if (s->is_key && float_scores_heads_fn[s->format](b, q, out, stride, n)) return;
+    if (s->is_key && !s->qround && float_scores_heads_fn[s->format](b, q, out, stride, n)) return;
     for (int h = 0; h < s->n_heads; h++) float_scores(b, h, q + (size_t)h * s->head_dim, out + (size_t)h * stride, n);
 }
 
 static void float_mix_heads(const CodecBlocks *b, const float *p, size_t stride, float *out, int n) {
     const FloatState *s = b->states[0];
-    if (!s->is_key && float_mix_heads_fn[s->format](b, p, stride, out, n)) return;
+    if (!s->is_key && !s->qround && float_mix_heads_fn[s->format](b, p, stride, out, n)) return;
     for (int h = 0; h < s->n_heads; h++) float_mix(b, h, p + (size_t)h * stride, out + (size_t)h * s->head_dim, n);
 }
 
@@ -775,12 +818,12 @@ static const MirrorOps *float_key_mirror(const void *state) {
     // Measured (bench --eval): faster for fp32 (the kernel reads four bytes a number either way, the
     // mirror serves four queries a load) and FP8 (no decode per query); no faster for the 16-bit
     // formats, whose kernels read half the bytes.
-    return s->is_key && !s->scaled && s->bytes != 2 ? &float_key_mirror_ops : NULL;
+    return s->is_key && !s->scaled && !s->qround && s->bytes != 2 ? &float_key_mirror_ops : NULL;
 }
 
 static const MirrorOps *float_value_mirror(const void *state) {
     const FloatState *s = state;
-    return !s->is_key && !s->scaled && s->head_dim <= 64 ? &float_value_mirror_ops : NULL;
+    return !s->is_key && !s->scaled && !s->qround && s->head_dim <= 64 ? &float_value_mirror_ops : NULL;
 }
 
 static size_t float_extent(const void *state) { return ((const FloatState *)state)->extent; }
@@ -801,8 +844,9 @@ static const CodecOps float_ops = {.append = float_append, .scores = float_score
 
 FLOAT_FAMILY(fp32, "fp32                 full precision, the reference (32 bits per number)", "fp32")
 FLOAT_FAMILY(fp16, "fp16                 IEEE half precision, round to nearest even (16 bits per number); "
-                   "scale=token adds an fp16 absmax scale per head per token",
-             "fp16", "fp16:scale=token")
+                   "scale=token adds an fp16 absmax scale per head per token; qround=f16 rounds the query and "
+                   "the weights to fp16 as llama.cpp's f16 cache does without flash attention",
+             "fp16", "fp16:scale=token", "fp16:qround=f16", "fp16:scale=token,qround=f16|fp16:qround=f16")
 FLOAT_FAMILY(bf16, "bf16                 bfloat16, round to nearest even (16 bits per number); scale=token as fp16", "bf16")
 FLOAT_FAMILY(fp8, "fp8:e4m3|e5m2        OCP FP8 (E4M3FN, max 448 / E5M2, max 57344), saturating, 8 bits; "
                   "scale=token adds an fp16 absmax scale per head per token",
