@@ -206,6 +206,13 @@ if [ -f models/micro.bin ]; then
         ok "plate --long: panel (a) and plate-long.csv" || bad "plate --long output: $(head -3 "$tmp/long.txt")"
     [ "$(grep -c '^loss,' "$tmp/long/plate-long.csv")" = 10 ] && ok "plate --long: five schemes on both texts" ||
         bad "plate --long csv: $(head -3 "$tmp/long/plate-long.csv")"
+    # Panel (g) on the long texts: micro's rows are panel (a)'s runs again (the same windows), so its
+    # fp32 and int 4 losses must be the reference's and the int 4 row's to the last digit.
+    grep -q '^(g) architecture x cache' "$tmp/long.txt" && sed -E 's/"[^"]*"/spec/g' "$tmp/long/plate-long.csv" | awk -F, '
+        $1 == "reference" { ref[$3] = $7 } $1 == "loss" && $2 == "int 4" { int4[$3] = $7 }
+        $1 == "arch" && $2 == "MHA fp32" { afp[$3] = $7 } $1 == "arch" && $2 == "MHA int 4" { a4[$3] = $7 }
+        END { for (t in ref) { n++; same += afp[t] == ref[t] && a4[t] == int4[t] && int4[t] != "" } exit !(n == 2 && same == 2) }' && ok "plate --long: panel (g), micro's rows = panel (a)'s runs" ||
+        bad "plate --long panel (g): $(grep -E '^(reference|arch,MHA fp32|arch,MHA int 4)' "$tmp/long/plate-long.csv" | head -6)"
 
     # serve-bench: the pool's bad sizes, KIVI's groups against the block (each a line at once), and
     # a small run's CSV interface; two runs agree in everything but their timings.

@@ -104,7 +104,7 @@ int cmd_eval(int argc, char **argv) {
     for (int i = 0; i < n_texts && !status; i++) {
         EvalResult ref = {0}, r = {0};
         int failed = eval_windows(&m, loaded[i].tokens, loaded[i].n_tokens, window, &k_parsed, &v_parsed, 1, threads,
-                                  o.decode, &ref, &r, err, sizeof err);
+                                  o.decode, &ref, &r, NULL, err, sizeof err);
         if (failed) {
             cli_error("%s: %s", loaded[i].path, err);
             status = failed == EVAL_NOT_FINITE ? 1 : 2; // overflow is the run's failure, not the user's input

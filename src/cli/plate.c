@@ -486,7 +486,7 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
             fprintf(out, ",,,,,,,,,%.6f,%.6f,,,,,\n", e->delta_lo, e->delta_hi);
         }
     }
-    if (!r->long_run) arch_panel_csv(out, &r->arch);
+    arch_panel_csv(out, &r->arch);
     for (int i = 0; i < N_CAP_BITS + N_CAP_SCHEMES && !r->long_run; i++) {
         double bits = i < N_CAP_BITS ? capacity_bits[i] : scheme_bits[i - N_CAP_BITS];
         CapacityRow row = capacity_row(cap, bits);
@@ -602,9 +602,10 @@ static const char *plate_usage =
     "  --zh FILE[:N]     Chinese text (default data/plates/zh.txt:500)\n"
     "  --threads N       runs at once (default 2); results do not depend on it\n"
     "  --decode          decode token by token (as a server does) instead of the fast evaluator\n"
-    "  --long            instead: panel (a) on the corpus's validation split (data/corpus/en.val.txt,\n"
-    "                    zh.val.txt; scripts/corpus builds them), each document in windows of the\n"
-    "                    context from BOS; writes DIR/plate-long.csv (a few minutes)\n"
+    "  --long            instead: panels (a) and (g) on the corpus's validation split\n"
+    "                    (data/corpus/en.val.txt, zh.val.txt; scripts/corpus builds them), each\n"
+    "                    document in windows of the context from BOS; writes DIR/plate-long.csv\n"
+    "                    (panel (a) a few minutes; panel (g) longer, docs/attention.md says how long)\n"
     "  --corpus DIR      the corpus folder for --long (default data/corpus)\n"
     "  --csv | --json    machine-readable output instead of the panels\n"
     "  --out DIR         also write DIR/plate.csv and DIR/plate.json, and draw DIR/plate.svg and\n"
@@ -716,7 +717,7 @@ static void long_task(void *arg, int t, int thread) {
             index[n] = s, k[n] = cli_spec(schemes[s].k_spec), v[n++] = cli_spec(schemes[s].v_spec);
     EvalResult out[N_SCHEMES];
     const int rc = eval_windows(r->model, r->texts[t].tokens, r->texts[t].n_tokens, r->model->config.max_seq_len, k, v,
-                                n, 1, r->decode, &r->reference[t], out, err, sizeof err);
+                                n, 1, r->decode, &r->reference[t], out, NULL, err, sizeof err);
     if (rc) {
         fail_run(r, r->texts[t].path, err, rc);
         return;
@@ -755,6 +756,8 @@ static int plate_long(const PlateOptions *o, PlateRun *r) {
         cli_error("%s", r->err);
         status = atomic_load(&r->failed) == EVAL_NOT_FINITE ? 1 : 2;
     }
+    if (!status && (status = arch_panel_run(&r->arch, o->model_path, r->texts, o->threads, o->decode, 1)) != 0)
+        cli_error("%s", r->arch.err);
     char csv_path[4200];
     snprintf(csv_path, sizeof csv_path, "%s/plate-long.csv", o->out_dir);
     PlateOutput out = {r, NULL, NULL}; // the long run's CSV: panel (a) only (print_csv, long_run)
@@ -773,8 +776,10 @@ static int plate_long(const PlateOptions *o, PlateRun *r) {
         printf("%31s | %-43s | %-43s |\n", "", "English", "Chinese");
         print_scheme_table(r, "loss", 1);
         print_legend();
+        arch_panel_print(&r->arch);
         if (o->files) printf("\nwritten: %s\n", csv_path);
     }
+    arch_panel_free(&r->arch);
     model_free(&m);
     return status;
 }
@@ -879,7 +884,7 @@ int cmd_plate(int argc, char **argv) {
         }
     }
     pool_destroy(pool);
-    if (!status && (status = arch_panel_run(&r->arch, model_path, r->texts, threads, o.decode)) != 0)
+    if (!status && (status = arch_panel_run(&r->arch, model_path, r->texts, threads, o.decode, 0)) != 0)
         cli_error("%s", r->arch.err);
     if (!status) { // the prompts' text: both plates' bytes, one after the other
         const size_t en_len = (size_t)r->texts[0].n_tokens - 1, zh_len = (size_t)r->texts[1].n_tokens - 1;

@@ -72,13 +72,14 @@ static void fp32_task(void *arg, int i, int thread) {
     if (rc) fail(j, p->path[a], err, rc);
 }
 
-// A row's increase over micro's fp32 cache on text t, from the per-token losses of both runs (the
-// same tokens, so the bootstrap pairs them). -1 when out of memory.
-static int versus_micro(ArchPanel *p, ArchRow *r, int t, const EvalTrace *trace) {
-    const int n = p->texts[t].n_tokens - 1; // predicted tokens
+// A row's increase over micro's fp32 cache on text t, from the per-token losses of both runs, `nll`
+// and micro's (the same tokens, so the bootstrap pairs them). -1 when out of memory.
+static int versus_micro(ArchPanel *p, ArchRow *r, int t, const double *nll) {
+    const int n = p->windowed ? p->steps[t] : p->texts[t].n_tokens - 1; // predicted tokens
+    const double *micro = p->windowed ? p->nll[0][t] : p->fp32[0][t].nll;
     double *diff = malloc(sizeof(double) * (size_t)n), sum = 0;
     if (!diff) return -1;
-    for (int k = 0; k < n; k++) sum += diff[k] = trace->nll[k] - p->fp32[0][t].nll[k];
+    for (int k = 0; k < n; k++) sum += diff[k] = nll[k] - micro[k];
     r->micro[t] = sum / n;
     const int rc = bootstrap_mean_ci(diff, n, BOOTSTRAP_BLOCK, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, &r->micro_lo[t],
                                      &r->micro_hi[t]);
@@ -104,10 +105,50 @@ static void row_task(void *arg, int i, int thread) {
                                cli_spec(row_v_spec(r)), 1, p->decode, &trace, &p->fp32[a][t], &r->res[t], err, sizeof err);
     if (rc)
         fail(j, p->path[a], err, rc);
-    else if (versus_micro(p, r, t, &trace))
+    else if (versus_micro(p, r, t, trace.nll))
         fail(j, p->path[a], "out of memory", -1);
     r->own[t] = r->res[t].loss - p->rows[p->fp32_row[a]].res[t].loss;
     eval_trace_free(&trace);
+}
+
+// The long texts: one architecture on one text, its fp32 cache and every row of it through
+// eval_windows together (each window's fp32 run serves them all), the NLLs kept for versus_micro.
+static void windowed_task(void *arg, int i, int thread) {
+    (void)thread;
+    Job *j = arg;
+    ArchPanel *p = j->p;
+    const int a = i / ARCH_TEXTS, t = i % ARCH_TEXTS;
+    if (!p->present[a] || p->failed) return;
+    const CodecSpec *k[ARCH_MAX_ROWS], *v[ARCH_MAX_ROWS];
+    EvalResult out[ARCH_MAX_ROWS];
+    int index[ARCH_MAX_ROWS], n = 0;
+    for (int r = 0; r < p->n_rows; r++)
+        if (p->rows[r].arch == a && p->rows[r].scheme != 0) {
+            index[n] = r, k[n] = cli_spec(arch_schemes[p->rows[r].scheme].spec);
+            v[n++] = cli_spec(row_v_spec(&p->rows[r]));
+        }
+    char err[600];
+    EvalResult *fp32 = &p->rows[p->fp32_row[a]].res[t];
+    const int rc = eval_windows(&p->models[a], p->texts[t].tokens, p->texts[t].n_tokens,
+                                p->models[a].config.max_seq_len, k, v, n, 1, p->decode, fp32, out, p->nll[a][t], err,
+                                sizeof err);
+    if (rc) {
+        fail(j, p->path[a], err, rc);
+        return;
+    }
+    fp32->top1_agree = 1.0, fp32->kl = 0.0, fp32->delta_lo = fp32->delta_hi = 0.0;
+    for (int s = 0; s < n; s++) {
+        ArchRow *r = &p->rows[index[s]];
+        r->res[t] = out[s];
+        r->own[t] = out[s].loss - fp32->loss;
+    }
+}
+
+// Each row's bytes of cache per token: exact bytes over tokens held. On the long texts eval_windows
+// gives the first window's bytes beside every window's tokens, so its bits per number are used.
+static double bytes_per_token(const ArchPanel *p, const ArchRow *r, int t) {
+    if (!p->windowed) return (double)r->res[t].cache_bytes / r->res[t].tokens;
+    return r->res[t].bits_per_element * p->numbers[r->arch] * p->models[r->arch].config.n_layers / 8.0;
 }
 
 // Whether the 16-number RoPE key of a latent model takes this spec (q4_0 and MX need 32).
@@ -116,10 +157,12 @@ static int rope_takes(const Model *m, const char *spec) {
     return kv_layout_check_spec(&m->config, KV_ROLE_VALUE, spec, err, sizeof err) == 0;
 }
 
-int arch_panel_run(ArchPanel *p, const char *model_path, const Text *texts, int threads, int decode) {
+int arch_panel_run(ArchPanel *p, const char *model_path, const Text *texts, int threads, int decode, int windowed) {
     memset(p, 0, sizeof *p);
     p->texts = texts;
     p->decode = decode;
+    p->windowed = windowed;
+    for (int t = 0; t < ARCH_TEXTS && windowed; t++) p->steps[t] = eval_windows_steps(texts[t].tokens, texts[t].n_tokens);
     const double t0 = seconds_now();
     char given[4096];
     const char *micro = cli_default_path(model_path, "models/micro.bin", given, sizeof given);
@@ -140,7 +183,7 @@ int arch_panel_run(ArchPanel *p, const char *model_path, const Text *texts, int 
         p->present[a] = 1;
         const KVLayout l = kv_layout_of(&p->models[a].config);
         p->numbers[a] = l.n_heads[0] * l.head_dim[0] + l.n_heads[1] * l.head_dim[1];
-        for (int t = 0; t < ARCH_TEXTS; t++)
+        for (int t = 0; t < ARCH_TEXTS && !windowed; t++)
             if (texts[t].n_tokens > p->models[a].config.max_seq_len ||
                 eval_trace_alloc(&p->fp32[a][t], &p->models[a], texts[t].n_tokens)) {
                 snprintf(p->err, sizeof p->err, "panel (g): %s: the texts do not fit it, or out of memory", p->path[a]);
@@ -155,6 +198,14 @@ int arch_panel_run(ArchPanel *p, const char *model_path, const Text *texts, int 
                 if (latent && !fp16 && !rope_takes(&p->models[a], arch_schemes[s].spec)) continue;
                 p->rows[p->n_rows++] = (ArchRow){.arch = a, .scheme = s, .rope_fp16 = fp16};
             }
+        int rows = 0;
+        for (int r = 0; r < p->n_rows; r++) rows += p->rows[r].arch == a;
+        for (int t = 0; t < ARCH_TEXTS && windowed; t++)
+            if (!(p->nll[a][t] = malloc(sizeof(double) * (size_t)rows * (size_t)texts[t].n_tokens))) {
+                snprintf(p->err, sizeof p->err, "panel (g): out of memory");
+                arch_panel_free(p);
+                return 2;
+            }
     }
     ThreadPool *pool = pool_create(threads);
     if (!pool) {
@@ -163,11 +214,22 @@ int arch_panel_run(ArchPanel *p, const char *model_path, const Text *texts, int 
         return 2;
     }
     Job j = {p, PTHREAD_MUTEX_INITIALIZER};
-    pool_run_tasks(pool, ARCH_MAX * ARCH_TEXTS, fp32_task, &j);
-    for (int a = 0; a < ARCH_MAX && !p->failed; a++) // each fp32 cache against micro's
-        for (int t = 0; t < ARCH_TEXTS && p->present[a]; t++)
-            if (versus_micro(p, &p->rows[p->fp32_row[a]], t, &p->fp32[a][t])) fail(&j, p->path[a], "out of memory", -1);
-    if (!p->failed) pool_run_tasks(pool, p->n_rows * ARCH_TEXTS, row_task, &j);
+    if (windowed) { // every run at once; then each row against micro's fp32 (row 0 of micro's NLLs)
+        pool_run_tasks(pool, ARCH_MAX * ARCH_TEXTS, windowed_task, &j);
+        for (int a = 0; a < ARCH_MAX && !p->failed; a++)
+            for (int t = 0, k = 0; t < ARCH_TEXTS && p->present[a]; t++, k = 0)
+                for (int r = 0; r < p->n_rows; r++) // the arch's rows in order: fp32 first (NLL row 0)
+                    if (p->rows[r].arch == a &&
+                        versus_micro(p, &p->rows[r], t, p->nll[a][t] + (size_t)k++ * texts[t].n_tokens))
+                        fail(&j, p->path[a], "out of memory", -1);
+    } else {
+        pool_run_tasks(pool, ARCH_MAX * ARCH_TEXTS, fp32_task, &j);
+        for (int a = 0; a < ARCH_MAX && !p->failed; a++) // each fp32 cache against micro's
+            for (int t = 0; t < ARCH_TEXTS && p->present[a]; t++)
+                if (versus_micro(p, &p->rows[p->fp32_row[a]], t, p->fp32[a][t].nll))
+                    fail(&j, p->path[a], "out of memory", -1);
+        if (!p->failed) pool_run_tasks(pool, p->n_rows * ARCH_TEXTS, row_task, &j);
+    }
     pool_destroy(pool);
     p->seconds = seconds_now() - t0;
     return p->failed ? (p->failed == EVAL_NOT_FINITE ? 1 : 2) : 0;
@@ -179,12 +241,12 @@ void arch_panel_free(ArchPanel *p) {
         for (int t = 0; t < ARCH_TEXTS; t++) {
             eval_trace_free(&p->fp32[a][t]);
             memset(&p->fp32[a][t], 0, sizeof p->fp32[a][t]);
+            free(p->nll[a][t]);
+            p->nll[a][t] = NULL;
         }
         if (p->models[a].params) model_free(&p->models[a]);
     }
 }
-
-static double bytes_per_token(const ArchRow *r, int t) { return (double)r->res[t].cache_bytes / r->res[t].tokens; }
 
 // The rows on text t no other beats: by bytes per token ascending, each whose increase over micro's
 // fp32 cache is below every one before it. Their indices to out; returns how many.
@@ -194,7 +256,7 @@ static int frontier(const ArchPanel *p, int t, int *out) {
     for (int i = 1; i < n; i++) // insertion sort: a few dozen rows, ties kept in the panel's order
         for (int k = i; k > 0; k--) {
             const ArchRow *a = &p->rows[order[k - 1]], *b = &p->rows[order[k]];
-            const double ba = bytes_per_token(a, t), bb = bytes_per_token(b, t);
+            const double ba = bytes_per_token(p, a, t), bb = bytes_per_token(p, b, t);
             if (ba < bb || (ba == bb && a->micro[t] <= b->micro[t])) break;
             const int keep = order[k];
             order[k] = order[k - 1], order[k - 1] = keep;
@@ -230,7 +292,7 @@ void arch_panel_print(const ArchPanel *p) {
                 snprintf(micro, sizeof micro, "%+.4f", 0.0);
             else
                 snprintf(micro, sizeof micro, "%+.4f [%+.4f, %+.4f]", r->micro[t], r->micro_lo[t], r->micro_hi[t]);
-            printf("%-32s %11.1f %8.4f  %-29s %-29s\n", label, bytes_per_token(r, t), e->loss, own, micro);
+            printf("%-32s %11.1f %8.4f  %-29s %-29s\n", label, bytes_per_token(p, r, t), e->loss, own, micro);
         }
         int members[ARCH_MAX_ROWS];
         const int m = frontier(p, t, members);
@@ -238,7 +300,7 @@ void arch_panel_print(const ArchPanel *p) {
         for (int i = 0; i < m; i++) {
             char label[96];
             row_label(&p->rows[members[i]], label, sizeof label);
-            printf("%s %s %.0f B %+.4f", i ? " |" : "", label, bytes_per_token(&p->rows[members[i]], t),
+            printf("%s %s %.0f B %+.4f", i ? " |" : "", label, bytes_per_token(p, &p->rows[members[i]], t),
                    p->rows[members[i]].micro[t]);
         }
         printf("\n%s", t + 1 < ARCH_TEXTS ? "\n" : "");
@@ -271,7 +333,7 @@ void arch_panel_csv(FILE *out, const ArchPanel *p) {
             fprintf(out, ",%d,%.6f,%.6f,%.4f,%zu,%.6f,%.6g,,", e->tokens, e->loss, r->own[t], e->bits_per_element,
                     e->cache_bytes, e->top1_agree, e->kl);
             csv_field_to(out, stem);
-            fprintf(out, ",,%.1f,,,,,,%.6f,%.6f,%s,%d,%.6f,%.6f,%.6f\n", bytes_per_token(r, t),
+            fprintf(out, ",,%.1f,,,,,,%.6f,%.6f,%s,%d,%.6f,%.6f,%.6f\n", bytes_per_token(p, r, t),
                     r->scheme ? e->delta_lo : 0.0, r->scheme ? e->delta_hi : 0.0, archs[r->arch].label,
                     p->numbers[r->arch], r->micro[t], r->micro_lo[t], r->micro_hi[t]);
         }
@@ -304,7 +366,7 @@ void arch_panel_json(FILE *out, const ArchPanel *p) {
             fprintf(out, "%s\"%s\": {\"tokens\": %d, \"loss\": %.6f, \"bytes_per_token\": %.1f, \"delta\": %.6f, "
                     "\"delta_lo\": %.6f, \"delta_hi\": %.6f, \"delta_micro\": %.6f, \"delta_micro_lo\": %.6f, "
                     "\"delta_micro_hi\": %.6f}",
-                    t ? ", " : "", p->texts[t].name, e->tokens, e->loss, bytes_per_token(r, t), r->own[t],
+                    t ? ", " : "", p->texts[t].name, e->tokens, e->loss, bytes_per_token(p, r, t), r->own[t],
                     r->scheme ? e->delta_lo : 0.0, r->scheme ? e->delta_hi : 0.0, r->micro[t], r->micro_lo[t],
                     r->micro_hi[t]);
         }

@@ -3,7 +3,9 @@
 // plate's scheme at 16, 8, 4, 3 and 2 bits, KIVI-2, q4_0 and FP8: bytes of cache per token, the loss,
 // its increase over the architecture's own fp32 cache and over micro's, each with its paired
 // bootstrap interval on the same tokens. Under latent attention each scheme runs twice: the RoPE key
-// in the latent's spec (where it can hold 16 numbers) and in fp16, as FlashMLA keeps it.
+// in the latent's spec (where it can hold 16 numbers) and in fp16, as FlashMLA keeps it. On the
+// long texts (plate --long) each document runs in windows of the model's context (eval_windows) and
+// the intervals pair each predicted byte.
 #ifndef MICRO_PLATE_ARCH_H
 #define MICRO_PLATE_ARCH_H
 
@@ -30,12 +32,15 @@ typedef struct {
     char path[ARCH_MAX][4200];  // its file
     int numbers[ARCH_MAX];      // numbers cached per token and layer
     Model models[ARCH_MAX];
-    EvalTrace fp32[ARCH_MAX][ARCH_TEXTS];
+    EvalTrace fp32[ARCH_MAX][ARCH_TEXTS];   // the plate's texts: each fp32 run, recorded
+    double *nll[ARCH_MAX][ARCH_TEXTS];      // the long texts: [1 + the arch's rows][text tokens] (eval_windows)
+    int steps[ARCH_TEXTS];                  // the long texts: bytes predicted
     int fp32_row[ARCH_MAX];     // the row of each architecture's fp32 cache
     ArchRow rows[ARCH_MAX_ROWS];
     int n_rows;
     const Text *texts;
     int decode;
+    int windowed;   // the long texts: windows of the model's context
     double seconds; // the panel's wall time
     int failed;     // eval's status of the first failure (its message in err)
     char err[1200];
@@ -43,8 +48,9 @@ typedef struct {
 
 // Runs the panel on the plate's two texts: micro is model_path (NULL: models/micro.bin), its
 // siblings micro-gqa.bin and micro-mla.bin beside it. An architecture whose file is missing is left
-// out (present[] says which). 0, or eval's status with one line in p->err.
-int arch_panel_run(ArchPanel *p, const char *model_path, const Text *texts, int threads, int decode);
+// out (present[] says which). 0, or eval's status with one line in p->err. `windowed`: texts of any
+// length (the corpus's validation split), each document in windows of the model's context.
+int arch_panel_run(ArchPanel *p, const char *model_path, const Text *texts, int threads, int decode, int windowed);
 void arch_panel_free(ArchPanel *p);
 
 void arch_panel_print(const ArchPanel *p);

@@ -22,6 +22,12 @@ static void log_softmax(const float *logits, int vocab, double *out) {
     for (int i = 0; i < vocab; i++) out[i] = (double)logits[i] - max - log_sum;
 }
 
+int eval_windows_steps(const uint8_t *tokens, int n) {
+    int steps = 0;
+    for (int i = 1; i < n; i++) steps += tokens[i] != tokens[0];
+    return steps;
+}
+
 int eval_trace_alloc(EvalTrace *t, const Model *m, int n_tokens) {
     t->steps = n_tokens - 1;
     t->n_layers = m->config.n_layers;
@@ -143,7 +149,7 @@ int eval_tokens(const Model *m, const uint8_t *tokens, int n, const CodecSpec *k
 // fits one window gives exactly eval_tokens' results.
 int eval_windows(const Model *m, const uint8_t *tokens, int n, int window, const CodecSpec *const *k_specs,
                  const CodecSpec *const *v_specs, int n_specs, int threads, int decode, EvalResult *ref, EvalResult *out,
-                 char *err, size_t errlen) {
+                 double *nll, char *err, size_t errlen) {
     const int per = window - 1;
     uint8_t *buf = malloc((size_t)window);
     double *diff = malloc(sizeof(double) * (size_t)n * (size_t)n_specs);
@@ -169,11 +175,13 @@ int eval_windows(const Model *m, const uint8_t *tokens, int n, int window, const
             }
             if (!rc) rc = eval_tokens(m, buf, wn, &codec_spec_fp32, &codec_spec_fp32, threads, decode, &tr, NULL, &r_ref, err, errlen);
             if (!rc) sums[3 * n_specs] += r_ref.loss * (wn - 1);
+            for (int t = 0; !rc && nll && t < wn - 1; t++) nll[steps + t] = tr.nll[t];
             if (!rc && windows == 0) *ref = r_ref;
             for (int s = 0; s < n_specs && !rc; s++) {
                 rc = eval_tokens(m, buf, wn, k_specs[s], v_specs[s], threads, decode, &ts, &tr, &r, err, errlen);
                 if (rc) break;
                 for (int t = 0; t < wn - 1; t++) diff[(size_t)s * n + steps + t] = ts.nll[t] - tr.nll[t];
+                for (int t = 0; nll && t < wn - 1; t++) nll[(size_t)(s + 1) * n + steps + t] = ts.nll[t];
                 if (windows == 0) out[s] = r; // the cache's bytes and specs: the first window's
                 sums[3 * s] += r.loss * (wn - 1), sums[3 * s + 1] += r.top1_agree * (wn - 1);
                 sums[3 * s + 2] += r.kl * (wn - 1);
