@@ -194,22 +194,34 @@ static const KVSeq *next_row_seq(const StepCtx *c, int r) {
 // into the latent's space (q̃ = W_uk,hᵀ q), scores q̃·c_j + q^R·k^R_j from the two slots' codecs,
 // the latents mixed by the weights, and the mix taken out through W_uv,h. A step reads only the
 // latent and the RoPE key.
+// The head's query in the latent's space, q̃ = W_uk,hᵀ q (each q̃_a summed in order of i) ...
+static void latent_query(const Model *m, int layer, int head, const float *q, float *qt) {
+    const ModelConfig *p = &m->config;
+    const int hd = p->head_dim, lat = p->latent_dim;
+    const float *w_uk = m->w.w_uk + ((size_t)layer * p->n_heads * hd + (size_t)head * hd) * lat;
+    for (int a = 0; a < lat; a++) qt[a] = 0.0f;
+    for (int i = 0; i < hd; i++)
+        for (int a = 0; a < lat; a++) qt[a] += w_uk[(size_t)i * lat + a] * q[i];
+}
+
+// ... and the head's output from the mixed latents, W_uv,h · mix.
+static void latent_output(const Model *m, int layer, int head, const float *mix, float *out) {
+    const ModelConfig *p = &m->config;
+    const int hd = p->head_dim, lat = p->latent_dim;
+    const float *w_uv = m->w.w_uv + ((size_t)layer * p->n_heads * hd + (size_t)head * hd) * lat;
+    forward_kernels()->matvec_rows(out, w_uv, mix, lat, 0, hd);
+}
+
 int attention_latent_head(const Model *m, int layer, int head, const PagedStream *latent, const PagedStream *rope_key,
                           const float *q, float *qt, float *mix, float *att, float *att_rope, float *out, int n) {
     const ModelConfig *p = &m->config;
-    const int hd = p->head_dim, lat = p->latent_dim, qk = model_qk_dim(p);
-    const size_t od = (size_t)p->n_heads * hd;
-    const float *w_uk = m->w.w_uk + ((size_t)layer * od + (size_t)head * hd) * lat;
-    const float *w_uv = m->w.w_uv + ((size_t)layer * od + (size_t)head * hd) * lat;
-    for (int a = 0; a < lat; a++) qt[a] = 0.0f;
-    for (int i = 0; i < hd; i++) // each q̃_a summed in order of i
-        for (int a = 0; a < lat; a++) qt[a] += w_uk[(size_t)i * lat + a] * q[i];
+    latent_query(m, layer, head, q, qt);
     paged_scores(latent, 0, qt, att, n);
-    paged_scores(rope_key, 0, q + hd, att_rope, n);
+    paged_scores(rope_key, 0, q + p->head_dim, att_rope, n);
     for (int j = 0; j < n; j++) att[j] += att_rope[j];
-    const int top = forward_kernels()->scaled_softmax(att, n, 1.0f / sqrtf((float)qk));
+    const int top = forward_kernels()->scaled_softmax(att, n, 1.0f / sqrtf((float)model_qk_dim(p)));
     paged_mix(latent, 0, att, mix, n);
-    forward_kernels()->matvec_rows(out, w_uv, mix, lat, 0, hd);
+    latent_output(m, layer, head, mix, out);
     return top;
 }
 
@@ -321,6 +333,57 @@ static void task_span_attention(void *arg, int i, int thread) {
             }
     } else
         for (int t = 0; t < nt; t++) paged_mix(&seq->v[l], g, att + t * as, out + t * xs, n0 + t);
+}
+
+// A span's (tile of rows, head) under latent attention: attention_latent_head's steps for each row,
+// with the scores and the mix of the slots that read back taken from the latent mirror, the tile's
+// common positions together and each row's last few alone, in the read-back order (the decode
+// loop's bits); the other slots through their codecs' kernels, row by row.
+static void task_span_latent(void *arg, int i, int thread) {
+    (void)thread;
+    StepCtx *c = arg;
+    BatchForward *b = c->b;
+    const ForwardKernels *fk = forward_kernels();
+    const ModelConfig *p = &b->model->config;
+    const StepDims sd = step_dims(p);
+    const LatentMirror *lm = &b->latent_mirror;
+    const int n_tiles = (c->n_rows + SPAN_TILE - 1) / SPAN_TILE, H = p->n_heads, lat = p->latent_dim;
+    const int h = i / n_tiles, r0 = i % n_tiles * SPAN_TILE, l = c->layer;
+    const int nt = c->n_rows - r0 < SPAN_TILE ? c->n_rows - r0 : SPAN_TILE, n0 = c->rows[r0].pos + 1;
+    const KVSeq *seq = c->rows[0].seq;
+    const size_t as = (size_t)H * b->context, ls = (size_t)H * lat, at = (size_t)r0 * H + h;
+    const size_t xs = (size_t)(sd.ow > p->dim ? sd.ow : p->dim), qs = (size_t)sd.qw, st = (size_t)lm->stride;
+    const float *q = b->q + (size_t)r0 * qs + (size_t)h * model_qk_dim(p), *q_rope = q + p->head_dim;
+    float *att = b->att + at * b->context, *att_rope = b->att_rope + at * b->context;
+    float *qt = b->latent_q + at * lat, *mix = b->latent_mix + at * lat;
+    for (int t = 0; t < nt; t++) latent_query(b->model, l, h, q + t * qs, qt + t * ls);
+    if (lm->scores[0]) {
+        const float *kt = latent_mirror_latent_t(lm, l);
+        fk->scores_transposed(att, as, qt, ls, nt, kt, st, lat, 0, n0);
+        for (int t = 1; t < nt; t++) fk->scores_transposed(att + t * as, 0, qt + t * ls, 0, 1, kt, st, lat, n0, n0 + t);
+    } else
+        for (int t = 0; t < nt; t++) paged_scores(&seq->k[l], 0, qt + t * ls, att + t * as, n0 + t);
+    if (lm->scores[1]) {
+        const float *kt = latent_mirror_rope_t(lm, l);
+        fk->scores_transposed(att_rope, as, q_rope, qs, nt, kt, st, p->rope_dim, 0, n0);
+        for (int t = 1; t < nt; t++)
+            fk->scores_transposed(att_rope + t * as, 0, q_rope + t * qs, 0, 1, kt, st, p->rope_dim, n0, n0 + t);
+    } else
+        for (int t = 0; t < nt; t++) paged_scores(&seq->v[l], 0, q_rope + t * qs, att_rope + t * as, n0 + t);
+    for (int t = 0; t < nt; t++) {
+        float *a = att + t * as;
+        for (int j = 0; j < n0 + t; j++) a[j] += att_rope[t * as + j];
+        note_attention(b, r0 + t, l, h, a, n0 + t, fk->scaled_softmax(a, n0 + t, 1.0f / sqrtf((float)model_qk_dim(p))));
+    }
+    if (lm->mix) {
+        const float *rows = latent_mirror_rows(lm, l);
+        for (int t = 0; t < nt; t++) memset(mix + t * ls, 0, sizeof(float) * (size_t)lat);
+        fk->mix_rows(mix, ls, att, as, nt, rows, lat, 0, n0);
+        for (int t = 1; t < nt; t++) fk->mix_rows(mix + t * ls, 0, att + t * as, 0, 1, rows, lat, n0, n0 + t);
+    } else
+        for (int t = 0; t < nt; t++) paged_mix(&seq->k[l], 0, att + t * as, mix + t * ls, n0 + t);
+    for (int t = 0; t < nt; t++)
+        latent_output(b->model, l, h, mix + t * ls, b->xb2 + (size_t)(r0 + t) * xs + (size_t)h * p->head_dim);
 }
 
 // A row's every head (a task of a whole row): the codec may read each block once for all its heads
@@ -482,9 +545,10 @@ float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
                 pool_run_tasks(b->pool, p->n_heads, task_row_heads, &one);
                 kvseq_end_step(rows[r].seq, l);
             }
-        } else if (span && sd.mla) { // every row appended in order, then each attends through the codecs
+        } else if (span && sd.mla) { // every row appended in order, then all rows attend at once
             for (int r = 0; r < n_rows; r++) kvseq_append(rows[r].seq, l, b->k + r * kd, b->v + r * vd);
-            pool_run_tasks(b->pool, n_rows * p->n_heads / attention_heads_per_task(&c), task_attention, &c);
+            latent_mirror_update(&b->latent_mirror, rows[0].seq, l, rows[0].pos);
+            pool_run_tasks(b->pool, (n_rows + SPAN_TILE - 1) / SPAN_TILE * p->n_heads, task_span_latent, &c);
             for (int r = 0; r < n_rows; r++) kvseq_end_step(rows[r].seq, l);
         } else if (span) { // every row appended in order, then all rows attend at once
             for (int r = 0; r < n_rows; r++) kvseq_append(rows[r].seq, l, b->k + r * kd, b->v + r * vd);
@@ -573,8 +637,8 @@ int batch_init(BatchForward *b, const Model *m, int max_rows, int context, int n
 
 int batch_enable_spans(BatchForward *b, const KVPool *pool, char *err, size_t errlen) {
     if (b->spans) return 0;
-    // Latent attention's spans attend through the codecs' kernels, as a decode step does: no mirror.
-    if (b->model->config.latent_dim == 0 && span_mirror_init(&b->mirror, pool, b->context)) {
+    const int latent = b->model->config.latent_dim > 0;
+    if (latent ? latent_mirror_init(&b->latent_mirror, pool, b->context) : span_mirror_init(&b->mirror, pool, b->context)) {
         snprintf(err, errlen, "out of memory allocating the evaluator's decoded cache");
         return -1;
     }
@@ -584,6 +648,7 @@ int batch_enable_spans(BatchForward *b, const KVPool *pool, char *err, size_t er
 
 void batch_free(BatchForward *b) {
     if (b->spans) span_mirror_free(&b->mirror);
+    if (b->spans) latent_mirror_free(&b->latent_mirror);
     pool_destroy(b->pool);
     free(b->x);
     free(b->xb);

@@ -11,6 +11,7 @@
 
 #include "kvpool.h"
 #include "model.h"
+#include "latent_mirror.h"
 #include "span_mirror.h"
 
 typedef struct ThreadPool ThreadPool;
@@ -47,7 +48,8 @@ typedef struct {
     float *rope_cos, *rope_sin; // [context][rotated/2]: head_dim, or rope_dim under latent attention
     // Spans (batch_enable_spans): the decoded cache their rows attend over, for streams that read back.
     int spans;
-    SpanMirror mirror;
+    SpanMirror mirror;           // multi-head and grouped-query attention
+    LatentMirror latent_mirror;  // latent attention
     char err[160]; // why batch_forward returned NULL
 } BatchForward;
 

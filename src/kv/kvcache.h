@@ -44,6 +44,10 @@ typedef struct {
 // of them keeps it on the stack, since it has no way to report a failed allocation.
 #define KV_MAX_BLOCKS 4096
 
+// CodecOps.by_read's answers.
+#define CODEC_SCORES_BY_READ 1
+#define CODEC_MIX_BY_READ 2
+
 // How the fast evaluator may decode a stream once per token into its mirror (span_mirror.h) and
 // still give its kernels' bits: the kernels' sums must be of one of these forms, with x̃_j and
 // factor_j made from token j alone, each sum in order from 0.
@@ -97,6 +101,11 @@ typedef struct {
     // evaluator may decode this stream once per token as a key stream, and as a value stream.
     const struct MirrorOps *(*key_mirror)(const void *state);
     const struct MirrorOps *(*value_mirror)(const void *state);
+    // For latent attention's fast evaluator (latent_mirror.h; NULL: neither): which of scores() and
+    // mix() are, on this stream, codec_scores_by_read / codec_mix_by_read of read() for every n
+    // (CODEC_SCORES_BY_READ, CODEC_MIX_BY_READ), its tokens keeping the form they were appended in.
+    // A reads_back family is both without saying so.
+    int (*by_read)(const void *state);
     // Exact bytes held for the tokens appended so far: codes, scales, minimums and residuals.
     size_t (*bytes)(const void *state);
     // For a family whose state is one allocation (codec_core.h: a pool block's struct, codes and

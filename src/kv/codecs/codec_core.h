@@ -12,21 +12,22 @@
 #include "prefetch.h"
 #include "quant.h"
 
-// A family's operations table, its functions named prefix_append, prefix_scores, ... (settled and
-// settle: functions, or NULL for a family whose tokens keep the form they were appended in).
+// A family's operations table, its functions named prefix_append, prefix_scores, ..., prefix_by_read
+// (settled and settle: functions, or NULL for a family whose tokens keep the form they were appended
+// in).
 #define CODEC_OPS(prefix, settled_fn, settle_fn) CODEC_OPS_WITH(prefix, settled_fn, settle_fn, prefix##_scores, prefix##_mix)
 #define CODEC_OPS_WITH(prefix, settled_fn, settle_fn, scores_fn, mix_fn)                           \
     static const CodecOps prefix##_ops = {.append = prefix##_append, .settled = settled_fn,        \
                                           .settle = settle_fn, .scores = scores_fn, .mix = mix_fn, \
-                                          .read = prefix##_read, .bytes = prefix##_bytes,          \
-                                          .destroy = prefix##_destroy}
+                                          .read = prefix##_read, .by_read = prefix##_by_read,      \
+                                          .bytes = prefix##_bytes, .destroy = prefix##_destroy}
 
 // The same for a family whose state is one allocation, with prefix_extent.
 #define CODEC_OPS_ONE_ALLOCATION(prefix)                                                           \
     static const CodecOps prefix##_ops = {.append = prefix##_append, .scores = prefix##_scores,    \
                                           .mix = prefix##_mix, .read = prefix##_read,              \
-                                          .bytes = prefix##_bytes, .extent = prefix##_extent,      \
-                                          .destroy = prefix##_destroy}
+                                          .by_read = prefix##_by_read, .bytes = prefix##_bytes,    \
+                                          .extent = prefix##_extent, .destroy = prefix##_destroy}
 
 // The same for a family whose prefix_scores and prefix_mix read one state: they run block by block
 // (codec_scores_per_block, codec_mix_per_block).

@@ -826,12 +826,20 @@ static const MirrorOps *float_value_mirror(const void *state) {
     return !s->is_key && !s->scaled && !s->qround && s->head_dim <= 64 ? &float_value_mirror_ops : NULL;
 }
 
+// float_scores and float_mix: what reads back (latent attention's fast evaluator mirrors it). Keys'
+// scores have kernels of their own (float_key_mirror says when they sum as a read back does).
+static int float_by_read(const void *state) {
+    const FloatState *s = state;
+    if (s->qround) return 0;
+    return (s->is_key ? 0 : CODEC_SCORES_BY_READ) | (s->is_key || s->head_dim > 64 ? CODEC_MIX_BY_READ : 0);
+}
+
 static size_t float_extent(const void *state) { return ((const FloatState *)state)->extent; }
 
 static const CodecOps float_ops = {.append = float_append, .scores = float_scores, .mix = float_mix,
                                    .scores_heads = float_scores_heads, .mix_heads = float_mix_heads,
                                    .read = float_read, .key_mirror = float_key_mirror,
-                                   .value_mirror = float_value_mirror,
+                                   .value_mirror = float_value_mirror, .by_read = float_by_read,
                                    .bytes = float_bytes, .extent = float_extent, .destroy = float_destroy};
 
 #define FLOAT_FAMILY(id, help_text, ...)                                                           \

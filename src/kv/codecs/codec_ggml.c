@@ -654,6 +654,12 @@ static size_t block_bytes(const void *state) {
 
 static size_t block_extent(const void *state) { return ((const BlockState *)state)->extent; }
 
+// block_scores and block_mix: what reads back (latent attention's fast evaluator mirrors it).
+static int block_by_read(const void *state) {
+    const BlockState *s = state;
+    return (s->is_key && (s->qround || s->blocks <= 8) ? 0 : CODEC_SCORES_BY_READ) | (s->is_key ? CODEC_MIX_BY_READ : 0);
+}
+
 CODEC_OPS_ONE_ALLOCATION(block);
 
 #define BLOCK_FAMILY(id, fmt, help_text)                                                             \

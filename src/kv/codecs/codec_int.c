@@ -367,6 +367,13 @@ static size_t int_bytes(const void *state) {
 
 static size_t int_extent(const void *state) { return ((const IntState *)state)->extent; }
 
+// int_scores and int_mix: what reads back (latent attention's fast evaluator mirrors it).
+static int int_by_read(const void *state) {
+    const IntState *s = state;
+    return (s->cs.layout != QUANT_TILES ? CODEC_SCORES_BY_READ : 0) |
+           (s->cs.layout == QUANT_TILES || s->head_dim % 32 != 0 ? CODEC_MIX_BY_READ : 0);
+}
+
 CODEC_OPS_ONE_ALLOCATION(int);
 
 const CodecFamily CODEC_FAMILY(codec_int) = {.name = "int", .ops = &int_ops, .create = int_create,

@@ -294,6 +294,12 @@ static size_t nuq_bytes(const void *state) {
     return (size_t)s->length * per_token;
 }
 
+// nuq_scores and nuq_mix: what reads back (latent attention's fast evaluator mirrors it).
+static int nuq_by_read(const void *state) {
+    const NuqState *s = state;
+    return (s->per_channel || s->slots ? CODEC_SCORES_BY_READ : 0) | (s->per_channel ? CODEC_MIX_BY_READ : 0);
+}
+
 CODEC_OPS(nuq, NULL, NULL);
 
 // The parts both families share once their levels and ranges are known.
