@@ -335,10 +335,10 @@ static void task_span_attention(void *arg, int i, int thread) {
         for (int t = 0; t < nt; t++) paged_mix(&seq->v[l], g, att + t * as, out + t * xs, n0 + t);
 }
 
-// A span's (tile of rows, head) under latent attention: attention_latent_head's steps for each row,
-// with the scores and the mix of the slots that read back taken from the latent mirror, the tile's
-// common positions together and each row's last few alone, in the read-back order (the decode
-// loop's bits); the other slots through their codecs' kernels, row by row.
+// A span's (tile of rows from first_row on, head) under latent attention: attention_latent_head's
+// steps for each row, with the scores and the mix of the slots that read back taken from the latent
+// mirror, the tile's common positions together and each row's last few alone, in the read-back
+// order (the decode loop's bits); the other slots through their codecs' kernels, row by row.
 static void task_span_latent(void *arg, int i, int thread) {
     (void)thread;
     StepCtx *c = arg;
@@ -347,8 +347,8 @@ static void task_span_latent(void *arg, int i, int thread) {
     const ModelConfig *p = &b->model->config;
     const StepDims sd = step_dims(p);
     const LatentMirror *lm = &b->latent_mirror;
-    const int n_tiles = (c->n_rows + SPAN_TILE - 1) / SPAN_TILE, H = p->n_heads, lat = p->latent_dim;
-    const int h = i / n_tiles, r0 = i % n_tiles * SPAN_TILE, l = c->layer;
+    const int n_tiles = (c->n_rows - c->first_row + SPAN_TILE - 1) / SPAN_TILE, H = p->n_heads, lat = p->latent_dim;
+    const int h = i / n_tiles, r0 = c->first_row + i % n_tiles * SPAN_TILE, l = c->layer;
     const int nt = c->n_rows - r0 < SPAN_TILE ? c->n_rows - r0 : SPAN_TILE, n0 = c->rows[r0].pos + 1;
     const KVSeq *seq = c->rows[0].seq;
     const size_t as = (size_t)H * b->context, ls = (size_t)H * lat, at = (size_t)r0 * H + h;
@@ -542,8 +542,13 @@ float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
             for (int r = 0; r < n_rows; r++) {
                 StepCtx one = {b, rows, r + 1, l, r};
                 kvseq_append(rows[r].seq, l, b->k + r * kd, b->v + r * vd);
-                pool_run_tasks(b->pool, p->n_heads, task_row_heads, &one);
+                if (sd.mla) { // the latent mirror, each token read again as it takes its final form
+                    latent_mirror_update(&b->latent_mirror, rows[r].seq, l, rows[r].pos);
+                    pool_run_tasks(b->pool, p->n_heads, task_span_latent, &one);
+                } else
+                    pool_run_tasks(b->pool, p->n_heads, task_row_heads, &one);
                 kvseq_end_step(rows[r].seq, l);
+                if (sd.mla) latent_mirror_settle(&b->latent_mirror, rows[r].seq, l);
             }
         } else if (span && sd.mla) { // every row appended in order, then all rows attend at once
             for (int r = 0; r < n_rows; r++) kvseq_append(rows[r].seq, l, b->k + r * kd, b->v + r * vd);

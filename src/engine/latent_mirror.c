@@ -30,8 +30,9 @@ int latent_mirror_init(LatentMirror *m, const KVPool *pool, int context) {
     // The latent's rows come from its codec's read; a key mirror's read is the same x̂ (float's).
     m->mix = mix_read_back(&pool->rule[0]);
     m->needed[0] = m->scores[0] || m->mix, m->needed[1] = m->scores[1];
+    for (int s = 0; s < 2; s++) m->settles[s] = pool->rule[s].ops->settle != NULL;
     const size_t L = (size_t)m->n_layers;
-    int failed = !(m->count = calloc(L * 2, sizeof(int)));
+    int failed = !(m->count = calloc(L * 2, sizeof(int))) || !(m->final = calloc(L * 2, sizeof(int)));
     if (m->scores[0]) failed |= !(m->latent_t = calloc_lines(L * m->latent * (size_t)m->stride, sizeof(float)));
     if (m->mix) failed |= !(m->latent_rows = calloc_lines(L * m->latent * (size_t)context, sizeof(float)));
     if (m->scores[1]) failed |= !(m->rope_t = calloc_lines(L * m->rope * (size_t)m->stride, sizeof(float)));
@@ -44,6 +45,7 @@ int latent_mirror_init(LatentMirror *m, const KVPool *pool, int context) {
 
 void latent_mirror_free(LatentMirror *m) {
     free(m->count);
+    free(m->final);
     free(m->latent_t);
     free(m->latent_rows);
     free(m->rope_t);
@@ -72,12 +74,23 @@ void latent_mirror_update(LatentMirror *m, const KVSeq *seq, int layer, int firs
     if (m->seq != seq) {
         m->seq = seq;
         memset(m->count, 0, sizeof(int) * (size_t)m->n_layers * 2);
+        memset(m->final, 0, sizeof(int) * (size_t)m->n_layers * 2);
     }
     for (int s = 0; s < 2; s++) {
         if (!m->needed[s]) continue;
         const PagedStream *ps = s ? &seq->v[layer] : &seq->k[layer];
-        int *done = &m->count[layer * 2 + s];
+        int *done = &m->count[layer * 2 + s], *fin = &m->final[layer * 2 + s];
         *done = *done < first ? *done : first;
+        *fin = *fin < *done ? *fin : *done;
         for (; *done < ps->length; (*done)++) read_token(m, ps, s, layer, *done);
+    }
+}
+
+void latent_mirror_settle(LatentMirror *m, const KVSeq *seq, int layer) {
+    for (int s = 0; s < 2; s++) {
+        if (!m->needed[s] || !m->settles[s]) continue;
+        const PagedStream *ps = s ? &seq->v[layer] : &seq->k[layer];
+        int *fin = &m->final[layer * 2 + s];
+        for (; *fin < ps->settled; (*fin)++) read_token(m, ps, s, layer, *fin);
     }
 }

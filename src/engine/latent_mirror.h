@@ -18,7 +18,9 @@ typedef struct {
     int needed[2];    // [slot]: decoded at all
     const MirrorOps *ops[2]; // [slot]: decoded through a key mirror's read (NULL: the codec's read)
     const KVSeq *seq; // the sequence mirrored
+    int settles[2];   // [slot]: its tokens change form (KIVI): read again once final
     int *count;       // [layer][slot]: tokens [0, n) are decoded
+    int *final;       // [layer][slot]: tokens [0, n) are decoded in their final form (settles)
     float *latent_t;  // [layer][latent][stride]: the latents transposed, one row per channel (scores)
     float *latent_rows; // [layer][context][latent]: the latents as rows (mix)
     float *rope_t;    // [layer][rope][stride]: the RoPE keys transposed
@@ -31,6 +33,8 @@ void latent_mirror_free(LatentMirror *m);
 // After a span's rows, the first at position `first`, were appended to `seq` at this layer: decodes
 // the tokens not yet decoded (those from `first` on again; another sequence from its start).
 void latent_mirror_update(LatentMirror *m, const KVSeq *seq, int layer, int first);
+// After kvseq_end_step at this layer: the tokens that took their final form, decoded again.
+void latent_mirror_settle(LatentMirror *m, const KVSeq *seq, int layer);
 
 static inline const float *latent_mirror_latent_t(const LatentMirror *m, int layer) {
     return m->latent_t + (size_t)layer * m->latent * (size_t)m->stride;

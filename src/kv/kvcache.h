@@ -103,8 +103,9 @@ typedef struct {
     const struct MirrorOps *(*value_mirror)(const void *state);
     // For latent attention's fast evaluator (latent_mirror.h; NULL: neither): which of scores() and
     // mix() are, on this stream, codec_scores_by_read / codec_mix_by_read of read() for every n
-    // (CODEC_SCORES_BY_READ, CODEC_MIX_BY_READ), its tokens keeping the form they were appended in.
-    // A reads_back family is both without saying so.
+    // (CODEC_SCORES_BY_READ, CODEC_MIX_BY_READ); of a family that settles, read() gives a token's
+    // form at the time (the mirror reads it again once it is final). A reads_back family is both
+    // without saying so.
     int (*by_read)(const void *state);
     // Exact bytes held for the tokens appended so far: codes, scales, minimums and residuals.
     size_t (*bytes)(const void *state);

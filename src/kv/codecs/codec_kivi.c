@@ -585,10 +585,12 @@ static void kivi_ahead(const void *state, int head) {
     for (size_t i = 0; i < s->meta_per_head * sizeof(uint16_t); i += 64) __builtin_prefetch(meta + i);
 }
 
-// A token's form changes as the window slides: never mirrored.
+// kivi_scores and kivi_mix: what reads back (latent attention's fast evaluator mirrors it, and
+// reads a token again when the window's slide gives it its final form).
 static int kivi_by_read(const void *state) {
-    (void)state;
-    return 0;
+    const KiviState *s = state;
+    if (s->is_value) return CODEC_SCORES_BY_READ | (s->head_dim % 32 || s->group % 32 ? CODEC_MIX_BY_READ : 0);
+    return (s->cs.layout == QUANT_ROWS ? CODEC_SCORES_BY_READ : 0) | CODEC_MIX_BY_READ;
 }
 
 CODEC_OPS_PER_BLOCK(kivi, kivi_settled, kivi_settle);
