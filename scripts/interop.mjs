@@ -13,9 +13,9 @@
 //   casts an F32 cache to F16, so f32 runs with flash attention OFF.
 // - An F16 cache rounds the query to f16 for K·Q either way (F16's vec_dot_type is F16). Without
 //   flash attention the softmax weights are rounded to f16 for the product with V; with it, V is
-//   accumulated in an f16 vector. micro's `fp16:qround=f16` rounds the query (K) and the weights
-//   (V) as the first does; the second's f16 sums it does not have (its V is plain fp16). Both
-//   paths run, and they disagree with each other: an f16 rounding of a query number or a weight
+//   accumulated in an f16 vector. micro's `fp16:qround=f16` (K and V) rounds the query and the
+//   weights as the first does; the second's f16 sums it does not have. Both paths run against
+//   that one micro cache, and they disagree with each other: an f16 rounding of a query number or a weight
 //   falls to the other side when either engine's fp32 sum differs in its last bit, so the two f16
 //   losses move by up to a few 1e-5 nats (measured in docs/gguf.md). An f16 row therefore passes
 //   when micro is within 1e-5 of llama.cpp plus the distance between llama.cpp's own two f16
@@ -43,7 +43,7 @@ import {getLlama, GgmlType} from "node-llama-cpp";
 const CACHES = [
     {type: "f32", ggml: GgmlType.F32, flash: false, k: "fp32", v: "fp32"},
     {type: "f16", ggml: GgmlType.F16, flash: false, k: "fp16", kq: "fp16:qround=f16", v: "fp16", vq: "fp16:qround=f16"},
-    {type: "f16", ggml: GgmlType.F16, flash: true, k: "fp16", kq: "fp16:qround=f16", v: "fp16"},
+    {type: "f16", ggml: GgmlType.F16, flash: true, k: "fp16", kq: "fp16:qround=f16", v: "fp16", vq: "fp16:qround=f16"},
     {type: "q8_0", ggml: GgmlType.Q8_0, flash: true, k: "q8_0", kq: "q8_0:qround=q8", v: "q8_0"},
     {type: "q4_0", ggml: GgmlType.Q4_0, flash: true, k: "q4_0", kq: "q4_0:qround=q8", v: "q4_0"},
     {type: "q4_1", ggml: GgmlType.Q4_1, flash: true, k: "q4_1", kq: "q4_1:qround=q8", v: "q4_1"},
