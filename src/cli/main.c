@@ -1,6 +1,7 @@
 // micro: one tiny transformer, a pluggable quantised KV cache, and what each cache width costs.
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "commands.h"
@@ -81,6 +82,11 @@ static int dispatch(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    // Output to a file or pipe in one write where it fits (64 KB; a command that streams flushes as
+    // it goes): glibc drops a buffer whose write failed, and with it the reason, so a failure in
+    // the middle of a longer output left safe_check_stdout no reason to give.
+    static char out_buf[1 << 16];
+    if (!isatty(STDOUT_FILENO)) setvbuf(stdout, out_buf, _IOFBF, sizeof out_buf);
     // No temporary outlives micro, and no figure helper either, when it is interrupted or killed.
     safe_cleanup_on_signals();
     char err[256];
