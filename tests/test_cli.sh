@@ -199,7 +199,7 @@ if [ -f models/micro.bin ]; then
         bad "bench --batch paging: $(grep -A2 '^paging' "$tmp/bb.txt")"
     mkdir -p "$tmp/corpus"
     for lang in en zh; do
-        { printf '\001'; head -c 200 "data/plates/$lang.txt" | iconv -c -f utf-8 -t utf-8; printf '\001'; head -c 100 data/plates/en.txt; } >"$tmp/corpus/$lang.val.txt"
+        { printf '\001'; head -c 60 "data/plates/$lang.txt" | iconv -c -f utf-8 -t utf-8; printf '\001'; head -c 30 data/plates/en.txt; } >"$tmp/corpus/$lang.val.txt"
     done
     "$micro" plate --long --corpus "$tmp/corpus" --out "$tmp/long" >"$tmp/long.txt" 2>"$tmp/long.err" || bad "plate --long failed: $(cat "$tmp/long.err")"
     grep -q "(a) the plate's scheme on the long held-out texts" "$tmp/long.txt" && [ -s "$tmp/long/plate-long.csv" ] &&
