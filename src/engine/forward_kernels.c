@@ -196,9 +196,15 @@ __attribute__((aligned(64))) static void matvec_rows_impl(float *restrict out, c
     if (n % LANES == 0) {
         for (; r + 4 <= r1; r += 4) {
             const float *w0 = W + (size_t)r * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
-            for (int j = 0; j < 4 * n; j += LANES) __builtin_prefetch(w0 + 4 * (size_t)n + j);
             float a0[LANES] = {0}, a1[LANES] = {0}, a2[LANES] = {0}, a3[LANES] = {0};
             for (int j = 0; j < n; j += LANES) {
+                // A line of the rows eight on for each line read here: the weights come from L3, and
+                // asking for the next four rows whole as these start left the adds waiting behind
+                // the requests (docs/history/speed.md).
+                __builtin_prefetch(w0 + 8 * (size_t)n + j);
+                __builtin_prefetch(w1 + 8 * (size_t)n + j);
+                __builtin_prefetch(w2 + 8 * (size_t)n + j);
+                __builtin_prefetch(w3 + 8 * (size_t)n + j);
 #pragma omp simd
                 for (int l = 0; l < LANES; l++) {
                     a0[l] += w0[j + l] * x[j + l];
