@@ -85,7 +85,7 @@ if [ -f models/micro.bin ]; then
     # The plate, on short cuts of the plates and run only twice, so that the sanitizer build stays
     # quick: once as a user runs it (panels on the terminal, CSV and JSON files), once on one thread.
     plate=(plate --en data/plates/en.txt:30 --zh data/plates/zh.txt:10 --serve-length 96 --serve-fp16 2)
-    "$micro" "${plate[@]}" --out "$tmp/plate-out" >"$tmp/panels" 2>"$tmp/plate.err" || bad "plate failed: $(cat "$tmp/plate.err")"
+    "$micro" "${plate[@]}" --html --out "$tmp/plate-out" >"$tmp/panels" 2>"$tmp/plate.err" || bad "plate failed: $(cat "$tmp/plate.err")"
     cp "$tmp/plate-out/plate.csv" "$tmp/plate.csv" 2>/dev/null || bad "plate wrote no plate.csv"
     "$micro" "${plate[@]}" --no-files --csv --threads 1 >"$tmp/plate1.csv"
     # Identical but for the measured panel's tokens/s (column 19), a timing.
@@ -111,6 +111,24 @@ if [ -f models/micro.bin ]; then
         ok "plate json parses" || bad "plate json"
     grep -q "(c) what it buys" "$tmp/panels" && grep -q "(d) what it buys, measured on micro" "$tmp/panels" &&
         ok "plate panels" || bad "plate panels"
+    # The page (plate --html): one file, its slots filled, nothing fetched from outside it, the run's
+    # JSON embedded whole, a continuation per width and text, and the attention weights of every
+    # width, layer and head (the browser check in CI, scripts/browser-check, renders it).
+    python3 - "$tmp/plate-out/plate.html" "$tmp/plate-out/plate.json" <<'PY' && ok "plate --html: the page and its data" || bad "plate --html page"
+import base64, json, re, sys
+page = open(sys.argv[1], encoding="utf-8").read()
+assert len(page.encode()) < 2 << 20 and "{{" not in page, "size or slots"
+assert not re.search(r'(src|href)\s*=\s*"(?!data:)', page), "a reference outside the page"
+d = json.loads(re.search(r'<script type="application/json" id="run">(.*?)</script>', page, re.S).group(1))
+assert d["plate"] == json.load(open(sys.argv[2])), "the embedded run differs from plate.json"
+assert [b["text"] for b in d["break"]] == ["en", "zh"] and all(len(b["runs"]) == 5 and all(r["text"] for r in b["runs"]) for b in d["break"])
+a = d["attention"]
+rows, n = a["tokens"] - a["from"], len(a["widths"]) * a["layers"] * a["heads"]
+assert len(a["widths"]) == 6 and len(base64.b64decode(a["weights"])) == n * rows * a["tokens"]
+tops = base64.b64decode(a["top"])
+assert len(tops) == n * rows and all(t <= a["from"] + i % rows for i, t in enumerate(tops)), "a most-attended key after its query"
+PY
+    expect 2 "drop --no-files" "plate --html --no-files" -- "$micro" plate --html --no-files
 
     # plate --long: without the corpus, one line naming scripts/corpus; on a small corpus-form folder
     # (documents after 0x01 bytes), panel (a) and its CSV. (Windowing is eval's, test_cli_hostile.sh; the

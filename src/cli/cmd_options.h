@@ -70,6 +70,7 @@ typedef struct {
     int long_run; // --long: panel (a) on the corpus's validation split, in windows
     const char *corpus; // --corpus DIR (NULL: data/corpus)
     int serve_fp16, serve_length; // panel (d): the pool in fp16 conversations, their tokens (0: context)
+    int html; // --html: DIR/plate.html too (plate_page.h)
 } PlateOptions;
 int plate_parse(int argc, char **argv, PlateOptions *o, char *err, size_t errlen);
 

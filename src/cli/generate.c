@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "finite.h"
 #include "forward.h"
+#include "generate.h"
 #include "model_file.h"
 #include "text.h"
 
@@ -37,15 +38,17 @@ static double next_uniform(unsigned long long *s) {
     return (double)((*s * 2685821657736338717ull) >> 11) / 9007199254740992.0;
 }
 
-// Picks the next byte among those allowed by UTF-8: greedy at temp 0, else a softmax sample.
+// Picks the next byte among those allowed by UTF-8: greedy at temp 0, else a softmax sample. BOS
+// (the end of the document) only between characters, so that the text never ends inside one.
 static int pick(const float *logits, int vocab, const Utf8State *u, double temp, unsigned long long *rng) {
     int best = -1;
     for (int b = 0; b < vocab; b++)
-        if ((b == MICRO_BOS || utf8_byte_allowed(u, (uint8_t)b)) && (best < 0 || logits[b] > logits[best])) best = b;
+        if (((b == MICRO_BOS && !u->owed) || utf8_byte_allowed(u, (uint8_t)b)) && (best < 0 || logits[b] > logits[best]))
+            best = b;
     if (temp <= 0) return best;
     double total = 0, p[256];
     for (int b = 0; b < vocab; b++) {
-        int ok = b == MICRO_BOS || utf8_byte_allowed(u, (uint8_t)b);
+        int ok = (b == MICRO_BOS && !u->owed) || utf8_byte_allowed(u, (uint8_t)b);
         p[b] = ok ? exp(((double)logits[b] - logits[best]) / temp) : 0.0;
         total += p[b];
     }
@@ -89,6 +92,40 @@ int generate_parse(int argc, char **argv, GenerateOptions *o, char *err, size_t 
     return cmd_check_specs(o->k_spec, o->v_spec, err, errlen) ? OPTS_ERROR : OPTS_RUN;
 }
 
+int generate_continue(Decoder *d, const uint8_t *prompt, size_t plen, int n, double temp, unsigned long long *rng,
+                      FILE *echo, uint8_t *out, size_t *n_out, int *bad_pos) {
+    const int vocab = d->fwd.model->config.vocab_size, ctx = d->fwd.context;
+    size_t written = 0;
+    const float *logits = decoder_forward(d, MICRO_BOS, 0);
+    int pos = 1;
+    for (size_t i = 0; i < plen && pos < ctx; i++) logits = decoder_forward(d, prompt[i], pos++);
+    Utf8State u = {0, 0x80, 0xBF};
+    // Logits that overflowed would pick bytes by NaN comparisons: stop instead (checked = finite).
+    int checked = 1;
+    for (int i = 0; i < n && pos < ctx && (checked = all_finite(logits, (size_t)vocab)); i++) {
+        int b = pick(logits, vocab, &u, temp, rng);
+        if (b == MICRO_BOS) break;
+        utf8_push(&u, (uint8_t)b);
+        if (out) out[written] = (uint8_t)b;
+        written++;
+        if (echo) putc(b, echo), fflush(echo);
+        logits = decoder_forward(d, b, pos++);
+    }
+    // A budget that ends inside a character finishes it, so the output stays valid UTF-8.
+    while (checked && u.owed && pos < ctx && (checked = all_finite(logits, (size_t)vocab))) {
+        int b = pick(logits, vocab, &u, 0, rng);
+        if (b == MICRO_BOS || !utf8_byte_allowed(&u, (uint8_t)b)) break;
+        utf8_push(&u, (uint8_t)b);
+        if (out) out[written] = (uint8_t)b;
+        written++;
+        if (echo) putc(b, echo);
+        logits = decoder_forward(d, b, pos++);
+    }
+    if (n_out) *n_out = written;
+    if (!checked && bad_pos) *bad_pos = pos - 1;
+    return checked ? 0 : -1;
+}
+
 int cmd_generate(int argc, char **argv) {
     GenerateOptions o;
     char err[512];
@@ -113,35 +150,14 @@ int cmd_generate(int argc, char **argv) {
         return cli_error("%s", err);
     }
     unsigned long long rng = seed ? seed : 0x9E3779B97F4A7C15ull;
-    const int vocab = m.config.vocab_size;
     fwrite(prompt, 1, plen, stdout);
-    const float *logits = decoder_forward(&d, MICRO_BOS, 0);
-    int pos = 1;
-    for (size_t i = 0; i < plen; i++) logits = decoder_forward(&d, (uint8_t)prompt[i], pos++);
-    Utf8State u = {0, 0x80, 0xBF};
-    // Logits that overflowed would pick bytes by NaN comparisons: stop instead (checked = finite).
-    int checked = 1;
-    for (int i = 0; i < n && pos < ctx && (checked = all_finite(logits, (size_t)vocab)); i++) {
-        int b = pick(logits, vocab, &u, temp, &rng);
-        if (b == MICRO_BOS) break;
-        utf8_push(&u, (uint8_t)b);
-        putchar(b);
-        fflush(stdout);
-        logits = decoder_forward(&d, b, pos++);
-    }
-    // A budget that ends inside a character finishes it, so the output stays valid UTF-8.
-    while (checked && u.owed && pos < ctx && (checked = all_finite(logits, (size_t)vocab))) {
-        int b = pick(logits, vocab, &u, 0, &rng);
-        if (b == MICRO_BOS || !utf8_byte_allowed(&u, (uint8_t)b)) break;
-        utf8_push(&u, (uint8_t)b);
-        putchar(b);
-        logits = decoder_forward(&d, b, pos++);
-    }
+    int bad_pos = 0;
+    const int bad = generate_continue(&d, (const uint8_t *)prompt, plen, n, temp, &rng, stdout, NULL, NULL, &bad_pos);
     putchar('\n');
     decoder_free(&d);
     model_free(&m);
-    if (!checked) {
-        fprintf(stderr, "micro: the logits at position %d are " NONFINITE_REASON "\n", pos - 1);
+    if (bad) {
+        fprintf(stderr, "micro: the logits at position %d are " NONFINITE_REASON "\n", bad_pos);
         return 1;
     }
     return 0;

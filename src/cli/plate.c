@@ -25,6 +25,7 @@
 #include "msgtext.h"
 #include "peak.h"
 #include "plate_arch.h"
+#include "plate_page.h"
 #include "safe_file.h"
 #include "serve.h"
 #include "text.h"
@@ -610,6 +611,8 @@ static const char *plate_usage =
     "  --csv | --json    machine-readable output instead of the panels\n"
     "  --out DIR         also write DIR/plate.csv and DIR/plate.json, and draw DIR/plate.svg and\n"
     "                    DIR/plate.png (and serve, frontier) when gnuplot is present (default out)\n"
+    "  --html            also write DIR/plate.html: the run as one page (no network, opens from\n"
+    "                    disk): both panels, continuations at each width, the attention picture\n"
     "  --no-files        write nothing\n"
     "  --serve-fp16 N    panel (d)'s pool holds N fp16 conversations (default 16)\n"
     "  --serve-length N  panel (d)'s conversations, tokens: 6..context (default the model's context)\n"
@@ -636,7 +639,7 @@ static int write_json(FILE *f, void *ctx, char *why, size_t whylen) {
     return 0;
 }
 
-static const char *const out_files[] = {"plate.csv", "plate.json"};
+static const char *const out_files[] = {"plate.csv", "plate.json", "plate.html"};
 
 // --out DIR, checked before any work: not empty (it would name /plate.csv), a folder if it exists
 // (else its parent must exist, to make it in), and no file it will hold may be a device or FIFO.
@@ -653,7 +656,7 @@ static int check_out_dir(const char *dir, int figures, char *err, size_t errlen)
             return -1;
         }
         char path[4200];
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < 3; i++) {
             if (snprintf(path, sizeof path, "%s/%s", dir, out_files[i]) >= (int)sizeof path) {
                 snprintf(err, errlen, "--out: the folder name is too long");
                 return -1;
@@ -702,6 +705,37 @@ static int draw_figure(const char *csv_path, const char *out_dir) {
         return 1;
     }
     printf("figure: %s\n", rc == FIGURE_DRAWN ? drawn : err);
+    return 0;
+}
+
+// micro plate --html: DIR/plate.html from this run (plate_page.h), after its figures. An exit status.
+static int write_page(const PlateRun *r, const Model *m, const CapacityModel *cap, const double *scheme_bits,
+                      const char *model_path, const char *out_dir, int quiet) {
+    char err[600], path[4096];
+    char *json = NULL;
+    size_t json_len = 0;
+    FILE *f = open_memstream(&json, &json_len);
+    if (!f) return cli_error("out of memory");
+    print_json(f, r, cap, scheme_bits);
+    if (fclose(f) != 0) {
+        free(json);
+        return cli_error("out of memory");
+    }
+    PageWidth widths[N_SCHEMES];
+    int n = 0;
+    for (int s = 0; s < N_SCHEMES; s++)
+        if (strcmp(schemes[s].panel, "loss") == 0) widths[n].label = schemes[s].label, widths[n++].spec = schemes[s].k_spec;
+    const double t0 = seconds_now();
+    const PlatePage page = {m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), cli_kernels(), r->texts,
+                            widths, n, json, json_len, out_dir};
+    size_t bytes = 0;
+    const int rc = plate_page_write(&page, &bytes, err, sizeof err);
+    free(json);
+    if (rc) {
+        fprintf(stderr, "micro: %s\n", err);
+        return 1;
+    }
+    if (!quiet) printf("page: %s/plate.html (%.0f KB, %.1f s)\n", out_dir, bytes / 1024.0, seconds_now() - t0);
     return 0;
 }
 
@@ -795,6 +829,7 @@ int plate_parse(int argc, char **argv, PlateOptions *o, char *err, size_t errlen
         else if (opts_is(&p, "--csv")) bad = opts_flag(&p), o->csv = 1;
         else if (opts_is(&p, "--json")) bad = opts_flag(&p), o->json = 1;
         else if (opts_is(&p, "--no-files")) bad = opts_flag(&p), o->files = 0;
+        else if (opts_is(&p, "--html")) bad = opts_flag(&p), o->html = 1;
         else if (opts_is(&p, "--model")) bad = opts_path(&p, &o->model_path);
         else if (opts_is(&p, "--calib")) bad = opts_path(&p, &o->calib_path);
         else if (opts_is(&p, "--en")) bad = opts_string(&p, &o->en) || cmd_check_text_arg("--en", o->en, err, errlen);
@@ -811,6 +846,8 @@ int plate_parse(int argc, char **argv, PlateOptions *o, char *err, size_t errlen
     }
     if (o->csv && o->json) return opts_fail(&p, "choose one of --csv and --json");
     if (o->long_run && o->json) return opts_fail(&p, "--long prints its panel or --csv, not --json");
+    if (o->html && !o->files) return opts_fail(&p, "--html writes DIR/plate.html: drop --no-files");
+    if (o->html && o->long_run) return opts_fail(&p, "--html draws the plate's page; --long has none");
     return OPTS_RUN;
 }
 
@@ -970,6 +1007,7 @@ int cmd_plate(int argc, char **argv) {
             status = draw_figure(csv_path, out_dir);
         }
     }
+    if (!status && o.html) status = write_page(r, &m, cap, scheme_bits, model_path, out_dir, csv || json);
     for (int t = 0; t < N_TEXTS; t++) {
         text_free(&r->texts[t]);
         eval_trace_free(&r->traces[t]);
