@@ -151,9 +151,13 @@ static int write_attention(FILE *f, const PlatePage *p, char *err, size_t errlen
         }
     }
     if (!status) {
+        long chars = 0; // what --text FILE:CHARS needs to give these tokens
+        for (int i = 1; i < tokens; i++) chars += (text->tokens[i] & 0xC0) != 0x80;
         fprintf(f, "{\"tokens\": %d, \"from\": %d, \"chars\": %ld, \"layers\": %d, \"heads\": %d, \"layer\": 0, "
-                   "\"head\": 0, \"text\": ",
-                tokens, from, (long)(tokens - 1), layers, heads);
+                   "\"head\": 0, \"path\": ",
+                tokens, from, chars, layers, heads);
+        json_string_to(f, text->path);
+        fprintf(f, ", \"text\": ");
         json_bytes_to(f, text->tokens + 1, (size_t)tokens - 1);
         fprintf(f, ", \"widths\": [{\"label\": \"fp32\", \"spec\": \"fp32\"}");
         for (int w = 0; w < p->n_widths; w++) {

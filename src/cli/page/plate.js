@@ -187,9 +187,9 @@ const servePlate = ["fp16", "int 8", "int 4", "int 3", "int 2"];
     const agree = draw(document.getElementById("att-sch"), w, l, h, ref);
     document.getElementById("att-sch-caption").textContent = `${A.widths[w].label} cache (${A.widths[w].spec})`;
     document.getElementById("att-agree").textContent =
-      `most-attended position as fp32's: ${agree} of ${rows} rows (positions ${A.from}\u2013${A.tokens - 1} of the English plate)`;
+      `most-attended position as fp32's: ${agree} of ${rows} rows (positions ${A.from}\u2013${A.tokens - 1} of ${A.path})`;
     document.getElementById("att-repro").textContent =
-      `micro attention --cache ${A.widths[w].spec} --layer ${l} --head ${h} --text data/plates/en.txt:${A.chars} --from ${A.from} --to ${A.tokens - 1}`;
+      `micro attention --cache ${A.widths[w].spec} --layer ${l} --head ${h} --text ${A.path}:${A.chars} --from ${A.from} --to ${A.tokens - 1}`;
   }
   for (const s of Object.values(sel)) s.addEventListener("change", update);
   update();
