@@ -177,7 +177,8 @@ PY
     # The pool read alone: each row's GB/s is its MB over its ms (as rounded) and its share of the
     # stream that over the bandwidth reading. The line under the targets adds fp16's other work and its
     # read, gives their roofline share (fp16's roofline load, share × step in the first table, over
-    # their sum) and the first table's step as a share of the sum. To ~2%: the figures are rounded.
+    # their sum) and the first table's step as a share of the sum. To ~2%: the figures are rounded;
+    # the step's share to what its two rounded figures (ms to 2 decimals) and its own rounding allow.
     # The other work counts as at least the weights' read at the bandwidth (micro's 1,820,352 fp32
     # weights), as the floor's text says: on a loaded machine the bandwidth reading is low enough
     # for that read to be the longer.
@@ -196,7 +197,8 @@ PY
          /^(fp16|int:bits=4) \// && !seen[$1]++ && $1 == "fp16" { step16 = $5 }
          END { if (bw > 0 && 1820352 * 4 / 1e6 / bw > other) other = 1820352 * 4 / 1e6 / bw
                if (rows == 2 && !bad && alone && near(x, other + read16) && near(y, load / x) &&
-                   near(step, step16) && (w - 100 * step / x) ^ 2 < 4) exit 0
+                   near(step, step16) && w >= 100 * (step - 0.005) / (x + 0.005) - 0.5 &&
+                   (x <= 0.005 || w <= 100 * (step + 0.005) / (x - 0.005) + 0.5)) exit 0
                printf "rows %d, rates off %d, other %s + read %s against %s ms, roofline %s against %s%%, step %s against %s ms\n",
                       rows, bad, other, read16, x, (x > 0 ? load / x : "-"), y, step, step16
                exit 1 }' \

@@ -101,24 +101,16 @@ int generate_continue(Decoder *d, const uint8_t *prompt, size_t plen, int n, dou
     for (size_t i = 0; i < plen && pos < ctx; i++) logits = decoder_forward(d, prompt[i], pos++);
     Utf8State u = {0, 0x80, 0xBF};
     // Logits that overflowed would pick bytes by NaN comparisons: stop instead (checked = finite).
+    // A budget that ends inside a character finishes it, greedily, so the output stays valid UTF-8
+    // (pick offers no BOS inside a character).
     int checked = 1;
-    for (int i = 0; i < n && pos < ctx && (checked = all_finite(logits, (size_t)vocab)); i++) {
-        int b = pick(logits, vocab, &u, temp, rng);
+    for (int i = 0; (i < n || u.owed) && pos < ctx && (checked = all_finite(logits, (size_t)vocab)); i++) {
+        int b = pick(logits, vocab, &u, i < n ? temp : 0, rng);
         if (b == MICRO_BOS) break;
         utf8_push(&u, (uint8_t)b);
         if (out) out[written] = (uint8_t)b;
         written++;
         if (echo) putc(b, echo), fflush(echo);
-        logits = decoder_forward(d, b, pos++);
-    }
-    // A budget that ends inside a character finishes it, so the output stays valid UTF-8.
-    while (checked && u.owed && pos < ctx && (checked = all_finite(logits, (size_t)vocab))) {
-        int b = pick(logits, vocab, &u, 0, rng);
-        if (b == MICRO_BOS || !utf8_byte_allowed(&u, (uint8_t)b)) break;
-        utf8_push(&u, (uint8_t)b);
-        if (out) out[written] = (uint8_t)b;
-        written++;
-        if (echo) putc(b, echo);
         logits = decoder_forward(d, b, pos++);
     }
     if (n_out) *n_out = written;

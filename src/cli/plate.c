@@ -656,7 +656,7 @@ static int check_out_dir(const char *dir, int figures, char *err, size_t errlen)
             return -1;
         }
         char path[4200];
-        for (int i = 0; i < 3; i++) {
+        for (size_t i = 0; i < sizeof out_files / sizeof *out_files; i++) {
             if (snprintf(path, sizeof path, "%s/%s", dir, out_files[i]) >= (int)sizeof path) {
                 snprintf(err, errlen, "--out: the folder name is too long");
                 return -1;
