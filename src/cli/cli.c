@@ -111,15 +111,17 @@ int cmd_text_option(Opts *p, const char **texts, int *n, int max) {
     return 0;
 }
 
-void json_string_to(FILE *out, const char *text) {
+void json_bytes_to(FILE *out, const uint8_t *text, size_t n) {
     fputc('"', out);
-    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
-        if (*c == '"' || *c == '\\') fprintf(out, "\\%c", *c);
-        else if (*c < 0x20) fprintf(out, "\\u%04x", *c);
-        else fputc(*c, out);
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] == '"' || text[i] == '\\') fprintf(out, "\\%c", text[i]);
+        else if (text[i] < 0x20) fprintf(out, "\\u%04x", text[i]);
+        else fputc(text[i], out);
     }
     fputc('"', out);
 }
+
+void json_string_to(FILE *out, const char *text) { json_bytes_to(out, (const uint8_t *)text, strlen(text)); }
 
 int cli_load_model(Model *m, const char *given, const char *calib, char *err, size_t errlen) {
     char path[4096], kvq[4200];

@@ -4,6 +4,7 @@
 #define MICRO_CLI_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "kvcache.h"
@@ -42,5 +43,7 @@ void csv_field(const char *text);
 void csv_field_to(FILE *out, const char *text);
 // A JSON string literal of text (quotes and backslashes escaped; control bytes as \u00XX).
 void json_string_to(FILE *out, const char *text);
+// The same for n bytes of UTF-8 that need not end in a NUL (a generated text, a plate's prefix).
+void json_bytes_to(FILE *out, const uint8_t *text, size_t n);
 
 #endif

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "forward.h"
@@ -33,17 +34,6 @@ static void base64_to(FILE *f, const uint8_t *b, size_t n) {
         fputc(digits[v >> 18 & 63], f), fputc(digits[v >> 12 & 63], f);
         fputc(i + 1 < n ? digits[v >> 6 & 63] : '=', f), fputc(i + 2 < n ? digits[v & 63] : '=', f);
     }
-}
-
-// A JSON string of n bytes of UTF-8.
-static void json_bytes_to(FILE *f, const uint8_t *s, size_t n) {
-    fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == '"' || s[i] == '\\') fprintf(f, "\\%c", s[i]);
-        else if (s[i] < 0x20) fprintf(f, "\\u%04x", s[i]);
-        else fputc(s[i], f);
-    }
-    fputc('"', f);
 }
 
 // The prompt: at most the first `chars` characters of a text (after its BOS), in bytes, ending after
@@ -282,11 +272,7 @@ int plate_page_write(const PlatePage *p, size_t *bytes, char *err, size_t errlen
     PageWrite w = {p, data, len};
     const int rc = safe_write(path, write_page, &w, err, errlen);
     free(data);
-    if (!rc && bytes) {
-        long long size = 0;
-        FILE *in = safe_open_read(path, &size, err, errlen);
-        if (in) fclose(in);
-        *bytes = (size_t)size;
-    }
+    struct stat st;
+    if (!rc && bytes) *bytes = stat(path, &st) == 0 ? (size_t)st.st_size : 0;
     return rc;
 }
