@@ -36,6 +36,23 @@ int main(void) {
         failures++;
     }
     expect_conversations("llama3-8b, int:bits=4 with fp16 scales", l8, bits, 201);
+    // The plate measures its schemes on one head's conversation: every one codes each head on its
+    // own, so 8 heads store the same bits per number, to the last bit of the double (a context that
+    // leaves KIVI a part-filled residual).
+    static const char *const per_head[] = {"int:bits=8", "int:bits=4", "int:bits=2", "kivi:bits=2", "q4_0"};
+    for (int i = 0; i < 5; i++) {
+        CapacityModel eight = *l8, one = *l8;
+        eight.context = one.context = 530;
+        one.kv_heads = 1;
+        double b8 = 0, b1 = -1;
+        if (capacity_scheme_bits(&eight, SPEC(per_head[i]), &b8, err, sizeof err) ||
+            capacity_scheme_bits(&one, SPEC(per_head[i]), &b1, err, sizeof err) || b8 != b1) {
+            printf("FAIL %s: %.17g bits per number with 8 heads, %.17g with one %s\n", per_head[i], b8, b1, err);
+            failures++;
+        } else {
+            printf("ok   %-44s %.6f bits with 8 heads and with one\n", per_head[i], b1);
+        }
+    }
     // GQA by hand: a model with 40 layers, 8 KV heads of 128, 26 GB of weights on a 48 GB GPU at 95%,
     // 4096-token conversations at 8 bits: (45.6 - 26) e9 / (2*40*8*128*1 * 4096) = 19.6e9 / 335544320 = 58.4 -> 58.
     CapacityModel gqa = {"gqa", 40, 8, 128, 26, 48, 0.95, 4096};

@@ -35,20 +35,24 @@ for name in "${names[0]}" "$every"; do
     [ $st -eq 0 ] && [ -s "$dir/plate.svg" ] && [ -s "$dir/plate.png" ] && [ -s "$dir/serve.png" ] &&
         [ -s "$dir/frontier.svg" ] && ok "plate --out $shown: drawn" || bad "plate --out $shown: exit $st, $(tail -2 "$tmp/out")"
 done
+# attention and inspect draw as plate does, with the first name and with every one; each name alone
+# is a text and a figure folder that micro figure refuses (no model run).
 for name in "${names[@]}" "$every"; do
     shown=$(printf '%q' "$name")
     dir="$tmp/$name"
     cp data/plates/en.txt "$tmp/$name.txt"
-    (cd "$work" && "$micro" attention --model "$root/models/micro.bin" --cache int:bits=2 --text "$tmp/$name.txt:40" \
-        --out "$dir") >"$tmp/out" 2>&1
-    st=$?
-    [ $st -eq 0 ] && [ -s "$dir/attention.svg" ] && [ -s "$dir/attention.png" ] &&
-        ok "attention --out and --text $shown: drawn" || bad "attention $shown: exit $st, $(tail -2 "$tmp/out")"
-    (cd "$work" && "$micro" inspect --model "$root/models/micro.bin" --plot --text "$tmp/$name.txt:30" --out "$dir") \
-        >"$tmp/out" 2>&1
-    st=$?
-    [ $st -eq 0 ] && [ -s "$dir/channels.svg" ] && [ -s "$dir/channels.png" ] &&
-        ok "inspect --plot --out and --text $shown: drawn" || bad "inspect --plot $shown: exit $st, $(tail -2 "$tmp/out")"
+    if [ "$name" = "${names[0]}" ] || [ "$name" = "$every" ]; then
+        (cd "$work" && "$micro" attention --model "$root/models/micro.bin" --cache int:bits=2 --text "$tmp/$name.txt:40" \
+            --out "$dir") >"$tmp/out" 2>&1
+        st=$?
+        [ $st -eq 0 ] && [ -s "$dir/attention.svg" ] && [ -s "$dir/attention.png" ] &&
+            ok "attention --out and --text $shown: drawn" || bad "attention $shown: exit $st, $(tail -2 "$tmp/out")"
+        (cd "$work" && "$micro" inspect --model "$root/models/micro.bin" --plot --text "$tmp/$name.txt:30" --out "$dir") \
+            >"$tmp/out" 2>&1
+        st=$?
+        [ $st -eq 0 ] && [ -s "$dir/channels.svg" ] && [ -s "$dir/channels.png" ] &&
+            ok "inspect --plot --out and --text $shown: drawn" || bad "inspect --plot $shown: exit $st, $(tail -2 "$tmp/out")"
+    fi
     cp "$tmp/$name.txt" "$tmp/$name.csv" # not a CSV: refused with micro's line, its name echoed safely
     expect 2 "not micro sweep's or plate's CSV" "figure --csv $shown (not a CSV)" -- "$micro" figure --csv "$tmp/$name.csv" --out "$dir/again"
     pwned && bad "a path ran a command: $shown" || ok "nothing run for $shown"

@@ -350,8 +350,8 @@ static int bench_batch(const Model *m, const BenchOptions *o, char *err, size_t 
     rc = held_best_pair(m, &rec, specs, o, n / 2, n, held, &readings, turn_ratio, err, errlen);
     const double bw = readings.best;
     if (!rc) {
-        printf("streaming read bandwidth measured here: %.1f GB/s (%d thread%s, the best of %d readings taken around the\n"
-               "runs, the lowest %.1f); roofline = (cache + weights read per step) / bandwidth, as a share of the step's\n"
+        printf("streaming read bandwidth measured here: %.2f GB/s (%d thread%s, the best of %d readings taken around the\n"
+               "runs, the lowest %.2f); roofline = (cache + weights read per step) / bandwidth, as a share of the step's\n"
                "time\n\n",
                bw / 1e9, threads, threads == 1 ? "" : "s", readings.count, readings.low / 1e9);
         printf("%-40s %10s %10s %10s %9s | %9s %9s\n", "cache (K / V)", "tokens/s", "step ms", "MB/step", "roofline",
