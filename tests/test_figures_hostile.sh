@@ -41,6 +41,7 @@ for name in "${names[@]}" "$every"; do
     shown=$(printf '%q' "$name")
     dir="$tmp/$name"
     cp data/plates/en.txt "$tmp/$name.txt"
+    mkdir -p "$dir"
     if [ "$name" = "${names[0]}" ] || [ "$name" = "$every" ]; then
         (cd "$work" && "$micro" attention --model "$root/models/micro.bin" --cache int:bits=2 --text "$tmp/$name.txt:40" \
             --out "$dir") >"$tmp/out" 2>&1
