@@ -236,6 +236,9 @@ static inline int32_t quant_tile_code_signed(const uint32_t *tile, int l, int d,
     return ((int32_t)(hi << (64 - bits - sh)) >> (32 - bits)) | (int32_t)(w >> sh);
 }
 
+// The lookups' loop over a chunk's words (bits 1, 2, 4) stays a loop, eight steps a word unrolled:
+// unrolled whole, AVX2's kernels (a lookup is two permutes, a blend and two shifts a half) grew
+// larger than the level-1 instruction cache, and AVX-512's ran no faster.
 // Table lookups on tiles, for widths 1..4. A chunk is read in steps: at bits 1, 2 and 4 step s is
 // the 4 bits [4s, 4s+4) of the stream (4/bits numbers: 32·bits/4 steps), at bits 3 step s is
 // number s (32 steps). table[s][e] is what the 4-bit value e at step s adds; at bits 3 the entries
@@ -275,10 +278,21 @@ static QUANT_ALWAYS_INLINE void quant_tile_lookup(const uint32_t *const *tiles, 
         const float(*tb0)[16] = tables[0], (*tb1)[16] = tables[shared ? 0 : 1], (*tb2)[16] = tables[shared ? 0 : 2],
                    (*tb3)[16] = tables[shared ? 0 : 3];
         __asm__("" : "+r"(tb0), "+r"(tb1), "+r"(tb2), "+r"(tb3));
+        if (sb == 4) { // word g holds steps 8g .. 8g + 7, at shifts 0, 4, .., 28
+QUANT_UNROLL(1)
+            for (int g = 0; g < bits; g++) {
+QUANT_UNROLL(8)
+                for (int j = 0; j < 8; j++) {
+                    const int s = 8 * g + j, sh = 4 * j;
+                    QUANT_STEP(QUANT_INDEX(t0), QUANT_INDEX(t1), QUANT_INDEX(t2), QUANT_INDEX(t3), s)
+                }
+            }
+        } else {
 QUANT_UNROLL(32)
-        for (int s = 0; s < steps; s++) {
-            const int bit = sb * s, g = bit >> 5, sh = bit & 31;
-            QUANT_STEP(QUANT_INDEX(t0), QUANT_INDEX(t1), QUANT_INDEX(t2), QUANT_INDEX(t3), s)
+            for (int s = 0; s < steps; s++) {
+                const int bit = sb * s, g = bit >> 5, sh = bit & 31;
+                QUANT_STEP(QUANT_INDEX(t0), QUANT_INDEX(t1), QUANT_INDEX(t2), QUANT_INDEX(t3), s)
+            }
         }
 #undef QUANT_STEP
         v16_store4(acc[0], acc[2], a0, a1, a2, a3); // acc[k] follows acc[k - 1]
@@ -290,10 +304,21 @@ QUANT_UNROLL(32)
         const uint32_t *tp = tiles[k];
         const float(*table)[16] = tables[shared ? 0 : k];
         v16 a = v16_load(acc[k]);
+        if (sb == 4) {
+QUANT_UNROLL(1)
+            for (int g = 0; g < bits; g++) {
+QUANT_UNROLL(8)
+                for (int j = 0; j < 8; j++) {
+                    const int s = 8 * g + j, sh = 4 * j;
+                    a = v16_add(a, v16_lookup(QUANT_INDEX(tp), v16_load(table[s])));
+                }
+            }
+        } else {
 QUANT_UNROLL(32)
-        for (int s = 0; s < steps; s++) {
-            const int bit = sb * s, g = bit >> 5, sh = bit & 31;
-            a = v16_add(a, v16_lookup(QUANT_INDEX(tp), v16_load(table[s])));
+            for (int s = 0; s < steps; s++) {
+                const int bit = sb * s, g = bit >> 5, sh = bit & 31;
+                a = v16_add(a, v16_lookup(QUANT_INDEX(tp), v16_load(table[s])));
+            }
         }
         v16_store(acc[k], a);
     }
