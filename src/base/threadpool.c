@@ -30,9 +30,10 @@ struct ThreadPool {
     Worker *workers;
     PoolTask task;
     void *ctx;
-    atomic_uint generation;
-    atomic_uint pending; // workers still running the current task
-    atomic_int sleepers; // workers asleep on generation, or the caller asleep on pending
+    atomic_uint generation;     // raised by every pool_run: the workers wait on it
+    _Atomic unsigned long long claim; // the run's generation << 32 | the next share to hand out
+    atomic_uint done;           // shares of the current run finished
+    atomic_int sleepers;        // workers asleep on generation, or the caller asleep on done
     atomic_int stop;
 };
 
@@ -66,6 +67,25 @@ static void wake_sleepers(ThreadPool *p, atomic_uint *word) {
     if (atomic_load(&p->sleepers) > 0) futex_wake_all(word);
 }
 
+// Runs shares of the current run until none is left to take. A share goes to whichever thread
+// takes it first, the caller included: when another process keeps a worker off its core, the
+// caller runs that worker's share and the run ends without waiting a scheduler slice for it. A
+// share is computed the same whoever runs it (its index, not the thread, picks its work and its
+// scratch), so the results are too. The generation in `claim` keeps a late worker from taking a
+// share of a run that has ended: the caller starts the next run only once every share is done,
+// so a share taken is always the current run's, and so are the task and context read after it.
+static void run_shares(ThreadPool *p) {
+    const unsigned long long n = (unsigned long long)p->n_threads;
+    unsigned long long c = atomic_load_explicit(&p->claim, memory_order_acquire);
+    while ((c & 0xffffffffu) < n) {
+        if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acq_rel, memory_order_acquire))
+            continue;
+        p->task(p->ctx, (int)(c & 0xffffffffu), p->n_threads);
+        if (atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1 == (unsigned)n) wake_sleepers(p, &p->done);
+        c = atomic_load_explicit(&p->claim, memory_order_acquire);
+    }
+}
+
 static void *worker_main(void *arg) {
     Worker *w = arg;
     ThreadPool *p = w->pool;
@@ -73,8 +93,7 @@ static void *worker_main(void *arg) {
     for (;;) {
         seen = wait_while_equal(p, &p->generation, seen);
         if (atomic_load_explicit(&p->stop, memory_order_relaxed)) return NULL;
-        p->task(p->ctx, w->index, p->n_threads);
-        if (atomic_fetch_sub(&p->pending, 1) == 1) wake_sleepers(p, &p->pending);
+        run_shares(p);
     }
 }
 
@@ -89,6 +108,8 @@ ThreadPool *pool_create(int n_threads) {
     if (!p) return NULL;
     p->n_threads = n_threads;
     if (n_threads == 1) return p;
+    // No share to take until the first run.
+    atomic_store_explicit(&p->claim, (unsigned long long)n_threads, memory_order_relaxed);
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
     p->workers = calloc((size_t)n_threads, sizeof *p->workers);
     if (!p->threads || !p->workers) goto fail;
@@ -115,12 +136,14 @@ void pool_run(ThreadPool *p, PoolTask task, void *ctx) {
     }
     p->task = task;
     p->ctx = ctx;
-    atomic_store_explicit(&p->pending, (unsigned)p->n_threads - 1, memory_order_relaxed);
-    atomic_fetch_add(&p->generation, 1);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    const unsigned gen = atomic_load_explicit(&p->generation, memory_order_relaxed) + 1;
+    atomic_store_explicit(&p->claim, (unsigned long long)gen << 32, memory_order_release);
+    atomic_store_explicit(&p->generation, gen, memory_order_release);
     wake_sleepers(p, &p->generation);
-    task(ctx, 0, p->n_threads);
-    for (unsigned left; (left = atomic_load_explicit(&p->pending, memory_order_acquire)) != 0;)
-        wait_while_equal(p, &p->pending, left);
+    run_shares(p);
+    const unsigned n = (unsigned)p->n_threads;
+    for (unsigned d; (d = atomic_load_explicit(&p->done, memory_order_acquire)) != n;) wait_while_equal(p, &p->done, d);
 }
 
 typedef struct {

@@ -9,7 +9,8 @@ typedef void (*PoolTask)(void *ctx, int thread, int n_threads);
 // NULL on failure. At most the online cores run (pool_threads says how many). n_threads == 1 creates
 // no threads: pool_run calls the task inline.
 ThreadPool *pool_create(int n_threads);
-// Runs task(ctx, i, n) for i in [0, n) on the pool's threads (i = 0 on the caller) and waits for all.
+// Runs task(ctx, i, n) for i in [0, n), n the pool's threads, and waits for all: each share i once,
+// by whichever thread takes it first (the caller too), so i, not the thread, must pick its work.
 void pool_run(ThreadPool *pool, PoolTask task, void *ctx);
 // Runs fn(ctx, task, thread) for every task in [0, n_tasks), handed out one at a time to whichever
 // thread is free. Tasks must write disjoint outputs; `thread` only selects per-thread scratch, so
