@@ -1,7 +1,8 @@
 // Workers spin on a generation counter before they sleep: a decode step has ~20 fork-join points,
 // each shorter than it takes to wake a sleeping thread. They do go to sleep (on a futex) after a
-// short spin, because when another process holds the second core a spinning pool waits a whole
-// scheduler slice at every join, and decoding slows far more than the loss of one core explains.
+// short spin, and a run's shares go to whichever thread takes them first (run_shares): when another
+// process holds the second core, a pool that waited for its worker would wait a whole scheduler
+// slice at every join, and decoding would slow far more than the loss of one core explains.
 #include "threadpool.h"
 
 #include <limits.h>
