@@ -24,6 +24,7 @@
 #include "model_file.h"
 #include "msgtext.h"
 #include "peak.h"
+#include "plate_capacity.h"
 #include "plate_arch.h"
 #include "plate_page.h"
 #include "safe_file.h"
@@ -109,7 +110,8 @@ int plate_loss_runs(void) { return 1 + N_SCHEMES; }
 // The plate's capacity figures: Llama 3 8B at these widths, scales ignored, then with each
 // scheme's real metadata at head_dim 128.
 static const int capacity_bits[] = {16, 8, 4, 3, 2};
-static const char *capacity_schemes[] = {"int:bits=8", "int:bits=4", "int:bits=2", "kivi:bits=2", "q4_0"};
+const char *const plate_capacity_schemes[PLATE_CAPACITY_SCHEMES] = {"int:bits=8", "int:bits=4", "int:bits=2", "kivi:bits=2",
+                                                                    "q4_0"};
 // The plate's right panel measured on micro: its scheme at 16 (bf16, as a server stores it), 8, 4, 3
 // and 2 bits, KIVI-2 and q4_0, each in a pool that holds SERVE_FP16 fp16 conversations of the
 // model's context exactly. Blocks of 32 tokens: KIVI-2 quantises keys in groups of 32, which must
@@ -153,7 +155,7 @@ static double cap_arch_numbers(const CapacityModel *m, int a) {
     return a == 0 ? 2.0 * m->kv_heads * m->head_dim
                   : a == 1 ? 2.0 * CAP_Q_HEADS * m->head_dim : 4.0 * m->head_dim + m->head_dim / 2.0;
 }
-#define N_CAP_SCHEMES (int)(sizeof capacity_schemes / sizeof capacity_schemes[0])
+#define N_CAP_SCHEMES PLATE_CAPACITY_SCHEMES
 
 typedef struct {
     const Model *model;
@@ -495,7 +497,7 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
         if (i < N_CAP_BITS)
             fprintf(out, "%d-bit", capacity_bits[i]);
         else
-            csv_field_to(out, capacity_schemes[i - N_CAP_BITS]);
+            csv_field_to(out, plate_capacity_schemes[i - N_CAP_BITS]);
         fprintf(out, ",,,,,,,%.4f,,,,,%s,%ld,%.1f,,,,,,,,,,,,\n", bits, cap->name, row.conversations, row.bytes_per_token);
     }
     for (int a = 0; a < N_CAP_ARCHS && !r->long_run; a++)
@@ -559,7 +561,7 @@ static void print_json(FILE *out, const PlateRun *r, const CapacityModel *cap, c
             snprintf(label, sizeof label, "%d-bit", capacity_bits[i]);
             json_string_to(out, label);
         } else {
-            json_string_to(out, capacity_schemes[i - N_CAP_BITS]);
+            json_string_to(out, plate_capacity_schemes[i - N_CAP_BITS]);
         }
         fprintf(out, ", \"bits_per_element\": %.4f, \"bytes_per_token\": %.1f, \"conversations\": %ld}%s\n", bits,
                 row.bytes_per_token, row.conversations, i + 1 < N_CAP_BITS + N_CAP_SCHEMES ? "," : "");
@@ -904,12 +906,12 @@ int cmd_plate(int argc, char **argv) {
     }
     const CapacityModel *cap = capacity_preset("llama3-8b");
     // Each of these schemes codes every head on its own, so one head's conversation stores the same
-    // bits per number as the model's 8 (a test holds them equal): an eighth of the work.
+    // bits per number as the model's 8 (plate_capacity.h): an eighth of the work.
     CapacityModel one_head = *cap;
     one_head.kv_heads = 1;
     double scheme_bits[N_CAP_SCHEMES];
     for (int i = 0; i < N_CAP_SCHEMES && !status; i++)
-        if (capacity_scheme_bits(&one_head, cli_spec(capacity_schemes[i]), &scheme_bits[i], err, sizeof err))
+        if (capacity_scheme_bits(&one_head, cli_spec(plate_capacity_schemes[i]), &scheme_bits[i], err, sizeof err))
             status = cli_error("%s", err);
     ThreadPool *pool = status ? NULL : pool_create(threads);
     if (!status && !pool) status = cli_error("cannot start %d threads", threads);
@@ -980,7 +982,7 @@ int cmd_plate(int argc, char **argv) {
             if (i < N_CAP_BITS)
                 snprintf(label, sizeof label, "%d-bit, scales ignored", capacity_bits[i]);
             else
-                snprintf(label, sizeof label, "%s", capacity_schemes[i - N_CAP_BITS]);
+                snprintf(label, sizeof label, "%s", plate_capacity_schemes[i - N_CAP_BITS]);
             printf("%-24s %8.3f %14.0f %14ld\n", label, bits, row.bytes_per_token, row.conversations);
         }
         printf("the same model with other attention: numbers cached per token and layer, conversations at each width\n");
