@@ -22,8 +22,14 @@
 
 enum { T = 2 * EVAL_SPAN + 23, VOCAB = 256 };
 
-// Beyond the catalog: KIVI at its defaults, whose fp16 window (128) outlasts a span.
-static const char *const extra[][2] = {{"kivi:bits=2", "kivi:bits=2"}};
+// Beyond the catalog: KIVI at its defaults, whose fp16 window (128) outlasts a span; the mirror's
+// forms with an offset (quarot without its rotation) and passed on through a rotation (turboquant's
+// query and post under another, the float codec's plain read back).
+static const char *const extra[][2] = {{"kivi:bits=2", "kivi:bits=2"},
+                                       {"quarot:bits=3,rot=none", "quarot:bits=2,rot=none"},
+                                       {"turboquant:bits=3,rot=hadamard", "turboquant:bits=2,rot=random:3"},
+                                       {"fp32:rot=hadamard", "fp16:rot=hadamard"}};
+#define N_EXTRA (int)(sizeof extra / sizeof extra[0])
 
 // One way of evaluating: its per-token losses and most-attended positions (the trace), and results.
 static int run(const Model *m, const uint8_t *text, const char *const spec[2], int threads, int decode,
@@ -50,8 +56,8 @@ static void check_model(const Model *m, const uint8_t *text, int calibrated) {
     const CatalogEntry *cat = spec_catalog(&n_cat);
     const char *specs[520][2];
     int N_SPECS = 0;
-    for (int i = 0; i <= n_cat; i++) {
-        const char *k = i < n_cat ? cat[i].k : extra[0][0], *v = i < n_cat ? cat[i].v : extra[0][1];
+    for (int i = 0; i < n_cat + N_EXTRA; i++) {
+        const char *k = i < n_cat ? cat[i].k : extra[i - n_cat][0], *v = i < n_cat ? cat[i].v : extra[i - n_cat][1];
         if (i < n_cat && cat[i].calibrated && !calibrated) continue;
         if (!latent) {
             specs[N_SPECS][0] = k, specs[N_SPECS++][1] = v;

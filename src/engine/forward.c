@@ -293,7 +293,15 @@ static void task_span_attention(void *arg, int i, int thread) {
         fk->scores_transposed(att, as, qm, qms, nt, kt, (size_t)mm->stride, hd, 0, n0);
         for (int t = 1; t < nt; t++)
             fk->scores_transposed(att + t * as, 0, qm + t * qms, 0, 1, kt, (size_t)mm->stride, hd, n0, n0 + t);
-        if (mm->factors[KV_ROLE_KEY]) { // factor_j · the sum, as the codec's kernel finishes each score
+        if (mm->offsets[KV_ROLE_KEY]) { // factor_j · the sum + offset_j · Σ_d q̃_d, as the codec's kernel
+            const float *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
+            const float *off = span_mirror_offsets(mm, KV_ROLE_KEY, l, g);
+            for (int t = 0; t < nt; t++) {
+                float qsum = 0.0f;
+                for (int d = 0; d < hd; d++) qsum += qm[t * qms + d];
+                for (int j = 0; j < n0 + t; j++) att[t * as + j] = fac[j] * att[t * as + j] + off[j] * qsum;
+            }
+        } else if (mm->factors[KV_ROLE_KEY]) { // factor_j · the sum, as the codec's kernel finishes each score
             const float *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
             for (int t = 0; t < nt; t++)
                 for (int j = 0; j < n0 + t; j++) att[t * as + j] = fac[j] * att[t * as + j];
@@ -306,6 +314,12 @@ static void task_span_attention(void *arg, int i, int thread) {
                        fk->scaled_softmax(att + t * as, n0 + t, 1.0f / sqrtf((float)hd)));
     if (mm->mirrored[KV_ROLE_VALUE]) {
         const float *v = span_mirror_values(mm, l, g);
+        float offset_sum[SPAN_TILE] = {0}; // Σ_j p_j · offset_j, from the weights before the factors
+        if (mm->offsets[KV_ROLE_VALUE]) {
+            const float *off = span_mirror_offsets(mm, KV_ROLE_VALUE, l, g);
+            for (int t = 0; t < nt; t++)
+                for (int j = 0; j < n0 + t; j++) offset_sum[t] += att[t * as + j] * off[j];
+        }
         if (mm->factors[KV_ROLE_VALUE]) { // p_j · factor_j, as the codec's kernel forms each token's weight
             const float *fac = span_mirror_factors(mm, KV_ROLE_VALUE, l, g);
             for (int t = 0; t < nt; t++)
@@ -325,6 +339,9 @@ static void task_span_attention(void *arg, int i, int thread) {
             fk->mix_rows(out, xs, att, as, nt, v, hd, 0, n0);
             for (int t = 1; t < nt; t++) fk->mix_rows(out + t * xs, 0, att + t * as, 0, 1, v, hd, n0, n0 + t);
         }
+        if (mm->offsets[KV_ROLE_VALUE])
+            for (int t = 0; t < nt; t++)
+                for (int d = 0; d < hd; d++) out[t * xs + d] = out[t * xs + d] + offset_sum[t];
         if (ops && ops->post)
             for (int t = 0; t < nt; t++) {
                 float acc[1024]; // a codec's head_dim is ≤ 1024

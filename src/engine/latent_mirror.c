@@ -13,7 +13,7 @@ static int scores_read_back(const KVStream *rule, const MirrorOps **ops) {
     *ops = NULL;
     if (o->reads_back || (o->by_read && (o->by_read(rule->state) & CODEC_SCORES_BY_READ))) return 1;
     const MirrorOps *k = o->key_mirror ? o->key_mirror(rule->state) : NULL;
-    if (k && !k->query && !k->has_factor) *ops = k;
+    if (k && !k->query && !k->has_factor && !k->has_offset) *ops = k;
     return *ops != NULL;
 }
 
@@ -58,8 +58,8 @@ static void read_token(LatentMirror *m, const PagedStream *ps, int slot, int lay
     float x[1024];
     if (m->ops[slot]) {
         const KVStream *blk = &ps->blocks[j / ps->blocks[0].capacity];
-        float factor = 1.0f;
-        m->ops[slot]->read(blk->state, 0, j % blk->capacity, x, &factor);
+        float factor = 1.0f, offset = 0.0f;
+        m->ops[slot]->read(blk->state, 0, j % blk->capacity, x, &factor, &offset);
     } else {
         paged_read(ps, 0, j, x);
     }

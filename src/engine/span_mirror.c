@@ -41,6 +41,7 @@ int span_mirror_init(SpanMirror *m, const KVPool *pool, int context) {
         m->ops[r] = whole ? NULL : mirror_ops(rule, (KVRole)r), m->rule[r] = rule->state;
         m->mirrored[r] = whole || m->ops[r];
         if (m->ops[r] && m->ops[r]->has_factor) failed |= !(m->factors[r] = calloc_lines(tokens, sizeof(float)));
+        if (m->ops[r] && m->ops[r]->has_offset) failed |= !(m->offsets[r] = calloc_lines(tokens, sizeof(float)));
     }
     // calloc_lines: in 2 MiB pages where they are big (faulting a 6 MB mirror in by 4 KiB pages showed).
     if (m->mirrored[KV_ROLE_KEY]) failed |= !(m->keys = calloc_lines(heads * (size_t)m->stride, sizeof(float)));
@@ -56,7 +57,7 @@ void span_mirror_free(SpanMirror *m) {
     free(m->count);
     free(m->keys);
     free(m->values);
-    for (int r = 0; r < 2; r++) free(m->factors[r]);
+    for (int r = 0; r < 2; r++) free(m->factors[r]), free(m->offsets[r]);
     memset(m, 0, sizeof *m);
 }
 
@@ -72,9 +73,10 @@ static void read_token(SpanMirror *m, const PagedStream *ps, KVRole role, int la
     for (int h = 0; h < m->n_heads; h++) {
         float *row = role == KV_ROLE_VALUE ? (float *)span_mirror_values(m, layer, h) + (size_t)j * hd : x;
         if (ops) {
-            float factor = 1.0f;
-            ops->read(blk->state, h, j % blk->capacity, row, &factor);
+            float factor = 1.0f, offset = 0.0f;
+            ops->read(blk->state, h, j % blk->capacity, row, &factor, &offset);
             if (m->factors[role]) ((float *)span_mirror_factors(m, role, layer, h))[j] = factor;
+            if (m->offsets[role]) ((float *)span_mirror_offsets(m, role, layer, h))[j] = offset;
         } else {
             paged_read(ps, h, j, row);
             if (role == KV_ROLE_KEY && ps->blocks[0].prerope)

@@ -23,6 +23,7 @@ typedef struct {
                         // channel, RoPE'd
     float *values;      // [layer][head][context][head_dim] (x̃ for ops)
     float *factors[2];  // [role][layer][head][context]: ops' factor of each token (has_factor), else NULL
+    float *offsets[2];  // the same for ops' offsets (has_offset)
 } SpanMirror;
 
 // Whether attention over this pool's streams of a role reads every token back whole, in the order
@@ -41,9 +42,13 @@ void span_mirror_free(SpanMirror *m);
 void span_mirror_update(SpanMirror *m, const KVSeq *seq, int layer, int first, const float *rope_cos,
                         const float *rope_sin);
 
-// The factors of one role's streams of one layer and head (ops with has_factor).
+// The factors and offsets of one role's streams of one layer and head (ops with has_factor, has_offset).
 static inline const float *span_mirror_factors(const SpanMirror *m, KVRole role, int layer, int head) {
     return m->factors[role] + ((size_t)layer * m->n_heads + head) * (size_t)m->context;
+}
+
+static inline const float *span_mirror_offsets(const SpanMirror *m, KVRole role, int layer, int head) {
+    return m->offsets[role] + ((size_t)layer * m->n_heads + head) * (size_t)m->context;
 }
 
 // The mirrored keys (transposed, rows `stride` apart) and values of one layer and head.

@@ -54,16 +54,24 @@ typedef struct {
 //   keys    score_j = factor_j · Σ_d q̃_d · x̃_j,d, q̃ made from the query alone: float's unscaled
 //           keys (x̃ = x̂), TurboQuant's mse keys (q̃ = R·q, x̃ the centroids, the norm the
 //           factor), QJL's keys (q̃ = S·q, x̃ the signs as ±1, √(π/2)/m·‖k‖ the factor);
+//           with an offset (has_offset), score_j = factor_j · Σ_d q̃_d · x̃_j,d + offset_j · Σ_d q̃_d:
+//           the per-token tables of codec_nuq (x̃ the levels, the range r the factor, the midpoint
+//           z the offset);
 //   values  out = post(Σ_j (p_j · factor_j) · x̃_j): TurboQuant's mse values (post the inverse
-//           rotation) and its presets' uniform values (x̂, read back).
+//           rotation) and its presets' uniform values (x̂, read back); with an offset, the sum
+//           Σ_j p_j · offset_j (in order of j) is added to every number before post (codec_nuq).
+// The stream transforms (kvtransform.h) pass a codec's forms on when they only rotate: q̃ and post
+// then rotate too.
 typedef struct MirrorOps {
-    // x̃ of one head at one token (head_dim numbers), and its factor (left alone without one).
-    void (*read)(const void *state, int head, int token, float *x, float *factor);
+    // x̃ of one head at one token (head_dim numbers), its factor and its offset (each left alone
+    // where the form has none).
+    void (*read)(const void *state, int head, int token, float *x, float *factor, float *offset);
     // Keys: q̃ of a query (head_dim numbers); NULL: q itself.
     void (*query)(const void *state, const float *q, float *out);
     // Values: out from the sums acc (head_dim numbers each); NULL: out = acc.
     void (*post)(const void *state, const float *acc, float *out);
     int has_factor;
+    int has_offset; // only with has_factor
     // Values: the codec's mix sums even and odd tokens apart, each in order, and adds the two at the
     // end (out = even + odd, as the float codec's two chains do); the mirror's mix does the same.
     int split_mix;

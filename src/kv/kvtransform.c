@@ -228,6 +228,9 @@ typedef struct {
     float *work;        // [n] the vector on its way in (append is one thread per stream)
     uint8_t *picked;    // [n]
     int *chosen;        // [per_token]
+    // The codec's mirror forms passed on (transform_mirror_init); NULL where there are none.
+    const MirrorOps *inner_key_m, *inner_value_m;
+    MirrorOps key_m, value_m;
 } Transform;
 
 static int outlier_index(const Transform *s, int token, int i) {
@@ -380,6 +383,7 @@ static void transform_scores(const CodecBlocks *b, int head, const float *q, flo
     for (int j = 0; j < n; j++) {
         const Transform *s = b->states[j / b->block];
         const int t = j % b->block;
+        if (!s->per_token && t >= s->sink_tokens) break; // sink tokens are the sequence's first
         if (t < s->sink_tokens) { // read whole from the exact copy
             sink_read(s, head, t, x);
             float acc = 0.0f;
@@ -406,6 +410,7 @@ static void transform_mix(const CodecBlocks *b, int head, const float *p, float 
     for (int j = 0; (s0->per_token || s0->sink_tokens) && j < n; j++) {
         const Transform *s = b->states[j / b->block];
         const int t = j % b->block;
+        if (!s->per_token && t >= s->sink_tokens) break;
         if (t < s->sink_tokens) {
             s->inner_ops->read(s->inner, head, t, x);
             for (int d = 0; d < hd; d++) acc[d] -= p[j] * x[d];
@@ -427,6 +432,66 @@ static void transform_mix(const CodecBlocks *b, int head, const float *p, float 
         sink_read(s, head, j % b->block, x);
         for (int d = 0; d < hd; d++) out[d] += p[j] * x[d];
     }
+}
+
+// The fast evaluator's mirror (MirrorOps): a layer that only rotates keeps its codec's forms. Its
+// scores are the codec's with q̃ made from R·q, its mix the codec's out rotated back, and the
+// codec's x̃, factors and offsets are the stored ones: so the layer's forms are the codec's with the
+// rotation added to query and post. Sink tokens and outlier entries are put right after the codec's
+// sums, which no form repeats.
+static void transform_key_read(const void *state, int head, int token, float *x, float *factor, float *offset) {
+    const Transform *s = state;
+    s->inner_key_m->read(s->inner, head, token, x, factor, offset);
+}
+
+static void transform_value_read(const void *state, int head, int token, float *x, float *factor, float *offset) {
+    const Transform *s = state;
+    s->inner_value_m->read(s->inner, head, token, x, factor, offset);
+}
+
+static void transform_query(const void *state, const float *q, float *out) {
+    const Transform *s = state;
+    float qr[1024];
+    if (!s->inner_key_m->query) {
+        transform_rotate(s->rot, s->head_dim, q, out, 0);
+        return;
+    }
+    transform_rotate(s->rot, s->head_dim, q, qr, 0);
+    s->inner_key_m->query(s->inner, qr, out);
+}
+
+static void transform_post(const void *state, const float *acc, float *out) {
+    const Transform *s = state;
+    float x[1024];
+    const float *in = acc;
+    if (s->inner_value_m->post) s->inner_value_m->post(s->inner, acc, x), in = x;
+    transform_rotate(s->rot, s->head_dim, in, out, 1);
+}
+
+static const MirrorOps *transform_key_mirror(const void *state) {
+    const Transform *s = state;
+    return s->inner_key_m ? &s->key_m : NULL;
+}
+
+static const MirrorOps *transform_value_mirror(const void *state) {
+    const Transform *s = state;
+    return s->inner_value_m ? &s->value_m : NULL;
+}
+
+static void transform_mirror_init(Transform *s) {
+    if (!s->rot || s->sink_tokens || s->per_token) return;
+    const CodecOps *o = s->inner_ops;
+    s->inner_key_m = o->key_mirror ? o->key_mirror(s->inner) : NULL;
+    s->inner_value_m = o->value_mirror ? o->value_mirror(s->inner) : NULL;
+    if (s->inner_key_m) {
+        s->key_m = *s->inner_key_m;
+        s->key_m.read = transform_key_read, s->key_m.query = transform_query, s->key_m.post = NULL;
+    }
+    if (s->inner_value_m) {
+        s->value_m = *s->inner_value_m;
+        s->value_m.read = transform_value_read, s->value_m.query = NULL, s->value_m.post = transform_post;
+    }
+    s->ops.key_mirror = transform_key_mirror, s->ops.value_mirror = transform_value_mirror;
 }
 
 static size_t transform_bytes(const void *state) {
@@ -485,6 +550,7 @@ int transform_wrap(KVStream *st, const TransformOptions *t, int first, char *err
             goto oom_state;
     }
     if (!(s->work = malloc(sizeof(float) * (size_t)s->n))) goto oom_state;
+    transform_mirror_init(s);
     st->ops = &s->ops;
     st->state = s;
     return 0;

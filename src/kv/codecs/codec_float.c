@@ -803,8 +803,8 @@ static size_t float_bytes(const void *state) {
 // Unscaled keys: float_scores_keys sums q_d · x̂_d in order of d from 0, as a read back does (the
 // AVX-512 kernel's products with the unit moved to the query are the same real numbers), so they
 // may be mirrored as they read back. Its mix sums even and odd tokens apart: values are not.
-static void float_key_read(const void *state, int head, int token, float *x, float *factor) {
-    (void)factor;
+static void float_key_read(const void *state, int head, int token, float *x, float *factor, float *offset) {
+    (void)factor, (void)offset;
     float_read(state, head, token, x);
 }
 

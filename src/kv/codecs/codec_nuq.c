@@ -300,7 +300,29 @@ static int nuq_by_read(const void *state) {
     return (s->per_channel || s->slots ? CODEC_SCORES_BY_READ : 0) | (s->per_channel ? CODEC_MIX_BY_READ : 0);
 }
 
-CODEC_OPS(nuq, NULL, NULL);
+// The fast evaluator's mirror (MirrorOps) for per-token ranges without exact entries: nuq_scores
+// gives r · Σ_d q_d · level + z · Σ_d q_d, each sum in order of d from 0, and nuq_mix gives
+// Σ_j (p_j · r_j) · level + Σ_j p_j · z_j, each in order of j from 0: the forms with a factor (r)
+// and an offset (z). Exact entries are added into a token's sum as it goes, which no mirror repeats.
+static void nuq_mirror_read(const void *state, int head, int token, float *x, float *factor, float *offset) {
+    const NuqState *s = state;
+    uint8_t codes[1024];
+    quant_unpack(s->codes + ((size_t)token * s->n_heads + head) * s->row_bytes, codes, (size_t)s->head_dim, s->bits);
+    for (int d = 0; d < s->head_dim; d++) x[d] = s->levels[codes[d]];
+    const uint16_t *zr = s->zr + ((size_t)token * s->n_heads + head) * 2;
+    *offset = quant_fp16_to_fp32(zr[0]), *factor = quant_fp16_to_fp32(zr[1]);
+}
+
+static const MirrorOps nuq_mirror_ops = {.read = nuq_mirror_read, .has_factor = 1, .has_offset = 1};
+
+static const MirrorOps *nuq_mirror(const void *state) {
+    const NuqState *s = state;
+    return s->per_channel || s->slots ? NULL : &nuq_mirror_ops;
+}
+
+static const CodecOps nuq_ops = {.append = nuq_append, .scores = nuq_scores, .mix = nuq_mix, .read = nuq_read,
+                                 .key_mirror = nuq_mirror, .value_mirror = nuq_mirror, .by_read = nuq_by_read,
+                                 .bytes = nuq_bytes, .destroy = nuq_destroy};
 
 // The parts both families share once their levels and ranges are known.
 static int nuq_alloc(NuqState *s, int n_heads, int head_dim, int capacity, char *err, size_t errlen) {

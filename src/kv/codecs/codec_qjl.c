@@ -70,7 +70,8 @@ static void qjl_mix(const CodecBlocks *b, int head, const float *p, float *out, 
 // Keys for the fast evaluator's mirror (MirrorOps) when the sketch has head_dim rows: a score is
 // (√(π/2)/m · ‖k‖) · Σ_i ±(S·q)_i in order of i from 0 (qjl_estimate, tq_sign_dot), so x̃ is the
 // signs as ±1, q̃ = S·q and the factor √(π/2)/m · ‖k‖, formed as qjl_estimate forms it.
-static void qjl_key_read(const void *state, int head, int token, float *x, float *factor) {
+static void qjl_key_read(const void *state, int head, int token, float *x, float *factor, float *offset) {
+    (void)offset;
     const QjlState *s = state;
     const uint8_t *row = codec_row(&s->r, head, token);
     for (int i = 0; i < s->m; i++) x[i] = tq_sign(row + 2, i);

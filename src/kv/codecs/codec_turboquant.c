@@ -235,7 +235,8 @@ static void tq_mix(const CodecBlocks *b, int head, const float *p, float *out, i
 // order of d from 0 and multiplies by the norm; tq_mix sums (p_j · norm_j) · centroid in order of j
 // from 0 and rotates the sum back. A preset's uniform values are read back (tq_mix_uniform's
 // order); prod's QJL term is of neither form.
-static void tq_mirror_read(const void *state, int head, int token, float *x, float *factor) {
+static void tq_mirror_read(const void *state, int head, int token, float *x, float *factor, float *offset) {
+    (void)offset;
     const TqState *s = state;
     const uint8_t *row = codec_row(&s->r, head, token);
     if (s->uniform) {
