@@ -225,6 +225,10 @@ typedef struct {
     // and mix add for the entry, which would else read the head back at every query. Not stored
     // data (out_val is): a decode table, like a kernel's, and not counted in bytes().
     float *out_fix;
+    // [n_heads][capacity · per_token] and [n_heads]: each head's outlier entries (token · per_token
+    // + k, in order of token and k), so that scores and mix visit those alone rather than ask every
+    // token of every query. An index of out_idx, not stored data.
+    int *head_entries, *head_count;
     float *work;        // [n] the vector on its way in (append is one thread per stream)
     uint8_t *picked;    // [n]
     int *chosen;        // [per_token]
@@ -291,7 +295,13 @@ static void transform_append(void *state, const float *vec) {
             transform_rotate(s->rot, s->head_dim, x, w + h * s->head_dim, 0);
         }
     }
-    if (s->per_token && t >= s->sink_tokens) take_outliers(s, t, w);
+    if (s->per_token && t >= s->sink_tokens) {
+        take_outliers(s, t, w);
+        for (int k = 0; k < s->per_token; k++) {
+            const int head = outlier_index(s, t, k) / s->head_dim;
+            s->head_entries[(size_t)head * s->capacity * s->per_token + s->head_count[head]++] = t * s->per_token + k;
+        }
+    }
     s->inner_ops->append(s->inner, w);
     if (s->out_fix && t >= s->sink_tokens) {
         float x[1024];
@@ -306,14 +316,12 @@ static void transform_append(void *state, const float *vec) {
     s->length++;
 }
 
-// Outlier entry k of token t, if it lies in `head`: what the scores or mix add for it per unit of
-// weight (the fp16 value less the codec's reconstruction there), at *i its channel; else 0.
-static int outlier_fix(const Transform *s, int head, int t, int k, const float *x, int *i, float *fix) {
+// Outlier entry k of token t, which lies in `head`: what the scores or mix add for it per unit of
+// weight (the fp16 value less the codec's reconstruction there), at *i its channel.
+static float outlier_fix(const Transform *s, int head, int t, int k, const float *x, int *i) {
     *i = outlier_index(s, t, k) - head * s->head_dim;
-    if (*i < 0 || *i >= s->head_dim) return 0;
     const float v = quant_fp16_to_fp32(s->out_val[(size_t)t * s->per_token + k]);
-    *fix = s->out_fix ? s->out_fix[(size_t)t * s->per_token + k] : v - x[*i];
-    return 1;
+    return s->out_fix ? s->out_fix[(size_t)t * s->per_token + k] : v - x[*i];
 }
 
 // Token t's outlier entries of one head written over x (the codec's read of that head), in the
@@ -330,12 +338,8 @@ static int restore_outliers(const Transform *s, int head, int t, float *x) {
     return found;
 }
 
-static int has_outlier_in(const Transform *s, int head, int t) {
-    for (int k = 0; k < s->per_token; k++) {
-        const int i = outlier_index(s, t, k) - head * s->head_dim;
-        if (i >= 0 && i < s->head_dim) return 1;
-    }
-    return 0;
+static const int *head_entries(const Transform *s, int head) {
+    return s->head_entries + (size_t)head * s->capacity * s->per_token;
 }
 
 static void sink_read(const Transform *s, int head, int t, float *out) {
@@ -379,22 +383,25 @@ static void transform_scores(const CodecBlocks *b, int head, const float *q, flo
     InnerStates is;
     const CodecBlocks ib = inner_blocks(b, n, &is);
     s0->inner_ops->scores(&ib, head, qq, out, n);
-    if (!s0->per_token && !s0->sink_tokens) return;
-    for (int j = 0; j < n; j++) {
+    for (int j = 0; j < n; j++) { // sink tokens, the sequence's first, read whole from the exact copy
         const Transform *s = b->states[j / b->block];
         const int t = j % b->block;
-        if (!s->per_token && t >= s->sink_tokens) break; // sink tokens are the sequence's first
-        if (t < s->sink_tokens) { // read whole from the exact copy
-            sink_read(s, head, t, x);
-            float acc = 0.0f;
-            for (int d = 0; d < hd; d++) acc += q[d] * x[d];
-            out[j] = acc;
-        } else if (s->per_token && has_outlier_in(s, head, t)) { // what the codec's copy lacks
-            if (!s->out_fix) s->inner_ops->read(s->inner, head, t, x);
+        if (t >= s->sink_tokens) break;
+        sink_read(s, head, t, x);
+        float acc = 0.0f;
+        for (int d = 0; d < hd; d++) acc += q[d] * x[d];
+        out[j] = acc;
+    }
+    for (int j0 = 0; s0->per_token && j0 < n; j0 += b->block) { // what the codec's copy lacks
+        const Transform *s = b->states[j0 / b->block];
+        const int *e = head_entries(s, head), m = n - j0;
+        int read_t = -1;
+        for (int k = 0; k < s->head_count[head] && e[k] / s->per_token < m; k++) {
+            const int t = e[k] / s->per_token;
+            if (!s->out_fix && t != read_t) s->inner_ops->read(s->inner, head, t, x), read_t = t;
             int i;
-            float fix;
-            for (int k = 0; k < s->per_token; k++)
-                if (outlier_fix(s, head, t, k, x, &i, &fix)) out[j] += qq[i] * fix;
+            const float fix = outlier_fix(s, head, t, e[k] % s->per_token, x, &i);
+            out[j0 + t] += qq[i] * fix;
         }
     }
 }
@@ -406,20 +413,25 @@ static void transform_mix(const CodecBlocks *b, int head, const float *p, float 
     InnerStates is;
     const CodecBlocks ib = inner_blocks(b, n, &is);
     s0->inner_ops->mix(&ib, head, p, acc, n);
-    // In the rotated space: sink tokens' codec copies taken out, outlier entries put right.
-    for (int j = 0; (s0->per_token || s0->sink_tokens) && j < n; j++) {
+    // In the rotated space: sink tokens' codec copies taken out, outlier entries put right (sink
+    // tokens first: they are the sequence's first, and hold no outlier entries).
+    for (int j = 0; j < n; j++) {
         const Transform *s = b->states[j / b->block];
         const int t = j % b->block;
-        if (!s->per_token && t >= s->sink_tokens) break;
-        if (t < s->sink_tokens) {
-            s->inner_ops->read(s->inner, head, t, x);
-            for (int d = 0; d < hd; d++) acc[d] -= p[j] * x[d];
-        } else if (s->per_token && has_outlier_in(s, head, t)) {
-            if (!s->out_fix) s->inner_ops->read(s->inner, head, t, x);
+        if (t >= s->sink_tokens) break;
+        s->inner_ops->read(s->inner, head, t, x);
+        for (int d = 0; d < hd; d++) acc[d] -= p[j] * x[d];
+    }
+    for (int j0 = 0; s0->per_token && j0 < n; j0 += b->block) {
+        const Transform *s = b->states[j0 / b->block];
+        const int *e = head_entries(s, head), m = n - j0;
+        int read_t = -1;
+        for (int k = 0; k < s->head_count[head] && e[k] / s->per_token < m; k++) {
+            const int t = e[k] / s->per_token;
+            if (!s->out_fix && t != read_t) s->inner_ops->read(s->inner, head, t, x), read_t = t;
             int i;
-            float fix;
-            for (int k = 0; k < s->per_token; k++)
-                if (outlier_fix(s, head, t, k, x, &i, &fix)) acc[i] += p[j] * fix;
+            const float fix = outlier_fix(s, head, t, e[k] % s->per_token, x, &i);
+            acc[i] += p[j0 + t] * fix;
         }
     }
     if (s0->rot)
@@ -521,6 +533,8 @@ static void transform_destroy(void *state) {
     free(s->work);
     free(s->picked);
     free(s->chosen);
+    free(s->head_entries);
+    free(s->head_count);
     free(s);
 }
 
@@ -545,7 +559,9 @@ int transform_wrap(KVStream *st, const TransformOptions *t, int first, char *err
         s->out_idx = malloc((size_t)s->index_bytes * (size_t)s->capacity * (size_t)s->per_token);
         s->picked = malloc((size_t)s->n);
         s->chosen = malloc(sizeof(int) * (size_t)s->per_token);
-        if (!s->out_val || !s->out_idx || !s->picked || !s->chosen) goto oom_state;
+        s->head_entries = malloc(sizeof(int) * (size_t)s->n_heads * (size_t)s->capacity * (size_t)s->per_token);
+        s->head_count = calloc((size_t)s->n_heads, sizeof(int));
+        if (!s->out_val || !s->out_idx || !s->picked || !s->chosen || !s->head_entries || !s->head_count) goto oom_state;
         if (!s->inner_ops->settle && !(s->out_fix = malloc(sizeof(float) * (size_t)s->capacity * (size_t)s->per_token)))
             goto oom_state;
     }
@@ -557,6 +573,7 @@ int transform_wrap(KVStream *st, const TransformOptions *t, int first, char *err
 oom_state:
     s->inner_ops = NULL;
     free(s->sink), free(s->out_val), free(s->out_fix), free(s->out_idx), free(s->work), free(s->picked), free(s->chosen);
+    free(s->head_entries), free(s->head_count);
     free(s);
 oom:
     st->ops->destroy(st->state);
