@@ -255,14 +255,16 @@ static void nuq_mix(const CodecBlocks *b, int head, const float *p, float *out, 
             a0 = _mm512_add_ps(a0, _mm512_mul_ps(w, l0));
             a1 = _mm512_add_ps(a1, _mm512_mul_ps(w, l1));
             zsum += p[j] * z;
-            for (int k = k0; k < k0 + per; k++) {
+            for (int k = k0; k < k0 + per; k++) { // acc[i] += ..., as one lane's add
                 const int i = get_index(s, t, k) - head * hd;
                 if (i < 0 || i >= hd) continue;
                 float lv[32] __attribute__((aligned(64)));
-                _mm512_store_ps(acc, a0), _mm512_store_ps(acc + 16, a1);
                 _mm512_store_ps(lv, l0), _mm512_store_ps(lv + 16, l1);
-                acc[i] += p[j] * nuq_exact(s, t, k, lv[i], r, z);
-                a0 = _mm512_load_ps(acc), a1 = _mm512_load_ps(acc + 16);
+                const __m512 add = _mm512_set1_ps(p[j] * nuq_exact(s, t, k, lv[i], r, z));
+                if (i < 16)
+                    a0 = _mm512_mask_add_ps(a0, (__mmask16)(1u << i), a0, add);
+                else
+                    a1 = _mm512_mask_add_ps(a1, (__mmask16)(1u << (i - 16)), a1, add);
             }
         }
         _mm512_store_ps(acc, a0), _mm512_store_ps(acc + 16, a1);
