@@ -24,11 +24,14 @@ enum { T = 2 * EVAL_SPAN + 23, VOCAB = 256 };
 
 // Beyond the catalog: KIVI at its defaults, whose fp16 window (128) outlasts a span; the mirror's
 // forms with an offset (quarot without its rotation) and passed on through a rotation (turboquant's
-// query and post under another, the float codec's plain read back).
+// query and post under another, the float codec's plain read back), and with sink tokens.
 static const char *const extra[][2] = {{"kivi:bits=2", "kivi:bits=2"},
                                        {"quarot:bits=3,rot=none", "quarot:bits=2,rot=none"},
                                        {"turboquant:bits=3,rot=hadamard", "turboquant:bits=2,rot=random:3"},
-                                       {"fp32:rot=hadamard", "fp16:rot=hadamard"}};
+                                       {"fp32:rot=hadamard", "fp16:rot=hadamard"},
+                                       {"quarot:bits=3,sink=2", "quarot:bits=2,rot=none,sink=3"},
+                                       {"turboquant:bits=2,sink=3", "turboquant:bits=3,rot=hadamard,sink=1"},
+                                       {"qjl:sink=2", "fp32:sink=2"}};
 #define N_EXTRA (int)(sizeof extra / sizeof extra[0])
 
 // One way of evaluating: its per-token losses and most-attended positions (the trace), and results.

@@ -306,6 +306,8 @@ static void task_span_attention(void *arg, int i, int thread) {
             for (int t = 0; t < nt; t++)
                 for (int j = 0; j < n0 + t; j++) att[t * as + j] = fac[j] * att[t * as + j];
         }
+        if (ops && ops->first_scores) // a transform's sink tokens, scored again as its kernel does
+            for (int t = 0; t < nt; t++) paged_mirror_first_scores(&seq->k[l], ops, g, q + t * qd, att + t * as, n0 + t);
     } else
         for (int t = 0; t < nt; t++) paged_scores(&seq->k[l], g, q + t * qd, att + t * as, n0 + t);
     // The weights as they are, before a value mirror's factors scale them in place.
@@ -314,6 +316,10 @@ static void task_span_attention(void *arg, int i, int thread) {
                        fk->scaled_softmax(att + t * as, n0 + t, 1.0f / sqrtf((float)hd)));
     if (mm->mirrored[KV_ROLE_VALUE]) {
         const float *v = span_mirror_values(mm, l, g);
+        const MirrorOps *ops = mm->ops[KV_ROLE_VALUE];
+        float p_first[SPAN_TILE][MIRROR_MAX_FIRST]; // the first tokens' weights for post, before the factors
+        for (int t = 0; ops && t < nt; t++)
+            for (int j = 0; j < ops->first && j < n0 + t; j++) p_first[t][j] = att[t * as + j];
         float offset_sum[SPAN_TILE] = {0}; // Σ_j p_j · offset_j, from the weights before the factors
         if (mm->offsets[KV_ROLE_VALUE]) {
             const float *off = span_mirror_offsets(mm, KV_ROLE_VALUE, l, g);
@@ -325,7 +331,6 @@ static void task_span_attention(void *arg, int i, int thread) {
             for (int t = 0; t < nt; t++)
                 for (int j = 0; j < n0 + t; j++) att[t * as + j] = att[t * as + j] * fac[j];
         }
-        const MirrorOps *ops = mm->ops[KV_ROLE_VALUE];
         if (ops && ops->split_mix) { // even and odd tokens apart, then added, as the codec's mix does
             enum { HD = 64 }; // a split codec's head_dim is <= 64
             float even[SPAN_TILE * HD] = {0}, odd[SPAN_TILE * HD] = {0};
@@ -346,7 +351,7 @@ static void task_span_attention(void *arg, int i, int thread) {
             for (int t = 0; t < nt; t++) {
                 float acc[1024]; // a codec's head_dim is ≤ 1024
                 memcpy(acc, out + t * xs, sizeof(float) * (size_t)hd);
-                ops->post(mm->rule[KV_ROLE_VALUE], acc, out + t * xs);
+                paged_mirror_post(&seq->v[l], ops, g, p_first[t], acc, out + t * xs, n0 + t);
             }
     } else
         for (int t = 0; t < nt; t++) paged_mix(&seq->v[l], g, att + t * as, out + t * xs, n0 + t);

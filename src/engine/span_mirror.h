@@ -16,7 +16,7 @@ typedef struct {
                         // so that a column of 32 channels does not fall in one set of the L1 cache
     int mirrored[2];    // [role]: this role's streams are mirrored
     const MirrorOps *ops[2]; // [role]: mirrored as their codec's MirrorOps say (NULL: read back)
-    const void *rule[2];     // [role]: a block's state, for ops' query and post (the pool's shared coder)
+    const void *rule[2];     // [role]: a block's state, for ops' query (the pool's shared coder)
     const KVSeq *seq;   // the sequence mirrored
     int *count;         // [layer][role]: tokens [0, n) are mirrored
     float *keys;        // [layer][head][head_dim][stride]: keys (x̃ for ops) transposed, one row per

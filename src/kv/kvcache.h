@@ -60,16 +60,25 @@ typedef struct {
 //   values  out = post(Σ_j (p_j · factor_j) · x̃_j): TurboQuant's mse values (post the inverse
 //           rotation) and its presets' uniform values (x̂, read back); with an offset, the sum
 //           Σ_j p_j · offset_j (in order of j) is added to every number before post (codec_nuq).
-// The stream transforms (kvtransform.h) pass a codec's forms on when they only rotate: q̃ and post
-// then rotate too.
+// The stream transforms (kvtransform.h) pass a codec's forms on where they rotate and keep sink
+// tokens (not with outlier entries): q̃ and post rotate too, and a sequence's first tokens, the sink
+// tokens, are put right after the sums as the transform's own kernels put them right (first_scores,
+// post).
+#define MIRROR_MAX_FIRST 64
 typedef struct MirrorOps {
     // x̃ of one head at one token (head_dim numbers), its factor and its offset (each left alone
     // where the form has none).
     void (*read)(const void *state, int head, int token, float *x, float *factor, float *offset);
     // Keys: q̃ of a query (head_dim numbers); NULL: q itself.
     void (*query)(const void *state, const float *q, float *out);
-    // Values: out from the sums acc (head_dim numbers each); NULL: out = acc.
-    void (*post)(const void *state, const float *acc, float *out);
+    // Values: out from the sums acc (head_dim numbers each) of tokens [0, n) of a sequence's
+    // blocks b, with the weights p of its first `first` tokens as they were before any factor;
+    // NULL: out = acc.
+    void (*post)(const CodecBlocks *b, int head, const float *p, const float *acc, float *out, int n);
+    // Keys: the scores of a sequence's first `first` tokens (of [0, n)) made again after the sums
+    // from the query as it came (q, not q̃); NULL: none.
+    void (*first_scores)(const CodecBlocks *b, int head, const float *q, float *out, int n);
+    int first; // at most MIRROR_MAX_FIRST
     int has_factor;
     int has_offset; // only with has_factor
     // Values: the codec's mix sums even and odd tokens apart, each in order, and adds the two at the

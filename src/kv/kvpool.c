@@ -351,6 +351,17 @@ void paged_mix(const PagedStream *ps, int head, const float *p, float *out, int 
     paged_mix_then(ps, NULL, head, p, out, n);
 }
 
+void paged_mirror_post(const PagedStream *ps, const MirrorOps *ops, int head, const float *p, const float *acc,
+                       float *out, int n) {
+    const CodecBlocks b = paged_blocks(ps, NULL);
+    ops->post(&b, head, p, acc, out, n);
+}
+
+void paged_mirror_first_scores(const PagedStream *ps, const MirrorOps *ops, int head, const float *q, float *out, int n) {
+    const CodecBlocks b = paged_blocks(ps, NULL);
+    ops->first_scores(&b, head, q, out, n);
+}
+
 void paged_scores_then(const PagedStream *ps, const PagedStream *next, int head, const float *q, float *out, int n) {
     const CodecBlocks b = paged_blocks(ps, next);
     ps->blocks[0].ops->scores(&b, head, q, out, n);

@@ -215,6 +215,7 @@ typedef struct {
     int n_heads, head_dim, n, capacity, length;
     const float *rot;   // NULL: no rotation
     int sink_tokens;    // this block's tokens that are sink tokens (its first ones)
+    int sink_all;       // the sequence's sink tokens (its first ones, in this block and before it)
     uint16_t *sink;     // [sink_tokens][n] fp16 of the vectors as given
     int per_token;      // outlier entries per token (both ends)
     int index_bytes;    // 1 when n <= 256, else 2
@@ -374,6 +375,21 @@ static CodecBlocks inner_blocks(const CodecBlocks *b, int n, InnerStates *is) {
     return (CodecBlocks){is->states, b->block, b->head_dim, NULL, 0};
 }
 
+// The scores of the sink tokens, the sequence's first, read whole from their exact copies.
+static void sink_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
+    const int hd = b->head_dim;
+    float x[1024];
+    for (int j = 0; j < n; j++) {
+        const Transform *s = b->states[j / b->block];
+        const int t = j % b->block;
+        if (t >= s->sink_tokens) break;
+        sink_read(s, head, t, x);
+        float acc = 0.0f;
+        for (int d = 0; d < hd; d++) acc += q[d] * x[d];
+        out[j] = acc;
+    }
+}
+
 static void transform_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
     const Transform *s0 = b->states[0];
     const int hd = s0->head_dim;
@@ -383,15 +399,7 @@ static void transform_scores(const CodecBlocks *b, int head, const float *q, flo
     InnerStates is;
     const CodecBlocks ib = inner_blocks(b, n, &is);
     s0->inner_ops->scores(&ib, head, qq, out, n);
-    for (int j = 0; j < n; j++) { // sink tokens, the sequence's first, read whole from the exact copy
-        const Transform *s = b->states[j / b->block];
-        const int t = j % b->block;
-        if (t >= s->sink_tokens) break;
-        sink_read(s, head, t, x);
-        float acc = 0.0f;
-        for (int d = 0; d < hd; d++) acc += q[d] * x[d];
-        out[j] = acc;
-    }
+    sink_scores(b, head, q, out, n);
     for (int j0 = 0; s0->per_token && j0 < n; j0 += b->block) { // what the codec's copy lacks
         const Transform *s = b->states[j0 / b->block];
         const int *e = head_entries(s, head), m = n - j0;
@@ -406,13 +414,12 @@ static void transform_scores(const CodecBlocks *b, int head, const float *q, flo
     }
 }
 
-static void transform_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
+// The codec's mix acc (rotated space) made the layer's: sink tokens' codec copies taken out,
+// outlier entries put right, the sum rotated back and the sink tokens' exact copies added.
+static void finish_mix(const CodecBlocks *b, int head, const float *p, float *acc, float *out, int n) {
     const Transform *s0 = b->states[0];
     const int hd = s0->head_dim;
-    float acc[1024], x[1024];
-    InnerStates is;
-    const CodecBlocks ib = inner_blocks(b, n, &is);
-    s0->inner_ops->mix(&ib, head, p, acc, n);
+    float x[1024];
     // In the rotated space: sink tokens' codec copies taken out, outlier entries put right (sink
     // tokens first: they are the sequence's first, and hold no outlier entries).
     for (int j = 0; j < n; j++) {
@@ -446,11 +453,21 @@ static void transform_mix(const CodecBlocks *b, int head, const float *p, float 
     }
 }
 
-// The fast evaluator's mirror (MirrorOps): a layer that only rotates keeps its codec's forms. Its
-// scores are the codec's with q̃ made from R·q, its mix the codec's out rotated back, and the
-// codec's x̃, factors and offsets are the stored ones: so the layer's forms are the codec's with the
-// rotation added to query and post. Sink tokens and outlier entries are put right after the codec's
-// sums, which no form repeats.
+static void transform_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
+    const Transform *s0 = b->states[0];
+    float acc[1024];
+    InnerStates is;
+    const CodecBlocks ib = inner_blocks(b, n, &is);
+    s0->inner_ops->mix(&ib, head, p, acc, n);
+    finish_mix(b, head, p, acc, out, n);
+}
+
+// The fast evaluator's mirror (MirrorOps): a layer that rotates and keeps sink tokens keeps its
+// codec's forms. Its scores are the codec's with q̃ made from R·q, then the sink tokens' scored
+// again (sink_scores); its mix is the codec's, put right by finish_mix; and the codec's x̃, factors
+// and offsets are the stored ones. So the layer's forms are the codec's with the rotation added to
+// query, finish_mix to post, and sink_scores after the scores. Outlier entries are put right into
+// each token's sum as the kernels go, which no form repeats.
 static void transform_key_read(const void *state, int head, int token, float *x, float *factor, float *offset) {
     const Transform *s = state;
     s->inner_key_m->read(s->inner, head, token, x, factor, offset);
@@ -463,21 +480,25 @@ static void transform_value_read(const void *state, int head, int token, float *
 
 static void transform_query(const void *state, const float *q, float *out) {
     const Transform *s = state;
-    float qr[1024];
-    if (!s->inner_key_m->query) {
+    if (!s->inner_key_m->query) { // rotated alone (transform_mirror_init: then there is a rotation)
         transform_rotate(s->rot, s->head_dim, q, out, 0);
         return;
     }
-    transform_rotate(s->rot, s->head_dim, q, qr, 0);
-    s->inner_key_m->query(s->inner, qr, out);
+    float qr[1024];
+    if (s->rot) transform_rotate(s->rot, s->head_dim, q, qr, 0);
+    s->inner_key_m->query(s->inner, s->rot ? qr : q, out);
 }
 
-static void transform_post(const void *state, const float *acc, float *out) {
-    const Transform *s = state;
-    float x[1024];
-    const float *in = acc;
-    if (s->inner_value_m->post) s->inner_value_m->post(s->inner, acc, x), in = x;
-    transform_rotate(s->rot, s->head_dim, in, out, 1);
+static void transform_post(const CodecBlocks *b, int head, const float *p, const float *acc, float *out, int n) {
+    const Transform *s0 = b->states[0];
+    float a[1024];
+    if (s0->inner_value_m->post) {
+        InnerStates is;
+        const CodecBlocks ib = inner_blocks(b, n, &is);
+        s0->inner_value_m->post(&ib, head, p, acc, a, n);
+    } else
+        memcpy(a, acc, sizeof(float) * (size_t)s0->head_dim);
+    finish_mix(b, head, p, a, out, n);
 }
 
 static const MirrorOps *transform_key_mirror(const void *state) {
@@ -491,17 +512,19 @@ static const MirrorOps *transform_value_mirror(const void *state) {
 }
 
 static void transform_mirror_init(Transform *s) {
-    if (!s->rot || s->sink_tokens || s->per_token) return;
+    if (s->per_token || s->sink_all > MIRROR_MAX_FIRST) return;
     const CodecOps *o = s->inner_ops;
     s->inner_key_m = o->key_mirror ? o->key_mirror(s->inner) : NULL;
     s->inner_value_m = o->value_mirror ? o->value_mirror(s->inner) : NULL;
     if (s->inner_key_m) {
         s->key_m = *s->inner_key_m;
-        s->key_m.read = transform_key_read, s->key_m.query = transform_query, s->key_m.post = NULL;
+        s->key_m.read = transform_key_read;
+        s->key_m.query = s->rot || s->inner_key_m->query ? transform_query : NULL;
+        s->key_m.first_scores = s->sink_all ? sink_scores : NULL;
     }
     if (s->inner_value_m) {
         s->value_m = *s->inner_value_m;
-        s->value_m.read = transform_value_read, s->value_m.query = NULL, s->value_m.post = transform_post;
+        s->value_m.read = transform_value_read, s->value_m.post = transform_post, s->value_m.first = s->sink_all;
     }
     s->ops.key_mirror = transform_key_mirror, s->ops.value_mirror = transform_value_mirror;
 }
@@ -551,6 +574,7 @@ int transform_wrap(KVStream *st, const TransformOptions *t, int first, char *err
     if (s->inner_ops->settle) s->ops.settled = transform_settled, s->ops.settle = transform_settle;
     if (t->rot && !(s->rot = transform_rotation(t->rot, t->seed, s->head_dim))) goto oom_state;
     if (first < t->sink) s->sink_tokens = t->sink - first < s->capacity ? t->sink - first : s->capacity;
+    s->sink_all = t->sink;
     if (s->sink_tokens && !(s->sink = malloc(sizeof(uint16_t) * (size_t)s->sink_tokens * (size_t)s->n))) goto oom_state;
     if (t->outliers > 0.0) {
         s->per_token = 2 * outliers_per_side(t->outliers, s->n);

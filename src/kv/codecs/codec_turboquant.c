@@ -254,8 +254,9 @@ static void tq_mirror_query(const void *state, const float *q, float *out) {
     tq_project(s->c.rot, s->c.d, s->c.d, q, out);
 }
 
-static void tq_mirror_post(const void *state, const float *acc, float *out) {
-    const TqState *s = state;
+static void tq_mirror_post(const CodecBlocks *b, int head, const float *p, const float *acc, float *out, int n) {
+    (void)head, (void)p, (void)n;
+    const TqState *s = b->states[0];
     tq_project_back(s->c.rot, s->c.d, s->c.d, acc, out);
 }
 
