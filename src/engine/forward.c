@@ -293,7 +293,18 @@ static void task_span_attention(void *arg, int i, int thread) {
         fk->scores_transposed(att, as, qm, qms, nt, kt, (size_t)mm->stride, hd, 0, n0);
         for (int t = 1; t < nt; t++)
             fk->scores_transposed(att + t * as, 0, qm + t * qms, 0, 1, kt, (size_t)mm->stride, hd, n0, n0 + t);
-        if (mm->offsets[KV_ROLE_KEY]) { // factor_j · the sum + offset_j · Σ_d q̃_d, as the codec's kernel
+        if (ops && ops->has_second) { // factor_j · (the sum + aux_j · the second sum), as the codec's kernel
+            const float *kt2 = span_mirror_keys2(mm, l, g), *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
+            const float *aux = span_mirror_aux(mm, KV_ROLE_KEY, l, g);
+            float *att2 = b->att2 + ((size_t)r0 * H + h) * b->context;
+            for (int t = 0; t < nt; t++) ops->query2(mm->rule[KV_ROLE_KEY], q + t * qd, qt + t * hd);
+            fk->scores_transposed(att2, as, qt, (size_t)hd, nt, kt2, (size_t)mm->stride, hd, 0, n0);
+            for (int t = 1; t < nt; t++)
+                fk->scores_transposed(att2 + t * as, 0, qt + t * hd, 0, 1, kt2, (size_t)mm->stride, hd, n0, n0 + t);
+            for (int t = 0; t < nt; t++)
+                for (int j = 0; j < n0 + t; j++)
+                    att[t * as + j] = fac[j] * (att[t * as + j] + aux[j] * att2[t * as + j]);
+        } else if (mm->offsets[KV_ROLE_KEY]) { // factor_j · the sum + offset_j · Σ_d q̃_d, as the codec's kernel
             const float *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
             const float *off = span_mirror_offsets(mm, KV_ROLE_KEY, l, g);
             for (int t = 0; t < nt; t++) {
@@ -331,6 +342,15 @@ static void task_span_attention(void *arg, int i, int thread) {
             for (int t = 0; t < nt; t++)
                 for (int j = 0; j < n0 + t; j++) att[t * as + j] = att[t * as + j] * fac[j];
         }
+        float acc2[SPAN_TILE * 1024]; // the second sums (has_second), a codec's head_dim is ≤ 1024
+        if (ops && ops->has_second) {
+            float *att2 = b->att2 + ((size_t)r0 * H + h) * b->context;
+            const float *aux = span_mirror_aux(mm, KV_ROLE_VALUE, l, g), *v2 = span_mirror_values2(mm, l, g);
+            for (int t = 0; t < nt; t++) ops->weights2(mm->rule[KV_ROLE_VALUE], att + t * as, aux, att2 + t * as, n0 + t);
+            memset(acc2, 0, sizeof(float) * (size_t)(nt * hd));
+            fk->mix_rows(acc2, (size_t)hd, att2, as, nt, v2, hd, 0, n0);
+            for (int t = 1; t < nt; t++) fk->mix_rows(acc2 + t * hd, 0, att2 + t * as, 0, 1, v2, hd, n0, n0 + t);
+        }
         if (ops && ops->split_mix) { // even and odd tokens apart, then added, as the codec's mix does
             enum { HD = 64 }; // a split codec's head_dim is <= 64
             float even[SPAN_TILE * HD] = {0}, odd[SPAN_TILE * HD] = {0};
@@ -351,7 +371,7 @@ static void task_span_attention(void *arg, int i, int thread) {
             for (int t = 0; t < nt; t++) {
                 float acc[1024]; // a codec's head_dim is ≤ 1024
                 memcpy(acc, out + t * xs, sizeof(float) * (size_t)hd);
-                paged_mirror_post(&seq->v[l], ops, g, p_first[t], acc, out + t * xs, n0 + t);
+                paged_mirror_post(&seq->v[l], ops, g, p_first[t], acc, acc2 + t * hd, out + t * xs, n0 + t);
             }
     } else
         for (int t = 0; t < nt; t++) paged_mix(&seq->v[l], g, att + t * as, out + t * xs, n0 + t);
@@ -669,6 +689,12 @@ int batch_enable_spans(BatchForward *b, const KVPool *pool, char *err, size_t er
         snprintf(err, errlen, "out of memory allocating the evaluator's decoded cache");
         return -1;
     }
+    if (!latent && b->mirror.second &&
+        !(b->att2 = calloc_lines((size_t)b->max_rows * b->model->config.n_heads * b->context, sizeof(float)))) {
+        span_mirror_free(&b->mirror);
+        snprintf(err, errlen, "out of memory allocating the evaluator's decoded cache");
+        return -1;
+    }
     b->spans = 1;
     return 0;
 }
@@ -686,6 +712,7 @@ void batch_free(BatchForward *b) {
     free(b->hb);
     free(b->hb2);
     free(b->att);
+    free(b->att2);
     free(b->logits);
     free(b->top_position);
     free(b->kept_att);

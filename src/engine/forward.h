@@ -40,6 +40,7 @@ typedef struct {
     float *hb;     // [row][max(hidden, dim)] W1 h, then silu(W1 h) * W3 h; Wo's output before that
     float *hb2;    // [row][hidden] W3 h
     float *att;    // [row][n_heads][context] attention scores then weights
+    float *att2;   // the same for the fast evaluator's second sums (span_mirror.h), where a mirror has them
     float *logits; // [row][vocab]
     int *top_position; // [row][n_layers][n_heads]: the most-attended cached position of this step
     int track_top;     // fill top_position (eval's top1 agreement); serving turns it off

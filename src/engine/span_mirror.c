@@ -42,6 +42,12 @@ int span_mirror_init(SpanMirror *m, const KVPool *pool, int context) {
         m->mirrored[r] = whole || m->ops[r];
         if (m->ops[r] && m->ops[r]->has_factor) failed |= !(m->factors[r] = calloc_lines(tokens, sizeof(float)));
         if (m->ops[r] && m->ops[r]->has_offset) failed |= !(m->offsets[r] = calloc_lines(tokens, sizeof(float)));
+        if (m->ops[r] && m->ops[r]->has_second) {
+            m->second = 1;
+            failed |= !(m->aux[r] = calloc_lines(tokens, sizeof(float)));
+            if (r == KV_ROLE_KEY) failed |= !(m->keys2 = calloc_lines(heads * (size_t)m->stride, sizeof(float)));
+            if (r == KV_ROLE_VALUE) failed |= !(m->values2 = calloc_lines(heads * (size_t)context, sizeof(float)));
+        }
     }
     // calloc_lines: in 2 MiB pages where they are big (faulting a 6 MB mirror in by 4 KiB pages showed).
     if (m->mirrored[KV_ROLE_KEY]) failed |= !(m->keys = calloc_lines(heads * (size_t)m->stride, sizeof(float)));
@@ -57,7 +63,9 @@ void span_mirror_free(SpanMirror *m) {
     free(m->count);
     free(m->keys);
     free(m->values);
-    for (int r = 0; r < 2; r++) free(m->factors[r]), free(m->offsets[r]);
+    for (int r = 0; r < 2; r++) free(m->factors[r]), free(m->offsets[r]), free(m->aux[r]);
+    free(m->keys2);
+    free(m->values2);
     memset(m, 0, sizeof *m);
 }
 
@@ -77,6 +85,15 @@ static void read_token(SpanMirror *m, const PagedStream *ps, KVRole role, int la
             ops->read(blk->state, h, j % blk->capacity, row, &factor, &offset);
             if (m->factors[role]) ((float *)span_mirror_factors(m, role, layer, h))[j] = factor;
             if (m->offsets[role]) ((float *)span_mirror_offsets(m, role, layer, h))[j] = offset;
+            if (ops->has_second) {
+                float x2[1024], aux = 0.0f;
+                ops->read2(blk->state, h, j % blk->capacity, x2, &aux);
+                ((float *)span_mirror_aux(m, role, layer, h))[j] = aux;
+                if (role == KV_ROLE_VALUE)
+                    memcpy((float *)span_mirror_values2(m, layer, h) + (size_t)j * hd, x2, sizeof(float) * (size_t)hd);
+                else
+                    for (int d = 0; d < hd; d++) ((float *)span_mirror_keys2(m, layer, h))[(size_t)d * m->stride + j] = x2[d];
+            }
         } else {
             paged_read(ps, h, j, row);
             if (role == KV_ROLE_KEY && ps->blocks[0].prerope)

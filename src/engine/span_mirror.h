@@ -24,6 +24,9 @@ typedef struct {
     float *values;      // [layer][head][context][head_dim] (x̃ for ops)
     float *factors[2];  // [role][layer][head][context]: ops' factor of each token (has_factor), else NULL
     float *offsets[2];  // the same for ops' offsets (has_offset)
+    // ops' second sums (has_second): keys2 and values2 as keys and values, aux[role] as factors
+    float *keys2, *values2, *aux[2];
+    int second;         // either role has a second sum
 } SpanMirror;
 
 // Whether attention over this pool's streams of a role reads every token back whole, in the order
@@ -51,12 +54,23 @@ static inline const float *span_mirror_offsets(const SpanMirror *m, KVRole role,
     return m->offsets[role] + ((size_t)layer * m->n_heads + head) * (size_t)m->context;
 }
 
+static inline const float *span_mirror_aux(const SpanMirror *m, KVRole role, int layer, int head) {
+    return m->aux[role] + ((size_t)layer * m->n_heads + head) * (size_t)m->context;
+}
+
 // The mirrored keys (transposed, rows `stride` apart) and values of one layer and head.
 static inline const float *span_mirror_keys(const SpanMirror *m, int layer, int head) {
     return m->keys + ((size_t)layer * m->n_heads + head) * m->head_dim * (size_t)m->stride;
 }
 static inline const float *span_mirror_values(const SpanMirror *m, int layer, int head) {
     return m->values + ((size_t)layer * m->n_heads + head) * m->head_dim * (size_t)m->context;
+}
+// The same of the second sums.
+static inline const float *span_mirror_keys2(const SpanMirror *m, int layer, int head) {
+    return m->keys2 + ((size_t)layer * m->n_heads + head) * m->head_dim * (size_t)m->stride;
+}
+static inline const float *span_mirror_values2(const SpanMirror *m, int layer, int head) {
+    return m->values2 + ((size_t)layer * m->n_heads + head) * m->head_dim * (size_t)m->context;
 }
 
 #endif

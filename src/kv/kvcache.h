@@ -60,6 +60,11 @@ typedef struct {
 //   values  out = post(Σ_j (p_j · factor_j) · x̃_j): TurboQuant's mse values (post the inverse
 //           rotation) and its presets' uniform values (x̂, read back); with an offset, the sum
 //           Σ_j p_j · offset_j (in order of j) is added to every number before post (codec_nuq).
+// Either may have a second sum beside the first (has_second: TurboQuant's prod, its QJL residual),
+// over x̃2_j of head_dim numbers, with one number aux_j a token:
+//   keys    score_j = factor_j · (Σ_d q̃_d · x̃_j,d + aux_j · Σ_i q̃2_i · x̃2_j,i), q̃2 = query2(q);
+//   values  acc2 = Σ_j w2_j · x̃2_j in order of j, with w2 = weights2(w, aux) made from the first
+//           sum's weights w_j = p_j · factor_j, and post takes acc2 beside acc.
 // The stream transforms (kvtransform.h) pass a codec's forms on where they rotate and keep sink
 // tokens (not with outlier entries): q̃ and post rotate too, and a sequence's first tokens, the sink
 // tokens, are put right after the sums as the transform's own kernels put them right (first_scores,
@@ -74,11 +79,17 @@ typedef struct MirrorOps {
     // Values: out from the sums acc (head_dim numbers each) of tokens [0, n) of a sequence's
     // blocks b, with the weights p of its first `first` tokens as they were before any factor;
     // NULL: out = acc.
-    void (*post)(const CodecBlocks *b, int head, const float *p, const float *acc, float *out, int n);
+    void (*post)(const CodecBlocks *b, int head, const float *p, const float *acc, const float *acc2, float *out,
+                 int n);
     // Keys: the scores of a sequence's first `first` tokens (of [0, n)) made again after the sums
     // from the query as it came (q, not q̃); NULL: none.
     void (*first_scores)(const CodecBlocks *b, int head, const float *q, float *out, int n);
     int first; // at most MIRROR_MAX_FIRST
+    // The second sum: x̃2 and aux of one head at one token; keys' q̃2; values' w2.
+    int has_second;
+    void (*read2)(const void *state, int head, int token, float *x2, float *aux);
+    void (*query2)(const void *state, const float *q, float *out);
+    void (*weights2)(const void *state, const float *w, const float *aux, float *w2, int n);
     int has_factor;
     int has_offset; // only with has_factor
     // Values: the codec's mix sums even and odd tokens apart, each in order, and adds the two at the

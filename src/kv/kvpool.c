@@ -352,9 +352,9 @@ void paged_mix(const PagedStream *ps, int head, const float *p, float *out, int 
 }
 
 void paged_mirror_post(const PagedStream *ps, const MirrorOps *ops, int head, const float *p, const float *acc,
-                       float *out, int n) {
+                       const float *acc2, float *out, int n) {
     const CodecBlocks b = paged_blocks(ps, NULL);
-    ops->post(&b, head, p, acc, out, n);
+    ops->post(&b, head, p, acc, acc2, out, n);
 }
 
 void paged_mirror_first_scores(const PagedStream *ps, const MirrorOps *ops, int head, const float *q, float *out, int n) {

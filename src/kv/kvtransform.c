@@ -489,13 +489,14 @@ static void transform_query(const void *state, const float *q, float *out) {
     s->inner_key_m->query(s->inner, s->rot ? qr : q, out);
 }
 
-static void transform_post(const CodecBlocks *b, int head, const float *p, const float *acc, float *out, int n) {
+static void transform_post(const CodecBlocks *b, int head, const float *p, const float *acc, const float *acc2,
+                           float *out, int n) {
     const Transform *s0 = b->states[0];
     float a[1024];
     if (s0->inner_value_m->post) {
         InnerStates is;
         const CodecBlocks ib = inner_blocks(b, n, &is);
-        s0->inner_value_m->post(&ib, head, p, acc, a, n);
+        s0->inner_value_m->post(&ib, head, p, acc, acc2, a, n);
     } else
         memcpy(a, acc, sizeof(float) * (size_t)s0->head_dim);
     finish_mix(b, head, p, a, out, n);
@@ -516,6 +517,8 @@ static void transform_mirror_init(Transform *s) {
     const CodecOps *o = s->inner_ops;
     s->inner_key_m = o->key_mirror ? o->key_mirror(s->inner) : NULL;
     s->inner_value_m = o->value_mirror ? o->value_mirror(s->inner) : NULL;
+    if (s->inner_key_m && s->inner_key_m->has_second) s->inner_key_m = NULL; // a second sum is not passed on
+    if (s->inner_value_m && s->inner_value_m->has_second) s->inner_value_m = NULL;
     if (s->inner_key_m) {
         s->key_m = *s->inner_key_m;
         s->key_m.read = transform_key_read;

@@ -234,7 +234,7 @@ static void tq_mix(const CodecBlocks *b, int head, const float *p, float *out, i
 // The fast evaluator's mirror (MirrorOps), for mse: tq_scores sums R·q times the centroids in
 // order of d from 0 and multiplies by the norm; tq_mix sums (p_j · norm_j) · centroid in order of j
 // from 0 and rotates the sum back. A preset's uniform values are read back (tq_mix_uniform's
-// order); prod's QJL term is of neither form.
+// order); prod's QJL term is the mirror's second sum (below).
 static void tq_mirror_read(const void *state, int head, int token, float *x, float *factor, float *offset) {
     (void)offset;
     const TqState *s = state;
@@ -254,24 +254,69 @@ static void tq_mirror_query(const void *state, const float *q, float *out) {
     tq_project(s->c.rot, s->c.d, s->c.d, q, out);
 }
 
-static void tq_mirror_post(const CodecBlocks *b, int head, const float *p, const float *acc, float *out, int n) {
+static void tq_mirror_post(const CodecBlocks *b, int head, const float *p, const float *acc, const float *acc2,
+                           float *out, int n) {
     (void)head, (void)p, (void)n;
     const TqState *s = b->states[0];
-    tq_project_back(s->c.rot, s->c.d, s->c.d, acc, out);
+    if (!s->c.prod) {
+        tq_project_back(s->c.rot, s->c.d, s->c.d, acc, out);
+        return;
+    }
+    float back[1024], sum[1024];
+    tq_project_back(s->c.sketch, s->c.d, s->c.d, acc2, back);
+    for (int d = 0; d < s->c.d; d++) sum[d] = acc[d] + back[d];
+    tq_project_back(s->c.rot, s->c.d, s->c.d, sum, out);
+}
+
+// prod's QJL term as the mirror's second sum: the signs as ±1 (tq_sign), q̃2 = S·(R·q); a key's
+// aux is α·γ (tq_score's α · γ · Σ ±qs_i), a value's γ, and its weight ((p_j · norm_j) · α) · γ_j
+// (tq_mix's g).
+static void tq_mirror_read2(const TqState *s, int head, int token, float *x2, float *gamma) {
+    const uint8_t *row = codec_row(&s->r, head, token);
+    for (int i = 0; i < s->c.d; i++) x2[i] = tq_sign(row + tq_signs_at(&s->c), i);
+    *gamma = fmt_fp16_load(row + tq_gamma_at(&s->c));
+}
+
+static void tq_key_read2(const void *state, int head, int token, float *x2, float *aux) {
+    const TqState *s = state;
+    float gamma;
+    tq_mirror_read2(s, head, token, x2, &gamma);
+    *aux = s->alpha * gamma;
+}
+
+static void tq_value_read2(const void *state, int head, int token, float *x2, float *aux) {
+    tq_mirror_read2(state, head, token, x2, aux);
+}
+
+static void tq_mirror_query2(const void *state, const float *q, float *out) {
+    const TqState *s = state;
+    float qr[1024];
+    tq_project(s->c.rot, s->c.d, s->c.d, q, qr);
+    tq_project(s->c.sketch, s->c.d, s->c.d, qr, out);
+}
+
+static void tq_mirror_weights2(const void *state, const float *w, const float *gamma, float *w2, int n) {
+    const TqState *s = state;
+    for (int j = 0; j < n; j++) w2[j] = w[j] * s->alpha * gamma[j];
 }
 
 static const MirrorOps tq_mirror_ops = {.read = tq_mirror_read, .query = tq_mirror_query, .post = tq_mirror_post,
                                         .has_factor = 1},
                        tq_uniform_mirror_ops = {.read = tq_mirror_read};
+#define TQ_PROD_MIRROR .read = tq_mirror_read, .query = tq_mirror_query, .post = tq_mirror_post, .has_factor = 1
+static const MirrorOps tq_prod_key_ops = {TQ_PROD_MIRROR, .has_second = 1, .read2 = tq_key_read2, .query2 = tq_mirror_query2},
+                       tq_prod_value_ops = {TQ_PROD_MIRROR, .has_second = 1, .read2 = tq_value_read2,
+                                             .weights2 = tq_mirror_weights2};
+#undef TQ_PROD_MIRROR
 
 static const MirrorOps *tq_key_mirror(const void *state) {
     const TqState *s = state;
-    return s->uniform || s->c.prod ? NULL : &tq_mirror_ops;
+    return s->uniform ? NULL : s->c.prod ? &tq_prod_key_ops : &tq_mirror_ops;
 }
 
 static const MirrorOps *tq_value_mirror(const void *state) {
     const TqState *s = state;
-    return s->uniform ? &tq_uniform_mirror_ops : s->c.prod ? NULL : &tq_mirror_ops;
+    return s->uniform ? &tq_uniform_mirror_ops : s->c.prod ? &tq_prod_value_ops : &tq_mirror_ops;
 }
 
 static const CodecOps tq_ops = {.append = tq_append, .scores = tq_scores, .mix = tq_mix, .read = tq_read,
