@@ -296,14 +296,15 @@ static void task_span_attention(void *arg, int i, int thread) {
         if (ops && ops->has_second) { // factor_j · (the sum + aux_j · the second sum), as the codec's kernel
             const float *kt2 = span_mirror_keys2(mm, l, g), *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
             const float *aux = span_mirror_aux(mm, KV_ROLE_KEY, l, g);
-            float *att2 = b->att2 + ((size_t)r0 * H + h) * b->context;
+            float *att2 = b->att2 + ((size_t)r0 * H + h) * b->att2_span;
+            const size_t as2 = (size_t)H * b->att2_span;
             for (int t = 0; t < nt; t++) ops->query2(mm->rule[KV_ROLE_KEY], q + t * qd, qt + t * hd);
-            fk->scores_transposed(att2, as, qt, (size_t)hd, nt, kt2, (size_t)mm->stride, hd, 0, n0);
+            fk->scores_transposed(att2, as2, qt, (size_t)hd, nt, kt2, (size_t)mm->stride, hd, 0, n0);
             for (int t = 1; t < nt; t++)
-                fk->scores_transposed(att2 + t * as, 0, qt + t * hd, 0, 1, kt2, (size_t)mm->stride, hd, n0, n0 + t);
+                fk->scores_transposed(att2 + t * as2, 0, qt + t * hd, 0, 1, kt2, (size_t)mm->stride, hd, n0, n0 + t);
             for (int t = 0; t < nt; t++)
                 for (int j = 0; j < n0 + t; j++)
-                    att[t * as + j] = fac[j] * (att[t * as + j] + aux[j] * att2[t * as + j]);
+                    att[t * as + j] = fac[j] * (att[t * as + j] + aux[j] * att2[t * as2 + j]);
         } else if (mm->offsets[KV_ROLE_KEY]) { // factor_j · the sum + offset_j · Σ_d q̃_d, as the codec's kernel
             const float *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
             const float *off = span_mirror_offsets(mm, KV_ROLE_KEY, l, g);
@@ -337,32 +338,43 @@ static void task_span_attention(void *arg, int i, int thread) {
             for (int t = 0; t < nt; t++)
                 for (int j = 0; j < n0 + t; j++) offset_sum[t] += att[t * as + j] * off[j];
         }
+        // The weights the mix reads: att, or with correction rows (p_j · factor_j, p_j) a token in att2.
+        float *att2 = b->att2 ? b->att2 + ((size_t)r0 * H + h) * b->att2_span : NULL;
+        const size_t as2 = (size_t)H * b->att2_span;
+        const int per = mm->value_rows;
+        const float *w = per > 1 ? att2 : att;
+        const size_t ws = per > 1 ? as2 : as;
+        if (per > 1)
+            for (int t = 0; t < nt; t++)
+                for (int j = 0; j < n0 + t; j++) att2[t * as2 + 2 * j + 1] = att[t * as + j];
         if (mm->factors[KV_ROLE_VALUE]) { // p_j · factor_j, as the codec's kernel forms each token's weight
             const float *fac = span_mirror_factors(mm, KV_ROLE_VALUE, l, g);
             for (int t = 0; t < nt; t++)
                 for (int j = 0; j < n0 + t; j++) att[t * as + j] = att[t * as + j] * fac[j];
         }
+        if (per > 1)
+            for (int t = 0; t < nt; t++)
+                for (int j = 0; j < n0 + t; j++) att2[t * as2 + 2 * j] = att[t * as + j];
         float acc2[SPAN_TILE * 1024]; // the second sums (has_second), a codec's head_dim is ≤ 1024
         if (ops && ops->has_second) {
-            float *att2 = b->att2 + ((size_t)r0 * H + h) * b->context;
             const float *aux = span_mirror_aux(mm, KV_ROLE_VALUE, l, g), *v2 = span_mirror_values2(mm, l, g);
-            for (int t = 0; t < nt; t++) ops->weights2(mm->rule[KV_ROLE_VALUE], att + t * as, aux, att2 + t * as, n0 + t);
+            for (int t = 0; t < nt; t++) ops->weights2(mm->rule[KV_ROLE_VALUE], att + t * as, aux, att2 + t * as2, n0 + t);
             memset(acc2, 0, sizeof(float) * (size_t)(nt * hd));
-            fk->mix_rows(acc2, (size_t)hd, att2, as, nt, v2, hd, 0, n0);
-            for (int t = 1; t < nt; t++) fk->mix_rows(acc2 + t * hd, 0, att2 + t * as, 0, 1, v2, hd, n0, n0 + t);
+            fk->mix_rows(acc2, (size_t)hd, att2, as2, nt, v2, hd, 0, n0);
+            for (int t = 1; t < nt; t++) fk->mix_rows(acc2 + t * hd, 0, att2 + t * as2, 0, 1, v2, hd, n0, n0 + t);
         }
         if (ops && ops->split_mix) { // even and odd tokens apart, then added, as the codec's mix does
             enum { HD = 64 }; // a split codec's head_dim is <= 64
             float even[SPAN_TILE * HD] = {0}, odd[SPAN_TILE * HD] = {0};
-            fk->mix_rows_split(even, odd, HD, att, as, nt, v, hd, 0, n0);
+            fk->mix_rows_split(even, odd, HD, w, ws, nt, v, hd, 0, per * n0);
             for (int t = 1; t < nt; t++)
-                fk->mix_rows_split(even + t * HD, odd + t * HD, 0, att + t * as, 0, 1, v, hd, n0, n0 + t);
+                fk->mix_rows_split(even + t * HD, odd + t * HD, 0, w + t * ws, 0, 1, v, hd, per * n0, per * (n0 + t));
             for (int t = 0; t < nt; t++)
                 for (int d = 0; d < hd; d++) out[t * xs + d] = even[t * HD + d] + odd[t * HD + d];
         } else {
             for (int t = 0; t < nt; t++) memset(out + t * xs, 0, sizeof(float) * (size_t)hd);
-            fk->mix_rows(out, xs, att, as, nt, v, hd, 0, n0);
-            for (int t = 1; t < nt; t++) fk->mix_rows(out + t * xs, 0, att + t * as, 0, 1, v, hd, n0, n0 + t);
+            fk->mix_rows(out, xs, w, ws, nt, v, hd, 0, per * n0);
+            for (int t = 1; t < nt; t++) fk->mix_rows(out + t * xs, 0, w + t * ws, 0, 1, v, hd, per * n0, per * (n0 + t));
         }
         if (mm->offsets[KV_ROLE_VALUE])
             for (int t = 0; t < nt; t++)
@@ -689,8 +701,9 @@ int batch_enable_spans(BatchForward *b, const KVPool *pool, char *err, size_t er
         snprintf(err, errlen, "out of memory allocating the evaluator's decoded cache");
         return -1;
     }
-    if (!latent && b->mirror.second &&
-        !(b->att2 = calloc_lines((size_t)b->max_rows * b->model->config.n_heads * b->context, sizeof(float)))) {
+    b->att2_span = (size_t)b->context * (size_t)(latent ? 1 : b->mirror.value_rows);
+    if (!latent && (b->mirror.second || b->mirror.value_rows > 1) &&
+        !(b->att2 = calloc_lines((size_t)b->max_rows * b->model->config.n_heads * b->att2_span, sizeof(float)))) {
         span_mirror_free(&b->mirror);
         snprintf(err, errlen, "out of memory allocating the evaluator's decoded cache");
         return -1;

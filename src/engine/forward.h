@@ -40,7 +40,9 @@ typedef struct {
     float *hb;     // [row][max(hidden, dim)] W1 h, then silu(W1 h) * W3 h; Wo's output before that
     float *hb2;    // [row][hidden] W3 h
     float *att;    // [row][n_heads][context] attention scores then weights
-    float *att2;   // the same for the fast evaluator's second sums (span_mirror.h), where a mirror has them
+    float *att2;   // the fast evaluator's (span_mirror.h) second scores and weights, where a mirror has a
+                   // second sum or correction rows: [row][n_heads][att2_span]
+    size_t att2_span;
     float *logits; // [row][vocab]
     int *top_position; // [row][n_layers][n_heads]: the most-attended cached position of this step
     int track_top;     // fill top_position (eval's top1 agreement); serving turns it off

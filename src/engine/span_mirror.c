@@ -39,6 +39,8 @@ int span_mirror_init(SpanMirror *m, const KVPool *pool, int context) {
         const KVStream *rule = &pool->rule[r];
         const int whole = read_whole(rule, (KVRole)r);
         m->ops[r] = whole ? NULL : mirror_ops(rule, (KVRole)r), m->rule[r] = rule->state;
+        if (m->ops[r] && m->ops[r]->corrections && (m->ops[r]->has_second || m->ops[r]->split_mix))
+            m->ops[r] = NULL; // one scratch of weights (BatchForward's att2) for one of them
         m->mirrored[r] = whole || m->ops[r];
         if (m->ops[r] && m->ops[r]->has_factor) failed |= !(m->factors[r] = calloc_lines(tokens, sizeof(float)));
         if (m->ops[r] && m->ops[r]->has_offset) failed |= !(m->offsets[r] = calloc_lines(tokens, sizeof(float)));
@@ -51,7 +53,9 @@ int span_mirror_init(SpanMirror *m, const KVPool *pool, int context) {
     }
     // calloc_lines: in 2 MiB pages where they are big (faulting a 6 MB mirror in by 4 KiB pages showed).
     if (m->mirrored[KV_ROLE_KEY]) failed |= !(m->keys = calloc_lines(heads * (size_t)m->stride, sizeof(float)));
-    if (m->mirrored[KV_ROLE_VALUE]) failed |= !(m->values = calloc_lines(heads * (size_t)context, sizeof(float)));
+    m->value_rows = m->ops[KV_ROLE_VALUE] && m->ops[KV_ROLE_VALUE]->corrections ? 2 : 1;
+    if (m->mirrored[KV_ROLE_VALUE])
+        failed |= !(m->values = calloc_lines(heads * (size_t)context * m->value_rows, sizeof(float)));
     if (failed) {
         span_mirror_free(m);
         return -1;
@@ -79,12 +83,13 @@ static void read_token(SpanMirror *m, const PagedStream *ps, KVRole role, int la
     const KVStream *blk = &ps->blocks[j / ps->blocks[0].capacity];
     float x[1024];
     for (int h = 0; h < m->n_heads; h++) {
-        float *row = role == KV_ROLE_VALUE ? (float *)span_mirror_values(m, layer, h) + (size_t)j * hd : x;
+        float *row = role == KV_ROLE_VALUE ? (float *)span_mirror_values(m, layer, h) + (size_t)j * m->value_rows * hd : x;
         if (ops) {
             float factor = 1.0f, offset = 0.0f;
             ops->read(blk->state, h, j % blk->capacity, row, &factor, &offset);
             if (m->factors[role]) ((float *)span_mirror_factors(m, role, layer, h))[j] = factor;
             if (m->offsets[role]) ((float *)span_mirror_offsets(m, role, layer, h))[j] = offset;
+            if (role == KV_ROLE_VALUE && ops->corrections) ops->read_correction(blk->state, h, j % blk->capacity, row + hd);
             if (ops->has_second) {
                 float x2[1024], aux = 0.0f;
                 ops->read2(blk->state, h, j % blk->capacity, x2, &aux);

@@ -27,6 +27,7 @@ typedef struct {
     // ops' second sums (has_second): keys2 and values2 as keys and values, aux[role] as factors
     float *keys2, *values2, *aux[2];
     int second;         // either role has a second sum
+    int value_rows;     // rows a token in values: 1, or 2 with a correction row after each (ops' corrections)
 } SpanMirror;
 
 // Whether attention over this pool's streams of a role reads every token back whole, in the order
@@ -63,7 +64,7 @@ static inline const float *span_mirror_keys(const SpanMirror *m, int layer, int 
     return m->keys + ((size_t)layer * m->n_heads + head) * m->head_dim * (size_t)m->stride;
 }
 static inline const float *span_mirror_values(const SpanMirror *m, int layer, int head) {
-    return m->values + ((size_t)layer * m->n_heads + head) * m->head_dim * (size_t)m->context;
+    return m->values + ((size_t)layer * m->n_heads + head) * m->head_dim * (size_t)m->context * m->value_rows;
 }
 // The same of the second sums.
 static inline const float *span_mirror_keys2(const SpanMirror *m, int layer, int head) {

@@ -65,6 +65,10 @@ typedef struct {
 //   keys    score_j = factor_j · (Σ_d q̃_d · x̃_j,d + aux_j · Σ_i q̃2_i · x̃2_j,i), q̃2 = query2(q);
 //   values  acc2 = Σ_j w2_j · x̃2_j in order of j, with w2 = weights2(w, aux) made from the first
 //           sum's weights w_j = p_j · factor_j, and post takes acc2 beside acc.
+// Values may have a correction row x̃c_j a token (corrections: codec_nuq's exact entries, x̃c the
+// value less the codes' reconstruction at each, 0 elsewhere), added right after the token's own
+// row with its weight p_j as it came: Σ_j ((p_j · factor_j) · x̃_j + p_j · x̃c_j), token after token.
+// (Adding p_j · 0 leaves a sum as it was: a sum from +0 is never −0.)
 // The stream transforms (kvtransform.h) pass a codec's forms on where they rotate and keep sink
 // tokens (not with outlier entries): q̃ and post rotate too, and a sequence's first tokens, the sink
 // tokens, are put right after the sums as the transform's own kernels put them right (first_scores,
@@ -85,6 +89,9 @@ typedef struct MirrorOps {
     // from the query as it came (q, not q̃); NULL: none.
     void (*first_scores)(const CodecBlocks *b, int head, const float *q, float *out, int n);
     int first; // at most MIRROR_MAX_FIRST
+    // Values: token's correction row x̃c (corrections).
+    int corrections;
+    void (*read_correction)(const void *state, int head, int token, float *xc);
     // The second sum: x̃2 and aux of one head at one token; keys' q̃2; values' w2.
     int has_second;
     void (*read2)(const void *state, int head, int token, float *x2, float *aux);

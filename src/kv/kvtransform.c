@@ -478,6 +478,11 @@ static void transform_value_read(const void *state, int head, int token, float *
     s->inner_value_m->read(s->inner, head, token, x, factor, offset);
 }
 
+static void transform_value_correction(const void *state, int head, int token, float *xc) {
+    const Transform *s = state;
+    s->inner_value_m->read_correction(s->inner, head, token, xc);
+}
+
 static void transform_query(const void *state, const float *q, float *out) {
     const Transform *s = state;
     if (!s->inner_key_m->query) { // rotated alone (transform_mirror_init: then there is a rotation)
@@ -528,6 +533,7 @@ static void transform_mirror_init(Transform *s) {
     if (s->inner_value_m) {
         s->value_m = *s->inner_value_m;
         s->value_m.read = transform_value_read, s->value_m.post = transform_post, s->value_m.first = s->sink_all;
+        if (s->value_m.corrections) s->value_m.read_correction = transform_value_correction;
     }
     s->ops.key_mirror = transform_key_mirror, s->ops.value_mirror = transform_value_mirror;
 }

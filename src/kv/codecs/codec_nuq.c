@@ -305,7 +305,9 @@ static int nuq_by_read(const void *state) {
 // The fast evaluator's mirror (MirrorOps) for per-token ranges without exact entries: nuq_scores
 // gives r · Σ_d q_d · level + z · Σ_d q_d, each sum in order of d from 0, and nuq_mix gives
 // Σ_j (p_j · r_j) · level + Σ_j p_j · z_j, each in order of j from 0: the forms with a factor (r)
-// and an offset (z). Exact entries are added into a token's sum as it goes, which no mirror repeats.
+// and an offset (z). A value's exact entries are added into the sum right after its token's levels,
+// p_j · (value − (level · r + z)) at each: the correction row (its numbers nuq_exact's). Keys'
+// exact entries (kvquant's, per channel) are read back.
 static void nuq_mirror_read(const void *state, int head, int token, float *x, float *factor, float *offset) {
     const NuqState *s = state;
     uint8_t codes[1024];
@@ -315,15 +317,36 @@ static void nuq_mirror_read(const void *state, int head, int token, float *x, fl
     *offset = quant_fp16_to_fp32(zr[0]), *factor = quant_fp16_to_fp32(zr[1]);
 }
 
-static const MirrorOps nuq_mirror_ops = {.read = nuq_mirror_read, .has_factor = 1, .has_offset = 1};
+static void nuq_mirror_correction(const void *state, int head, int token, float *xc) {
+    const NuqState *s = state;
+    const int hd = s->head_dim, per = s->slots / s->n_heads;
+    uint8_t codes[1024];
+    quant_unpack(s->codes + ((size_t)token * s->n_heads + head) * s->row_bytes, codes, (size_t)hd, s->bits);
+    const uint16_t *zr = s->zr + ((size_t)token * s->n_heads + head) * 2;
+    const float z = quant_fp16_to_fp32(zr[0]), r = quant_fp16_to_fp32(zr[1]);
+    memset(xc, 0, sizeof(float) * (size_t)hd);
+    for (int k = head * per; k < (head + 1) * per; k++) {
+        const int i = get_index(s, token, k) - head * hd;
+        if (i >= 0 && i < hd) xc[i] = nuq_exact(s, token, k, s->levels[codes[i]], r, z);
+    }
+}
 
-static const MirrorOps *nuq_mirror(const void *state) {
+static const MirrorOps nuq_mirror_ops = {.read = nuq_mirror_read, .has_factor = 1, .has_offset = 1},
+                       nuq_corrected_ops = {.read = nuq_mirror_read, .has_factor = 1, .has_offset = 1,
+                                            .corrections = 1, .read_correction = nuq_mirror_correction};
+
+static const MirrorOps *nuq_key_mirror(const void *state) {
     const NuqState *s = state;
     return s->per_channel || s->slots ? NULL : &nuq_mirror_ops;
 }
 
+static const MirrorOps *nuq_value_mirror(const void *state) {
+    const NuqState *s = state;
+    return s->per_channel ? NULL : s->slots ? &nuq_corrected_ops : &nuq_mirror_ops;
+}
+
 static const CodecOps nuq_ops = {.append = nuq_append, .scores = nuq_scores, .mix = nuq_mix, .read = nuq_read,
-                                 .key_mirror = nuq_mirror, .value_mirror = nuq_mirror, .by_read = nuq_by_read,
+                                 .key_mirror = nuq_key_mirror, .value_mirror = nuq_value_mirror, .by_read = nuq_by_read,
                                  .bytes = nuq_bytes, .destroy = nuq_destroy};
 
 // The parts both families share once their levels and ranges are known.
