@@ -336,8 +336,15 @@ static void haar(int d, float *r) {
     free(q);
 }
 
-static void gaussian(int n, float *s) {
-    for (int i = 0; i < n; i++) s[i] = (float)nrand();
+// After an m × d matrix, its transpose: the layout tq_project and tq_encode take (formats.h).
+static void append_transpose(float *a, int m, int d) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < d; j++) a[(size_t)m * d + (size_t)j * m + i] = a[(size_t)i * d + j];
+}
+
+static void gaussian(int m, int d, float *s) {
+    for (int i = 0; i < m * d; i++) s[i] = (float)nrand();
+    append_transpose(s, m, d);
 }
 
 static double dot(const float *a, const float *b, int n) {
@@ -360,7 +367,7 @@ static double stat_se(const Stat *s) {
 
 static void test_estimators(void) {
     enum { D = 32, TRIALS = 3000 };
-    float x[D], y[D], xhat[D], r[D * D], s[D * D], s64[64 * D];
+    float x[D], y[D], xhat[D], r[2 * D * D], s[2 * D * D], s64[2 * 64 * D];
     uint8_t row[256];
     for (int i = 0; i < D; i++) x[i] = (float)nrand(), y[i] = (float)(nrand() + 0.5 * x[i]);
     const double truth = dot(x, y, D);
@@ -369,7 +376,8 @@ static void test_estimators(void) {
     Stat prod2 = {0}, prod3 = {0}, mse1 = {0}, mse2 = {0}, qjl32 = {0}, qjl64 = {0};
     for (int k = 0; k < TRIALS; k++) {
         haar(D, r);
-        gaussian(D * D, s);
+        append_transpose(r, D, D);
+        gaussian(D, D, s);
         TqCoder c = {.d = D, .cbits = 1, .prod = 1, .rot = r, .sketch = s, .levels = levels1};
         tq_encode(&c, x, row);
         tq_decode(&c, row, xhat);
@@ -399,7 +407,18 @@ static void test_estimators(void) {
         qjl_encode(s, D, D, x, row);
         tq_project(s, D, D, y, sy);
         stat_add(&qjl32, qjl_estimate(row, sy, D));
-        gaussian(64 * D, s64);
+        gaussian(64, D, s64);
+        if (k == 0) { // tq_project down the transpose's rows: each y_i the plain sum in order of j
+            float sx[64];
+            int differ = 0;
+            tq_project(s64, 64, D, x, sx);
+            for (int i = 0; i < 64; i++) {
+                float acc = 0.0f;
+                for (int j = 0; j < D; j++) acc += s64[i * D + j] * x[j];
+                differ += memcmp(&acc, &sx[i], sizeof acc) != 0;
+            }
+            CHECK(!differ, "tq_project: %d of 64 numbers differ from the sums in order", differ);
+        }
         qjl_encode(s64, 64, D, x, row);
         tq_project(s64, 64, D, y, sy);
         stat_add(&qjl64, qjl_estimate(row, sy, 64));

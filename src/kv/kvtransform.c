@@ -160,7 +160,7 @@ static int n_rotations;
 static pthread_mutex_t rotations_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static float *make_rotation(int kind, unsigned long seed, int n) {
-    float *m = malloc(sizeof(float) * (size_t)n * (size_t)n);
+    float *m = malloc(sizeof(float) * 2 * (size_t)n * (size_t)n);
     double *work = malloc(sizeof(double) * (size_t)n * (size_t)n);
     signed char *h = malloc((size_t)n * (size_t)n);
     if (m && work && h) {
@@ -171,6 +171,8 @@ static float *make_rotation(int kind, unsigned long seed, int n) {
             random_orthogonal(seed, n, work);
             for (int i = 0; i < n * n; i++) m[i] = (float)work[i];
         }
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++) m[(size_t)n * n + (size_t)j * n + i] = m[(size_t)i * n + j];
     } else {
         free(m);
         m = NULL;
@@ -199,10 +201,14 @@ const float *transform_rotation(int kind, unsigned long seed, int head_dim) {
 }
 
 void transform_rotate(const float *m, int n, const float *x, float *y, int back) {
-    for (int i = 0; i < n; i++) {
-        float acc = 0.0f;
-        for (int j = 0; j < n; j++) acc += (back ? m[j * n + i] : m[i * n + j]) * x[j];
-        y[i] = acc;
+    // y_i = Σ_j A_ij x_j with A = M or Mᵀ: added column by column, A's column j being row j of Aᵀ
+    // (Mᵀ, stored after M, or M itself), so that each step is one vector operation over i.
+    const float *at = back ? m : m + (size_t)n * n;
+    for (int i = 0; i < n; i++) y[i] = 0.0f;
+    for (int j = 0; j < n; j++) {
+        const float xj = x[j], *restrict col = at + (size_t)j * n;
+        float *restrict out = y;
+        for (int i = 0; i < n; i++) out[i] += col[i] * xj;
     }
 }
 

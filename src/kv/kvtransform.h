@@ -52,10 +52,12 @@ void transform_normalise(const TransformOptions *t, const char *defaults, char *
 // (the inner state is then destroyed).
 int transform_wrap(KVStream *s, const TransformOptions *t, int first, char *err, size_t errlen);
 
-// The rotation matrix of a transform (row-major head_dim × head_dim, orthogonal), shared by every
+// The rotation matrix of a transform (row-major head_dim × head_dim, orthogonal) followed by its
+// transpose (so that M x runs down Mᵀ's rows, the loop over outputs vectorised), shared by every
 // stream that uses it; NULL when out of memory. kind 1: hadamard, 2: random with seed.
 const float *transform_rotation(int kind, unsigned long seed, int head_dim);
-// y = M x (to the rotated space) or y = Mᵀ x (back) for one head of n numbers; y and x distinct.
+// y = M x (to the rotated space) or y = Mᵀ x (back) for one head of n numbers, each y_i summed in
+// order of j from 0; m as transform_rotation gives it (M, then Mᵀ); y and x distinct.
 void transform_rotate(const float *m, int n, const float *x, float *y, int back);
 // The unnormalised Sylvester Hadamard matrix (entries ±1) of order n, a power of two (tests).
 void transform_sylvester(int n, signed char *h);

@@ -342,11 +342,13 @@ const float *tq_gaussian(unsigned long seed, int m, int d) {
     for (int i = 0; i < n_sketches && !found; i++)
         if (sketches[i].seed == seed && sketches[i].m == m && sketches[i].d == d) found = sketches[i].s;
     if (!found && n_sketches < (int)(sizeof sketches / sizeof sketches[0])) {
-        float *s = malloc(sizeof(float) * (size_t)m * (size_t)d);
+        float *s = malloc(sizeof(float) * 2 * (size_t)m * (size_t)d);
         if (s) {
             Rng rng;
             rng_seed(&rng, 0x716a6c736b6574ULL ^ (uint64_t)seed); // "qjlsket"
             for (size_t i = 0; i < (size_t)m * (size_t)d; i++) s[i] = (float)rng_normal(&rng);
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < d; j++) s[(size_t)m * d + (size_t)j * m + i] = s[(size_t)i * d + j];
             sketches[n_sketches++] = (CachedSketch){seed, m, d, s};
         }
         found = s;
@@ -356,10 +358,12 @@ const float *tq_gaussian(unsigned long seed, int m, int d) {
 }
 
 void tq_project(const float *s, int m, int d, const float *x, float *y) {
-    for (int i = 0; i < m; i++) {
-        float acc = 0.0f;
-        for (int j = 0; j < d; j++) acc += s[(size_t)i * d + j] * x[j];
-        y[i] = acc;
+    const float *st = s + (size_t)m * d;
+    for (int i = 0; i < m; i++) y[i] = 0.0f;
+    for (int j = 0; j < d; j++) {
+        const float xj = x[j], *restrict row = st + (size_t)j * m;
+        float *restrict out = y;
+        for (int i = 0; i < m; i++) out[i] += row[i] * xj;
     }
 }
 

@@ -64,10 +64,12 @@ const float *tq_codebook(int d, int bits);
 void tq_lloyd_max(int d, int bits, double *centroids);
 
 // ---- Gaussian sketches and sign bits --------------------------------------------------------
-// A seeded m × d matrix of standard normals (row-major), shared by every stream that asks for the
-// same (seed, m, d) and kept until exit; NULL when out of memory.
+// A seeded m × d matrix of standard normals (row-major) followed by its d × m transpose, shared by
+// every stream that asks for the same (seed, m, d) and kept until exit; NULL when out of memory.
 const float *tq_gaussian(unsigned long seed, int m, int d);
-// y = S x (m rows) and x = Sᵀ y.
+// y = S x (m rows) and x = Sᵀ y, each number summed in order from 0. tq_project takes S followed by
+// its transpose (tq_gaussian's and transform_rotation's layout), whose rows it adds up so that the
+// loop over outputs vectorises.
 void tq_project(const float *s, int m, int d, const float *x, float *y);
 void tq_project_back(const float *s, int m, int d, const float *y, float *x);
 // bits[i/8] bit i%8 set when y[i] >= 0; (m + 7) / 8 bytes, unused high bits zero.
