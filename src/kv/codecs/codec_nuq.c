@@ -60,11 +60,21 @@ static void nuq_destroy(void *state) {
     free(s);
 }
 
-static int nearest_level(const NuqState *s, float xn) {
-    int best = 0;
-    for (int i = 1; i < s->n_levels; i++)
-        if (fabsf(xn - s->levels[i]) < fabsf(xn - s->levels[best])) best = i;
-    return best;
+// codes[d] = the nearest level to xn[d], the first of equals (a NaN: level 0), for n numbers: each
+// number's levels in turn, as a scan one number at a time would take them, with the loop over
+// numbers inside so that it runs a vector of numbers a step.
+static void nearest_levels(const NuqState *s, const float *xn, uint8_t *codes, int n) {
+    float best_d[1024];
+    for (int d = 0; d < n; d++) best_d[d] = fabsf(xn[d] - s->levels[0]), codes[d] = 0;
+    for (int i = 1; i < s->n_levels; i++) {
+        const float level = s->levels[i];
+        for (int d = 0; d < n; d++) {
+            const float dist = fabsf(xn[d] - level);
+            const int closer = dist < best_d[d];
+            best_d[d] = closer ? dist : best_d[d];
+            codes[d] = closer ? (uint8_t)i : codes[d];
+        }
+    }
 }
 
 static float fp16_round(float x) { return quant_fp16_to_fp32(quant_fp32_to_fp16(x)); }
@@ -118,6 +128,7 @@ static void nuq_append(void *state, const float *x) {
     const int t = s->length, hd = s->head_dim;
     if (s->slots) (s->per_channel ? pick_key_outliers : pick_value_outliers)(s, t, x);
     uint8_t codes[1024];
+    float xn[1024];
     for (int h = 0; h < s->n_heads; h++) {
         const float *v = x + h * hd;
         const uint8_t *pk = s->slots ? s->picked + h * hd : NULL;
@@ -135,10 +146,10 @@ static void nuq_append(void *state, const float *x) {
         for (int d = 0; d < hd; d++) {
             const int c = h * hd + d;
             const float zc = s->per_channel ? s->z[c] : z, rc = s->per_channel ? s->r[c] : r;
-            float xn = rc > 0.0f ? (v[d] - zc) / rc : 0.0f;
-            xn = xn < -1.0f ? -1.0f : xn > 1.0f ? 1.0f : xn; // NaN stays NaN: nearest_level then picks level 0
-            codes[d] = (uint8_t)nearest_level(s, xn);
+            const float norm = rc > 0.0f ? (v[d] - zc) / rc : 0.0f;
+            xn[d] = norm < -1.0f ? -1.0f : norm > 1.0f ? 1.0f : norm; // NaN stays NaN: nearest_levels then picks level 0
         }
+        nearest_levels(s, xn, codes, hd);
         quant_pack(s->codes + ((size_t)t * s->n_heads + h) * s->row_bytes, codes, (size_t)hd, s->bits);
     }
     s->length++;
