@@ -335,8 +335,18 @@ static void task_span_attention(void *arg, int i, int thread) {
         float offset_sum[SPAN_TILE] = {0}; // Σ_j p_j · offset_j, from the weights before the factors
         if (mm->offsets[KV_ROLE_VALUE]) {
             const float *off = span_mirror_offsets(mm, KV_ROLE_VALUE, l, g);
-            for (int t = 0; t < nt; t++)
-                for (int j = 0; j < n0 + t; j++) offset_sum[t] += att[t * as + j] * off[j];
+            if (nt == 4) { // the rows' sums side by side in registers, each in order of j
+                float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+                for (int j = 0; j < n0; j++) {
+                    const float o = off[j];
+                    s0 += att[j] * o, s1 += att[as + j] * o, s2 += att[2 * as + j] * o, s3 += att[3 * as + j] * o;
+                }
+                offset_sum[0] = s0, offset_sum[1] = s1, offset_sum[2] = s2, offset_sum[3] = s3;
+            } else
+                for (int t = 0; t < nt; t++)
+                    for (int j = 0; j < n0; j++) offset_sum[t] += att[t * as + j] * off[j];
+            for (int t = 1; t < nt; t++)
+                for (int j = n0; j < n0 + t; j++) offset_sum[t] += att[t * as + j] * off[j];
         }
         // The weights the mix reads: att, or with correction rows (p_j · factor_j, p_j) a token in att2.
         float *att2 = b->att2 ? b->att2 + ((size_t)r0 * H + h) * b->att2_span : NULL;
