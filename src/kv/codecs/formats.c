@@ -32,6 +32,27 @@ int mx_elem_from_name(const char *name) {
     return -1;
 }
 
+// x · 2^k, as ldexpf gives it (one correctly rounded product) without its call where 2^k is a
+// float of its own.
+static inline float times_pow2(float x, int k) {
+    if (k < -126 || k > 127) return ldexpf(x, k);
+    union {
+        uint32_t bits;
+        float value;
+    } p = {.bits = (uint32_t)(k + 127) << 23};
+    return x * p.value;
+}
+
+// floor(log2 a) for a > 0, as ilogbf: from the exponent bits where a is normal.
+static inline int binade(float a) {
+    union {
+        float value;
+        uint32_t bits;
+    } u = {.value = a};
+    const int e = (int)(u.bits >> 23) & 0xff;
+    return e ? e - 127 : ilogbf(a);
+}
+
 // A magnitude a >= 0 of E2M1, E2M3 or E3M2 as its code. With emin = 1 − bias, the representable
 // numbers of binade E >= emin are m·2^(E − mbits), and those below 2^emin (subnormal) the same with
 // E = emin; numbering them as ((E − emin) << mbits) + m makes the code one monotone integer line, so
@@ -40,9 +61,11 @@ static uint8_t small_float_code(MxElem e, float a) {
     const int mbits = mx_mbits[e], emin = 1 - mx_bias[e];
     const uint8_t top = (uint8_t)((1u << (mx_elems[e].bits - 1)) - 1u);
     if (!(a < mx_elems[e].max)) return top; // saturate; inf too
-    int E = a > 0.0f ? ilogbf(a) : emin;
+    int E = a > 0.0f ? binade(a) : emin;
     if (E < emin) E = emin;
-    const int m = (int)nearbyintf(ldexpf(a, mbits - E)); // ties to even
+    // a · 2^(mbits − E) is below 2^(mbits + 1): adding and taking away 2^23 rounds it to an integer,
+    // ties to even, as nearbyintf does.
+    const int m = (int)((times_pow2(a, mbits - E) + 8388608.0f) - 8388608.0f);
     const int code = ((E - emin) << mbits) + m;
     return code > top ? top : (uint8_t)code;
 }
@@ -68,8 +91,8 @@ float mx_elem_decode(MxElem e, uint8_t code) {
     default: {
         const int mbits = mx_mbits[e], bits = mx_elems[e].bits;
         const int mag = code & ((1 << (bits - 1)) - 1), ex = mag >> mbits, f = mag & ((1 << mbits) - 1);
-        const float v = ex == 0 ? ldexpf((float)f, 1 - mx_bias[e] - mbits)
-                                : ldexpf((float)(f + (1 << mbits)), ex - mx_bias[e] - mbits);
+        const float v = ex == 0 ? times_pow2((float)f, 1 - mx_bias[e] - mbits)
+                                : times_pow2((float)(f + (1 << mbits)), ex - mx_bias[e] - mbits);
         return (code >> (bits - 1)) & 1 ? -v : v;
     }
     }
@@ -107,7 +130,7 @@ void mx_block_encode(MxElem e, const float *x, int n, uint8_t *scale, uint8_t *c
     }
     *scale = nan ? 0xff : mx_scale_byte(e, amax);
     const int shift = 127 - (int)*scale; // −X: dividing by 2^X is exact scaling
-    for (int i = 0; i < n; i++) codes[i] = *scale == 0xff ? 0 : mx_elem_encode(e, ldexpf(x[i], shift));
+    for (int i = 0; i < n; i++) codes[i] = *scale == 0xff ? 0 : mx_elem_encode(e, times_pow2(x[i], shift));
 }
 
 // ---- NVFP4 ----------------------------------------------------------------------------------
@@ -118,10 +141,11 @@ float nvfp4_second_scale(float amax, int four_over_six) {
 
 // Elements of one block against the scale s2·sb; the squared error of reading them back.
 static double nvfp4_try(const float *x, int n, float scale, uint8_t *codes) {
+    const float *e2m1 = mx_elem_table(MX_E2M1);
     double err = 0.0;
     for (int i = 0; i < n; i++) {
         codes[i] = scale > 0.0f ? mx_elem_encode(MX_E2M1, x[i] / scale) : 0;
-        const double d = (double)x[i] - (double)(mx_elem_decode(MX_E2M1, codes[i]) * scale);
+        const double d = (double)x[i] - (double)(e2m1[codes[i]] * scale);
         err += d * d;
     }
     return err;
