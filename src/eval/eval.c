@@ -35,8 +35,9 @@ int eval_trace_alloc(EvalTrace *t, const Model *m, int n_tokens) {
     t->vocab = m->config.vocab_size;
     t->top_position = calloc((size_t)t->steps * t->n_layers * t->n_heads, sizeof(int));
     t->log_probs = calloc((size_t)t->steps * t->vocab, sizeof(float));
+    t->probs = calloc((size_t)t->steps * t->vocab, sizeof(double));
     t->nll = calloc((size_t)t->steps, sizeof(double));
-    if (!t->top_position || !t->log_probs || !t->nll) {
+    if (!t->top_position || !t->log_probs || !t->probs || !t->nll) {
         eval_trace_free(t);
         return -1;
     }
@@ -46,6 +47,7 @@ int eval_trace_alloc(EvalTrace *t, const Model *m, int n_tokens) {
 void eval_trace_free(EvalTrace *t) {
     free(t->top_position);
     free(t->log_probs);
+    free(t->probs);
     free(t->nll);
     memset(t, 0, sizeof *t);
 }
@@ -100,7 +102,11 @@ int eval_tokens(const Model *m, const uint8_t *tokens, int n, const CodecSpec *k
             if (reference) diff[t] = -lp[tokens[t + 1]] - reference->nll[t];
             if (record) {
                 memcpy(record->top_position + (size_t)t * heads, top_position, sizeof(int) * (size_t)heads);
-                for (int v = 0; v < vocab; v++) record->log_probs[(size_t)t * vocab + v] = (float)lp[v];
+                for (int v = 0; v < vocab; v++) {
+                    const float l = (float)lp[v];
+                    record->log_probs[(size_t)t * vocab + v] = l;
+                    record->probs[(size_t)t * vocab + v] = exp((double)l);
+                }
             }
             if (reference) {
                 const int *top = reference->top_position + (size_t)t * heads;
@@ -108,8 +114,9 @@ int eval_tokens(const Model *m, const uint8_t *tokens, int n, const CodecSpec *k
                 // KL(reference || this), from the reference's stored log-probabilities; when the two
                 // runs are the same the terms cancel exactly, so the fp32 cache gets exactly 0.
                 const float *ref = reference->log_probs + (size_t)t * vocab;
+                const double *pref = reference->probs + (size_t)t * vocab;
                 double step = 0;
-                for (int v = 0; v < vocab; v++) step += exp((double)ref[v]) * ((double)ref[v] - (double)(float)lp[v]);
+                for (int v = 0; v < vocab; v++) step += pref[v] * ((double)ref[v] - (double)(float)lp[v]);
                 kl += step;
             }
         }

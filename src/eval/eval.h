@@ -13,6 +13,7 @@ typedef struct {
     int steps, n_layers, n_heads, vocab;
     int *top_position; // [steps, n_layers, n_heads] most-attended position
     float *log_probs;  // [steps, vocab] next-token log-probabilities
+    double *probs;     // [steps, vocab] exp of each log_probs entry: KL's weights, made once for every scheme
     double *nll;       // [steps] the NLL of each next token (the paired bootstrap's reference)
 } EvalTrace;
 
