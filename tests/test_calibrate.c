@@ -100,6 +100,11 @@ static void check_maxima(Model *m, const int *in, const int *tg, const Kvq *k) {
     train_net_free(&n);
 }
 
+static int cmp_for_test(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
 static void check_rules(void) {
     float sorted[200];
     for (int i = 0; i < 200; i++) sorted[i] = (float)i;
@@ -117,6 +122,34 @@ static void check_rules(void) {
     CHECK(calib_value_outliers(v, 32, 0, out, scratch) == 0, "P = 0: no value outliers");
     CHECK(calib_value_outliers(v, 32, 100, out, scratch) == 1 && out[7] && !out[20], "P = 1%%: one, the farthest");
     CHECK(calib_value_outliers(v, 32, 700, out, scratch) == 3 && out[7] && out[20], "P = 7%%: ceil(2.24) = 3");
+    // The median found by counting (heads of up to 64 numbers) against one from qsort, on vectors
+    // full of ties, zeros of both signs and a NaN now and then (which takes the qsort path).
+    uint64_t rng = 5;
+    int differ = 0;
+    for (int trial = 0; trial < 2000; trial++) {
+        const int n = 1 + (int)(check_next(&rng) % 70);
+        float w[70], sorted[70], tmp[70];
+        unsigned char got[70], want[70];
+        for (int i = 0; i < n; i++) {
+            const int r = (int)(check_next(&rng) % 9);
+            w[i] = r == 0 ? -0.0f : r == 1 ? 0.0f : (float)((int)(check_next(&rng) % 7) - 3) * 0.5f;
+        }
+        if (trial % 50 == 0) w[check_next(&rng) % (uint64_t)n] = NAN;
+        const uint32_t pct = (uint32_t)(check_next(&rng) % 3000);
+        const int m = calib_value_outliers(w, n, pct, got, tmp);
+        memcpy(sorted, w, sizeof(float) * (size_t)n);
+        qsort(sorted, (size_t)n, sizeof(float), cmp_for_test);
+        const double median = 0.5 * ((double)sorted[(n - 1) / 2] + (double)sorted[n / 2]);
+        memset(want, 0, sizeof want);
+        for (int k = 0; k < m; k++) {
+            int best = -1;
+            for (int i = 0; i < n; i++)
+                if (!want[i] && (best < 0 || fabs(w[i] - median) > fabs(w[best] - median))) best = i;
+            want[best] = 1;
+        }
+        differ += memcmp(got, want, (size_t)n) != 0;
+    }
+    CHECK(!differ, "value outliers: %d of 2000 vectors flag other numbers than with qsort's median", differ);
 }
 
 // A codebook from a histogram: the plain signposts are weighted k-means of the bins; Q-Norm's, with

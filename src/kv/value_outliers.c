@@ -9,14 +9,34 @@ static int cmp_float(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+// s[k] of v sorted as qsort sorts it with cmp_float (a merge sort: equal numbers, +0 and -0 among
+// them, keep their order): the number with k numbers below it or equal and before it. For a head's
+// few numbers the counting, a vector of comparisons a number, is quicker than qsort's calls.
+static float sorted_at(const float *v, int n, int k) {
+    for (int i = 0; i < n; i++) {
+        int rank = 0;
+        for (int j = 0; j < n; j++) rank += v[j] < v[i] || (v[j] == v[i] && j < i);
+        if (rank == k) return v[i];
+    }
+    return v[0]; // not reached: the ranks of numbers are 0..n-1
+}
+
+// The median as the mean of the two middle numbers of v sorted; s holds n floats.
+static double median_of(const float *v, int n, float *s) {
+    int nan = 0;
+    for (int i = 0; i < n; i++) nan |= isnan(v[i]);
+    if (n <= 64 && !nan) return 0.5 * ((double)sorted_at(v, n, (n - 1) / 2) + (double)sorted_at(v, n, n / 2));
+    memcpy(s, v, sizeof(float) * (size_t)n);
+    qsort(s, (size_t)n, sizeof(float), cmp_float);
+    return 0.5 * ((double)s[(n - 1) / 2] + (double)s[n / 2]);
+}
+
 int calib_value_outliers(const float *v, int n, uint32_t percent_hundredths, unsigned char *is_outlier,
                          float *s) {
     memset(is_outlier, 0, (size_t)n);
     int m = (int)(((long long)n * percent_hundredths + 9999) / 10000);
     if (m == 0) return 0;
-    memcpy(s, v, sizeof(float) * (size_t)n);
-    qsort(s, (size_t)n, sizeof(float), cmp_float);
-    double median = 0.5 * ((double)s[(n - 1) / 2] + (double)s[n / 2]);
+    const double median = median_of(v, n, s);
     for (int k = 0; k < m; k++) {
         int best = -1;
         for (int i = 0; i < n; i++)
