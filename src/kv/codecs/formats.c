@@ -381,16 +381,6 @@ const float *tq_gaussian(unsigned long seed, int m, int d) {
     return found;
 }
 
-void tq_project(const float *s, int m, int d, const float *x, float *y) {
-    const float *st = s + (size_t)m * d;
-    for (int i = 0; i < m; i++) y[i] = 0.0f;
-    for (int j = 0; j < d; j++) {
-        const float xj = x[j], *restrict row = st + (size_t)j * m;
-        float *restrict out = y;
-        for (int i = 0; i < m; i++) out[i] += row[i] * xj;
-    }
-}
-
 void tq_project_back(const float *s, int m, int d, const float *y, float *x) {
     for (int j = 0; j < d; j++) x[j] = 0.0f;
     for (int i = 0; i < m; i++)

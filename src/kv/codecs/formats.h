@@ -69,8 +69,16 @@ void tq_lloyd_max(int d, int bits, double *centroids);
 const float *tq_gaussian(unsigned long seed, int m, int d);
 // y = S x (m rows) and x = Sᵀ y, each number summed in order from 0. tq_project takes S followed by
 // its transpose (tq_gaussian's and transform_rotation's layout), whose rows it adds up so that the
-// loop over outputs vectorises.
-void tq_project(const float *s, int m, int d, const float *x, float *y);
+// loop over outputs vectorises; inline, so that each kernel set's codecs run it at their width.
+static inline void tq_project(const float *s, int m, int d, const float *x, float *y) {
+    const float *st = s + (size_t)m * d;
+    for (int i = 0; i < m; i++) y[i] = 0.0f;
+    for (int j = 0; j < d; j++) {
+        const float xj = x[j], *restrict row = st + (size_t)j * m;
+        float *restrict out = y;
+        for (int i = 0; i < m; i++) out[i] += row[i] * xj;
+    }
+}
 void tq_project_back(const float *s, int m, int d, const float *y, float *x);
 // bits[i/8] bit i%8 set when y[i] >= 0; (m + 7) / 8 bytes, unused high bits zero.
 void tq_signs(const float *y, int m, uint8_t *bits);
