@@ -215,6 +215,10 @@ void transform_rotate(const float *m, int n, const float *x, float *y, int back)
 // ---- the layer ---------------------------------------------------------------------------------
 
 typedef struct {
+    int token, k;
+} OutlierEntry;
+
+typedef struct {
     CodecOps ops; // the layer's table (settle passes through only when the codec has one)
     const CodecOps *inner_ops;
     void *inner;
@@ -232,10 +236,11 @@ typedef struct {
     // and mix add for the entry, which would else read the head back at every query. Not stored
     // data (out_val is): a decode table, like a kernel's, and not counted in bytes().
     float *out_fix;
-    // [n_heads][capacity · per_token] and [n_heads]: each head's outlier entries (token · per_token
-    // + k, in order of token and k), so that scores and mix visit those alone rather than ask every
-    // token of every query. An index of out_idx, not stored data.
-    int *head_entries, *head_count;
+    // [n_heads][capacity · per_token] and [n_heads]: each head's outlier entries (token and k, in
+    // order of token and k), so that scores and mix visit those alone rather than ask every token of
+    // every query. An index of out_idx, not stored data.
+    OutlierEntry *head_entries;
+    int *head_count;
     float *work;        // [n] the vector on its way in (append is one thread per stream)
     uint8_t *picked;    // [n]
     int *chosen;        // [per_token]
@@ -306,7 +311,7 @@ static void transform_append(void *state, const float *vec) {
         take_outliers(s, t, w);
         for (int k = 0; k < s->per_token; k++) {
             const int head = outlier_index(s, t, k) / s->head_dim;
-            s->head_entries[(size_t)head * s->capacity * s->per_token + s->head_count[head]++] = t * s->per_token + k;
+            s->head_entries[(size_t)head * s->capacity * s->per_token + s->head_count[head]++] = (OutlierEntry){t, k};
         }
     }
     s->inner_ops->append(s->inner, w);
@@ -345,7 +350,7 @@ static int restore_outliers(const Transform *s, int head, int t, float *x) {
     return found;
 }
 
-static const int *head_entries(const Transform *s, int head) {
+static const OutlierEntry *head_entries(const Transform *s, int head) {
     return s->head_entries + (size_t)head * s->capacity * s->per_token;
 }
 
@@ -408,13 +413,14 @@ static void transform_scores(const CodecBlocks *b, int head, const float *q, flo
     sink_scores(b, head, q, out, n);
     for (int j0 = 0; s0->per_token && j0 < n; j0 += b->block) { // what the codec's copy lacks
         const Transform *s = b->states[j0 / b->block];
-        const int *e = head_entries(s, head), m = n - j0;
+        const OutlierEntry *e = head_entries(s, head);
+        const int m = n - j0;
         int read_t = -1;
-        for (int k = 0; k < s->head_count[head] && e[k] / s->per_token < m; k++) {
-            const int t = e[k] / s->per_token;
+        for (int k = 0; k < s->head_count[head] && e[k].token < m; k++) {
+            const int t = e[k].token;
             if (!s->out_fix && t != read_t) s->inner_ops->read(s->inner, head, t, x), read_t = t;
             int i;
-            const float fix = outlier_fix(s, head, t, e[k] % s->per_token, x, &i);
+            const float fix = outlier_fix(s, head, t, e[k].k, x, &i);
             out[j0 + t] += qq[i] * fix;
         }
     }
@@ -437,13 +443,14 @@ static void finish_mix(const CodecBlocks *b, int head, const float *p, float *ac
     }
     for (int j0 = 0; s0->per_token && j0 < n; j0 += b->block) {
         const Transform *s = b->states[j0 / b->block];
-        const int *e = head_entries(s, head), m = n - j0;
+        const OutlierEntry *e = head_entries(s, head);
+        const int m = n - j0;
         int read_t = -1;
-        for (int k = 0; k < s->head_count[head] && e[k] / s->per_token < m; k++) {
-            const int t = e[k] / s->per_token;
+        for (int k = 0; k < s->head_count[head] && e[k].token < m; k++) {
+            const int t = e[k].token;
             if (!s->out_fix && t != read_t) s->inner_ops->read(s->inner, head, t, x), read_t = t;
             int i;
-            const float fix = outlier_fix(s, head, t, e[k] % s->per_token, x, &i);
+            const float fix = outlier_fix(s, head, t, e[k].k, x, &i);
             acc[i] += p[j0 + t] * fix;
         }
     }
@@ -598,7 +605,7 @@ int transform_wrap(KVStream *st, const TransformOptions *t, int first, char *err
         s->out_idx = malloc((size_t)s->index_bytes * (size_t)s->capacity * (size_t)s->per_token);
         s->picked = malloc((size_t)s->n);
         s->chosen = malloc(sizeof(int) * (size_t)s->per_token);
-        s->head_entries = malloc(sizeof(int) * (size_t)s->n_heads * (size_t)s->capacity * (size_t)s->per_token);
+        s->head_entries = malloc(sizeof(OutlierEntry) * (size_t)s->n_heads * (size_t)s->capacity * (size_t)s->per_token);
         s->head_count = calloc((size_t)s->n_heads, sizeof(int));
         if (!s->out_val || !s->out_idx || !s->picked || !s->chosen || !s->head_entries || !s->head_count) goto oom_state;
         if (!s->inner_ops->settle && !(s->out_fix = malloc(sizeof(float) * (size_t)s->capacity * (size_t)s->per_token)))
