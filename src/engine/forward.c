@@ -267,7 +267,6 @@ static void attend(StepCtx *c, int r, int h) {
 // mirror, the tile's common positions together and each row's last few alone (every sum still in
 // the read-back fallback's order); other streams through their codec's kernels, row by row.
 static void task_span_attention(void *arg, int i, int thread) {
-    (void)thread;
     StepCtx *c = arg;
     BatchForward *b = c->b;
     const ForwardKernels *fk = forward_kernels();
@@ -296,8 +295,8 @@ static void task_span_attention(void *arg, int i, int thread) {
         if (ops && ops->has_second) { // factor_j · (the sum + aux_j · the second sum), as the codec's kernel
             const float *kt2 = span_mirror_keys2(mm, l, g), *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
             const float *aux = span_mirror_aux(mm, KV_ROLE_KEY, l, g);
-            float *att2 = b->att2 + ((size_t)r0 * H + h) * b->att2_span;
-            const size_t as2 = (size_t)H * b->att2_span;
+            float *att2 = b->att2 + (size_t)thread * SPAN_TILE * b->att2_span;
+            const size_t as2 = b->att2_span;
             for (int t = 0; t < nt; t++) ops->query2(mm->rule[KV_ROLE_KEY], q + t * qd, qt + t * hd);
             fk->scores_transposed(att2, as2, qt, (size_t)hd, nt, kt2, (size_t)mm->stride, hd, 0, n0);
             for (int t = 1; t < nt; t++)
@@ -349,8 +348,8 @@ static void task_span_attention(void *arg, int i, int thread) {
                 for (int j = n0; j < n0 + t; j++) offset_sum[t] += att[t * as + j] * off[j];
         }
         // The weights the mix reads: att, or with correction rows (p_j · factor_j, p_j) a token in att2.
-        float *att2 = b->att2 ? b->att2 + ((size_t)r0 * H + h) * b->att2_span : NULL;
-        const size_t as2 = (size_t)H * b->att2_span;
+        float *att2 = b->att2 ? b->att2 + (size_t)thread * SPAN_TILE * b->att2_span : NULL;
+        const size_t as2 = b->att2_span;
         const int per = mm->value_rows;
         const float *w = per > 1 ? att2 : att;
         const size_t ws = per > 1 ? as2 : as;
@@ -713,7 +712,7 @@ int batch_enable_spans(BatchForward *b, const KVPool *pool, char *err, size_t er
     }
     b->att2_span = (size_t)b->context * (size_t)(latent ? 1 : b->mirror.value_rows);
     if (!latent && (b->mirror.second || b->mirror.value_rows > 1) &&
-        !(b->att2 = calloc_lines((size_t)b->max_rows * b->model->config.n_heads * b->att2_span, sizeof(float)))) {
+        !(b->att2 = calloc_lines((size_t)pool_threads(b->pool) * SPAN_TILE * b->att2_span, sizeof(float)))) {
         span_mirror_free(&b->mirror);
         snprintf(err, errlen, "out of memory allocating the evaluator's decoded cache");
         return -1;

@@ -41,7 +41,8 @@ typedef struct {
     float *hb2;    // [row][hidden] W3 h
     float *att;    // [row][n_heads][context] attention scores then weights
     float *att2;   // the fast evaluator's (span_mirror.h) second scores and weights, where a mirror has a
-                   // second sum or correction rows: [row][n_heads][att2_span]
+                   // second sum or correction rows: [thread][SPAN_TILE][att2_span], a task's scratch
+                   // (a tile's rows), small enough to stay in cache
     size_t att2_span;
     float *logits; // [row][vocab]
     int *top_position; // [row][n_layers][n_heads]: the most-attended cached position of this step
