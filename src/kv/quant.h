@@ -261,6 +261,13 @@ static QUANT_ALWAYS_INLINE void quant_tile_lookup(const uint32_t *const *tiles, 
 #define QUANT_INDEX(tp)                                                                            \
     (sh + sb <= 32 ? v16i_srli(v16i_load(tp + g * QUANT_TILE), sh)                                 \
                    : v16i_or(v16i_srli(v16i_load(tp + g * QUANT_TILE), sh), v16i_slli(v16i_load(tp + (g + 1) * QUANT_TILE), 32 - sh)))
+    // At B = 3, group k of 8 numbers is the stream's bits [24k, 24k + 24): from bit 24k mod 32 of word
+    // ⌊24k/32⌋, and the next word's low bits above where the group runs past it (k = 1, 2).
+#define QUANT_GROUP3(tp, grp)                                                                      \
+    ((24 * (grp) & 31) + 24 <= 32                                                                  \
+         ? v16i_srli(v16i_load(tp + (24 * (grp) >> 5) * QUANT_TILE), 24 * (grp) & 31)              \
+         : v16i_or(v16i_srli(v16i_load(tp + (24 * (grp) >> 5) * QUANT_TILE), 24 * (grp) & 31),     \
+                   v16i_slli(v16i_load(tp + ((24 * (grp) >> 5) + 1) * QUANT_TILE), 32 - (24 * (grp) & 31))))
     if (nt == 4) {
         v16 a0 = v16_load(acc[0]), a1 = v16_load(acc[1]), a2 = v16_load(acc[2]), a3 = v16_load(acc[3]);
         const uint32_t *t0 = tiles[0], *t1 = tiles[1], *t2 = tiles[2], *t3 = tiles[3];
@@ -287,11 +294,16 @@ QUANT_UNROLL(8)
                     QUANT_STEP(QUANT_INDEX(t0), QUANT_INDEX(t1), QUANT_INDEX(t2), QUANT_INDEX(t3), s)
                 }
             }
-        } else {
-QUANT_UNROLL(32)
-            for (int s = 0; s < steps; s++) {
-                const int bit = sb * s, g = bit >> 5, sh = bit & 31;
-                QUANT_STEP(QUANT_INDEX(t0), QUANT_INDEX(t1), QUANT_INDEX(t2), QUANT_INDEX(t3), s)
+        } else { // bits 3: four groups of 8 steps, 24 bits each, gathered into one word
+QUANT_UNROLL(1)
+            for (int k = 0; k < 4; k++) {
+                const v16i w0 = QUANT_GROUP3(t0, k), w1 = QUANT_GROUP3(t1, k), w2 = QUANT_GROUP3(t2, k),
+                           w3 = QUANT_GROUP3(t3, k);
+QUANT_UNROLL(8)
+                for (int j = 0; j < 8; j++) {
+                    const int s = 8 * k + j, sh = 3 * j;
+                    QUANT_STEP(v16i_srli(w0, sh), v16i_srli(w1, sh), v16i_srli(w2, sh), v16i_srli(w3, sh), s)
+                }
             }
         }
 #undef QUANT_STEP
@@ -314,15 +326,17 @@ QUANT_UNROLL(8)
                 }
             }
         } else {
-QUANT_UNROLL(32)
-            for (int s = 0; s < steps; s++) {
-                const int bit = sb * s, g = bit >> 5, sh = bit & 31;
-                a = v16_add(a, v16_lookup(QUANT_INDEX(tp), v16_load(table[s])));
+QUANT_UNROLL(1)
+            for (int grp = 0; grp < 4; grp++) {
+                const v16i w = QUANT_GROUP3(tp, grp);
+QUANT_UNROLL(8)
+                for (int j = 0; j < 8; j++) a = v16_add(a, v16_lookup(v16i_srli(w, 3 * j), v16_load(table[8 * grp + j])));
             }
         }
         v16_store(acc[k], a);
     }
 #undef QUANT_INDEX
+#undef QUANT_GROUP3
     return;
 #endif
     for (int k = 0; k < nt; k++) {

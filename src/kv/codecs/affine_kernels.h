@@ -271,8 +271,10 @@ static QUANT_ALWAYS_INLINE __m512 affine_row_levels16(const uint8_t *row, uint32
 // lanes at a time. Eight dense codes fill `bits` bytes and lie alike in every such run, so one
 // shuffle control (vpshufb: the two bytes holding each code's start into its lane, within each
 // 128-bit half, which both hold the run's bytes) and one shift serve every run; the codes are
-// shifted up to bit 31 and back down, with the sign or without. The row is copied first, so that no
-// load reads past its bytes.
+// shifted up to bit 31 and back down, with the sign or without. A run's bytes come in one 8-byte
+// load that ends, for the row's last runs, at the row's end and is shifted down to them, so that no
+// load reads past the row (it was copied first, and the copy's stores and the loads that straddled
+// them cost more than the decoding).
 typedef struct {
     __m256i ctrl, up; // per lane: the shuffle that gathers its code's two bytes; 32 − B − its offset
 } AffineRowAvx2;
@@ -289,7 +291,7 @@ static inline void affine_row_avx2_init(AffineRowAvx2 *r, int bits) {
     r->up = _mm256_loadu_si256((const __m256i *)(const void *)u);
 }
 
-// Levels of numbers 8k .. 8k+7 of a row (bytes: the row, copied) as floats.
+// Levels of numbers 8k .. 8k+7 of a row (bytes: the row) as floats.
 static QUANT_ALWAYS_INLINE __m256 affine_row_levels8(const uint8_t *bytes, uint32_t qh, const AffineRowAvx2 *r, int k,
                                                      const int bits, const int kind, const int bias) {
     if (kind == AFFINE_Q5) {
@@ -304,12 +306,21 @@ static QUANT_ALWAYS_INLINE __m256 affine_row_levels8(const uint8_t *bytes, uint3
         const __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(bytes + 8 * k));
         return _mm256_cvtepi32_ps(kind == AFFINE_SIGNED ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
     }
-    const __m256i run = _mm256_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)(const void *)(bytes + k * bits)));
+    const int at = k * bits, row_bytes = 4 * bits;
+    uint64_t word = 0;
+    if (row_bytes < 8) { // bits 1: the row's 4 bytes
+        memcpy(&word, bytes + at, (size_t)(row_bytes - at));
+    } else {
+        const int start = at + 8 <= row_bytes ? at : row_bytes - 8;
+        memcpy(&word, bytes + start, 8);
+        word >>= 8 * (at - start);
+    }
+    const __m256i run = _mm256_set1_epi64x((long long)word);
     const __m256i v = _mm256_sllv_epi32(_mm256_shuffle_epi8(run, r->ctrl), r->up);
     return _mm256_cvtepi32_ps(kind == AFFINE_SIGNED ? _mm256_srai_epi32(v, 32 - bits) : _mm256_srli_epi32(v, 32 - bits));
 }
 
-// affine_row_levels for numbers 16h .. 16h+15 of a row copied into `bytes` (at least 4·B + 8 bytes).
+// affine_row_levels for numbers 16h .. 16h+15 of a row.
 static QUANT_ALWAYS_INLINE v16 affine_row_levels16(const uint8_t *bytes, uint32_t qh, const AffineRowAvx2 *r,
                                                    const int h, const int bits, const int kind, const int bias) {
     return (v16){affine_row_levels8(bytes, qh, r, 2 * h, bits, kind, bias),
@@ -345,13 +356,12 @@ static QUANT_ALWAYS_INLINE void affine_mix_rows(AffineChunk ch, const uint32_t *
     AffineRowAvx2 dec;
     affine_row_avx2_init(&dec, bits);
     v16 e0 = v16_zero(), e1 = e0, o0 = e0, o1 = e0;
-    uint8_t copy[48] = {0}; // a row (at most 32 bytes, q5's 16) and room for the last run's 8-byte load
 #define AFFINE_ROW(acc0, acc1, k)                                                                  \
     {                                                                                              \
-        memcpy(copy, row + (size_t)((k) - k0) * rb, kind == AFFINE_Q5 ? 16 : 4 * (size_t)bits);   \
+        const uint8_t *r = row + (size_t)((k) - k0) * rb;                                          \
         const uint32_t hk = qh ? qh[j0 + (k)] : 0;                                                 \
-        acc0 = v16_add(acc0, affine_term16(w[b][k], affine_row_levels16(copy, hk, &dec, 0, bits, kind, bias), sm[b], k, f)); \
-        acc1 = v16_add(acc1, affine_term16(w[b][k], affine_row_levels16(copy, hk, &dec, 1, bits, kind, bias), sm[b], k, f)); \
+        acc0 = v16_add(acc0, affine_term16(w[b][k], affine_row_levels16(r, hk, &dec, 0, bits, kind, bias), sm[b], k, f)); \
+        acc1 = v16_add(acc1, affine_term16(w[b][k], affine_row_levels16(r, hk, &dec, 1, bits, kind, bias), sm[b], k, f)); \
     }
 #else
     memset(even, 0, sizeof(float) * 32);
