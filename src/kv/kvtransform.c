@@ -401,29 +401,39 @@ static void sink_scores(const CodecBlocks *b, int head, const float *q, float *o
     }
 }
 
+// What the codec's copy of tokens [0, n) lacks at this head's outlier entries, in order of token and
+// entry: fix at channel i of token j added to scores (out[j] += w[i] · fix, w the query as the codec
+// took it) or to a mix's sums (out[i] += w[j] · fix, w the weights).
+static void add_outlier_fixes(const CodecBlocks *b, int head, int n, const float *w, float *out, int into_scores) {
+    float x[1024];
+    for (int j0 = 0; j0 < n; j0 += b->block) {
+        const Transform *s = b->states[j0 / b->block];
+        const OutlierEntry *e = head_entries(s, head);
+        int read_t = -1;
+        for (int k = 0; k < s->head_count[head] && e[k].token < n - j0; k++) {
+            const int t = e[k].token;
+            if (!s->out_fix && t != read_t) s->inner_ops->read(s->inner, head, t, x), read_t = t;
+            int i;
+            const float fix = outlier_fix(s, head, t, e[k].k, x, &i);
+            if (into_scores)
+                out[j0 + t] += w[i] * fix;
+            else
+                out[i] += w[j0 + t] * fix;
+        }
+    }
+}
+
 static void transform_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
     const Transform *s0 = b->states[0];
     const int hd = s0->head_dim;
-    float qr[1024], x[1024];
+    float qr[1024];
     const float *qq = q;
     if (s0->rot) transform_rotate(s0->rot, hd, q, qr, 0), qq = qr;
     InnerStates is;
     const CodecBlocks ib = inner_blocks(b, n, &is);
     s0->inner_ops->scores(&ib, head, qq, out, n);
     sink_scores(b, head, q, out, n);
-    for (int j0 = 0; s0->per_token && j0 < n; j0 += b->block) { // what the codec's copy lacks
-        const Transform *s = b->states[j0 / b->block];
-        const OutlierEntry *e = head_entries(s, head);
-        const int m = n - j0;
-        int read_t = -1;
-        for (int k = 0; k < s->head_count[head] && e[k].token < m; k++) {
-            const int t = e[k].token;
-            if (!s->out_fix && t != read_t) s->inner_ops->read(s->inner, head, t, x), read_t = t;
-            int i;
-            const float fix = outlier_fix(s, head, t, e[k].k, x, &i);
-            out[j0 + t] += qq[i] * fix;
-        }
-    }
+    if (s0->per_token) add_outlier_fixes(b, head, n, qq, out, 1); // what the codec's copy lacks
 }
 
 // The codec's mix acc (rotated space) made the layer's: sink tokens' codec copies taken out,
@@ -441,19 +451,7 @@ static void finish_mix(const CodecBlocks *b, int head, const float *p, float *ac
         s->inner_ops->read(s->inner, head, t, x);
         for (int d = 0; d < hd; d++) acc[d] -= p[j] * x[d];
     }
-    for (int j0 = 0; s0->per_token && j0 < n; j0 += b->block) {
-        const Transform *s = b->states[j0 / b->block];
-        const OutlierEntry *e = head_entries(s, head);
-        const int m = n - j0;
-        int read_t = -1;
-        for (int k = 0; k < s->head_count[head] && e[k].token < m; k++) {
-            const int t = e[k].token;
-            if (!s->out_fix && t != read_t) s->inner_ops->read(s->inner, head, t, x), read_t = t;
-            int i;
-            const float fix = outlier_fix(s, head, t, e[k].k, x, &i);
-            acc[i] += p[j0 + t] * fix;
-        }
-    }
+    if (s0->per_token) add_outlier_fixes(b, head, n, p, acc, 0);
     if (s0->rot)
         transform_rotate(s0->rot, hd, acc, out, 1);
     else
