@@ -261,6 +261,148 @@ static void attend(StepCtx *c, int r, int h) {
     note_attention(b, r, c->layer, h, att, n, top);
 }
 
+// One task of the fast evaluator's attention: a tile of up to SPAN_TILE consecutive rows at one
+// head, its queries, scores and weights (rows `as` apart) and outputs (rows `xs` apart).
+typedef struct {
+    BatchForward *b;
+    const KVSeq *seq;
+    int layer, g, hd, nt, n0, thread;
+    const float *q;
+    size_t qd, as, xs;
+    float *att, *out;
+} SpanTile;
+
+// A tile's scores from the key mirror (span_mirror.h): plain products with the transposed x̃, then
+// the codec's form (factor, offset, second sum, sink tokens scored again).
+static void span_tile_scores(const SpanTile *st) {
+    BatchForward *b = st->b;
+    const SpanMirror *mm = &b->mirror;
+    const ForwardKernels *fk = forward_kernels();
+    const int hd = st->hd, nt = st->nt, n0 = st->n0, l = st->layer, g = st->g, thread = st->thread;
+    const KVSeq *seq = st->seq;
+    const float *q = st->q;
+    const size_t qd = st->qd, as = st->as;
+    float *att = st->att;
+    const float *kt = span_mirror_keys(mm, l, g), *qm = q;
+    size_t qms = qd;
+    float qt[SPAN_TILE * 1024]; // the rows' q̃ (MirrorOps.query); a codec's head_dim is ≤ 1024
+    const MirrorOps *ops = mm->ops[KV_ROLE_KEY];
+    if (ops && ops->query) {
+        for (int t = 0; t < nt; t++) ops->query(mm->rule[KV_ROLE_KEY], q + t * qd, qt + t * hd);
+        qm = qt, qms = (size_t)hd;
+    }
+    fk->scores_transposed(att, as, qm, qms, nt, kt, (size_t)mm->stride, hd, 0, n0);
+    for (int t = 1; t < nt; t++)
+        fk->scores_transposed(att + t * as, 0, qm + t * qms, 0, 1, kt, (size_t)mm->stride, hd, n0, n0 + t);
+    if (ops && ops->has_second) { // factor_j · (the sum + aux_j · the second sum), as the codec's kernel
+        const float *kt2 = span_mirror_keys2(mm, l, g), *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
+        const float *aux = span_mirror_aux(mm, KV_ROLE_KEY, l, g);
+        float *att2 = b->att2 + (size_t)thread * SPAN_TILE * b->att2_span;
+        const size_t as2 = b->att2_span;
+        for (int t = 0; t < nt; t++) ops->query2(mm->rule[KV_ROLE_KEY], q + t * qd, qt + t * hd);
+        fk->scores_transposed(att2, as2, qt, (size_t)hd, nt, kt2, (size_t)mm->stride, hd, 0, n0);
+        for (int t = 1; t < nt; t++)
+            fk->scores_transposed(att2 + t * as2, 0, qt + t * hd, 0, 1, kt2, (size_t)mm->stride, hd, n0, n0 + t);
+        for (int t = 0; t < nt; t++)
+            for (int j = 0; j < n0 + t; j++)
+                att[t * as + j] = fac[j] * (att[t * as + j] + aux[j] * att2[t * as2 + j]);
+    } else if (mm->offsets[KV_ROLE_KEY]) { // factor_j · the sum + offset_j · Σ_d q̃_d, as the codec's kernel
+        const float *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
+        const float *off = span_mirror_offsets(mm, KV_ROLE_KEY, l, g);
+        for (int t = 0; t < nt; t++) {
+            float qsum = 0.0f;
+            for (int d = 0; d < hd; d++) qsum += qm[t * qms + d];
+            for (int j = 0; j < n0 + t; j++) att[t * as + j] = fac[j] * att[t * as + j] + off[j] * qsum;
+        }
+    } else if (mm->factors[KV_ROLE_KEY]) { // factor_j · the sum, as the codec's kernel finishes each score
+        const float *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
+        for (int t = 0; t < nt; t++)
+            for (int j = 0; j < n0 + t; j++) att[t * as + j] = fac[j] * att[t * as + j];
+    }
+    if (ops && ops->first_scores) // a transform's sink tokens, scored again as its kernel does
+        for (int t = 0; t < nt; t++) paged_mirror_first_scores(&seq->k[l], ops, g, q + t * qd, att + t * as, n0 + t);
+}
+
+// A tile's weighted sums from the value mirror, in the codec's form (factors, offsets, a second
+// sum, correction rows, post), into out.
+static void span_tile_mix(const SpanTile *st) {
+    BatchForward *b = st->b;
+    const SpanMirror *mm = &b->mirror;
+    const ForwardKernels *fk = forward_kernels();
+    const int hd = st->hd, nt = st->nt, n0 = st->n0, l = st->layer, g = st->g, thread = st->thread;
+    const KVSeq *seq = st->seq;
+    const size_t as = st->as, xs = st->xs;
+    float *att = st->att, *out = st->out;
+    const float *v = span_mirror_values(mm, l, g);
+    const MirrorOps *ops = mm->ops[KV_ROLE_VALUE];
+    float p_first[SPAN_TILE][MIRROR_MAX_FIRST]; // the first tokens' weights for post, before the factors
+    for (int t = 0; ops && t < nt; t++)
+        for (int j = 0; j < ops->first && j < n0 + t; j++) p_first[t][j] = att[t * as + j];
+    float offset_sum[SPAN_TILE] = {0}; // Σ_j p_j · offset_j, from the weights before the factors
+    if (mm->offsets[KV_ROLE_VALUE]) {
+        const float *off = span_mirror_offsets(mm, KV_ROLE_VALUE, l, g);
+        if (nt == 4) { // the rows' sums side by side in registers, each in order of j
+            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+            for (int j = 0; j < n0; j++) {
+                const float o = off[j];
+                s0 += att[j] * o, s1 += att[as + j] * o, s2 += att[2 * as + j] * o, s3 += att[3 * as + j] * o;
+            }
+            offset_sum[0] = s0, offset_sum[1] = s1, offset_sum[2] = s2, offset_sum[3] = s3;
+        } else
+            for (int t = 0; t < nt; t++)
+                for (int j = 0; j < n0; j++) offset_sum[t] += att[t * as + j] * off[j];
+        for (int t = 1; t < nt; t++)
+            for (int j = n0; j < n0 + t; j++) offset_sum[t] += att[t * as + j] * off[j];
+    }
+    // The weights the mix reads: att, or with correction rows (p_j · factor_j, p_j) a token in att2.
+    float *att2 = b->att2 ? b->att2 + (size_t)thread * SPAN_TILE * b->att2_span : NULL;
+    const size_t as2 = b->att2_span;
+    const int per = mm->value_rows;
+    const float *w = per > 1 ? att2 : att;
+    const size_t ws = per > 1 ? as2 : as;
+    if (per > 1)
+        for (int t = 0; t < nt; t++)
+            for (int j = 0; j < n0 + t; j++) att2[t * as2 + 2 * j + 1] = att[t * as + j];
+    if (mm->factors[KV_ROLE_VALUE]) { // p_j · factor_j, as the codec's kernel forms each token's weight
+        const float *fac = span_mirror_factors(mm, KV_ROLE_VALUE, l, g);
+        for (int t = 0; t < nt; t++)
+            for (int j = 0; j < n0 + t; j++) att[t * as + j] = att[t * as + j] * fac[j];
+    }
+    if (per > 1)
+        for (int t = 0; t < nt; t++)
+            for (int j = 0; j < n0 + t; j++) att2[t * as2 + 2 * j] = att[t * as + j];
+    float acc2[SPAN_TILE * 1024]; // the second sums (has_second), a codec's head_dim is ≤ 1024
+    if (ops && ops->has_second) {
+        const float *aux = span_mirror_aux(mm, KV_ROLE_VALUE, l, g), *v2 = span_mirror_values2(mm, l, g);
+        for (int t = 0; t < nt; t++) ops->weights2(mm->rule[KV_ROLE_VALUE], att + t * as, aux, att2 + t * as2, n0 + t);
+        memset(acc2, 0, sizeof(float) * (size_t)(nt * hd));
+        fk->mix_rows(acc2, (size_t)hd, att2, as2, nt, v2, hd, 0, n0);
+        for (int t = 1; t < nt; t++) fk->mix_rows(acc2 + t * hd, 0, att2 + t * as2, 0, 1, v2, hd, n0, n0 + t);
+    }
+    if (ops && ops->split_mix) { // even and odd tokens apart, then added, as the codec's mix does
+        enum { HD = 64 }; // a split codec's head_dim is <= 64
+        float even[SPAN_TILE * HD] = {0}, odd[SPAN_TILE * HD] = {0};
+        fk->mix_rows_split(even, odd, HD, w, ws, nt, v, hd, 0, per * n0);
+        for (int t = 1; t < nt; t++)
+            fk->mix_rows_split(even + t * HD, odd + t * HD, 0, w + t * ws, 0, 1, v, hd, per * n0, per * (n0 + t));
+        for (int t = 0; t < nt; t++)
+            for (int d = 0; d < hd; d++) out[t * xs + d] = even[t * HD + d] + odd[t * HD + d];
+    } else {
+        for (int t = 0; t < nt; t++) memset(out + t * xs, 0, sizeof(float) * (size_t)hd);
+        fk->mix_rows(out, xs, w, ws, nt, v, hd, 0, per * n0);
+        for (int t = 1; t < nt; t++) fk->mix_rows(out + t * xs, 0, w + t * ws, 0, 1, v, hd, per * n0, per * (n0 + t));
+    }
+    if (mm->offsets[KV_ROLE_VALUE])
+        for (int t = 0; t < nt; t++)
+            for (int d = 0; d < hd; d++) out[t * xs + d] = out[t * xs + d] + offset_sum[t];
+    if (ops && ops->post)
+        for (int t = 0; t < nt; t++) {
+            float acc[1024]; // a codec's head_dim is ≤ 1024
+            memcpy(acc, out + t * xs, sizeof(float) * (size_t)hd);
+            paged_mirror_post(&seq->v[l], ops, g, p_first[t], acc, acc2 + t * hd, out + t * xs, n0 + t);
+        }
+}
+
 // A span's (tile of up to SPAN_TILE consecutive rows, head), once every row's key and value is in
 // the cache: each row attends over its first pos + 1 tokens, which are what they were at its step
 // (no codec here changes a token's form after its append). Streams that read back go through the
@@ -280,121 +422,18 @@ static void task_span_attention(void *arg, int i, int thread) {
     const float *q = b->q + r0 * qd + h * hd;
     float *att = b->att + ((size_t)r0 * H + h) * b->context, *out = b->xb2 + r0 * xs + h * hd;
     const int n0 = c->rows[r0].pos + 1; // the tile's first row attends over the fewest
-    if (mm->mirrored[KV_ROLE_KEY]) {
-        const float *kt = span_mirror_keys(mm, l, g), *qm = q;
-        size_t qms = qd;
-        float qt[SPAN_TILE * 1024]; // the rows' q̃ (MirrorOps.query); a codec's head_dim is ≤ 1024
-        const MirrorOps *ops = mm->ops[KV_ROLE_KEY];
-        if (ops && ops->query) {
-            for (int t = 0; t < nt; t++) ops->query(mm->rule[KV_ROLE_KEY], q + t * qd, qt + t * hd);
-            qm = qt, qms = (size_t)hd;
-        }
-        fk->scores_transposed(att, as, qm, qms, nt, kt, (size_t)mm->stride, hd, 0, n0);
-        for (int t = 1; t < nt; t++)
-            fk->scores_transposed(att + t * as, 0, qm + t * qms, 0, 1, kt, (size_t)mm->stride, hd, n0, n0 + t);
-        if (ops && ops->has_second) { // factor_j · (the sum + aux_j · the second sum), as the codec's kernel
-            const float *kt2 = span_mirror_keys2(mm, l, g), *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
-            const float *aux = span_mirror_aux(mm, KV_ROLE_KEY, l, g);
-            float *att2 = b->att2 + (size_t)thread * SPAN_TILE * b->att2_span;
-            const size_t as2 = b->att2_span;
-            for (int t = 0; t < nt; t++) ops->query2(mm->rule[KV_ROLE_KEY], q + t * qd, qt + t * hd);
-            fk->scores_transposed(att2, as2, qt, (size_t)hd, nt, kt2, (size_t)mm->stride, hd, 0, n0);
-            for (int t = 1; t < nt; t++)
-                fk->scores_transposed(att2 + t * as2, 0, qt + t * hd, 0, 1, kt2, (size_t)mm->stride, hd, n0, n0 + t);
-            for (int t = 0; t < nt; t++)
-                for (int j = 0; j < n0 + t; j++)
-                    att[t * as + j] = fac[j] * (att[t * as + j] + aux[j] * att2[t * as2 + j]);
-        } else if (mm->offsets[KV_ROLE_KEY]) { // factor_j · the sum + offset_j · Σ_d q̃_d, as the codec's kernel
-            const float *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
-            const float *off = span_mirror_offsets(mm, KV_ROLE_KEY, l, g);
-            for (int t = 0; t < nt; t++) {
-                float qsum = 0.0f;
-                for (int d = 0; d < hd; d++) qsum += qm[t * qms + d];
-                for (int j = 0; j < n0 + t; j++) att[t * as + j] = fac[j] * att[t * as + j] + off[j] * qsum;
-            }
-        } else if (mm->factors[KV_ROLE_KEY]) { // factor_j · the sum, as the codec's kernel finishes each score
-            const float *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
-            for (int t = 0; t < nt; t++)
-                for (int j = 0; j < n0 + t; j++) att[t * as + j] = fac[j] * att[t * as + j];
-        }
-        if (ops && ops->first_scores) // a transform's sink tokens, scored again as its kernel does
-            for (int t = 0; t < nt; t++) paged_mirror_first_scores(&seq->k[l], ops, g, q + t * qd, att + t * as, n0 + t);
-    } else
+    const SpanTile st = {b, seq, l, g, hd, nt, n0, thread, q, qd, as, xs, att, out};
+    if (mm->mirrored[KV_ROLE_KEY])
+        span_tile_scores(&st);
+    else
         for (int t = 0; t < nt; t++) paged_scores(&seq->k[l], g, q + t * qd, att + t * as, n0 + t);
     // The weights as they are, before a value mirror's factors scale them in place.
     for (int t = 0; t < nt; t++)
         note_attention(b, r0 + t, l, h, att + t * as, n0 + t,
                        fk->scaled_softmax(att + t * as, n0 + t, 1.0f / sqrtf((float)hd)));
-    if (mm->mirrored[KV_ROLE_VALUE]) {
-        const float *v = span_mirror_values(mm, l, g);
-        const MirrorOps *ops = mm->ops[KV_ROLE_VALUE];
-        float p_first[SPAN_TILE][MIRROR_MAX_FIRST]; // the first tokens' weights for post, before the factors
-        for (int t = 0; ops && t < nt; t++)
-            for (int j = 0; j < ops->first && j < n0 + t; j++) p_first[t][j] = att[t * as + j];
-        float offset_sum[SPAN_TILE] = {0}; // Σ_j p_j · offset_j, from the weights before the factors
-        if (mm->offsets[KV_ROLE_VALUE]) {
-            const float *off = span_mirror_offsets(mm, KV_ROLE_VALUE, l, g);
-            if (nt == 4) { // the rows' sums side by side in registers, each in order of j
-                float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-                for (int j = 0; j < n0; j++) {
-                    const float o = off[j];
-                    s0 += att[j] * o, s1 += att[as + j] * o, s2 += att[2 * as + j] * o, s3 += att[3 * as + j] * o;
-                }
-                offset_sum[0] = s0, offset_sum[1] = s1, offset_sum[2] = s2, offset_sum[3] = s3;
-            } else
-                for (int t = 0; t < nt; t++)
-                    for (int j = 0; j < n0; j++) offset_sum[t] += att[t * as + j] * off[j];
-            for (int t = 1; t < nt; t++)
-                for (int j = n0; j < n0 + t; j++) offset_sum[t] += att[t * as + j] * off[j];
-        }
-        // The weights the mix reads: att, or with correction rows (p_j · factor_j, p_j) a token in att2.
-        float *att2 = b->att2 ? b->att2 + (size_t)thread * SPAN_TILE * b->att2_span : NULL;
-        const size_t as2 = b->att2_span;
-        const int per = mm->value_rows;
-        const float *w = per > 1 ? att2 : att;
-        const size_t ws = per > 1 ? as2 : as;
-        if (per > 1)
-            for (int t = 0; t < nt; t++)
-                for (int j = 0; j < n0 + t; j++) att2[t * as2 + 2 * j + 1] = att[t * as + j];
-        if (mm->factors[KV_ROLE_VALUE]) { // p_j · factor_j, as the codec's kernel forms each token's weight
-            const float *fac = span_mirror_factors(mm, KV_ROLE_VALUE, l, g);
-            for (int t = 0; t < nt; t++)
-                for (int j = 0; j < n0 + t; j++) att[t * as + j] = att[t * as + j] * fac[j];
-        }
-        if (per > 1)
-            for (int t = 0; t < nt; t++)
-                for (int j = 0; j < n0 + t; j++) att2[t * as2 + 2 * j] = att[t * as + j];
-        float acc2[SPAN_TILE * 1024]; // the second sums (has_second), a codec's head_dim is ≤ 1024
-        if (ops && ops->has_second) {
-            const float *aux = span_mirror_aux(mm, KV_ROLE_VALUE, l, g), *v2 = span_mirror_values2(mm, l, g);
-            for (int t = 0; t < nt; t++) ops->weights2(mm->rule[KV_ROLE_VALUE], att + t * as, aux, att2 + t * as2, n0 + t);
-            memset(acc2, 0, sizeof(float) * (size_t)(nt * hd));
-            fk->mix_rows(acc2, (size_t)hd, att2, as2, nt, v2, hd, 0, n0);
-            for (int t = 1; t < nt; t++) fk->mix_rows(acc2 + t * hd, 0, att2 + t * as2, 0, 1, v2, hd, n0, n0 + t);
-        }
-        if (ops && ops->split_mix) { // even and odd tokens apart, then added, as the codec's mix does
-            enum { HD = 64 }; // a split codec's head_dim is <= 64
-            float even[SPAN_TILE * HD] = {0}, odd[SPAN_TILE * HD] = {0};
-            fk->mix_rows_split(even, odd, HD, w, ws, nt, v, hd, 0, per * n0);
-            for (int t = 1; t < nt; t++)
-                fk->mix_rows_split(even + t * HD, odd + t * HD, 0, w + t * ws, 0, 1, v, hd, per * n0, per * (n0 + t));
-            for (int t = 0; t < nt; t++)
-                for (int d = 0; d < hd; d++) out[t * xs + d] = even[t * HD + d] + odd[t * HD + d];
-        } else {
-            for (int t = 0; t < nt; t++) memset(out + t * xs, 0, sizeof(float) * (size_t)hd);
-            fk->mix_rows(out, xs, w, ws, nt, v, hd, 0, per * n0);
-            for (int t = 1; t < nt; t++) fk->mix_rows(out + t * xs, 0, w + t * ws, 0, 1, v, hd, per * n0, per * (n0 + t));
-        }
-        if (mm->offsets[KV_ROLE_VALUE])
-            for (int t = 0; t < nt; t++)
-                for (int d = 0; d < hd; d++) out[t * xs + d] = out[t * xs + d] + offset_sum[t];
-        if (ops && ops->post)
-            for (int t = 0; t < nt; t++) {
-                float acc[1024]; // a codec's head_dim is ≤ 1024
-                memcpy(acc, out + t * xs, sizeof(float) * (size_t)hd);
-                paged_mirror_post(&seq->v[l], ops, g, p_first[t], acc, acc2 + t * hd, out + t * xs, n0 + t);
-            }
-    } else
+    if (mm->mirrored[KV_ROLE_VALUE])
+        span_tile_mix(&st);
+    else
         for (int t = 0; t < nt; t++) paged_mix(&seq->v[l], g, att + t * as, out + t * xs, n0 + t);
 }
 
