@@ -85,10 +85,10 @@ typedef struct MirrorOps {
     // NULL: out = acc.
     void (*post)(const CodecBlocks *b, int head, const float *p, const float *acc, const float *acc2, float *out,
                  int n);
-    // Keys: the scores of a sequence's first `first` tokens (of [0, n)) made again after the sums
-    // from the query as it came (q, not q̃); NULL: none.
+    // Keys: the scores of a sequence's first tokens that the sums do not give (a transform's sink
+    // tokens, of [0, n)), made again after them from the query as it came (q, not q̃); NULL: none.
     void (*first_scores)(const CodecBlocks *b, int head, const float *q, float *out, int n);
-    int first; // at most MIRROR_MAX_FIRST
+    int first; // values: the tokens whose weights post reads, at most MIRROR_MAX_FIRST
     // Values: token's correction row x̃c (corrections).
     int corrections;
     void (*read_correction)(const void *state, int head, int token, float *xc);
