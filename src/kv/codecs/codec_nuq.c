@@ -155,16 +155,23 @@ static void nuq_append(void *state, const float *x) {
     s->length++;
 }
 
+// One head's codes at token t, and (per head per token) its midpoint z and range r; per channel
+// z = 0, r = 1 (the channels' own are in s->z, s->r).
+static void nuq_token(const NuqState *s, int head, int t, uint8_t *codes, float *z, float *r) {
+    quant_unpack(s->codes + ((size_t)t * s->n_heads + head) * s->row_bytes, codes, (size_t)s->head_dim, s->bits);
+    *z = 0.0f, *r = 1.0f;
+    if (!s->per_channel) {
+        const uint16_t *zr = s->zr + ((size_t)t * s->n_heads + head) * 2;
+        *z = quant_fp16_to_fp32(zr[0]), *r = quant_fp16_to_fp32(zr[1]);
+    }
+}
+
 static void nuq_read(const void *state, int head, int t, float *out) {
     const NuqState *s = state;
     const int hd = s->head_dim;
     uint8_t codes[1024];
-    quant_unpack(s->codes + ((size_t)t * s->n_heads + head) * s->row_bytes, codes, (size_t)hd, s->bits);
-    float z = 0.0f, r = 1.0f;
-    if (!s->per_channel) {
-        const uint16_t *zr = s->zr + ((size_t)t * s->n_heads + head) * 2;
-        z = quant_fp16_to_fp32(zr[0]), r = quant_fp16_to_fp32(zr[1]);
-    }
+    float z, r;
+    nuq_token(s, head, t, codes, &z, &r);
     for (int d = 0; d < hd; d++) {
         const int c = head * hd + d;
         out[d] = s->per_channel ? s->levels[codes[d]] * s->r[c] + s->z[c] : s->levels[codes[d]] * r + z;
@@ -322,19 +329,16 @@ static int nuq_by_read(const void *state) {
 static void nuq_mirror_read(const void *state, int head, int token, float *x, float *factor, float *offset) {
     const NuqState *s = state;
     uint8_t codes[1024];
-    quant_unpack(s->codes + ((size_t)token * s->n_heads + head) * s->row_bytes, codes, (size_t)s->head_dim, s->bits);
+    nuq_token(s, head, token, codes, offset, factor);
     for (int d = 0; d < s->head_dim; d++) x[d] = s->levels[codes[d]];
-    const uint16_t *zr = s->zr + ((size_t)token * s->n_heads + head) * 2;
-    *offset = quant_fp16_to_fp32(zr[0]), *factor = quant_fp16_to_fp32(zr[1]);
 }
 
 static void nuq_mirror_correction(const void *state, int head, int token, float *xc) {
     const NuqState *s = state;
     const int hd = s->head_dim, per = s->slots / s->n_heads;
     uint8_t codes[1024];
-    quant_unpack(s->codes + ((size_t)token * s->n_heads + head) * s->row_bytes, codes, (size_t)hd, s->bits);
-    const uint16_t *zr = s->zr + ((size_t)token * s->n_heads + head) * 2;
-    const float z = quant_fp16_to_fp32(zr[0]), r = quant_fp16_to_fp32(zr[1]);
+    float z, r;
+    nuq_token(s, head, token, codes, &z, &r);
     memset(xc, 0, sizeof(float) * (size_t)hd);
     for (int k = head * per; k < (head + 1) * per; k++) {
         const int i = get_index(s, token, k) - head * hd;
