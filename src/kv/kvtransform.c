@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "formats.h"
 #include "quant.h"
 #include "rng.h"
 
@@ -201,15 +202,11 @@ const float *transform_rotation(int kind, unsigned long seed, int head_dim) {
 }
 
 void transform_rotate(const float *m, int n, const float *x, float *y, int back) {
-    // y_i = Σ_j A_ij x_j with A = M or Mᵀ: added column by column, A's column j being row j of Aᵀ
-    // (Mᵀ, stored after M, or M itself), so that each step is one vector operation over i.
-    const float *at = back ? m : m + (size_t)n * n;
-    for (int i = 0; i < n; i++) y[i] = 0.0f;
-    for (int j = 0; j < n; j++) {
-        const float xj = x[j], *restrict col = at + (size_t)j * n;
-        float *restrict out = y;
-        for (int i = 0; i < n; i++) out[i] += col[i] * xj;
-    }
+    // TurboQuant's projections (formats.h): M x down Mᵀ's rows, stored after M; Mᵀ x down M's.
+    if (back)
+        tq_project_back(m, n, n, x, y);
+    else
+        tq_project(m, n, n, x, y);
 }
 
 // ---- the layer ---------------------------------------------------------------------------------
