@@ -326,38 +326,101 @@ static inline __attribute__((always_inline)) void store4(float *out, size_t os, 
         for (int l = 0; l < w; l++) out[(size_t)r * os + l] = acc[r][l];
 }
 
-// Scores of up to SPAN_TILE queries against transposed keys: 16 positions held in registers for
-// every query while the channels are summed in order, so each key load serves all the queries and
-// each output is q[0]·k[0] + q[1]·k[1] + ... whatever the tile, the range and the build. A full
-// tile has its own loop of constant bounds, which the compiler keeps in registers.
+// Scores of up to SPAN_TILE queries against transposed keys: a run of positions held in registers
+// for every query while the channels are summed in order, so each key load serves all the queries
+// and each output is q[0]·k[0] + q[1]·k[1] + ... whatever the tile, the range and the build.
+#if defined(KERNELS_AVX512) || defined(KERNELS_AVX2)
+// The vector sets' block: SCORE_CHUNKS vectors of positions from j (a full block, or the last,
+// masked to end at j1) against nq queries, every accumulator a named register (gcc kept the C
+// loop's arrays on the stack). A range's last positions and the single rows (a tile's last rows
+// past its first's positions) go through the same block masked: summed one position at a time, each
+// position's channels had made a chain of dependent adds, which cost as much as the tile's whole
+// run of full blocks.
+#ifdef KERNELS_AVX512
+enum { SCORE_LANES = 16, SCORE_CHUNKS = 4 };
+typedef __m512 score_vec;
+typedef __mmask16 score_mask;
+static inline score_mask score_lanes(int i, int j1) {
+    const int m = j1 - i;
+    return m >= SCORE_LANES ? (score_mask)0xFFFF : m <= 0 ? (score_mask)0 : (score_mask)((1u << m) - 1);
+}
+#define SCORE_ZERO() _mm512_setzero_ps()
+#define SCORE_LOAD(p) _mm512_loadu_ps(p)
+#define SCORE_LOAD_MASKED(p, m) _mm512_maskz_loadu_ps(m, p)
+#define SCORE_SET1(x) _mm512_set1_ps(x)
+#define SCORE_MUL(a, b) _mm512_mul_ps(a, b)
+#define SCORE_ADD(a, b) _mm512_add_ps(a, b)
+#define SCORE_STORE(p, v) _mm512_storeu_ps(p, v)
+#define SCORE_STORE_MASKED(p, m, v) _mm512_mask_storeu_ps(p, m, v)
+#else
+enum { SCORE_LANES = 8, SCORE_CHUNKS = 2 };
+typedef __m256 score_vec;
+typedef __m256i score_mask;
+static inline score_mask score_lanes(int i, int j1) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(j1 - i), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#define SCORE_ZERO() _mm256_setzero_ps()
+#define SCORE_LOAD(p) _mm256_loadu_ps(p)
+#define SCORE_LOAD_MASKED(p, m) _mm256_maskload_ps(p, m)
+#define SCORE_SET1(x) _mm256_set1_ps(x)
+#define SCORE_MUL(a, b) _mm256_mul_ps(a, b)
+#define SCORE_ADD(a, b) _mm256_add_ps(a, b)
+#define SCORE_STORE(p, v) _mm256_storeu_ps(p, v)
+#define SCORE_STORE_MASKED(p, m, v) _mm256_maskstore_ps(p, m, v)
+#endif
+enum { SCORE_BLOCK = SCORE_LANES * SCORE_CHUNKS };
+
+static inline __attribute__((always_inline)) void scores_block(float *restrict out, size_t os, const float *restrict q,
+                                                               size_t qs, int nq, const float *restrict kt, size_t stride,
+                                                               int head_dim, int j, int j1, int masked) {
+    score_vec a[SPAN_TILE][SCORE_CHUNKS];
+    score_mask m[SCORE_CHUNKS];
+    for (int c = 0; c < SCORE_CHUNKS; c++) m[c] = score_lanes(j + c * SCORE_LANES, j1);
+    for (int r = 0; r < nq; r++)
+        for (int c = 0; c < SCORE_CHUNKS; c++) a[r][c] = SCORE_ZERO();
+    for (int d = 0; d < head_dim; d++) {
+        const float *k = kt + (size_t)d * stride + j;
+        score_vec kc[SCORE_CHUNKS];
+        for (int c = 0; c < SCORE_CHUNKS; c++)
+            kc[c] = masked ? SCORE_LOAD_MASKED(k + c * SCORE_LANES, m[c]) : SCORE_LOAD(k + c * SCORE_LANES);
+        for (int r = 0; r < nq; r++) {
+            const score_vec qd = SCORE_SET1(q[(size_t)r * qs + d]);
+            for (int c = 0; c < SCORE_CHUNKS; c++) a[r][c] = SCORE_ADD(a[r][c], SCORE_MUL(qd, kc[c]));
+        }
+    }
+    for (int r = 0; r < nq; r++)
+        for (int c = 0; c < SCORE_CHUNKS; c++) {
+            float *o = out + (size_t)r * os + j + c * SCORE_LANES;
+            if (masked)
+                SCORE_STORE_MASKED(o, m[c], a[r][c]);
+            else
+                SCORE_STORE(o, a[r][c]);
+        }
+}
+
+static void scores_transposed_impl(float *restrict out, size_t os, const float *restrict q, size_t qs, int n_q,
+                                   const float *restrict kt, size_t stride, int head_dim, int j0, int j1) {
+    scores_contract(out, os, q, qs, n_q, kt, stride, head_dim, j0, j1);
+    if (n_q == SPAN_TILE) {
+        int j = j0;
+        for (; j + SCORE_BLOCK <= j1; j += SCORE_BLOCK) scores_block(out, os, q, qs, SPAN_TILE, kt, stride, head_dim, j, j1, 0);
+        if (j < j1) scores_block(out, os, q, qs, SPAN_TILE, kt, stride, head_dim, j, j1, 1);
+        return;
+    }
+    for (int r = 0; r < n_q; r++) {
+        const float *qr = q + (size_t)r * qs;
+        float *o = out + (size_t)r * os;
+        int j = j0;
+        for (; j + SCORE_BLOCK <= j1; j += SCORE_BLOCK) scores_block(o, 0, qr, 0, 1, kt, stride, head_dim, j, j1, 0);
+        if (j < j1) scores_block(o, 0, qr, 0, 1, kt, stride, head_dim, j, j1, 1);
+    }
+}
+#else
+// The portable build: 16 positions a full tile, then each row alone, the last positions one by one.
 static void scores_transposed_impl(float *restrict out, size_t os, const float *restrict q, size_t qs, int n_q,
                                    const float *restrict kt, size_t stride, int head_dim, int j0, int j1) {
     scores_contract(out, os, q, qs, n_q, kt, stride, head_dim, j0, j1);
     int j = j0;
-#ifdef KERNELS_AVX512
-    // 4 x 64 positions a full tile (each key load serves more products against each query number's
-    // broadcast), in sixteen named registers: the C loop's 4 x 64 array left gcc short of registers
-    // (it spilled accumulators to the stack and cleared the array with rep stos every 64 positions).
-    for (; n_q == SPAN_TILE && j + 4 * LANES <= j1; j += 4 * LANES) {
-        __m512 a[SPAN_TILE][4];
-        for (int r = 0; r < SPAN_TILE; r++)
-            for (int c = 0; c < 4; c++) a[r][c] = _mm512_setzero_ps();
-        for (int d = 0; d < head_dim; d++) {
-            const float *k = kt + (size_t)d * stride + j;
-            const __m512 k0 = _mm512_loadu_ps(k), k1 = _mm512_loadu_ps(k + LANES), k2 = _mm512_loadu_ps(k + 2 * LANES),
-                         k3 = _mm512_loadu_ps(k + 3 * LANES);
-            for (int r = 0; r < SPAN_TILE; r++) {
-                const __m512 qd = _mm512_set1_ps(q[(size_t)r * qs + d]);
-                a[r][0] = _mm512_add_ps(a[r][0], _mm512_mul_ps(qd, k0));
-                a[r][1] = _mm512_add_ps(a[r][1], _mm512_mul_ps(qd, k1));
-                a[r][2] = _mm512_add_ps(a[r][2], _mm512_mul_ps(qd, k2));
-                a[r][3] = _mm512_add_ps(a[r][3], _mm512_mul_ps(qd, k3));
-            }
-        }
-        for (int r = 0; r < SPAN_TILE; r++)
-            for (int c = 0; c < 4; c++) _mm512_storeu_ps(out + (size_t)r * os + j + c * LANES, a[r][c]);
-    }
-#endif
     for (; n_q == SPAN_TILE && j + LANES <= j1; j += LANES) {
         float acc[SPAN_TILE][SPAN_WIDTH] = {{0}};
         for (int d = 0; d < head_dim; d++)
@@ -384,10 +447,68 @@ static void scores_transposed_impl(float *restrict out, size_t os, const float *
         }
     }
 }
+#endif
 
 // The weighted sums of value rows for up to SPAN_TILE weight vectors, one row after another: each
-// row load serves every vector, and each channel's sum runs in order of j. Full tiles of 32 channels
-// have their own loop of constant bounds (kept in registers); the rest, one vector at a time.
+// row load serves every vector, and each channel's sum runs in order of j.
+#if defined(KERNELS_AVX512) || defined(KERNELS_AVX2)
+// The vector sets: MIX_CHUNKS vectors of channels from d0 (the last masked to end at head_dim)
+// against nq weight vectors, the sums in named registers (gcc kept the C loop's arrays on the stack,
+// a store and a load on every add's path).
+enum { MIX_CHUNKS = 2, MIX_BLOCK = SCORE_LANES * MIX_CHUNKS };
+
+static inline __attribute__((always_inline)) void mix_block(float *restrict out, size_t os, const float *restrict p,
+                                                            size_t ps, int nq, const float *restrict v, int head_dim,
+                                                            int d0, int j0, int j1, int masked) {
+    score_vec a[SPAN_TILE][MIX_CHUNKS];
+    score_mask m[MIX_CHUNKS];
+    for (int c = 0; c < MIX_CHUNKS; c++) m[c] = score_lanes(d0 + c * SCORE_LANES, head_dim);
+    for (int r = 0; r < nq; r++)
+        for (int c = 0; c < MIX_CHUNKS; c++) {
+            const float *o = out + (size_t)r * os + d0 + c * SCORE_LANES;
+            a[r][c] = masked ? SCORE_LOAD_MASKED(o, m[c]) : SCORE_LOAD(o);
+        }
+    for (int j = j0; j < j1; j++) {
+        const float *row = v + (size_t)j * head_dim + d0;
+        score_vec x[MIX_CHUNKS];
+        for (int c = 0; c < MIX_CHUNKS; c++)
+            x[c] = masked ? SCORE_LOAD_MASKED(row + c * SCORE_LANES, m[c]) : SCORE_LOAD(row + c * SCORE_LANES);
+        for (int r = 0; r < nq; r++) {
+            const score_vec pj = SCORE_SET1(p[(size_t)r * ps + j]);
+            for (int c = 0; c < MIX_CHUNKS; c++) a[r][c] = SCORE_ADD(a[r][c], SCORE_MUL(pj, x[c]));
+        }
+    }
+    for (int r = 0; r < nq; r++)
+        for (int c = 0; c < MIX_CHUNKS; c++) {
+            float *o = out + (size_t)r * os + d0 + c * SCORE_LANES;
+            if (masked)
+                SCORE_STORE_MASKED(o, m[c], a[r][c]);
+            else
+                SCORE_STORE(o, a[r][c]);
+        }
+}
+
+static void mix_rows_impl(float *restrict out, size_t os, const float *restrict p, size_t ps, int n_p,
+                          const float *restrict v, int head_dim, int j0, int j1) {
+    mix_contract(out, os, p, ps, n_p, v, head_dim, j0, j1);
+    if (n_p == SPAN_TILE) {
+        for (int d0 = 0; d0 < head_dim; d0 += MIX_BLOCK)
+            if (d0 + MIX_BLOCK <= head_dim)
+                mix_block(out, os, p, ps, SPAN_TILE, v, head_dim, d0, j0, j1, 0);
+            else
+                mix_block(out, os, p, ps, SPAN_TILE, v, head_dim, d0, j0, j1, 1);
+        return;
+    }
+    for (int r = 0; r < n_p; r++)
+        for (int d0 = 0; d0 < head_dim; d0 += MIX_BLOCK)
+            if (d0 + MIX_BLOCK <= head_dim)
+                mix_block(out + (size_t)r * os, 0, p + (size_t)r * ps, 0, 1, v, head_dim, d0, j0, j1, 0);
+            else
+                mix_block(out + (size_t)r * os, 0, p + (size_t)r * ps, 0, 1, v, head_dim, d0, j0, j1, 1);
+}
+#else
+// The portable build: full tiles of 32 channels have their own loop of constant bounds (kept in
+// registers); the rest, one vector at a time.
 static void mix_rows_impl(float *restrict out, size_t os, const float *restrict p, size_t ps, int n_p,
                           const float *restrict v, int head_dim, int j0, int j1) {
     mix_contract(out, os, p, ps, n_p, v, head_dim, j0, j1);
@@ -411,6 +532,8 @@ static void mix_rows_impl(float *restrict out, size_t os, const float *restrict 
         }
     }
 }
+
+#endif
 
 // mix_rows with even and odd tokens summed apart (two chains, as the float codec's mix keeps them):
 // a full tile of four vectors and SPLIT_WIDTH channels holds both sums in registers, each row load
