@@ -140,15 +140,16 @@ static void run(const ForwardKernels *k, const ForwardKernels *o) {
 
 // The fast evaluator's kernels: every score q·k in order of channels and every weighted sum in order
 // of positions, whatever the tile of queries and the range (span_mirror.h relies on it).
-enum { SPAN_N = 300, SPAN_STRIDE = SPAN_N + 16, SPAN_HD = 48 };
-static float kt[SPAN_HD * SPAN_STRIDE], vrows[SPAN_N * SPAN_HD], qs[SPAN_TILE * SPAN_HD], ps[SPAN_TILE * SPAN_N];
+enum { SPAN_N = 300, SPAN_PANELS = (SPAN_N + KEY_PANEL - 1) / KEY_PANEL, SPAN_HD = 48 };
+static float kt[SPAN_PANELS * SPAN_HD * KEY_PANEL], vrows[SPAN_N * SPAN_HD], qs[SPAN_TILE * SPAN_HD], ps[SPAN_TILE * SPAN_N];
 static float sc_a[SPAN_TILE * SPAN_N], sc_b[SPAN_TILE * SPAN_N], mx_a[SPAN_TILE * SPAN_HD], mx_b[SPAN_TILE * SPAN_HD];
 static float ev_a[SPAN_TILE * SPAN_HD], ev_b[SPAN_TILE * SPAN_HD];
 
 static void run_span(const ForwardKernels *k, const ForwardKernels *o) {
     static const int hds[] = {32, 16, 48};
-    static const int ranges[][2] = {{0, 1}, {0, 16}, {3, 35}, {0, 64}, {1, 130}, {17, 300}, {0, 300}};
-    fill(kt, SPAN_HD * SPAN_STRIDE, 1.0);
+    static const int ranges[][2] = {{0, 1}, {0, 16}, {3, 35}, {0, 64}, {1, 130}, {17, 300}, {0, 300},
+                                    {60, 70}, {64, 200}, {100, 101}, {250, 299}};
+    fill(kt, SPAN_PANELS * SPAN_HD * KEY_PANEL, 1.0);
     fill(vrows, SPAN_N * SPAN_HD, 1.0);
     fill(qs, SPAN_TILE * SPAN_HD, 1.0);
     fill(ps, SPAN_TILE * SPAN_N, 1.0);
@@ -158,14 +159,14 @@ static void run_span(const ForwardKernels *k, const ForwardKernels *o) {
             for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0]; ri++) {
                 const int j0 = ranges[ri][0], j1 = ranges[ri][1];
                 memset(sc_a, 0, sizeof sc_a), memset(sc_b, 0, sizeof sc_b);
-                k->scores_transposed(sc_a, SPAN_N, qs, SPAN_HD, nq, kt, SPAN_STRIDE, hd, j0, j1);
+                k->scores_transposed(sc_a, SPAN_N, qs, SPAN_HD, nq, kt, hd, j0, j1);
                 if (o)
-                    o->scores_transposed(sc_b, SPAN_N, qs, SPAN_HD, nq, kt, SPAN_STRIDE, hd, j0, j1);
+                    o->scores_transposed(sc_b, SPAN_N, qs, SPAN_HD, nq, kt, hd, j0, j1);
                 else
                     for (int r = 0; r < nq; r++)
                         for (int j = j0; j < j1; j++) {
                             float acc = 0.0f;
-                            for (int d = 0; d < hd; d++) acc += qs[r * SPAN_HD + d] * kt[d * SPAN_STRIDE + j];
+                            for (int d = 0; d < hd; d++) acc += qs[r * SPAN_HD + d] * kt[key_panel_at(hd, d, j)];
                             sc_b[r * SPAN_N + j] = acc;
                         }
                 CHECK(check_same_bits(sc_a, sc_b, SPAN_TILE * SPAN_N), "scores_transposed %s vs %s: hd %d, %d queries, [%d, %d)",

@@ -13,6 +13,7 @@
 #include "forward_kernels.h"
 
 enum { N = 64, ROWS = 8, HD = 32 };
+_Static_assert(N == KEY_PANEL, "call_scores's keys are one panel");
 
 static const ForwardKernels *k;
 static int failures;
@@ -44,9 +45,9 @@ static void call_softmax(int floats) { // x: N
     free(x);
 }
 
-static void call_scores(int floats) { // keys: HD rows of N, transposed
+static void call_scores(int floats) { // keys: N positions transposed, one panel
     float *q = buffer(SPAN_TILE * HD), *kt = buffer(floats), *out = buffer(SPAN_TILE * N);
-    k->scores_transposed(out, N, q, HD, SPAN_TILE, kt, N, HD, 0, N);
+    k->scores_transposed(out, N, q, HD, SPAN_TILE, kt, HD, 0, N);
     free(q), free(kt), free(out);
 }
 

@@ -291,18 +291,18 @@ static void span_tile_scores(const SpanTile *st) {
         for (int t = 0; t < nt; t++) ops->query(mm->rule[KV_ROLE_KEY], q + t * qd, qt + t * hd);
         qm = qt, qms = (size_t)hd;
     }
-    fk->scores_transposed(att, as, qm, qms, nt, kt, (size_t)mm->stride, hd, 0, n0);
+    fk->scores_transposed(att, as, qm, qms, nt, kt, hd, 0, n0);
     for (int t = 1; t < nt; t++)
-        fk->scores_transposed(att + t * as, 0, qm + t * qms, 0, 1, kt, (size_t)mm->stride, hd, n0, n0 + t);
+        fk->scores_transposed(att + t * as, 0, qm + t * qms, 0, 1, kt, hd, n0, n0 + t);
     if (ops && ops->has_second) { // factor_j · (the sum + aux_j · the second sum), as the codec's kernel
         const float *kt2 = span_mirror_keys2(mm, l, g), *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
         const float *aux = span_mirror_aux(mm, KV_ROLE_KEY, l, g);
         float *att2 = b->att2 + (size_t)thread * SPAN_TILE * b->att2_span;
         const size_t as2 = b->att2_span;
         for (int t = 0; t < nt; t++) ops->query2(mm->rule[KV_ROLE_KEY], q + t * qd, qt + t * hd);
-        fk->scores_transposed(att2, as2, qt, (size_t)hd, nt, kt2, (size_t)mm->stride, hd, 0, n0);
+        fk->scores_transposed(att2, as2, qt, (size_t)hd, nt, kt2, hd, 0, n0);
         for (int t = 1; t < nt; t++)
-            fk->scores_transposed(att2 + t * as2, 0, qt + t * hd, 0, 1, kt2, (size_t)mm->stride, hd, n0, n0 + t);
+            fk->scores_transposed(att2 + t * as2, 0, qt + t * hd, 0, 1, kt2, hd, n0, n0 + t);
         for (int t = 0; t < nt; t++)
             for (int j = 0; j < n0 + t; j++)
                 att[t * as + j] = fac[j] * (att[t * as + j] + aux[j] * att2[t * as2 + j]);
@@ -454,22 +454,22 @@ static void task_span_latent(void *arg, int i, int thread) {
     const int nt = c->n_rows - r0 < SPAN_TILE ? c->n_rows - r0 : SPAN_TILE, n0 = c->rows[r0].pos + 1;
     const KVSeq *seq = c->rows[0].seq;
     const size_t as = (size_t)H * b->context, ls = (size_t)H * lat, at = (size_t)r0 * H + h;
-    const size_t xs = (size_t)(sd.ow > p->dim ? sd.ow : p->dim), qs = (size_t)sd.qw, st = (size_t)lm->stride;
+    const size_t xs = (size_t)(sd.ow > p->dim ? sd.ow : p->dim), qs = (size_t)sd.qw;
     const float *q = b->q + (size_t)r0 * qs + (size_t)h * model_qk_dim(p), *q_rope = q + p->head_dim;
     float *att = b->att + at * b->context, *att_rope = b->att_rope + at * b->context;
     float *qt = b->latent_q + at * lat, *mix = b->latent_mix + at * lat;
     for (int t = 0; t < nt; t++) latent_query(b->model, l, h, q + t * qs, qt + t * ls);
     if (lm->scores[0]) {
         const float *kt = latent_mirror_latent_t(lm, l);
-        fk->scores_transposed(att, as, qt, ls, nt, kt, st, lat, 0, n0);
-        for (int t = 1; t < nt; t++) fk->scores_transposed(att + t * as, 0, qt + t * ls, 0, 1, kt, st, lat, n0, n0 + t);
+        fk->scores_transposed(att, as, qt, ls, nt, kt, lat, 0, n0);
+        for (int t = 1; t < nt; t++) fk->scores_transposed(att + t * as, 0, qt + t * ls, 0, 1, kt, lat, n0, n0 + t);
     } else
         for (int t = 0; t < nt; t++) paged_scores(&seq->k[l], 0, qt + t * ls, att + t * as, n0 + t);
     if (lm->scores[1]) {
         const float *kt = latent_mirror_rope_t(lm, l);
-        fk->scores_transposed(att_rope, as, q_rope, qs, nt, kt, st, p->rope_dim, 0, n0);
+        fk->scores_transposed(att_rope, as, q_rope, qs, nt, kt, p->rope_dim, 0, n0);
         for (int t = 1; t < nt; t++)
-            fk->scores_transposed(att_rope + t * as, 0, q_rope + t * qs, 0, 1, kt, st, p->rope_dim, n0, n0 + t);
+            fk->scores_transposed(att_rope + t * as, 0, q_rope + t * qs, 0, 1, kt, p->rope_dim, n0, n0 + t);
     } else
         for (int t = 0; t < nt; t++) paged_scores(&seq->v[l], 0, q_rope + t * qs, att_rope + t * as, n0 + t);
     for (int t = 0; t < nt; t++) {

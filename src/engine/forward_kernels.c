@@ -32,12 +32,15 @@ static inline void matmul_contract(const float *out, size_t os, const float *W, 
 }
 
 static inline void scores_contract(const float *out, size_t os, const float *q, size_t qs, int n_q, const float *kt,
-                                   size_t stride, int head_dim, int j0, int j1) {
+                                   int head_dim, int j0, int j1) {
     for (int r = 0; r < n_q; r++) {
         REGION_CHECK("scores_transposed: q", q + r * qs, head_dim);
         REGION_CHECK("scores_transposed: out", out + r * os + j0, j1 - j0);
     }
-    for (int d = 0; d < head_dim; d++) REGION_CHECK("scores_transposed: keys", kt + d * stride + j0, j1 - j0);
+    for (int p0 = j0 - j0 % KEY_PANEL; p0 < j1; p0 += KEY_PANEL) { // each panel's part of [j0, j1)
+        const int a = p0 > j0 ? p0 : j0, e = p0 + KEY_PANEL < j1 ? p0 + KEY_PANEL : j1;
+        for (int d = 0; d < head_dim; d++) REGION_CHECK("scores_transposed: keys", kt + key_panel_at(head_dim, d, a), e - a);
+    }
 }
 
 static inline void mix_contract(const float *out, size_t os, const float *p, size_t ps, int n_p, const float *v,
@@ -330,19 +333,22 @@ static inline __attribute__((always_inline)) void store4(float *out, size_t os, 
 // for every query while the channels are summed in order, so each key load serves all the queries
 // and each output is q[0]·k[0] + q[1]·k[1] + ... whatever the tile, the range and the build.
 #if defined(KERNELS_AVX512) || defined(KERNELS_AVX2)
-// The vector sets' block: SCORE_CHUNKS vectors of positions from j (a full block, or the last,
-// masked to end at j1) against nq queries, every accumulator a named register (gcc kept the C
-// loop's arrays on the stack). A range's last positions and the single rows (a tile's last rows
-// past its first's positions) go through the same block masked: summed one position at a time, each
-// position's channels had made a chain of dependent adds, which cost as much as the tile's whole
-// run of full blocks.
+// The vector sets' block: SCORE_CHUNKS vectors of positions from j (a multiple of SCORE_LANES, so
+// that no vector straddles two panels), masked to [j0, j1) where the range starts or ends inside it,
+// against nq queries, every accumulator a named register (gcc kept the C loop's arrays on the
+// stack). A range's last positions and the single rows (a tile's last rows past its first's
+// positions) go through the same block masked: summed one position at a time, each position's
+// channels had made a chain of dependent adds, which cost as much as the tile's whole run of full
+// blocks.
 #ifdef KERNELS_AVX512
 enum { SCORE_LANES = 16, SCORE_CHUNKS = 4 };
 typedef __m512 score_vec;
 typedef __mmask16 score_mask;
-static inline score_mask score_lanes(int i, int j1) {
-    const int m = j1 - i;
-    return m >= SCORE_LANES ? (score_mask)0xFFFF : m <= 0 ? (score_mask)0 : (score_mask)((1u << m) - 1);
+// Lanes l of the vector at i with lo <= i + l < hi.
+static inline score_mask score_lanes(int i, int lo, int hi) {
+    const int a = lo - i < 0 ? 0 : lo - i > SCORE_LANES ? SCORE_LANES : lo - i;
+    const int e = hi - i < 0 ? 0 : hi - i > SCORE_LANES ? SCORE_LANES : hi - i;
+    return (score_mask)(((1u << e) - 1) & ~((1u << a) - 1));
 }
 #define SCORE_ZERO() _mm512_setzero_ps()
 #define SCORE_LOAD(p) _mm512_loadu_ps(p)
@@ -356,8 +362,10 @@ static inline score_mask score_lanes(int i, int j1) {
 enum { SCORE_LANES = 8, SCORE_CHUNKS = 2 };
 typedef __m256 score_vec;
 typedef __m256i score_mask;
-static inline score_mask score_lanes(int i, int j1) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(j1 - i), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+static inline score_mask score_lanes(int i, int lo, int hi) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_and_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(hi - i), lane),
+                            _mm256_cmpgt_epi32(lane, _mm256_set1_epi32(lo - i - 1)));
 }
 #define SCORE_ZERO() _mm256_setzero_ps()
 #define SCORE_LOAD(p) _mm256_loadu_ps(p)
@@ -371,18 +379,24 @@ static inline score_mask score_lanes(int i, int j1) {
 enum { SCORE_BLOCK = SCORE_LANES * SCORE_CHUNKS };
 
 static inline __attribute__((always_inline)) void scores_block(float *restrict out, size_t os, const float *restrict q,
-                                                               size_t qs, int nq, const float *restrict kt, size_t stride,
-                                                               int head_dim, int j, int j1, int masked) {
+                                                               size_t qs, int nq, const float *restrict kt, int head_dim,
+                                                               int j, int j0, int j1, int masked) {
     score_vec a[SPAN_TILE][SCORE_CHUNKS];
     score_mask m[SCORE_CHUNKS];
-    for (int c = 0; c < SCORE_CHUNKS; c++) m[c] = score_lanes(j + c * SCORE_LANES, j1);
+    const float *k[SCORE_CHUNKS]; // each vector's channel 0 (a vector past j1: the first's, never read)
+    for (int c = 0; c < SCORE_CHUNKS; c++) {
+        const int i = j + c * SCORE_LANES;
+        m[c] = score_lanes(i, j0, j1);
+        k[c] = kt + key_panel_at(head_dim, 0, i < j1 ? i : j);
+    }
     for (int r = 0; r < nq; r++)
         for (int c = 0; c < SCORE_CHUNKS; c++) a[r][c] = SCORE_ZERO();
     for (int d = 0; d < head_dim; d++) {
-        const float *k = kt + (size_t)d * stride + j;
         score_vec kc[SCORE_CHUNKS];
-        for (int c = 0; c < SCORE_CHUNKS; c++)
-            kc[c] = masked ? SCORE_LOAD_MASKED(k + c * SCORE_LANES, m[c]) : SCORE_LOAD(k + c * SCORE_LANES);
+        for (int c = 0; c < SCORE_CHUNKS; c++) {
+            const float *p = k[c] + (size_t)d * KEY_PANEL;
+            kc[c] = masked ? SCORE_LOAD_MASKED(p, m[c]) : SCORE_LOAD(p);
+        }
         for (int r = 0; r < nq; r++) {
             const score_vec qd = SCORE_SET1(q[(size_t)r * qs + d]);
             for (int c = 0; c < SCORE_CHUNKS; c++) a[r][c] = SCORE_ADD(a[r][c], SCORE_MUL(qd, kc[c]));
@@ -398,33 +412,45 @@ static inline __attribute__((always_inline)) void scores_block(float *restrict o
         }
 }
 
+// [j0, j1) in blocks from j0's vector on, each masked where the range does not cover it.
+static inline __attribute__((always_inline)) void scores_run(float *restrict out, size_t os, const float *restrict q,
+                                                             size_t qs, int nq, const float *restrict kt, int head_dim,
+                                                             int j0, int j1) {
+    for (int j = j0 - j0 % SCORE_LANES; j < j1; j += SCORE_BLOCK)
+        if (j >= j0 && j + SCORE_BLOCK <= j1)
+            scores_block(out, os, q, qs, nq, kt, head_dim, j, j0, j1, 0);
+        else
+            scores_block(out, os, q, qs, nq, kt, head_dim, j, j0, j1, 1);
+}
+
 static void scores_transposed_impl(float *restrict out, size_t os, const float *restrict q, size_t qs, int n_q,
-                                   const float *restrict kt, size_t stride, int head_dim, int j0, int j1) {
-    scores_contract(out, os, q, qs, n_q, kt, stride, head_dim, j0, j1);
+                                   const float *restrict kt, int head_dim, int j0, int j1) {
+    scores_contract(out, os, q, qs, n_q, kt, head_dim, j0, j1);
     if (n_q == SPAN_TILE) {
-        int j = j0;
-        for (; j + SCORE_BLOCK <= j1; j += SCORE_BLOCK) scores_block(out, os, q, qs, SPAN_TILE, kt, stride, head_dim, j, j1, 0);
-        if (j < j1) scores_block(out, os, q, qs, SPAN_TILE, kt, stride, head_dim, j, j1, 1);
+        scores_run(out, os, q, qs, SPAN_TILE, kt, head_dim, j0, j1);
         return;
     }
-    for (int r = 0; r < n_q; r++) {
-        const float *qr = q + (size_t)r * qs;
-        float *o = out + (size_t)r * os;
-        int j = j0;
-        for (; j + SCORE_BLOCK <= j1; j += SCORE_BLOCK) scores_block(o, 0, qr, 0, 1, kt, stride, head_dim, j, j1, 0);
-        if (j < j1) scores_block(o, 0, qr, 0, 1, kt, stride, head_dim, j, j1, 1);
-    }
+    for (int r = 0; r < n_q; r++) scores_run(out + (size_t)r * os, 0, q + (size_t)r * qs, 0, 1, kt, head_dim, j0, j1);
 }
 #else
-// The portable build: 16 positions a full tile, then each row alone, the last positions one by one.
+// The portable build: one position at a time up to a multiple of 16 (whose runs of 16 lie in one
+// panel), then 16 positions a full tile, then each row alone, the last positions one by one.
+static float score_one(const float *restrict q, const float *restrict kt, int head_dim, int j) {
+    float acc = 0.0f;
+    for (int d = 0; d < head_dim; d++) acc += q[d] * kt[key_panel_at(head_dim, d, j)];
+    return acc;
+}
+
 static void scores_transposed_impl(float *restrict out, size_t os, const float *restrict q, size_t qs, int n_q,
-                                   const float *restrict kt, size_t stride, int head_dim, int j0, int j1) {
-    scores_contract(out, os, q, qs, n_q, kt, stride, head_dim, j0, j1);
+                                   const float *restrict kt, int head_dim, int j0, int j1) {
+    scores_contract(out, os, q, qs, n_q, kt, head_dim, j0, j1);
     int j = j0;
+    for (; j < j1 && j % LANES; j++)
+        for (int r = 0; r < n_q; r++) out[(size_t)r * os + j] = score_one(q + (size_t)r * qs, kt, head_dim, j);
     for (; n_q == SPAN_TILE && j + LANES <= j1; j += LANES) {
         float acc[SPAN_TILE][SPAN_WIDTH] = {{0}};
         for (int d = 0; d < head_dim; d++)
-            add_scaled4(acc, kt + (size_t)d * stride + j, q[d], q[qs + d], q[2 * qs + d], q[3 * qs + d], LANES);
+            add_scaled4(acc, kt + key_panel_at(head_dim, d, j), q[d], q[qs + d], q[2 * qs + d], q[3 * qs + d], LANES);
         store4(out + j, os, acc, LANES);
     }
     for (int r = 0; r < n_q; r++) {
@@ -434,17 +460,13 @@ static void scores_transposed_impl(float *restrict out, size_t os, const float *
         for (; i + LANES <= j1; i += LANES) {
             float acc[LANES] = {0};
             for (int d = 0; d < head_dim; d++) {
-                const float qd = qr[d], *k = kt + (size_t)d * stride + i;
+                const float qd = qr[d], *k = kt + key_panel_at(head_dim, d, i);
 #pragma omp simd
                 for (int l = 0; l < LANES; l++) acc[l] += qd * k[l];
             }
             for (int l = 0; l < LANES; l++) o[i + l] = acc[l];
         }
-        for (; i < j1; i++) {
-            float acc = 0.0f;
-            for (int d = 0; d < head_dim; d++) acc += qr[d] * kt[(size_t)d * stride + i];
-            o[i] = acc;
-        }
+        for (; i < j1; i++) o[i] = score_one(qr, kt, head_dim, i);
     }
 }
 #endif
@@ -462,7 +484,7 @@ static inline __attribute__((always_inline)) void mix_block(float *restrict out,
                                                             int d0, int j0, int j1, int masked) {
     score_vec a[SPAN_TILE][MIX_CHUNKS];
     score_mask m[MIX_CHUNKS];
-    for (int c = 0; c < MIX_CHUNKS; c++) m[c] = score_lanes(d0 + c * SCORE_LANES, head_dim);
+    for (int c = 0; c < MIX_CHUNKS; c++) m[c] = score_lanes(d0 + c * SCORE_LANES, 0, head_dim);
     for (int r = 0; r < nq; r++)
         for (int c = 0; c < MIX_CHUNKS; c++) {
             const float *o = out + (size_t)r * os + d0 + c * SCORE_LANES;

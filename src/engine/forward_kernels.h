@@ -14,6 +14,20 @@
 // Queries one call of the fast evaluator's attention kernels takes.
 #define SPAN_TILE 4
 
+// The fast evaluator's keys are held transposed, in panels of KEY_PANEL positions: a panel is its
+// head_dim rows of KEY_PANEL floats (channel d of its positions) one after another. A run of positions
+// is then read as one stream, where rows a context apart had made one stream per channel, more than
+// the hardware prefetchers followed (docs/history/speed.md).
+#define KEY_PANEL 64
+// Where channel d of position j lies.
+static inline size_t key_panel_at(int head_dim, int d, int j) {
+    return ((size_t)(j / KEY_PANEL) * (size_t)head_dim + (size_t)d) * KEY_PANEL + (size_t)(j % KEY_PANEL);
+}
+// The floats that hold `positions` positions (whole panels).
+static inline size_t key_panel_floats(int head_dim, int positions) {
+    return (size_t)((positions + KEY_PANEL - 1) / KEY_PANEL) * (size_t)head_dim * KEY_PANEL;
+}
+
 typedef struct {
     const char *name; // "portable", "avx2" or "avx512"
     // out[r] = W[r,:] · x for rows [r0, r1) of the row-major W (n columns).
@@ -27,10 +41,10 @@ typedef struct {
     // (n - 1 when the weights are NaN), which eval's top-1 agreement records.
     int (*scaled_softmax)(float *x, int n, float scale);
     // The fast evaluator's attention (span_mirror.h), over keys and values decoded to floats, for
-    // n_q <= SPAN_TILE queries at once: out[r·os + j] = Σ_d q[r·qs + d] · kt[d·stride + j] for j in
-    // [j0, j1), each sum in order of d (keys held transposed, one row per channel) ...
+    // n_q <= SPAN_TILE queries at once: out[r·os + j] = Σ_d q[r·qs + d] · kt[key_panel_at(head_dim,
+    // d, j)] for j in [j0, j1), each sum in order of d (keys held transposed, in panels) ...
     void (*scores_transposed)(float *restrict out, size_t os, const float *restrict q, size_t qs, int n_q,
-                              const float *restrict kt, size_t stride, int head_dim, int j0, int j1);
+                              const float *restrict kt, int head_dim, int j0, int j1);
     // ... and out[r·os + d] += p[r·ps + j] · v[j·head_dim + d] for j = j0, j0 + 1, ..., j1 − 1 in turn.
     void (*mix_rows)(float *restrict out, size_t os, const float *restrict p, size_t ps, int n_p,
                      const float *restrict v, int head_dim, int j0, int j1);

@@ -25,7 +25,7 @@ static int mix_read_back(const KVStream *rule) {
 int latent_mirror_init(LatentMirror *m, const KVPool *pool, int context) {
     memset(m, 0, sizeof *m);
     m->n_layers = pool->n_layers, m->latent = pool->layout.head_dim[0], m->rope = pool->layout.head_dim[1];
-    m->context = context, m->stride = context + 16;
+    m->context = context;
     for (int s = 0; s < 2; s++) m->scores[s] = scores_read_back(&pool->rule[s], &m->ops[s]);
     // The latent's rows come from its codec's read; a key mirror's read is the same x̂ (float's).
     m->mix = mix_read_back(&pool->rule[0]);
@@ -33,9 +33,9 @@ int latent_mirror_init(LatentMirror *m, const KVPool *pool, int context) {
     for (int s = 0; s < 2; s++) m->settles[s] = pool->rule[s].ops->settle != NULL;
     const size_t L = (size_t)m->n_layers;
     int failed = !(m->count = calloc(L * 2, sizeof(int))) || !(m->final = calloc(L * 2, sizeof(int)));
-    if (m->scores[0]) failed |= !(m->latent_t = calloc_lines(L * m->latent * (size_t)m->stride, sizeof(float)));
+    if (m->scores[0]) failed |= !(m->latent_t = calloc_lines(L * key_panel_floats(m->latent, context), sizeof(float)));
     if (m->mix) failed |= !(m->latent_rows = calloc_lines(L * m->latent * (size_t)context, sizeof(float)));
-    if (m->scores[1]) failed |= !(m->rope_t = calloc_lines(L * m->rope * (size_t)m->stride, sizeof(float)));
+    if (m->scores[1]) failed |= !(m->rope_t = calloc_lines(L * key_panel_floats(m->rope, context), sizeof(float)));
     if (failed) {
         latent_mirror_free(m);
         return -1;
@@ -65,7 +65,7 @@ static void read_token(LatentMirror *m, const PagedStream *ps, int slot, int lay
     }
     if (m->scores[slot]) {
         float *t = (float *)(slot ? latent_mirror_rope_t(m, layer) : latent_mirror_latent_t(m, layer));
-        for (int d = 0; d < w; d++) t[(size_t)d * m->stride + j] = x[d];
+        for (int d = 0; d < w; d++) t[key_panel_at(w, d, j)] = x[d];
     }
     if (!slot && m->mix) memcpy((float *)latent_mirror_rows(m, layer) + (size_t)j * w, x, sizeof(float) * (size_t)w);
 }

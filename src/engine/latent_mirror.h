@@ -8,11 +8,11 @@
 #ifndef MICRO_LATENT_MIRROR_H
 #define MICRO_LATENT_MIRROR_H
 
+#include "forward_kernels.h"
 #include "kvpool.h"
 
 typedef struct {
     int n_layers, latent, rope, context;
-    int stride;       // floats from one channel's row to the next (span_mirror.h's reason)
     int scores[2];    // [slot]: the latent's (0) and the RoPE key's (1) scores read the mirror
     int mix;          // the latent's mix reads the mirror
     int needed[2];    // [slot]: decoded at all
@@ -21,9 +21,9 @@ typedef struct {
     int settles[2];   // [slot]: its tokens change form (KIVI): read again once final
     int *count;       // [layer][slot]: tokens [0, n) are decoded
     int *final;       // [layer][slot]: tokens [0, n) are decoded in their final form (settles)
-    float *latent_t;  // [layer][latent][stride]: the latents transposed, one row per channel (scores)
+    float *latent_t;  // [layer][the context in panels]: the latents transposed in panels (key_panel_at; scores)
     float *latent_rows; // [layer][context][latent]: the latents as rows (mix)
-    float *rope_t;    // [layer][rope][stride]: the RoPE keys transposed
+    float *rope_t;    // [layer][the context in panels]: the RoPE keys transposed in panels
 } LatentMirror;
 
 // Buffers for a latent pool's sequences up to `context` tokens, for what reads back (nothing: no
@@ -37,13 +37,13 @@ void latent_mirror_update(LatentMirror *m, const KVSeq *seq, int layer, int firs
 void latent_mirror_settle(LatentMirror *m, const KVSeq *seq, int layer);
 
 static inline const float *latent_mirror_latent_t(const LatentMirror *m, int layer) {
-    return m->latent_t + (size_t)layer * m->latent * (size_t)m->stride;
+    return m->latent_t + (size_t)layer * key_panel_floats(m->latent, m->context);
 }
 static inline const float *latent_mirror_rows(const LatentMirror *m, int layer) {
     return m->latent_rows + (size_t)layer * m->latent * (size_t)m->context;
 }
 static inline const float *latent_mirror_rope_t(const LatentMirror *m, int layer) {
-    return m->rope_t + (size_t)layer * m->rope * (size_t)m->stride;
+    return m->rope_t + (size_t)layer * key_panel_floats(m->rope, m->context);
 }
 
 #endif

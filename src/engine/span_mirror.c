@@ -30,8 +30,8 @@ int span_mirror_init(SpanMirror *m, const KVPool *pool, int context) {
     // Multi-head and grouped-query caches only (keys and values alike): latent attention has no mirror.
     m->n_layers = pool->n_layers, m->n_heads = pool->layout.n_heads[0], m->head_dim = pool->layout.head_dim[0];
     m->context = context;
-    m->stride = context + 16;
-    const size_t heads = (size_t)m->n_layers * m->n_heads * m->head_dim;
+    m->key_floats = key_panel_floats(m->head_dim, context);
+    const size_t heads = (size_t)m->n_layers * m->n_heads * m->head_dim, key_heads = (size_t)m->n_layers * m->n_heads;
     const size_t tokens = (size_t)m->n_layers * m->n_heads * (size_t)context;
     m->count = calloc((size_t)m->n_layers * 2, sizeof(int));
     int failed = !m->count;
@@ -47,12 +47,12 @@ int span_mirror_init(SpanMirror *m, const KVPool *pool, int context) {
         if (m->ops[r] && m->ops[r]->has_second) {
             m->second = 1;
             failed |= !(m->aux[r] = calloc_lines(tokens, sizeof(float)));
-            if (r == KV_ROLE_KEY) failed |= !(m->keys2 = calloc_lines(heads * (size_t)m->stride, sizeof(float)));
+            if (r == KV_ROLE_KEY) failed |= !(m->keys2 = calloc_lines(key_heads * m->key_floats, sizeof(float)));
             if (r == KV_ROLE_VALUE) failed |= !(m->values2 = calloc_lines(heads * (size_t)context, sizeof(float)));
         }
     }
     // calloc_lines: in 2 MiB pages where they are big (faulting a 6 MB mirror in by 4 KiB pages showed).
-    if (m->mirrored[KV_ROLE_KEY]) failed |= !(m->keys = calloc_lines(heads * (size_t)m->stride, sizeof(float)));
+    if (m->mirrored[KV_ROLE_KEY]) failed |= !(m->keys = calloc_lines(key_heads * m->key_floats, sizeof(float)));
     m->value_rows = m->ops[KV_ROLE_VALUE] && m->ops[KV_ROLE_VALUE]->corrections ? 2 : 1;
     if (m->mirrored[KV_ROLE_VALUE])
         failed |= !(m->values = calloc_lines(heads * (size_t)context * m->value_rows, sizeof(float)));
@@ -97,7 +97,7 @@ static void read_token(SpanMirror *m, const PagedStream *ps, KVRole role, int la
                 if (role == KV_ROLE_VALUE)
                     memcpy((float *)span_mirror_values2(m, layer, h) + (size_t)j * hd, x2, sizeof(float) * (size_t)hd);
                 else
-                    for (int d = 0; d < hd; d++) ((float *)span_mirror_keys2(m, layer, h))[(size_t)d * m->stride + j] = x2[d];
+                    for (int d = 0; d < hd; d++) ((float *)span_mirror_keys2(m, layer, h))[key_panel_at(hd, d, j)] = x2[d];
             }
         } else {
             paged_read(ps, h, j, row);
@@ -106,7 +106,7 @@ static void read_token(SpanMirror *m, const PagedStream *ps, KVRole role, int la
         }
         if (role == KV_ROLE_VALUE) continue;
         float *kt = (float *)span_mirror_keys(m, layer, h);
-        for (int d = 0; d < hd; d++) kt[(size_t)d * m->stride + j] = x[d];
+        for (int d = 0; d < hd; d++) kt[key_panel_at(hd, d, j)] = x[d];
     }
 }
 

@@ -8,19 +8,19 @@
 #ifndef MICRO_SPAN_MIRROR_H
 #define MICRO_SPAN_MIRROR_H
 
+#include "forward_kernels.h"
 #include "kvpool.h"
 
 typedef struct {
     int n_layers, n_heads, head_dim, context;
-    int stride;         // floats from one key channel's row to the next: the context and a cache line,
-                        // so that a column of 32 channels does not fall in one set of the L1 cache
+    size_t key_floats;  // floats of one layer and head's keys: the context in panels (forward_kernels.h)
     int mirrored[2];    // [role]: this role's streams are mirrored
     const MirrorOps *ops[2]; // [role]: mirrored as their codec's MirrorOps say (NULL: read back)
     const void *rule[2];     // [role]: a block's state, for ops' query (the pool's shared coder)
     const KVSeq *seq;   // the sequence mirrored
     int *count;         // [layer][role]: tokens [0, n) are mirrored
-    float *keys;        // [layer][head][head_dim][stride]: keys (x̃ for ops) transposed, one row per
-                        // channel, RoPE'd
+    float *keys;        // [layer][head][key_floats]: keys (x̃ for ops) transposed in panels
+                        // (key_panel_at), RoPE'd
     float *values;      // [layer][head][context][head_dim] (x̃ for ops)
     float *factors[2];  // [role][layer][head][context]: ops' factor of each token (has_factor), else NULL
     float *offsets[2];  // the same for ops' offsets (has_offset)
@@ -59,16 +59,16 @@ static inline const float *span_mirror_aux(const SpanMirror *m, KVRole role, int
     return m->aux[role] + ((size_t)layer * m->n_heads + head) * (size_t)m->context;
 }
 
-// The mirrored keys (transposed, rows `stride` apart) and values of one layer and head.
+// The mirrored keys (transposed, in panels) and values of one layer and head.
 static inline const float *span_mirror_keys(const SpanMirror *m, int layer, int head) {
-    return m->keys + ((size_t)layer * m->n_heads + head) * m->head_dim * (size_t)m->stride;
+    return m->keys + ((size_t)layer * m->n_heads + head) * m->key_floats;
 }
 static inline const float *span_mirror_values(const SpanMirror *m, int layer, int head) {
     return m->values + ((size_t)layer * m->n_heads + head) * m->head_dim * (size_t)m->context * m->value_rows;
 }
 // The same of the second sums.
 static inline const float *span_mirror_keys2(const SpanMirror *m, int layer, int head) {
-    return m->keys2 + ((size_t)layer * m->n_heads + head) * m->head_dim * (size_t)m->stride;
+    return m->keys2 + ((size_t)layer * m->n_heads + head) * m->key_floats;
 }
 static inline const float *span_mirror_values2(const SpanMirror *m, int layer, int head) {
     return m->values2 + ((size_t)layer * m->n_heads + head) * m->head_dim * (size_t)m->context;
