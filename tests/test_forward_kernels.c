@@ -145,56 +145,71 @@ static float kt[SPAN_PANELS * SPAN_HD * KEY_PANEL], vrows[SPAN_N * SPAN_HD], qs[
 static float sc_a[SPAN_TILE * SPAN_N], sc_b[SPAN_TILE * SPAN_N], mx_a[SPAN_TILE * SPAN_HD], mx_b[SPAN_TILE * SPAN_HD];
 static float ev_a[SPAN_TILE * SPAN_HD], ev_b[SPAN_TILE * SPAN_HD];
 
+// Row r's end for pattern `kind`: every row at j1; a staircase ending at j1 (a span's tile: row r
+// one position past row r − 1); ends spread over [j0, j1], some rows empty.
+static int span_end(int kind, int r, int nq, int j0, int j1) {
+    if (kind == 0) return j1;
+    if (kind == 1) return j1 - (nq - 1 - r) > j0 ? j1 - (nq - 1 - r) : j0;
+    return j0 + (j1 - j0) * ((r * 7) % (nq + 1)) / nq;
+}
+
 static void run_span(const ForwardKernels *k, const ForwardKernels *o) {
     static const int hds[] = {32, 16, 48};
     static const int ranges[][2] = {{0, 1}, {0, 16}, {3, 35}, {0, 64}, {1, 130}, {17, 300}, {0, 300},
                                     {60, 70}, {64, 200}, {100, 101}, {250, 299}};
+    static const int rows[] = {1, 2, 3, 4, 5, 7, 8, 12, 15, 16};
     fill(kt, SPAN_PANELS * SPAN_HD * KEY_PANEL, 1.0);
     fill(vrows, SPAN_N * SPAN_HD, 1.0);
     fill(qs, SPAN_TILE * SPAN_HD, 1.0);
     fill(ps, SPAN_TILE * SPAN_N, 1.0);
     for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
         const int hd = hds[hi];
-        for (int nq = 1; nq <= SPAN_TILE; nq++) {
-            for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0]; ri++) {
-                const int j0 = ranges[ri][0], j1 = ranges[ri][1];
-                memset(sc_a, 0, sizeof sc_a), memset(sc_b, 0, sizeof sc_b);
-                k->scores_transposed(sc_a, SPAN_N, qs, SPAN_HD, nq, kt, hd, j0, j1);
-                if (o)
-                    o->scores_transposed(sc_b, SPAN_N, qs, SPAN_HD, nq, kt, hd, j0, j1);
-                else
-                    for (int r = 0; r < nq; r++)
-                        for (int j = j0; j < j1; j++) {
-                            float acc = 0.0f;
-                            for (int d = 0; d < hd; d++) acc += qs[r * SPAN_HD + d] * kt[key_panel_at(hd, d, j)];
-                            sc_b[r * SPAN_N + j] = acc;
-                        }
-                CHECK(check_same_bits(sc_a, sc_b, SPAN_TILE * SPAN_N), "scores_transposed %s vs %s: hd %d, %d queries, [%d, %d)",
-                      k->name, o ? o->name : "reference", hd, nq, j0, j1);
-                for (int i = 0; i < SPAN_TILE * SPAN_HD; i++) mx_a[i] = mx_b[i] = (float)i / 7.0f;
-                k->mix_rows(mx_a, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, j1);
-                if (o)
-                    o->mix_rows(mx_b, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, j1);
-                else
-                    for (int r = 0; r < nq; r++)
-                        for (int j = j0; j < j1; j++)
-                            for (int d = 0; d < hd; d++) mx_b[r * SPAN_HD + d] += ps[r * SPAN_N + j] * vrows[j * hd + d];
-                CHECK(check_same_bits(mx_a, mx_b, SPAN_TILE * SPAN_HD), "mix_rows %s vs %s: hd %d, %d vectors, [%d, %d)",
-                      k->name, o ? o->name : "reference", hd, nq, j0, j1);
-                // Even and odd positions apart, each in order (MirrorOps.split_mix).
-                for (int i = 0; i < SPAN_TILE * SPAN_HD; i++) mx_a[i] = mx_b[i] = ev_a[i] = ev_b[i] = (float)i / 5.0f;
-                k->mix_rows_split(ev_a, mx_a, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, j1);
-                if (o)
-                    o->mix_rows_split(ev_b, mx_b, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, j1);
-                else
-                    for (int r = 0; r < nq; r++)
-                        for (int j = j0; j < j1; j++)
-                            for (int d = 0; d < hd; d++)
-                                (j % 2 ? mx_b : ev_b)[r * SPAN_HD + d] += ps[r * SPAN_N + j] * vrows[j * hd + d];
-                CHECK(check_same_bits(ev_a, ev_b, SPAN_TILE * SPAN_HD) && check_same_bits(mx_a, mx_b, SPAN_TILE * SPAN_HD),
-                      "mix_rows_split %s vs %s: hd %d, %d vectors, [%d, %d)", k->name, o ? o->name : "reference", hd, nq,
-                      j0, j1);
-            }
+        for (size_t ni = 0; ni < sizeof rows / sizeof rows[0] && rows[ni] <= SPAN_TILE; ni++) {
+            const int nq = rows[ni];
+            for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0]; ri++)
+                for (int kind = 0; kind < 3; kind++) {
+                    const int j0 = ranges[ri][0], j1 = ranges[ri][1];
+                    int ends[SPAN_TILE];
+                    for (int r = 0; r < nq; r++) ends[r] = span_end(kind, r, nq, j0, j1);
+                    memset(sc_a, 0, sizeof sc_a), memset(sc_b, 0, sizeof sc_b);
+                    k->scores_transposed(sc_a, SPAN_N, qs, SPAN_HD, nq, kt, hd, j0, ends);
+                    if (o)
+                        o->scores_transposed(sc_b, SPAN_N, qs, SPAN_HD, nq, kt, hd, j0, ends);
+                    else
+                        for (int r = 0; r < nq; r++)
+                            for (int j = j0; j < ends[r]; j++) {
+                                float acc = 0.0f;
+                                for (int d = 0; d < hd; d++) acc += qs[r * SPAN_HD + d] * kt[key_panel_at(hd, d, j)];
+                                sc_b[r * SPAN_N + j] = acc;
+                            }
+                    CHECK(check_same_bits(sc_a, sc_b, SPAN_TILE * SPAN_N),
+                          "scores_transposed %s vs %s: hd %d, %d queries, [%d, %d) ends %d", k->name,
+                          o ? o->name : "reference", hd, nq, j0, j1, kind);
+                    for (int i = 0; i < SPAN_TILE * SPAN_HD; i++) mx_a[i] = mx_b[i] = (float)i / 7.0f;
+                    k->mix_rows(mx_a, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, ends);
+                    if (o)
+                        o->mix_rows(mx_b, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, ends);
+                    else
+                        for (int r = 0; r < nq; r++)
+                            for (int j = j0; j < ends[r]; j++)
+                                for (int d = 0; d < hd; d++) mx_b[r * SPAN_HD + d] += ps[r * SPAN_N + j] * vrows[j * hd + d];
+                    CHECK(check_same_bits(mx_a, mx_b, SPAN_TILE * SPAN_HD),
+                          "mix_rows %s vs %s: hd %d, %d vectors, [%d, %d) ends %d", k->name, o ? o->name : "reference",
+                          hd, nq, j0, j1, kind);
+                    // Even and odd positions apart, each in order (MirrorOps.split_mix).
+                    for (int i = 0; i < SPAN_TILE * SPAN_HD; i++) mx_a[i] = mx_b[i] = ev_a[i] = ev_b[i] = (float)i / 5.0f;
+                    k->mix_rows_split(ev_a, mx_a, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, ends);
+                    if (o)
+                        o->mix_rows_split(ev_b, mx_b, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, ends);
+                    else
+                        for (int r = 0; r < nq; r++)
+                            for (int j = j0; j < ends[r]; j++)
+                                for (int d = 0; d < hd; d++)
+                                    (j % 2 ? mx_b : ev_b)[r * SPAN_HD + d] += ps[r * SPAN_N + j] * vrows[j * hd + d];
+                    CHECK(check_same_bits(ev_a, ev_b, SPAN_TILE * SPAN_HD) && check_same_bits(mx_a, mx_b, SPAN_TILE * SPAN_HD),
+                          "mix_rows_split %s vs %s: hd %d, %d vectors, [%d, %d) ends %d", k->name,
+                          o ? o->name : "reference", hd, nq, j0, j1, kind);
+                }
         }
     }
 }

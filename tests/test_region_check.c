@@ -47,13 +47,15 @@ static void call_softmax(int floats) { // x: N
 
 static void call_scores(int floats) { // keys: N positions transposed, one panel
     float *q = buffer(SPAN_TILE * HD), *kt = buffer(floats), *out = buffer(SPAN_TILE * N);
-    k->scores_transposed(out, N, q, HD, SPAN_TILE, kt, HD, 0, N);
+    const int ends[] = {N, N, N, N};
+    k->scores_transposed(out, N, q, HD, 4, kt, HD, 0, ends);
     free(q), free(kt), free(out);
 }
 
 static void call_mix(int floats) { // values: N rows of HD
     float *p = buffer(SPAN_TILE * N), *v = buffer(floats), *out = buffer(SPAN_TILE * HD);
-    k->mix_rows(out, HD, p, N, SPAN_TILE, v, HD, 0, N);
+    const int ends[] = {N, N, N, N};
+    k->mix_rows(out, HD, p, N, 4, v, HD, 0, ends);
     free(p), free(v), free(out);
 }
 

@@ -262,7 +262,8 @@ static void attend(StepCtx *c, int r, int h) {
 }
 
 // One task of the fast evaluator's attention: a tile of up to SPAN_TILE consecutive rows at one
-// head, its queries, scores and weights (rows `as` apart) and outputs (rows `xs` apart).
+// head, its queries, scores and weights (rows `as` apart) and outputs (rows `xs` apart). Row t
+// attends over the tile's first n0 positions and t more: its ends[t] = n0 + t.
 typedef struct {
     BatchForward *b;
     const KVSeq *seq;
@@ -270,6 +271,7 @@ typedef struct {
     const float *q;
     size_t qd, as, xs;
     float *att, *out;
+    int ends[SPAN_TILE];
 } SpanTile;
 
 // A tile's scores from the key mirror (span_mirror.h): plain products with the transposed x̃, then
@@ -291,18 +293,14 @@ static void span_tile_scores(const SpanTile *st) {
         for (int t = 0; t < nt; t++) ops->query(mm->rule[KV_ROLE_KEY], q + t * qd, qt + t * hd);
         qm = qt, qms = (size_t)hd;
     }
-    fk->scores_transposed(att, as, qm, qms, nt, kt, hd, 0, n0);
-    for (int t = 1; t < nt; t++)
-        fk->scores_transposed(att + t * as, 0, qm + t * qms, 0, 1, kt, hd, n0, n0 + t);
+    fk->scores_transposed(att, as, qm, qms, nt, kt, hd, 0, st->ends);
     if (ops && ops->has_second) { // factor_j · (the sum + aux_j · the second sum), as the codec's kernel
         const float *kt2 = span_mirror_keys2(mm, l, g), *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
         const float *aux = span_mirror_aux(mm, KV_ROLE_KEY, l, g);
         float *att2 = b->att2 + (size_t)thread * SPAN_TILE * b->att2_span;
         const size_t as2 = b->att2_span;
         for (int t = 0; t < nt; t++) ops->query2(mm->rule[KV_ROLE_KEY], q + t * qd, qt + t * hd);
-        fk->scores_transposed(att2, as2, qt, (size_t)hd, nt, kt2, hd, 0, n0);
-        for (int t = 1; t < nt; t++)
-            fk->scores_transposed(att2 + t * as2, 0, qt + t * hd, 0, 1, kt2, hd, n0, n0 + t);
+        fk->scores_transposed(att2, as2, qt, (size_t)hd, nt, kt2, hd, 0, st->ends);
         for (int t = 0; t < nt; t++)
             for (int j = 0; j < n0 + t; j++)
                 att[t * as + j] = fac[j] * (att[t * as + j] + aux[j] * att2[t * as2 + j]);
@@ -341,16 +339,18 @@ static void span_tile_mix(const SpanTile *st) {
     float offset_sum[SPAN_TILE] = {0}; // Σ_j p_j · offset_j, from the weights before the factors
     if (mm->offsets[KV_ROLE_VALUE]) {
         const float *off = span_mirror_offsets(mm, KV_ROLE_VALUE, l, g);
-        if (nt == 4) { // the rows' sums side by side in registers, each in order of j
+        int t = 0;
+        for (; t + 4 <= nt; t += 4) { // four rows' sums side by side in registers, each in order of j
+            const float *a = att + t * as;
             float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
             for (int j = 0; j < n0; j++) {
                 const float o = off[j];
-                s0 += att[j] * o, s1 += att[as + j] * o, s2 += att[2 * as + j] * o, s3 += att[3 * as + j] * o;
+                s0 += a[j] * o, s1 += a[as + j] * o, s2 += a[2 * as + j] * o, s3 += a[3 * as + j] * o;
             }
-            offset_sum[0] = s0, offset_sum[1] = s1, offset_sum[2] = s2, offset_sum[3] = s3;
-        } else
-            for (int t = 0; t < nt; t++)
-                for (int j = 0; j < n0; j++) offset_sum[t] += att[t * as + j] * off[j];
+            offset_sum[t] = s0, offset_sum[t + 1] = s1, offset_sum[t + 2] = s2, offset_sum[t + 3] = s3;
+        }
+        for (; t < nt; t++)
+            for (int j = 0; j < n0; j++) offset_sum[t] += att[t * as + j] * off[j];
         for (int t = 1; t < nt; t++)
             for (int j = n0; j < n0 + t; j++) offset_sum[t] += att[t * as + j] * off[j];
     }
@@ -376,21 +376,19 @@ static void span_tile_mix(const SpanTile *st) {
         const float *aux = span_mirror_aux(mm, KV_ROLE_VALUE, l, g), *v2 = span_mirror_values2(mm, l, g);
         for (int t = 0; t < nt; t++) ops->weights2(mm->rule[KV_ROLE_VALUE], att + t * as, aux, att2 + t * as2, n0 + t);
         memset(acc2, 0, sizeof(float) * (size_t)(nt * hd));
-        fk->mix_rows(acc2, (size_t)hd, att2, as2, nt, v2, hd, 0, n0);
-        for (int t = 1; t < nt; t++) fk->mix_rows(acc2 + t * hd, 0, att2 + t * as2, 0, 1, v2, hd, n0, n0 + t);
+        fk->mix_rows(acc2, (size_t)hd, att2, as2, nt, v2, hd, 0, st->ends);
     }
+    int rows_end[SPAN_TILE]; // each row's value rows: `per` a token
+    for (int t = 0; t < nt; t++) rows_end[t] = per * st->ends[t];
     if (ops && ops->split_mix) { // even and odd tokens apart, then added, as the codec's mix does
         enum { HD = 64 }; // a split codec's head_dim is <= 64
         float even[SPAN_TILE * HD] = {0}, odd[SPAN_TILE * HD] = {0};
-        fk->mix_rows_split(even, odd, HD, w, ws, nt, v, hd, 0, per * n0);
-        for (int t = 1; t < nt; t++)
-            fk->mix_rows_split(even + t * HD, odd + t * HD, 0, w + t * ws, 0, 1, v, hd, per * n0, per * (n0 + t));
+        fk->mix_rows_split(even, odd, HD, w, ws, nt, v, hd, 0, rows_end);
         for (int t = 0; t < nt; t++)
             for (int d = 0; d < hd; d++) out[t * xs + d] = even[t * HD + d] + odd[t * HD + d];
     } else {
         for (int t = 0; t < nt; t++) memset(out + t * xs, 0, sizeof(float) * (size_t)hd);
-        fk->mix_rows(out, xs, w, ws, nt, v, hd, 0, per * n0);
-        for (int t = 1; t < nt; t++) fk->mix_rows(out + t * xs, 0, w + t * ws, 0, 1, v, hd, per * n0, per * (n0 + t));
+        fk->mix_rows(out, xs, w, ws, nt, v, hd, 0, rows_end);
     }
     if (mm->offsets[KV_ROLE_VALUE])
         for (int t = 0; t < nt; t++)
@@ -422,7 +420,8 @@ static void task_span_attention(void *arg, int i, int thread) {
     const float *q = b->q + r0 * qd + h * hd;
     float *att = b->att + ((size_t)r0 * H + h) * b->context, *out = b->xb2 + r0 * xs + h * hd;
     const int n0 = c->rows[r0].pos + 1; // the tile's first row attends over the fewest
-    const SpanTile st = {b, seq, l, g, hd, nt, n0, thread, q, qd, as, xs, att, out};
+    SpanTile st = {b, seq, l, g, hd, nt, n0, thread, q, qd, as, xs, att, out, {0}};
+    for (int t = 0; t < nt; t++) st.ends[t] = n0 + t;
     if (mm->mirrored[KV_ROLE_KEY])
         span_tile_scores(&st);
     else
@@ -458,18 +457,17 @@ static void task_span_latent(void *arg, int i, int thread) {
     const float *q = b->q + (size_t)r0 * qs + (size_t)h * model_qk_dim(p), *q_rope = q + p->head_dim;
     float *att = b->att + at * b->context, *att_rope = b->att_rope + at * b->context;
     float *qt = b->latent_q + at * lat, *mix = b->latent_mix + at * lat;
+    int ends[SPAN_TILE]; // row t attends over n0 + t positions
+    for (int t = 0; t < nt; t++) ends[t] = n0 + t;
     for (int t = 0; t < nt; t++) latent_query(b->model, l, h, q + t * qs, qt + t * ls);
     if (lm->scores[0]) {
         const float *kt = latent_mirror_latent_t(lm, l);
-        fk->scores_transposed(att, as, qt, ls, nt, kt, lat, 0, n0);
-        for (int t = 1; t < nt; t++) fk->scores_transposed(att + t * as, 0, qt + t * ls, 0, 1, kt, lat, n0, n0 + t);
+        fk->scores_transposed(att, as, qt, ls, nt, kt, lat, 0, ends);
     } else
         for (int t = 0; t < nt; t++) paged_scores(&seq->k[l], 0, qt + t * ls, att + t * as, n0 + t);
     if (lm->scores[1]) {
         const float *kt = latent_mirror_rope_t(lm, l);
-        fk->scores_transposed(att_rope, as, q_rope, qs, nt, kt, p->rope_dim, 0, n0);
-        for (int t = 1; t < nt; t++)
-            fk->scores_transposed(att_rope + t * as, 0, q_rope + t * qs, 0, 1, kt, p->rope_dim, n0, n0 + t);
+        fk->scores_transposed(att_rope, as, q_rope, qs, nt, kt, p->rope_dim, 0, ends);
     } else
         for (int t = 0; t < nt; t++) paged_scores(&seq->v[l], 0, q_rope + t * qs, att_rope + t * as, n0 + t);
     for (int t = 0; t < nt; t++) {
@@ -480,8 +478,7 @@ static void task_span_latent(void *arg, int i, int thread) {
     if (lm->mix) {
         const float *rows = latent_mirror_rows(lm, l);
         for (int t = 0; t < nt; t++) memset(mix + t * ls, 0, sizeof(float) * (size_t)lat);
-        fk->mix_rows(mix, ls, att, as, nt, rows, lat, 0, n0);
-        for (int t = 1; t < nt; t++) fk->mix_rows(mix + t * ls, 0, att + t * as, 0, 1, rows, lat, n0, n0 + t);
+        fk->mix_rows(mix, ls, att, as, nt, rows, lat, 0, ends);
     } else
         for (int t = 0; t < nt; t++) paged_mix(&seq->k[l], 0, att + t * as, mix + t * ls, n0 + t);
     for (int t = 0; t < nt; t++)

@@ -32,24 +32,28 @@ static inline void matmul_contract(const float *out, size_t os, const float *W, 
 }
 
 static inline void scores_contract(const float *out, size_t os, const float *q, size_t qs, int n_q, const float *kt,
-                                   int head_dim, int j0, int j1) {
+                                   int head_dim, int j0, const int *ends) {
+    int longest = j0;
     for (int r = 0; r < n_q; r++) {
         REGION_CHECK("scores_transposed: q", q + r * qs, head_dim);
-        REGION_CHECK("scores_transposed: out", out + r * os + j0, j1 - j0);
+        if (ends[r] > j0) REGION_CHECK("scores_transposed: out", out + r * os + j0, ends[r] - j0);
+        longest = ends[r] > longest ? ends[r] : longest;
     }
-    for (int p0 = j0 - j0 % KEY_PANEL; p0 < j1; p0 += KEY_PANEL) { // each panel's part of [j0, j1)
-        const int a = p0 > j0 ? p0 : j0, e = p0 + KEY_PANEL < j1 ? p0 + KEY_PANEL : j1;
+    for (int p0 = j0 - j0 % KEY_PANEL; p0 < longest; p0 += KEY_PANEL) { // each panel's part of [j0, longest)
+        const int a = p0 > j0 ? p0 : j0, e = p0 + KEY_PANEL < longest ? p0 + KEY_PANEL : longest;
         for (int d = 0; d < head_dim; d++) REGION_CHECK("scores_transposed: keys", kt + key_panel_at(head_dim, d, a), e - a);
     }
 }
 
 static inline void mix_contract(const float *out, size_t os, const float *p, size_t ps, int n_p, const float *v,
-                                int head_dim, int j0, int j1) {
+                                int head_dim, int j0, const int *ends) {
+    int longest = j0;
     for (int r = 0; r < n_p; r++) {
-        REGION_CHECK("mix_rows: p", p + r * ps + j0, j1 - j0);
+        if (ends[r] > j0) REGION_CHECK("mix_rows: p", p + r * ps + j0, ends[r] - j0);
         REGION_CHECK("mix_rows: out", out + r * os, head_dim);
+        longest = ends[r] > longest ? ends[r] : longest;
     }
-    REGION_CHECK("mix_rows: values", v + (ptrdiff_t)j0 * head_dim, (ptrdiff_t)(j1 - j0) * head_dim);
+    REGION_CHECK("mix_rows: values", v + (ptrdiff_t)j0 * head_dim, (ptrdiff_t)(longest - j0) * head_dim);
 }
 
 // Each output row is a whole dot product computed by one thread in a fixed order, so the result is
@@ -311,9 +315,20 @@ static int scaled_softmax_impl(float *x, int n, float scale) {
     return first;
 }
 
-// The fast evaluator's inner step, a full tile of four: acc[r][0, w) += s_r · x[0, w). Inlined with a
-// constant w, so the accumulators stay in registers.
-enum { SPAN_WIDTH = 2 * LANES };
+// ---- The fast evaluator's attention ---------------------------------------------------------
+// A tile's rows go through in quads, four rows side by side, over their common positions (the
+// quad's shortest range), and each row's positions past that alone. The scores take the keys panel
+// by panel, every quad's part of one before the next: so a panel comes from L2 once for the tile's
+// every quad and is read again from L1, where a tile of one quad read every panel from L2 for four
+// rows, and went at the rate L2 delivered them. The mix takes each quad's whole range in turn (value
+// rows are one stream the prefetchers keep up with; cut into runs, the sums' trips through memory
+// between runs cost more than the reads saved). Every output is still one sum in a fixed order
+// (over channels; over positions in order), whatever the grouping.
+enum { QUAD = 4, SPAN_WIDTH = 2 * LANES };
+_Static_assert(SPAN_TILE % QUAD == 0, "a tile is whole quads");
+
+// The portable build's quad step, acc[r][0, w) += s_r · x[0, w). Inlined with a constant w, so
+// the accumulators stay in registers.
 static inline __attribute__((always_inline)) void add_scaled4(float acc[][SPAN_WIDTH], const float *restrict x,
                                                               float s0, float s1, float s2, float s3, int w) {
 #pragma omp simd
@@ -323,23 +338,25 @@ static inline __attribute__((always_inline)) void add_scaled4(float acc[][SPAN_W
     }
 }
 
-static inline __attribute__((always_inline)) void store4(float *out, size_t os, float acc[][SPAN_WIDTH], int w) {
-    for (int r = 0; r < SPAN_TILE; r++)
-#pragma omp simd
-        for (int l = 0; l < w; l++) out[(size_t)r * os + l] = acc[r][l];
+// Each quad's common range (the shortest of its rows' ends) into common[]; returns the longest.
+static inline int quad_ranges(const int *ends, int quads, int j0, int *common) {
+    int longest = j0;
+    for (int k = 0; k < quads; k++) {
+        int e = ends[QUAD * k];
+        for (int r = 1; r < QUAD; r++) e = ends[QUAD * k + r] < e ? ends[QUAD * k + r] : e;
+        common[k] = e;
+        longest = e > longest ? e : longest;
+    }
+    return longest;
 }
 
-// Scores of up to SPAN_TILE queries against transposed keys: a run of positions held in registers
-// for every query while the channels are summed in order, so each key load serves all the queries
-// and each output is q[0]·k[0] + q[1]·k[1] + ... whatever the tile, the range and the build.
 #if defined(KERNELS_AVX512) || defined(KERNELS_AVX2)
-// The vector sets' block: SCORE_CHUNKS vectors of positions from j (a multiple of SCORE_LANES, so
-// that no vector straddles two panels), masked to [j0, j1) where the range starts or ends inside it,
-// against nq queries, every accumulator a named register (gcc kept the C loop's arrays on the
-// stack). A range's last positions and the single rows (a tile's last rows past its first's
-// positions) go through the same block masked: summed one position at a time, each position's
-// channels had made a chain of dependent adds, which cost as much as the tile's whole run of full
-// blocks.
+// The vector sets' blocks: SCORE_CHUNKS (scores) or MIX_CHUNKS (mix) vectors from j (a multiple of
+// SCORE_LANES, so that no vector straddles two panels), masked where a range starts or ends inside
+// them, against one or a quad of rows, every accumulator a named register (gcc kept the C loops'
+// arrays on the stack). A range's last positions and the single rows go through the same blocks
+// masked: summed one position at a time, each position's channels had made a chain of dependent
+// adds, which cost as much as the full blocks.
 #ifdef KERNELS_AVX512
 enum { SCORE_LANES = 16, SCORE_CHUNKS = 4 };
 typedef __m512 score_vec;
@@ -376,12 +393,12 @@ static inline score_mask score_lanes(int i, int lo, int hi) {
 #define SCORE_STORE(p, v) _mm256_storeu_ps(p, v)
 #define SCORE_STORE_MASKED(p, m, v) _mm256_maskstore_ps(p, m, v)
 #endif
-enum { SCORE_BLOCK = SCORE_LANES * SCORE_CHUNKS };
+enum { SCORE_BLOCK = SCORE_LANES * SCORE_CHUNKS, MIX_CHUNKS = 2, MIX_BLOCK = SCORE_LANES * MIX_CHUNKS };
 
 static inline __attribute__((always_inline)) void scores_block(float *restrict out, size_t os, const float *restrict q,
                                                                size_t qs, int nq, const float *restrict kt, int head_dim,
                                                                int j, int j0, int j1, int masked) {
-    score_vec a[SPAN_TILE][SCORE_CHUNKS];
+    score_vec a[QUAD][SCORE_CHUNKS];
     score_mask m[SCORE_CHUNKS];
     const float *k[SCORE_CHUNKS]; // each vector's channel 0 (a vector past j1: the first's, never read)
     for (int c = 0; c < SCORE_CHUNKS; c++) {
@@ -412,7 +429,8 @@ static inline __attribute__((always_inline)) void scores_block(float *restrict o
         }
 }
 
-// [j0, j1) in blocks from j0's vector on, each masked where the range does not cover it.
+// [j0, j1) of one or a quad of rows, in blocks from j0's vector on, each masked where the range does
+// not cover it.
 static inline __attribute__((always_inline)) void scores_run(float *restrict out, size_t os, const float *restrict q,
                                                              size_t qs, int nq, const float *restrict kt, int head_dim,
                                                              int j0, int j1) {
@@ -422,67 +440,14 @@ static inline __attribute__((always_inline)) void scores_run(float *restrict out
         else
             scores_block(out, os, q, qs, nq, kt, head_dim, j, j0, j1, 1);
 }
+#define SCORES_QUAD(out, os, q, qs, kt, head_dim, a, e) scores_run(out, os, q, qs, QUAD, kt, head_dim, a, e)
+#define SCORES_ROW(out, q, kt, head_dim, a, e) scores_run(out, 0, q, 0, 1, kt, head_dim, a, e)
 
-static void scores_transposed_impl(float *restrict out, size_t os, const float *restrict q, size_t qs, int n_q,
-                                   const float *restrict kt, int head_dim, int j0, int j1) {
-    scores_contract(out, os, q, qs, n_q, kt, head_dim, j0, j1);
-    if (n_q == SPAN_TILE) {
-        scores_run(out, os, q, qs, SPAN_TILE, kt, head_dim, j0, j1);
-        return;
-    }
-    for (int r = 0; r < n_q; r++) scores_run(out + (size_t)r * os, 0, q + (size_t)r * qs, 0, 1, kt, head_dim, j0, j1);
-}
-#else
-// The portable build: one position at a time up to a multiple of 16 (whose runs of 16 lie in one
-// panel), then 16 positions a full tile, then each row alone, the last positions one by one.
-static float score_one(const float *restrict q, const float *restrict kt, int head_dim, int j) {
-    float acc = 0.0f;
-    for (int d = 0; d < head_dim; d++) acc += q[d] * kt[key_panel_at(head_dim, d, j)];
-    return acc;
-}
-
-static void scores_transposed_impl(float *restrict out, size_t os, const float *restrict q, size_t qs, int n_q,
-                                   const float *restrict kt, int head_dim, int j0, int j1) {
-    scores_contract(out, os, q, qs, n_q, kt, head_dim, j0, j1);
-    int j = j0;
-    for (; j < j1 && j % LANES; j++)
-        for (int r = 0; r < n_q; r++) out[(size_t)r * os + j] = score_one(q + (size_t)r * qs, kt, head_dim, j);
-    for (; n_q == SPAN_TILE && j + LANES <= j1; j += LANES) {
-        float acc[SPAN_TILE][SPAN_WIDTH] = {{0}};
-        for (int d = 0; d < head_dim; d++)
-            add_scaled4(acc, kt + key_panel_at(head_dim, d, j), q[d], q[qs + d], q[2 * qs + d], q[3 * qs + d], LANES);
-        store4(out + j, os, acc, LANES);
-    }
-    for (int r = 0; r < n_q; r++) {
-        const float *qr = q + (size_t)r * qs;
-        float *o = out + (size_t)r * os;
-        int i = j;
-        for (; i + LANES <= j1; i += LANES) {
-            float acc[LANES] = {0};
-            for (int d = 0; d < head_dim; d++) {
-                const float qd = qr[d], *k = kt + key_panel_at(head_dim, d, i);
-#pragma omp simd
-                for (int l = 0; l < LANES; l++) acc[l] += qd * k[l];
-            }
-            for (int l = 0; l < LANES; l++) o[i + l] = acc[l];
-        }
-        for (; i < j1; i++) o[i] = score_one(qr, kt, head_dim, i);
-    }
-}
-#endif
-
-// The weighted sums of value rows for up to SPAN_TILE weight vectors, one row after another: each
-// row load serves every vector, and each channel's sum runs in order of j.
-#if defined(KERNELS_AVX512) || defined(KERNELS_AVX2)
-// The vector sets: MIX_CHUNKS vectors of channels from d0 (the last masked to end at head_dim)
-// against nq weight vectors, the sums in named registers (gcc kept the C loop's arrays on the stack,
-// a store and a load on every add's path).
-enum { MIX_CHUNKS = 2, MIX_BLOCK = SCORE_LANES * MIX_CHUNKS };
-
+// out[r][d0, d0 + MIX_BLOCK) (masked at head_dim) += Σ_j p_r[j] · v_j over [j0, j1), in order of j.
 static inline __attribute__((always_inline)) void mix_block(float *restrict out, size_t os, const float *restrict p,
                                                             size_t ps, int nq, const float *restrict v, int head_dim,
                                                             int d0, int j0, int j1, int masked) {
-    score_vec a[SPAN_TILE][MIX_CHUNKS];
+    score_vec a[QUAD][MIX_CHUNKS];
     score_mask m[MIX_CHUNKS];
     for (int c = 0; c < MIX_CHUNKS; c++) m[c] = score_lanes(d0 + c * SCORE_LANES, 0, head_dim);
     for (int r = 0; r < nq; r++)
@@ -510,56 +475,128 @@ static inline __attribute__((always_inline)) void mix_block(float *restrict out,
         }
 }
 
-static void mix_rows_impl(float *restrict out, size_t os, const float *restrict p, size_t ps, int n_p,
-                          const float *restrict v, int head_dim, int j0, int j1) {
-    mix_contract(out, os, p, ps, n_p, v, head_dim, j0, j1);
-    if (n_p == SPAN_TILE) {
-        for (int d0 = 0; d0 < head_dim; d0 += MIX_BLOCK)
-            if (d0 + MIX_BLOCK <= head_dim)
-                mix_block(out, os, p, ps, SPAN_TILE, v, head_dim, d0, j0, j1, 0);
-            else
-                mix_block(out, os, p, ps, SPAN_TILE, v, head_dim, d0, j0, j1, 1);
-        return;
-    }
-    for (int r = 0; r < n_p; r++)
-        for (int d0 = 0; d0 < head_dim; d0 += MIX_BLOCK)
-            if (d0 + MIX_BLOCK <= head_dim)
-                mix_block(out + (size_t)r * os, 0, p + (size_t)r * ps, 0, 1, v, head_dim, d0, j0, j1, 0);
-            else
-                mix_block(out + (size_t)r * os, 0, p + (size_t)r * ps, 0, 1, v, head_dim, d0, j0, j1, 1);
+static inline __attribute__((always_inline)) void mix_run(float *restrict out, size_t os, const float *restrict p,
+                                                          size_t ps, int nq, const float *restrict v, int head_dim,
+                                                          int j0, int j1) {
+    for (int d0 = 0; d0 < head_dim; d0 += MIX_BLOCK)
+        if (d0 + MIX_BLOCK <= head_dim)
+            mix_block(out, os, p, ps, nq, v, head_dim, d0, j0, j1, 0);
+        else
+            mix_block(out, os, p, ps, nq, v, head_dim, d0, j0, j1, 1);
 }
+#define MIX_QUAD(out, os, p, ps, v, head_dim, a, e) mix_run(out, os, p, ps, QUAD, v, head_dim, a, e)
+#define MIX_ROW(out, p, v, head_dim, a, e) mix_run(out, 0, p, 0, 1, v, head_dim, a, e)
 #else
-// The portable build: full tiles of 32 channels have their own loop of constant bounds (kept in
-// registers); the rest, one vector at a time.
-static void mix_rows_impl(float *restrict out, size_t os, const float *restrict p, size_t ps, int n_p,
-                          const float *restrict v, int head_dim, int j0, int j1) {
-    mix_contract(out, os, p, ps, n_p, v, head_dim, j0, j1);
-    enum { W = 2 * LANES }; // micro's head_dim: one tile of channels
-    int d0 = 0;
-    for (; n_p == SPAN_TILE && d0 + W <= head_dim; d0 += W) {
-        float acc[SPAN_TILE][SPAN_WIDTH];
-        for (int r = 0; r < SPAN_TILE; r++)
-            for (int d = 0; d < W; d++) acc[r][d] = out[(size_t)r * os + d0 + d];
-        for (int j = j0; j < j1; j++)
-            add_scaled4(acc, v + (size_t)j * head_dim + d0, p[j], p[ps + j], p[2 * ps + j], p[3 * ps + j], W);
-        store4(out + d0, os, acc, W);
-    }
-    for (int r = 0; r < n_p && d0 < head_dim; r++) { // (after full tiles of every channel: nothing)
-        const float *pr = p + (size_t)r * ps;
-        float *o = out + (size_t)r * os;
-        for (int j = j0; j < j1; j++) {
-            const float pj = pr[j], *row = v + (size_t)j * head_dim;
+// The portable build: a quad over [a, e) one position at a time up to a multiple of 16 (whose runs
+// of 16 lie in one panel), then 16 positions at a time, then one at a time; a row the same alone.
+static float score_one(const float *restrict q, const float *restrict kt, int head_dim, int j) {
+    float acc = 0.0f;
+    for (int d = 0; d < head_dim; d++) acc += q[d] * kt[key_panel_at(head_dim, d, j)];
+    return acc;
+}
+
+static void scores_row_portable(float *restrict o, const float *restrict q, const float *restrict kt, int head_dim,
+                                int a, int e) {
+    int i = a;
+    for (; i < e && i % LANES; i++) o[i] = score_one(q, kt, head_dim, i);
+    for (; i + LANES <= e; i += LANES) {
+        float acc[LANES] = {0};
+        for (int d = 0; d < head_dim; d++) {
+            const float qd = q[d], *k = kt + key_panel_at(head_dim, d, i);
 #pragma omp simd
-            for (int d = d0; d < head_dim; d++) o[d] += pj * row[d];
+            for (int l = 0; l < LANES; l++) acc[l] += qd * k[l];
         }
+        for (int l = 0; l < LANES; l++) o[i + l] = acc[l];
+    }
+    for (; i < e; i++) o[i] = score_one(q, kt, head_dim, i);
+}
+
+static void scores_quad_portable(float *restrict out, size_t os, const float *restrict q, size_t qs,
+                                 const float *restrict kt, int head_dim, int a, int e) {
+    int j = a;
+    for (; j < e && j % LANES; j++)
+        for (int r = 0; r < QUAD; r++) out[(size_t)r * os + j] = score_one(q + (size_t)r * qs, kt, head_dim, j);
+    for (; j + LANES <= e; j += LANES) {
+        float acc[QUAD][SPAN_WIDTH] = {{0}};
+        for (int d = 0; d < head_dim; d++)
+            add_scaled4(acc, kt + key_panel_at(head_dim, d, j), q[d], q[qs + d], q[2 * qs + d], q[3 * qs + d], LANES);
+        for (int r = 0; r < QUAD; r++)
+#pragma omp simd
+            for (int l = 0; l < LANES; l++) out[(size_t)r * os + j + l] = acc[r][l];
+    }
+    for (int r = 0; r < QUAD && j < e; r++) scores_row_portable(out + (size_t)r * os, q + (size_t)r * qs, kt, head_dim, j, e);
+}
+#define SCORES_QUAD(out, os, q, qs, kt, head_dim, a, e) scores_quad_portable(out, os, q, qs, kt, head_dim, a, e)
+#define SCORES_ROW(out, q, kt, head_dim, a, e) scores_row_portable(out, q, kt, head_dim, a, e)
+
+// A quad: tiles of 32 channels in registers (a loop of constant bounds), then the channels left one
+// row at a time; a row alone the same.
+static void mix_row_portable(float *restrict o, const float *restrict p, const float *restrict v, int head_dim,
+                             int d0, int a, int e) {
+    for (int j = a; j < e; j++) {
+        const float pj = p[j], *row = v + (size_t)j * head_dim;
+#pragma omp simd
+        for (int d = d0; d < head_dim; d++) o[d] += pj * row[d];
     }
 }
 
+static void mix_quad_portable(float *restrict out, size_t os, const float *restrict p, size_t ps,
+                              const float *restrict v, int head_dim, int a, int e) {
+    enum { W = SPAN_WIDTH };
+    int d0 = 0;
+    for (; d0 + W <= head_dim; d0 += W) {
+        float acc[QUAD][SPAN_WIDTH];
+        for (int r = 0; r < QUAD; r++)
+            for (int d = 0; d < W; d++) acc[r][d] = out[(size_t)r * os + d0 + d];
+        for (int j = a; j < e; j++)
+            add_scaled4(acc, v + (size_t)j * head_dim + d0, p[j], p[ps + j], p[2 * ps + j], p[3 * ps + j], W);
+        for (int r = 0; r < QUAD; r++)
+#pragma omp simd
+            for (int d = 0; d < W; d++) out[(size_t)r * os + d0 + d] = acc[r][d];
+    }
+    for (int r = 0; r < QUAD && d0 < head_dim; r++) mix_row_portable(out + (size_t)r * os, p + (size_t)r * ps, v, head_dim, d0, a, e);
+}
+#define MIX_QUAD(out, os, p, ps, v, head_dim, a, e) mix_quad_portable(out, os, p, ps, v, head_dim, a, e)
+#define MIX_ROW(out, p, v, head_dim, a, e) mix_row_portable(out, p, v, head_dim, 0, a, e)
 #endif
 
+// Scores of up to SPAN_TILE rows against transposed keys (forward_kernels.h).
+static void scores_transposed_impl(float *restrict out, size_t os, const float *restrict q, size_t qs, int n_q,
+                                   const float *restrict kt, int head_dim, int j0, const int *ends) {
+    scores_contract(out, os, q, qs, n_q, kt, head_dim, j0, ends);
+    const int quads = n_q / QUAD;
+    int common[SPAN_TILE / QUAD];
+    const int longest = quad_ranges(ends, quads, j0, common);
+    for (int j = j0 - j0 % KEY_PANEL; j < longest; j += KEY_PANEL) // panel by panel, every quad's part
+        for (int k = 0; k < quads; k++) {
+            const int a = j > j0 ? j : j0, e = j + KEY_PANEL < common[k] ? j + KEY_PANEL : common[k];
+            if (a < e) SCORES_QUAD(out + (size_t)QUAD * k * os, os, q + (size_t)QUAD * k * qs, qs, kt, head_dim, a, e);
+        }
+    for (int r = 0; r < n_q; r++) { // each row past its quad's common range, and the rows of no quad
+        const int a = r < QUAD * quads && common[r / QUAD] > j0 ? common[r / QUAD] : j0;
+        if (a < ends[r]) SCORES_ROW(out + (size_t)r * os, q + (size_t)r * qs, kt, head_dim, a, ends[r]);
+    }
+}
+
+// The weighted sums of value rows for up to SPAN_TILE rows of weights: each value row's load serves
+// a quad, and each channel's sum runs in order of j.
+static void mix_rows_impl(float *restrict out, size_t os, const float *restrict p, size_t ps, int n_p,
+                          const float *restrict v, int head_dim, int j0, const int *ends) {
+    mix_contract(out, os, p, ps, n_p, v, head_dim, j0, ends);
+    const int quads = n_p / QUAD;
+    int common[SPAN_TILE / QUAD];
+    quad_ranges(ends, quads, j0, common);
+    for (int k = 0; k < quads; k++)
+        if (j0 < common[k]) MIX_QUAD(out + (size_t)QUAD * k * os, os, p + (size_t)QUAD * k * ps, ps, v, head_dim, j0, common[k]);
+    for (int r = 0; r < n_p; r++) {
+        const int a = r < QUAD * quads && common[r / QUAD] > j0 ? common[r / QUAD] : j0;
+        if (a < ends[r]) MIX_ROW(out + (size_t)r * os, p + (size_t)r * ps, v, head_dim, a, ends[r]);
+    }
+}
+
 // mix_rows with even and odd tokens summed apart (two chains, as the float codec's mix keeps them):
-// a full tile of four vectors and SPLIT_WIDTH channels holds both sums in registers, each row load
-// serving the four; the rest one vector at a time. Every channel's two sums run in order of j.
+// a quad's SPLIT_WIDTH channels hold both sums in registers, each row load serving the four; the
+// rest one row at a time. Every channel's two sums run in order of j.
 #ifdef KERNELS_AVX512
 enum { SPLIT_WIDTH = 2 * LANES };
 #else
@@ -575,34 +612,52 @@ static inline __attribute__((always_inline)) void split_add4(float (*acc)[SPLIT_
     }
 }
 
-static void mix_rows_split_impl(float *restrict even, float *restrict odd, size_t os, const float *restrict p,
-                                size_t ps, int n_p, const float *restrict v, int head_dim, int j0, int j1) {
-    mix_contract(even, os, p, ps, n_p, v, head_dim, j0, j1);
-    mix_contract(odd, os, p, ps, n_p, v, head_dim, j0, j1);
+static void split_row(float *restrict even, float *restrict odd, const float *restrict p, const float *restrict v,
+                      int head_dim, int d0, int a, int e) {
+    for (int j = a; j < e; j++) {
+        float *acc = j % 2 ? odd : even;
+        const float pj = p[j], *row = v + (size_t)j * head_dim;
+#pragma omp simd
+        for (int d = d0; d < head_dim; d++) acc[d] += pj * row[d];
+    }
+}
+
+static void split_quad(float *restrict even, float *restrict odd, size_t os, const float *restrict p, size_t ps,
+                       const float *restrict v, int head_dim, int a, int b) {
     enum { W = SPLIT_WIDTH };
     int d0 = 0;
-    for (; n_p == SPAN_TILE && d0 + W <= head_dim; d0 += W) {
-        float e[SPAN_TILE][SPLIT_WIDTH], o[SPAN_TILE][SPLIT_WIDTH];
-        for (int r = 0; r < SPAN_TILE; r++)
+    for (; d0 + W <= head_dim; d0 += W) {
+        float e[QUAD][SPLIT_WIDTH], o[QUAD][SPLIT_WIDTH];
+        for (int r = 0; r < QUAD; r++)
             for (int d = 0; d < W; d++) e[r][d] = even[(size_t)r * os + d0 + d], o[r][d] = odd[(size_t)r * os + d0 + d];
-        int j = j0;
-        if (j < j1 && j % 2) split_add4(o, v + (size_t)j * head_dim + d0, p, ps, j), j++;
-        for (; j + 2 <= j1; j += 2) {
+        int j = a;
+        if (j < b && j % 2) split_add4(o, v + (size_t)j * head_dim + d0, p, ps, j), j++;
+        for (; j + 2 <= b; j += 2) {
             split_add4(e, v + (size_t)j * head_dim + d0, p, ps, j);
             split_add4(o, v + (size_t)(j + 1) * head_dim + d0, p, ps, j + 1);
         }
-        if (j < j1) split_add4(e, v + (size_t)j * head_dim + d0, p, ps, j);
-        for (int r = 0; r < SPAN_TILE; r++)
+        if (j < b) split_add4(e, v + (size_t)j * head_dim + d0, p, ps, j);
+        for (int r = 0; r < QUAD; r++)
             for (int d = 0; d < W; d++) even[(size_t)r * os + d0 + d] = e[r][d], odd[(size_t)r * os + d0 + d] = o[r][d];
     }
-    for (int r = 0; r < n_p && d0 < head_dim; r++) { // (after full tiles of every channel: nothing)
-        const float *pr = p + (size_t)r * ps;
-        for (int j = j0; j < j1; j++) {
-            float *acc = (j % 2 ? odd : even) + (size_t)r * os;
-            const float pj = pr[j], *row = v + (size_t)j * head_dim;
-#pragma omp simd
-            for (int d = d0; d < head_dim; d++) acc[d] += pj * row[d];
-        }
+    for (int r = 0; r < QUAD && d0 < head_dim; r++)
+        split_row(even + (size_t)r * os, odd + (size_t)r * os, p + (size_t)r * ps, v, head_dim, d0, a, b);
+}
+
+static void mix_rows_split_impl(float *restrict even, float *restrict odd, size_t os, const float *restrict p,
+                                size_t ps, int n_p, const float *restrict v, int head_dim, int j0, const int *ends) {
+    mix_contract(even, os, p, ps, n_p, v, head_dim, j0, ends);
+    mix_contract(odd, os, p, ps, n_p, v, head_dim, j0, ends);
+    const int quads = n_p / QUAD;
+    int common[SPAN_TILE / QUAD];
+    quad_ranges(ends, quads, j0, common);
+    for (int k = 0; k < quads; k++) {
+        const size_t at = (size_t)QUAD * k;
+        if (j0 < common[k]) split_quad(even + at * os, odd + at * os, os, p + at * ps, ps, v, head_dim, j0, common[k]);
+    }
+    for (int r = 0; r < n_p; r++) {
+        const int a = r < QUAD * quads && common[r / QUAD] > j0 ? common[r / QUAD] : j0;
+        if (a < ends[r]) split_row(even + (size_t)r * os, odd + (size_t)r * os, p + (size_t)r * ps, v, head_dim, 0, a, ends[r]);
     }
 }
 

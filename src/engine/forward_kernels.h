@@ -11,8 +11,9 @@
 
 #include "cpu.h"
 
-// Queries one call of the fast evaluator's attention kernels takes.
-#define SPAN_TILE 4
+// Rows one call of the fast evaluator's attention kernels takes (a task's tile of consecutive
+// positions); the kernels take them four at a time (forward_kernels.c).
+#define SPAN_TILE 16
 
 // The fast evaluator's keys are held transposed, in panels of KEY_PANEL positions: a panel is its
 // head_dim rows of KEY_PANEL floats (channel d of its positions) one after another. A run of positions
@@ -41,17 +42,17 @@ typedef struct {
     // (n - 1 when the weights are NaN), which eval's top-1 agreement records.
     int (*scaled_softmax)(float *x, int n, float scale);
     // The fast evaluator's attention (span_mirror.h), over keys and values decoded to floats, for
-    // n_q <= SPAN_TILE queries at once: out[r·os + j] = Σ_d q[r·qs + d] · kt[key_panel_at(head_dim,
-    // d, j)] for j in [j0, j1), each sum in order of d (keys held transposed, in panels) ...
+    // n_q <= SPAN_TILE rows at once, row r over positions [j0, ends[r]): out[r·os + j] = Σ_d q[r·qs + d]
+    // · kt[key_panel_at(head_dim, d, j)], each sum in order of d (keys held transposed, in panels) ...
     void (*scores_transposed)(float *restrict out, size_t os, const float *restrict q, size_t qs, int n_q,
-                              const float *restrict kt, int head_dim, int j0, int j1);
-    // ... and out[r·os + d] += p[r·ps + j] · v[j·head_dim + d] for j = j0, j0 + 1, ..., j1 − 1 in turn.
+                              const float *restrict kt, int head_dim, int j0, const int *ends);
+    // ... and out[r·os + d] += p[r·ps + j] · v[j·head_dim + d] for j = j0, j0 + 1, ..., ends[r] − 1 in turn.
     void (*mix_rows)(float *restrict out, size_t os, const float *restrict p, size_t ps, int n_p,
-                     const float *restrict v, int head_dim, int j0, int j1);
+                     const float *restrict v, int head_dim, int j0, const int *ends);
     // ... or, for a codec that sums even and odd tokens apart (MirrorOps.split_mix), the same into
     // even[r·os + d] for even j and odd[r·os + d] for odd j, each in order of j.
     void (*mix_rows_split)(float *restrict even, float *restrict odd, size_t os, const float *restrict p, size_t ps,
-                           int n_p, const float *restrict v, int head_dim, int j0, int j1);
+                           int n_p, const float *restrict v, int head_dim, int j0, const int *ends);
 } ForwardKernels;
 
 extern const ForwardKernels forward_kernels_portable, forward_kernels_avx2, forward_kernels_avx512;
