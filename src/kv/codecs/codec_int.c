@@ -374,7 +374,33 @@ static int int_by_read(const void *state) {
            (s->cs.layout == QUANT_TILES || s->head_dim % 32 != 0 ? CODEC_MIX_BY_READ : 0);
 }
 
-CODEC_OPS_ONE_ALLOCATION(int);
+// The fast evaluator's key mirror (kvcache.h, MirrorOps): x̃ the levels and the factor the token's
+// scale, whose plain product in order of d, times the factor, is the score kernel's sum: at B >= 3 a
+// table entry or a product holds one number (q_d · level), so the lanes add q_d · level_d in order
+// of d and finish with the scale. At B = 2 and 1 an entry holds two and four numbers, added before
+// they reach the lane's sum: not mirrored.
+static void int_key_read(const void *state, int head, int token, float *x, float *factor, float *offset) {
+    const IntState *s = state;
+    (void)offset;
+    *factor = int_scale(s, int_slot(s, head, token));
+    uint8_t q[32];
+    for (int c = 0; c < s->head_dim; c += 32) {
+        const int m = s->head_dim - c < 32 ? s->head_dim - c : 32;
+        code_store_get(&s->cs, head, token, c / 32, q, m);
+        for (int i = 0; i < m; i++) x[c + i] = (float)int_level(q[i], s->bits);
+    }
+}
+
+static const MirrorOps int_key_mirror_ops = {.read = int_key_read, .has_factor = 1};
+
+static const MirrorOps *int_key_mirror(const void *state) {
+    const IntState *s = state;
+    return s->cs.layout == QUANT_TILES && s->bits >= 3 ? &int_key_mirror_ops : NULL;
+}
+
+static const CodecOps int_ops = {.append = int_append, .scores = int_scores, .mix = int_mix, .read = int_read,
+                                 .key_mirror = int_key_mirror, .by_read = int_by_read, .bytes = int_bytes,
+                                 .extent = int_extent, .destroy = int_destroy};
 
 const CodecFamily CODEC_FAMILY(codec_int) = {.name = "int", .ops = &int_ops, .create = int_create,
     .help = "int:bits=B           round to nearest per head per token, B=1..8, one scale (scale=fp16|fp32), "
