@@ -398,9 +398,22 @@ static const MirrorOps *int_key_mirror(const void *state) {
     return s->cs.layout == QUANT_TILES && s->bits >= 3 ? &int_key_mirror_ops : NULL;
 }
 
+// The value mirror: the same levels, the weights p_j · scale_j (int_weights), even and odd tokens in
+// two sums added at the end. At B = 4 a group is one token, so its table entry is one product, w_j ·
+// level; at B = 3 and 5..8 each row's product is w_j · level: both are what the mirror's mix adds in
+// order of j. At B = 2 and 1 a group's entry adds two and four tokens first: not mirrored.
+static const MirrorOps int_value_mirror_ops = {.read = int_key_read, .has_factor = 1, .split_mix = 1};
+
+static const MirrorOps *int_value_mirror(const void *state) {
+    const IntState *s = state;
+    const int kernels = s->cs.layout != QUANT_TILES && s->head_dim % 32 == 0; // int_mix's own, not by read
+    return kernels && s->head_dim <= 64 && s->bits >= 3 ? &int_value_mirror_ops : NULL;
+}
+
 static const CodecOps int_ops = {.append = int_append, .scores = int_scores, .mix = int_mix, .read = int_read,
-                                 .key_mirror = int_key_mirror, .by_read = int_by_read, .bytes = int_bytes,
-                                 .extent = int_extent, .destroy = int_destroy};
+                                 .key_mirror = int_key_mirror, .value_mirror = int_value_mirror,
+                                 .by_read = int_by_read, .bytes = int_bytes, .extent = int_extent,
+                                 .destroy = int_destroy};
 
 const CodecFamily CODEC_FAMILY(codec_int) = {.name = "int", .ops = &int_ops, .create = int_create,
     .help = "int:bits=B           round to nearest per head per token, B=1..8, one scale (scale=fp16|fp32), "
