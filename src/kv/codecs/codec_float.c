@@ -656,7 +656,6 @@ static ALWAYS_INLINE void float_mix_heads_fast(const CodecBlocks *b, const float
         float_mix_out(even, odd, es == 2, 32, out + (size_t)h * 32);
     }
 }
-#endif
 
 // Whether the every-head kernels take this stream: AVX-512, head_dim 32, no scale, up to eight
 // heads. In one block too (a pool of one block per sequence, as micro bench --batch 32 --block 2048
@@ -666,6 +665,7 @@ static ALWAYS_INLINE int float_heads_fit(const CodecBlocks *b, int n) {
     const FloatState *s0 = b->states[0];
     return VEC16_ON && b->head_dim == 32 && !s0->scaled && s0->n_heads <= FLOAT_HEADS_MAX && n > 0;
 }
+#endif
 
 // scores_heads and mix_heads of one format: the every-head kernels when the stream and every head's
 // numbers fit them (float_fast, as the per-head kernels ask), else head by head. micro's six heads
