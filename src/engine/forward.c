@@ -317,8 +317,8 @@ static void span_tile_scores(const SpanTile *st) {
         for (int t = 0; t < nt; t++)
             for (int j = 0; j < n0 + t; j++) att[t * as + j] = fac[j] * att[t * as + j];
     }
-    if (ops && ops->first_scores) // a transform's sink tokens, scored again as its kernel does
-        for (int t = 0; t < nt; t++) paged_mirror_first_scores(&seq->k[l], ops, g, q + t * qd, att + t * as, n0 + t);
+    if (ops && ops->fix_scores) // a transform's sink tokens scored again, its outlier entries put right
+        for (int t = 0; t < nt; t++) paged_mirror_fix_scores(&seq->k[l], ops, g, q + t * qd, att + t * as, n0 + t);
 }
 
 // A tile's weighted sums from the value mirror, in the codec's form (factors, offsets, a second

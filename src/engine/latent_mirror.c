@@ -13,7 +13,7 @@ static int scores_read_back(const KVStream *rule, const MirrorOps **ops) {
     *ops = NULL;
     if (o->reads_back || (o->by_read && (o->by_read(rule->state) & CODEC_SCORES_BY_READ))) return 1;
     const MirrorOps *k = o->key_mirror ? o->key_mirror(rule->state) : NULL;
-    if (k && !k->query && !k->has_factor && !k->has_offset && !k->first_scores && !k->has_second) *ops = k;
+    if (k && !k->query && !k->has_factor && !k->has_offset && !k->fix_scores && !k->has_second) *ops = k;
     return *ops != NULL;
 }
 

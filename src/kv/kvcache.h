@@ -69,10 +69,10 @@ typedef struct {
 // value less the codes' reconstruction at each, 0 elsewhere), added right after the token's own
 // row with its weight p_j as it came: Σ_j ((p_j · factor_j) · x̃_j + p_j · x̃c_j), token after token.
 // (Adding p_j · 0 leaves a sum as it was: a sum from +0 is never −0.)
-// The stream transforms (kvtransform.h) pass a codec's forms on where they rotate and keep sink
-// tokens (not with outlier entries): q̃ and post rotate too, and a sequence's first tokens, the sink
-// tokens, are put right after the sums as the transform's own kernels put them right (first_scores,
-// post).
+// The stream transforms (kvtransform.h) pass a codec's forms on where they rotate, keep sink tokens
+// and put outlier entries right (values: not with outlier entries): q̃ and post rotate too, and a
+// sequence's first tokens, the sink tokens, and the keys' outlier entries are put right after the
+// sums as the transform's own kernels put them right (fix_scores, post).
 #define MIRROR_MAX_FIRST 64
 typedef struct MirrorOps {
     // x̃ of one head at one token (head_dim numbers), its factor and its offset (each left alone
@@ -85,9 +85,10 @@ typedef struct MirrorOps {
     // NULL: out = acc.
     void (*post)(const CodecBlocks *b, int head, const float *p, const float *acc, const float *acc2, float *out,
                  int n);
-    // Keys: the scores of a sequence's first tokens that the sums do not give (a transform's sink
-    // tokens, of [0, n)), made again after them from the query as it came (q, not q̃); NULL: none.
-    void (*first_scores)(const CodecBlocks *b, int head, const float *q, float *out, int n);
+    // Keys: what the sums do not give of the scores of [0, n) (a transform's sink tokens, scored
+    // again; its outlier entries, put right), done after them from the query as it came (q, not
+    // q̃); NULL: none.
+    void (*fix_scores)(const CodecBlocks *b, int head, const float *q, float *out, int n);
     int first; // values: the tokens whose weights post reads, at most MIRROR_MAX_FIRST
     // Values: token's correction row x̃c (corrections).
     int corrections;

@@ -357,9 +357,9 @@ void paged_mirror_post(const PagedStream *ps, const MirrorOps *ops, int head, co
     ops->post(&b, head, p, acc, acc2, out, n);
 }
 
-void paged_mirror_first_scores(const PagedStream *ps, const MirrorOps *ops, int head, const float *q, float *out, int n) {
+void paged_mirror_fix_scores(const PagedStream *ps, const MirrorOps *ops, int head, const float *q, float *out, int n) {
     const CodecBlocks b = paged_blocks(ps, NULL);
-    ops->first_scores(&b, head, q, out, n);
+    ops->fix_scores(&b, head, q, out, n);
 }
 
 void paged_scores_then(const PagedStream *ps, const PagedStream *next, int head, const float *q, float *out, int n) {

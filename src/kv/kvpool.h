@@ -124,10 +124,10 @@ void paged_scores(const PagedStream *ps, int head, const float *q, float *out, i
 // out[d] = Σ_j p[j] · v̂_j[d] over j in [0, n).
 void paged_mix(const PagedStream *ps, int head, const float *p, float *out, int n);
 // The fast evaluator's mirror (span_mirror.h) finishing a row with the role's MirrorOps: post's
-// values from the sums (p the weights of the first ops->first tokens), first_scores' keys.
+// values from the sums (p the weights of the first ops->first tokens), fix_scores' keys.
 void paged_mirror_post(const PagedStream *ps, const MirrorOps *ops, int head, const float *p, const float *acc,
                        const float *acc2, float *out, int n);
-void paged_mirror_first_scores(const PagedStream *ps, const MirrorOps *ops, int head, const float *q, float *out, int n);
+void paged_mirror_fix_scores(const PagedStream *ps, const MirrorOps *ops, int head, const float *q, float *out, int n);
 // The same, told which stream attention reads next (NULL: none), whose first head the kernels of
 // some codecs ask for while they read the last head of this one.
 void paged_scores_then(const PagedStream *ps, const PagedStream *next, int head, const float *q, float *out, int n);

@@ -471,11 +471,13 @@ static void transform_mix(const CodecBlocks *b, int head, const float *p, float 
 }
 
 // The fast evaluator's mirror (MirrorOps): a layer that rotates and keeps sink tokens keeps its
-// codec's forms. Its scores are the codec's with q̃ made from R·q, then the sink tokens' scored
-// again (sink_scores); its mix is the codec's, put right by finish_mix; and the codec's x̃, factors
+// codec's forms. Its scores are the codec's with q̃ made from R·q, then the sink tokens scored
+// again and the outlier entries put right (transform_fix_scores, as transform_scores does after
+// its codec's scores); its mix is the codec's, put right by finish_mix; and the codec's x̃, factors
 // and offsets are the stored ones. So the layer's forms are the codec's with the rotation added to
-// query, finish_mix to post, and sink_scores after the scores. Outlier entries are put right into
-// each token's sum as the kernels go, which no form repeats.
+// query, finish_mix to post, and transform_fix_scores after the scores. With outlier entries only
+// the keys are mirrored: finish_mix puts a value's entries right with every token's weight, where
+// post is given the first tokens' alone.
 static void transform_key_read(const void *state, int head, int token, float *x, float *factor, float *offset) {
     const Transform *s = state;
     s->inner_key_m->read(s->inner, head, token, x, factor, offset);
@@ -515,6 +517,16 @@ static void transform_post(const CodecBlocks *b, int head, const float *p, const
     finish_mix(b, head, p, a, out, n);
 }
 
+static void transform_fix_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
+    const Transform *s0 = b->states[0];
+    sink_scores(b, head, q, out, n);
+    if (!s0->per_token) return;
+    float qr[1024];
+    const float *qq = q;
+    if (s0->rot) transform_rotate(s0->rot, s0->head_dim, q, qr, 0), qq = qr;
+    add_outlier_fixes(b, head, n, qq, out, 1);
+}
+
 static const MirrorOps *transform_key_mirror(const void *state) {
     const Transform *s = state;
     return s->inner_key_m ? &s->key_m : NULL;
@@ -526,17 +538,17 @@ static const MirrorOps *transform_value_mirror(const void *state) {
 }
 
 static void transform_mirror_init(Transform *s) {
-    if (s->per_token || s->sink_all > MIRROR_MAX_FIRST) return;
+    if (s->sink_all > MIRROR_MAX_FIRST) return;
     const CodecOps *o = s->inner_ops;
     s->inner_key_m = o->key_mirror ? o->key_mirror(s->inner) : NULL;
-    s->inner_value_m = o->value_mirror ? o->value_mirror(s->inner) : NULL;
+    s->inner_value_m = o->value_mirror && !s->per_token ? o->value_mirror(s->inner) : NULL;
     if (s->inner_key_m && s->inner_key_m->has_second) s->inner_key_m = NULL; // a second sum is not passed on
     if (s->inner_value_m && s->inner_value_m->has_second) s->inner_value_m = NULL;
     if (s->inner_key_m) {
         s->key_m = *s->inner_key_m;
         s->key_m.read = transform_key_read;
         s->key_m.query = s->rot || s->inner_key_m->query ? transform_query : NULL;
-        s->key_m.first_scores = s->sink_all ? sink_scores : NULL;
+        s->key_m.fix_scores = s->sink_all || s->per_token ? transform_fix_scores : NULL;
     }
     if (s->inner_value_m) {
         s->value_m = *s->inner_value_m;
