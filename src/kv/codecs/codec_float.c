@@ -257,9 +257,8 @@ static ALWAYS_INLINE void float_read_format(const FloatState *s, size_t at0, flo
     }
 }
 
-static void float_read(const void *state, int head, int token, float *out) {
-    const FloatState *s = state;
-    const float sd = float_scale(s, head, token);
+// One head's numbers at one token times sd: the token's scale (a read), or 1 (the stored numbers).
+static void float_read_times(const FloatState *s, int head, int token, float sd, float *out) {
     const size_t at0 = float_at(s, head, token, 0);
     switch (s->format) {
     case FMT_FP16: float_read_format(s, at0, sd, out, FMT_FP16); break;
@@ -268,6 +267,11 @@ static void float_read(const void *state, int head, int token, float *out) {
     case FMT_E5M2: float_read_format(s, at0, sd, out, FMT_E5M2); break;
     case FMT_FP32: float_read_format(s, at0, sd, out, FMT_FP32); break;
     }
+}
+
+static void float_read(const void *state, int head, int token, float *out) {
+    const FloatState *s = state;
+    float_read_times(s, head, token, float_scale(s, head, token), out);
 }
 
 // Whether the vector kernels (AVX2, AVX-512) may take the stream with these query numbers or weights:
@@ -809,6 +813,16 @@ static void float_key_read(const void *state, int head, int token, float *x, flo
 }
 
 static const MirrorOps float_key_mirror_ops = {.read = float_key_read};
+// Scaled (scale=token): the kernels' sums are the unscaled ones', the keys' then times the token's
+// scale and the values' weights p_j · scale_j, so the stored numbers are x̃ and the scale the factor.
+static void float_scaled_read(const void *state, int head, int token, float *x, float *factor, float *offset) {
+    const FloatState *s = state;
+    (void)offset;
+    *factor = float_scale(s, head, token);
+    float_read_times(s, head, token, 1.0f, x);
+}
+static const MirrorOps float_scaled_key_mirror_ops = {.read = float_scaled_read, .has_factor = 1};
+static const MirrorOps float_scaled_value_mirror_ops = {.read = float_scaled_read, .has_factor = 1, .split_mix = 1};
 // Unscaled values: float_mix_rows sums w_j · x̂_j over even and odd tokens apart, w_j = p_j (the
 // vector kernels' w_j · unit times x̂_j / unit is the same real number), at head_dim up to 64.
 static const MirrorOps float_value_mirror_ops = {.read = float_key_read, .split_mix = 1};
@@ -818,12 +832,14 @@ static const MirrorOps *float_key_mirror(const void *state) {
     // Measured (bench --eval): faster for fp32 (the kernel reads four bytes a number either way, the
     // mirror serves four queries a load) and FP8 (no decode per query); no faster for the 16-bit
     // formats, whose kernels read half the bytes.
-    return s->is_key && !s->scaled && !s->qround && s->bytes != 2 ? &float_key_mirror_ops : NULL;
+    if (!s->is_key || s->qround || s->bytes == 2) return NULL;
+    return s->scaled ? &float_scaled_key_mirror_ops : &float_key_mirror_ops;
 }
 
 static const MirrorOps *float_value_mirror(const void *state) {
     const FloatState *s = state;
-    return !s->is_key && !s->scaled && !s->qround && s->head_dim <= 64 ? &float_value_mirror_ops : NULL;
+    if (s->is_key || s->qround || s->head_dim > 64) return NULL;
+    return s->scaled ? &float_scaled_value_mirror_ops : &float_value_mirror_ops;
 }
 
 // float_scores and float_mix: what reads back (latent attention's fast evaluator mirrors it). Keys'
