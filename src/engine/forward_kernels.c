@@ -395,6 +395,17 @@ static inline score_mask score_lanes(int i, int lo, int hi) {
 #endif
 enum { SCORE_BLOCK = SCORE_LANES * SCORE_CHUNKS, MIX_CHUNKS = 2, MIX_BLOCK = SCORE_LANES * MIX_CHUNKS };
 
+// A vector's load and store, its lanes m alone where masked (a constant where they are inlined).
+static inline __attribute__((always_inline)) score_vec score_get(const float *p, score_mask m, int masked) {
+    return masked ? SCORE_LOAD_MASKED(p, m) : SCORE_LOAD(p);
+}
+static inline __attribute__((always_inline)) void score_put(float *p, score_mask m, score_vec v, int masked) {
+    if (masked)
+        SCORE_STORE_MASKED(p, m, v);
+    else
+        SCORE_STORE(p, v);
+}
+
 static inline __attribute__((always_inline)) void scores_block(float *restrict out, size_t os, const float *restrict q,
                                                                size_t qs, int nq, const float *restrict kt, int head_dim,
                                                                int j, int j0, int j1, int masked) {
@@ -410,23 +421,14 @@ static inline __attribute__((always_inline)) void scores_block(float *restrict o
         for (int c = 0; c < SCORE_CHUNKS; c++) a[r][c] = SCORE_ZERO();
     for (int d = 0; d < head_dim; d++) {
         score_vec kc[SCORE_CHUNKS];
-        for (int c = 0; c < SCORE_CHUNKS; c++) {
-            const float *p = k[c] + (size_t)d * KEY_PANEL;
-            kc[c] = masked ? SCORE_LOAD_MASKED(p, m[c]) : SCORE_LOAD(p);
-        }
+        for (int c = 0; c < SCORE_CHUNKS; c++) kc[c] = score_get(k[c] + (size_t)d * KEY_PANEL, m[c], masked);
         for (int r = 0; r < nq; r++) {
             const score_vec qd = SCORE_SET1(q[(size_t)r * qs + d]);
             for (int c = 0; c < SCORE_CHUNKS; c++) a[r][c] = SCORE_ADD(a[r][c], SCORE_MUL(qd, kc[c]));
         }
     }
     for (int r = 0; r < nq; r++)
-        for (int c = 0; c < SCORE_CHUNKS; c++) {
-            float *o = out + (size_t)r * os + j + c * SCORE_LANES;
-            if (masked)
-                SCORE_STORE_MASKED(o, m[c], a[r][c]);
-            else
-                SCORE_STORE(o, a[r][c]);
-        }
+        for (int c = 0; c < SCORE_CHUNKS; c++) score_put(out + (size_t)r * os + j + c * SCORE_LANES, m[c], a[r][c], masked);
 }
 
 // [j0, j1) of one or a quad of rows, in blocks from j0's vector on, each masked where the range does
@@ -451,28 +453,18 @@ static inline __attribute__((always_inline)) void mix_block(float *restrict out,
     score_mask m[MIX_CHUNKS];
     for (int c = 0; c < MIX_CHUNKS; c++) m[c] = score_lanes(d0 + c * SCORE_LANES, 0, head_dim);
     for (int r = 0; r < nq; r++)
-        for (int c = 0; c < MIX_CHUNKS; c++) {
-            const float *o = out + (size_t)r * os + d0 + c * SCORE_LANES;
-            a[r][c] = masked ? SCORE_LOAD_MASKED(o, m[c]) : SCORE_LOAD(o);
-        }
+        for (int c = 0; c < MIX_CHUNKS; c++) a[r][c] = score_get(out + (size_t)r * os + d0 + c * SCORE_LANES, m[c], masked);
     for (int j = j0; j < j1; j++) {
         const float *row = v + (size_t)j * head_dim + d0;
         score_vec x[MIX_CHUNKS];
-        for (int c = 0; c < MIX_CHUNKS; c++)
-            x[c] = masked ? SCORE_LOAD_MASKED(row + c * SCORE_LANES, m[c]) : SCORE_LOAD(row + c * SCORE_LANES);
+        for (int c = 0; c < MIX_CHUNKS; c++) x[c] = score_get(row + c * SCORE_LANES, m[c], masked);
         for (int r = 0; r < nq; r++) {
             const score_vec pj = SCORE_SET1(p[(size_t)r * ps + j]);
             for (int c = 0; c < MIX_CHUNKS; c++) a[r][c] = SCORE_ADD(a[r][c], SCORE_MUL(pj, x[c]));
         }
     }
     for (int r = 0; r < nq; r++)
-        for (int c = 0; c < MIX_CHUNKS; c++) {
-            float *o = out + (size_t)r * os + d0 + c * SCORE_LANES;
-            if (masked)
-                SCORE_STORE_MASKED(o, m[c], a[r][c]);
-            else
-                SCORE_STORE(o, a[r][c]);
-        }
+        for (int c = 0; c < MIX_CHUNKS; c++) score_put(out + (size_t)r * os + d0 + c * SCORE_LANES, m[c], a[r][c], masked);
 }
 
 static inline __attribute__((always_inline)) void mix_run(float *restrict out, size_t os, const float *restrict p,
