@@ -348,15 +348,19 @@ static void int_mix(const CodecBlocks *b, int head, const float *p, float *out, 
         int_mix_hd(b, head, p, out, n, s->head_dim, s->bits);
 }
 
-static void int_read(const void *state, int head, int token, float *out) {
-    const IntState *s = state;
-    const float ds = int_scale(s, int_slot(s, head, token));
+// One head's levels at one token times sd: the token's scale (a read), or 1 (the levels themselves).
+static void int_read_times(const IntState *s, int head, int token, float sd, float *out) {
     uint8_t q[32];
     for (int c = 0; c < s->head_dim; c += 32) {
         const int m = s->head_dim - c < 32 ? s->head_dim - c : 32;
         code_store_get(&s->cs, head, token, c / 32, q, m);
-        for (int i = 0; i < m; i++) out[c + i] = (float)int_level(q[i], s->bits) * ds;
+        for (int i = 0; i < m; i++) out[c + i] = (float)int_level(q[i], s->bits) * sd;
     }
+}
+
+static void int_read(const void *state, int head, int token, float *out) {
+    const IntState *s = state;
+    int_read_times(s, head, token, int_scale(s, int_slot(s, head, token)), out);
 }
 
 static size_t int_bytes(const void *state) {
@@ -383,12 +387,7 @@ static void int_key_read(const void *state, int head, int token, float *x, float
     const IntState *s = state;
     (void)offset;
     *factor = int_scale(s, int_slot(s, head, token));
-    uint8_t q[32];
-    for (int c = 0; c < s->head_dim; c += 32) {
-        const int m = s->head_dim - c < 32 ? s->head_dim - c : 32;
-        code_store_get(&s->cs, head, token, c / 32, q, m);
-        for (int i = 0; i < m; i++) x[c + i] = (float)int_level(q[i], s->bits);
-    }
+    int_read_times(s, head, token, 1.0f, x);
 }
 
 static const MirrorOps int_key_mirror_ops = {.read = int_key_read, .has_factor = 1};
