@@ -336,6 +336,9 @@ static void span_tile_mix(const SpanTile *st) {
     float p_first[SPAN_TILE][MIRROR_MAX_FIRST]; // the first tokens' weights for post, before the factors
     for (int t = 0; ops && t < nt; t++)
         for (int j = 0; j < ops->first && j < n0 + t; j++) p_first[t][j] = att[t * as + j];
+    // Or every token's (all_weights): in att2, which such a mirror has for nothing else (span_mirror.c).
+    float *p_all = ops && ops->all_weights ? b->att2 + (size_t)thread * SPAN_TILE * b->att2_span : NULL;
+    for (int t = 0; p_all && t < nt; t++) memcpy(p_all + t * b->att2_span, att + t * as, sizeof(float) * (size_t)(n0 + t));
     float offset_sum[SPAN_TILE] = {0}; // Σ_j p_j · offset_j, from the weights before the factors
     if (mm->offsets[KV_ROLE_VALUE]) {
         const float *off = span_mirror_offsets(mm, KV_ROLE_VALUE, l, g);
@@ -397,7 +400,8 @@ static void span_tile_mix(const SpanTile *st) {
         for (int t = 0; t < nt; t++) {
             float acc[1024]; // a codec's head_dim is ≤ 1024
             memcpy(acc, out + t * xs, sizeof(float) * (size_t)hd);
-            paged_mirror_post(&seq->v[l], ops, g, p_first[t], acc, acc2 + t * hd, out + t * xs, n0 + t);
+            paged_mirror_post(&seq->v[l], ops, g, p_all ? p_all + t * b->att2_span : p_first[t], acc, acc2 + t * hd,
+                              out + t * xs, n0 + t);
         }
 }
 
@@ -753,7 +757,7 @@ int batch_enable_spans(BatchForward *b, const KVPool *pool, char *err, size_t er
         return -1;
     }
     b->att2_span = (size_t)b->context * (size_t)(latent ? 1 : b->mirror.value_rows);
-    if (!latent && (b->mirror.second || b->mirror.value_rows > 1) &&
+    if (!latent && (b->mirror.second || b->mirror.value_rows > 1 || b->mirror.all_weights) &&
         !(b->att2 = calloc_lines((size_t)pool_threads(b->pool) * SPAN_TILE * b->att2_span, sizeof(float)))) {
         span_mirror_free(&b->mirror);
         snprintf(err, errlen, "out of memory allocating the evaluator's decoded cache");

@@ -39,8 +39,11 @@ int span_mirror_init(SpanMirror *m, const KVPool *pool, int context) {
         const KVStream *rule = &pool->rule[r];
         const int whole = read_whole(rule, (KVRole)r);
         m->ops[r] = whole ? NULL : mirror_ops(rule, (KVRole)r), m->rule[r] = rule->state;
-        if (m->ops[r] && m->ops[r]->corrections && (m->ops[r]->has_second || m->ops[r]->split_mix))
+        const MirrorOps *o = m->ops[r];
+        if (o && o->corrections && (o->has_second || o->split_mix))
             m->ops[r] = NULL; // one scratch of weights (BatchForward's att2) for one of them
+        if (o && o->all_weights && (o->corrections || o->has_second)) m->ops[r] = NULL; // the same
+        m->all_weights |= m->ops[r] && m->ops[r]->all_weights;
         m->mirrored[r] = whole || m->ops[r];
         if (m->ops[r] && m->ops[r]->has_factor) failed |= !(m->factors[r] = calloc_lines(tokens, sizeof(float)));
         if (m->ops[r] && m->ops[r]->has_offset) failed |= !(m->offsets[r] = calloc_lines(tokens, sizeof(float)));

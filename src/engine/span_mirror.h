@@ -27,6 +27,7 @@ typedef struct {
     // ops' second sums (has_second): keys2 and values2 as keys and values, aux[role] as factors
     float *keys2, *values2, *aux[2];
     int second;         // either role has a second sum
+    int all_weights;    // the values' post reads every token's weight (MirrorOps.all_weights)
     int value_rows;     // rows a token in values: 1, or 2 with a correction row after each (ops' corrections)
 } SpanMirror;
 

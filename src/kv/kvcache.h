@@ -81,8 +81,8 @@ typedef struct MirrorOps {
     // Keys: q̃ of a query (head_dim numbers); NULL: q itself.
     void (*query)(const void *state, const float *q, float *out);
     // Values: out from the sums acc (head_dim numbers each) of tokens [0, n) of a sequence's
-    // blocks b, with the weights p of its first `first` tokens as they were before any factor;
-    // NULL: out = acc.
+    // blocks b, with the weights p of its first `first` tokens (of all n with all_weights) as they
+    // were before any factor; NULL: out = acc.
     void (*post)(const CodecBlocks *b, int head, const float *p, const float *acc, const float *acc2, float *out,
                  int n);
     // Keys: what the sums do not give of the scores of [0, n) (a transform's sink tokens, scored
@@ -90,6 +90,7 @@ typedef struct MirrorOps {
     // q̃); NULL: none.
     void (*fix_scores)(const CodecBlocks *b, int head, const float *q, float *out, int n);
     int first; // values: the tokens whose weights post reads, at most MIRROR_MAX_FIRST
+    int all_weights; // values: post reads every token's weight (a transform's outlier entries)
     // Values: token's correction row x̃c (corrections).
     int corrections;
     void (*read_correction)(const void *state, int head, int token, float *xc);

@@ -211,8 +211,11 @@ void transform_rotate(const float *m, int n, const float *x, float *y, int back)
 
 // ---- the layer ---------------------------------------------------------------------------------
 
+// An outlier entry as the kernels visit it: its token, its place k among the token's entries, its
+// channel in its head, and (with out_fix) its fix, so that the fixes' loop reads one array.
 typedef struct {
-    int token, k;
+    int token, k, channel;
+    float fix;
 } OutlierEntry;
 
 typedef struct {
@@ -304,22 +307,21 @@ static void transform_append(void *state, const float *vec) {
             transform_rotate(s->rot, s->head_dim, x, w + h * s->head_dim, 0);
         }
     }
-    if (s->per_token && t >= s->sink_tokens) {
-        take_outliers(s, t, w);
-        for (int k = 0; k < s->per_token; k++) {
-            const int head = outlier_index(s, t, k) / s->head_dim;
-            s->head_entries[(size_t)head * s->capacity * s->per_token + s->head_count[head]++] = (OutlierEntry){t, k};
-        }
-    }
+    if (s->per_token && t >= s->sink_tokens) take_outliers(s, t, w);
     s->inner_ops->append(s->inner, w);
-    if (s->out_fix && t >= s->sink_tokens) {
+    if (s->per_token && t >= s->sink_tokens) {
         float x[1024];
         int read_head = -1;
         for (int k = 0; k < s->per_token; k++) {
             const int i = outlier_index(s, t, k), head = i / s->head_dim;
-            if (head != read_head) s->inner_ops->read(s->inner, head, t, x), read_head = head;
-            s->out_fix[(size_t)t * s->per_token + k] =
-                quant_fp16_to_fp32(s->out_val[(size_t)t * s->per_token + k]) - x[i - head * s->head_dim];
+            float fix = 0.0f;
+            if (s->out_fix) {
+                if (head != read_head) s->inner_ops->read(s->inner, head, t, x), read_head = head;
+                fix = s->out_fix[(size_t)t * s->per_token + k] =
+                    quant_fp16_to_fp32(s->out_val[(size_t)t * s->per_token + k]) - x[i - head * s->head_dim];
+            }
+            s->head_entries[(size_t)head * s->capacity * s->per_token + s->head_count[head]++] =
+                (OutlierEntry){t, k, i - head * s->head_dim, fix};
         }
     }
     s->length++;
@@ -406,8 +408,20 @@ static void add_outlier_fixes(const CodecBlocks *b, int head, int n, const float
     for (int j0 = 0; j0 < n; j0 += b->block) {
         const Transform *s = b->states[j0 / b->block];
         const OutlierEntry *e = head_entries(s, head);
+        const int count = s->head_count[head];
+        if (s->out_fix) { // the fixes taken at append
+            const float *wj = into_scores ? w : w + j0;
+            float *o = into_scores ? out + j0 : out;
+            for (int k = 0; k < count && e[k].token < n - j0; k++) {
+                if (into_scores)
+                    o[e[k].token] += w[e[k].channel] * e[k].fix;
+                else
+                    o[e[k].channel] += wj[e[k].token] * e[k].fix;
+            }
+            continue;
+        }
         int read_t = -1;
-        for (int k = 0; k < s->head_count[head] && e[k].token < n - j0; k++) {
+        for (int k = 0; k < count && e[k].token < n - j0; k++) {
             const int t = e[k].token;
             if (!s->out_fix && t != read_t) s->inner_ops->read(s->inner, head, t, x), read_t = t;
             int i;
@@ -475,9 +489,9 @@ static void transform_mix(const CodecBlocks *b, int head, const float *p, float 
 // again and the outlier entries put right (transform_fix_scores, as transform_scores does after
 // its codec's scores); its mix is the codec's, put right by finish_mix; and the codec's x̃, factors
 // and offsets are the stored ones. So the layer's forms are the codec's with the rotation added to
-// query, finish_mix to post, and transform_fix_scores after the scores. With outlier entries only
-// the keys are mirrored: finish_mix puts a value's entries right with every token's weight, where
-// post is given the first tokens' alone.
+// query, finish_mix to post, and transform_fix_scores after the scores. With outlier entries,
+// finish_mix puts a value's entries right with every token's weight: post is given all of them
+// (MirrorOps.all_weights).
 static void transform_key_read(const void *state, int head, int token, float *x, float *factor, float *offset) {
     const Transform *s = state;
     s->inner_key_m->read(s->inner, head, token, x, factor, offset);
@@ -541,7 +555,7 @@ static void transform_mirror_init(Transform *s) {
     if (s->sink_all > MIRROR_MAX_FIRST) return;
     const CodecOps *o = s->inner_ops;
     s->inner_key_m = o->key_mirror ? o->key_mirror(s->inner) : NULL;
-    s->inner_value_m = o->value_mirror && !s->per_token ? o->value_mirror(s->inner) : NULL;
+    s->inner_value_m = o->value_mirror ? o->value_mirror(s->inner) : NULL;
     if (s->inner_key_m && s->inner_key_m->has_second) s->inner_key_m = NULL; // a second sum is not passed on
     if (s->inner_value_m && s->inner_value_m->has_second) s->inner_value_m = NULL;
     if (s->inner_key_m) {
@@ -553,6 +567,7 @@ static void transform_mirror_init(Transform *s) {
     if (s->inner_value_m) {
         s->value_m = *s->inner_value_m;
         s->value_m.read = transform_value_read, s->value_m.post = transform_post, s->value_m.first = s->sink_all;
+        s->value_m.all_weights = s->per_token; // finish_mix puts the outlier entries right with every weight
         if (s->value_m.corrections) s->value_m.read_correction = transform_value_correction;
     }
     s->ops.key_mirror = transform_key_mirror, s->ops.value_mirror = transform_value_mirror;
