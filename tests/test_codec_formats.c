@@ -315,6 +315,38 @@ static void test_codebook_wide(void) {
     CHECK(shared && shared[255] == (float)c[255] && shared[0] == -shared[255], "tq_codebook(32, 8)");
 }
 
+// tq_encode's cells: with the identity for a rotation, each coordinate of x/‖x‖ gets the code of
+// its nearest centroid (by distance in double; a tie, of no measure here, would go to the lower),
+// at every width up to 8 bits (the 5- to 8-bit codes are found by halving, the rest by counting).
+static void test_tq_encode_cells(void) {
+    enum { D = 32 };
+    static float eye[2 * D * D];
+    for (int i = 0; i < D; i++) eye[i * D + i] = eye[D * D + i * D + i] = 1.0f;
+    for (int b = 1; b <= 8; b++) {
+        const float *levels = tq_codebook(D, b);
+        const TqCoder c = {.d = D, .cbits = b, .rot = eye, .levels = levels};
+        int wrong = 0;
+        for (int k = 0; k < 300; k++) {
+            float x[D];
+            uint8_t row[2 + D], codes[D];
+            double sq = 0.0;
+            for (int i = 0; i < D; i++) x[i] = (float)nrand(), sq += (double)x[i] * x[i];
+            const float norm = (float)sqrt(sq);
+            tq_encode(&c, x, row);
+            quant_unpack(row + tq_codes_at(), codes, D, b);
+            for (int i = 0; i < D; i++) {
+                const double u = x[i] / norm;
+                int best = 0;
+                for (int m = 1; m < 1 << b; m++)
+                    if (fabs(u - levels[m]) < fabs(u - levels[best])) best = m;
+                wrong += codes[i] != best;
+            }
+        }
+        CHECK(wrong == 0, "tq_encode at %d bits: %d of %d coordinates not in their nearest centroid's cell", b, wrong,
+              300 * D);
+    }
+}
+
 // ---- Estimators over random matrices --------------------------------------------------------
 
 // A Haar-random orthogonal d × d matrix: Gram-Schmidt on Gaussian columns (the sign of each column
@@ -462,6 +494,7 @@ int main(void) {
     test_nvfp4();
     test_codebook();
     test_codebook_wide();
+    test_tq_encode_cells();
     test_estimators();
     if (failures) {
         fprintf(stderr, "test_codec_formats: %d failure(s)\n", failures);

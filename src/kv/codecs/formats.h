@@ -59,7 +59,9 @@ float nvfp4_second_scale(float amax, int four_over_six);
 // The 2^bits centroids (sorted) of the Lloyd-Max quantiser for the density of one coordinate of a
 // uniformly random unit vector in d dimensions, f(x) ∝ (1 − x²)^((d−3)/2) on [−1, 1], computed by
 // numerical integration and Lloyd iterations. d >= 3, bits 1..8. tq_codebook is computed once per
-// (d, bits) and shared (thread-safe; NULL when out of memory); tq_lloyd_max computes afresh.
+// (d, bits) and shared (thread-safe; NULL when out of memory), the centroids followed by their
+// 2^bits − 1 midpoints 0.5·(c_m + c_m+1) in fp32, the cells' boundaries (tq_encode); tq_lloyd_max
+// computes afresh.
 const float *tq_codebook(int d, int bits);
 void tq_lloyd_max(int d, int bits, double *centroids);
 
@@ -113,7 +115,7 @@ typedef struct {
     int nc;              // mse: store ‖x‖/‖ŷ‖ for ‖x‖, so that x̂ keeps x's norm (vLLM's "nc")
     const float *rot;    // R, d × d orthogonal, row-major
     const float *sketch; // S, d × d standard normals (prod)
-    const float *levels; // 2^cbits centroids, sorted (tq_codebook)
+    const float *levels; // 2^cbits centroids, sorted, then their midpoints (tq_codebook)
 } TqCoder;
 
 size_t tq_row_bytes(const TqCoder *c);
