@@ -363,17 +363,16 @@ static void span_tile_mix(const SpanTile *st) {
     const int per = mm->value_rows;
     const float *w = per > 1 ? att2 : att;
     const size_t ws = per > 1 ? as2 : as;
-    if (per > 1)
+    const float *vfac = mm->factors[KV_ROLE_VALUE] ? span_mirror_factors(mm, KV_ROLE_VALUE, l, g) : NULL;
+    if (per > 1) // in one pass: p_j · factor_j, as the codec's kernel forms each token's weight, then p_j
+        for (int t = 0; t < nt; t++) {
+            const float *a = att + t * as;
+            float *a2 = att2 + t * as2;
+            for (int j = 0; j < n0 + t; j++) a2[2 * j] = vfac ? a[j] * vfac[j] : a[j], a2[2 * j + 1] = a[j];
+        }
+    else if (vfac) // p_j · factor_j
         for (int t = 0; t < nt; t++)
-            for (int j = 0; j < n0 + t; j++) att2[t * as2 + 2 * j + 1] = att[t * as + j];
-    if (mm->factors[KV_ROLE_VALUE]) { // p_j · factor_j, as the codec's kernel forms each token's weight
-        const float *fac = span_mirror_factors(mm, KV_ROLE_VALUE, l, g);
-        for (int t = 0; t < nt; t++)
-            for (int j = 0; j < n0 + t; j++) att[t * as + j] = att[t * as + j] * fac[j];
-    }
-    if (per > 1)
-        for (int t = 0; t < nt; t++)
-            for (int j = 0; j < n0 + t; j++) att2[t * as2 + 2 * j] = att[t * as + j];
+            for (int j = 0; j < n0 + t; j++) att[t * as + j] = att[t * as + j] * vfac[j];
     float acc2[SPAN_TILE * 1024]; // the second sums (has_second), a codec's head_dim is ≤ 1024
     if (ops && ops->has_second) {
         const float *aux = span_mirror_aux(mm, KV_ROLE_VALUE, l, g), *v2 = span_mirror_values2(mm, l, g);
