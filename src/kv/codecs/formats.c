@@ -382,17 +382,6 @@ const float *tq_gaussian(unsigned long seed, int m, int d) {
     return found;
 }
 
-void tq_project_back(const float *s, int m, int d, const float *y, float *x) {
-    for (int j = 0; j < d; j++) x[j] = 0.0f;
-    for (int i = 0; i < m; i++)
-        for (int j = 0; j < d; j++) x[j] += s[(size_t)i * d + j] * y[i];
-}
-
-void tq_signs(const float *y, int m, uint8_t *bits) {
-    for (int i = 0; i < (m + 7) / 8; i++) bits[i] = 0;
-    for (int i = 0; i < m; i++)
-        if (y[i] >= 0.0f) bits[i / 8] |= (uint8_t)(1u << (i % 8));
-}
 
 float tq_sign_dot(const uint8_t *bits, const float *v, int m) {
     float acc = 0.0f;
@@ -402,50 +391,7 @@ float tq_sign_dot(const uint8_t *bits, const float *v, int m) {
 
 // ---- One vector of TurboQuant and of QJL --------------------------------------------------
 
-static float norm_of(const float *x, int n) {
-    double sq = 0.0;
-    for (int i = 0; i < n; i++) sq += (double)x[i] * x[i];
-    return (float)sqrt(sq);
-}
-
 size_t tq_row_bytes(const TqCoder *c) { return c->prod ? tq_signs_at(c) + (size_t)(c->d + 7) / 8 : tq_gamma_at(c); }
-
-void tq_encode(const TqCoder *c, const float *x, uint8_t *row) {
-    const int d = c->d, n = 1 << c->cbits;
-    float u[1024], y[1024], sr[1024];
-    uint8_t codes[1024];
-    const float norm = norm_of(x, d);
-    fmt_fp16_store(row, norm);
-    for (int i = 0; i < d; i++) u[i] = norm > 0.0f ? x[i] / norm : 0.0f;
-    tq_project(c->rot, d, d, u, y);
-    // The nearest centroid: the cells' boundaries are the midpoints, and y[i]'s cell the first whose
-    // upper midpoint y[i] does not exceed, which is the count of midpoints it exceeds (they rise with
-    // the levels). Up to 16 levels every midpoint is counted, a vector of numbers a step; beyond,
-    // the count found by halving (256 levels at 8 bits: is it at least 128, then 64 more, ...), each
-    // step a select rather than a branch, which would be mispredicted half the time.
-    const float *mids = c->levels + n; // tq_codebook's
-    if (n <= 16) {
-        for (int i = 0; i < d; i++) codes[i] = 0;
-        for (int m = 0; m + 1 < n; m++)
-            for (int i = 0; i < d; i++) codes[i] = (uint8_t)(codes[i] + (y[i] > mids[m]));
-    } else
-        for (int i = 0; i < d; i++) {
-            int count = 0;
-            for (int half = n / 2; half >= 1; half /= 2) count += y[i] > mids[count + half - 1] ? half : 0;
-            codes[i] = (uint8_t)count;
-        }
-    quant_pack(row + tq_codes_at(), codes, (size_t)d, c->cbits);
-    if (c->nc && norm > 0.0f) { // the centroid vector renormalised: fold 1/‖ŷ‖ into the stored norm
-        for (int i = 0; i < d; i++) u[i] = c->levels[codes[i]];
-        const float len = norm_of(u, d);
-        if (len > 0.0f) fmt_fp16_store(row, norm / len);
-    }
-    if (!c->prod) return;
-    for (int i = 0; i < d; i++) y[i] -= c->levels[codes[i]];
-    fmt_fp16_store(row + tq_gamma_at(c), norm_of(y, d));
-    tq_project(c->sketch, d, d, y, sr);
-    tq_signs(sr, d, row + tq_signs_at(c));
-}
 
 void tq_decode(const TqCoder *c, const uint8_t *row, float *x) {
     const int d = c->d;
@@ -467,7 +413,7 @@ void tq_decode(const TqCoder *c, const uint8_t *row, float *x) {
 
 void qjl_encode(const float *s, int m, int d, const float *x, uint8_t *row) {
     float sx[4096];
-    fmt_fp16_store(row, norm_of(x, d));
+    fmt_fp16_store(row, tq_norm(x, d));
     tq_project(s, m, d, x, sx);
     tq_signs(sx, m, row + 2);
 }

@@ -8,6 +8,7 @@
 #ifndef MICRO_CODECS_FORMATS_H
 #define MICRO_CODECS_FORMATS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -71,7 +72,8 @@ void tq_lloyd_max(int d, int bits, double *centroids);
 const float *tq_gaussian(unsigned long seed, int m, int d);
 // y = S x (m rows) and x = Sᵀ y, each number summed in order from 0. tq_project takes S followed by
 // its transpose (tq_gaussian's and transform_rotation's layout), whose rows it adds up so that the
-// loop over outputs vectorises; inline, so that each kernel set's codecs run it at their width.
+// loop over outputs vectorises (tq_project_back adds up S's rows); both inline, so that each kernel
+// set's codecs run them at their width.
 static inline void tq_project(const float *s, int m, int d, const float *x, float *y) {
     const float *st = s + (size_t)m * d;
     for (int i = 0; i < m; i++) y[i] = 0.0f;
@@ -81,9 +83,20 @@ static inline void tq_project(const float *s, int m, int d, const float *x, floa
         for (int i = 0; i < m; i++) out[i] += row[i] * xj;
     }
 }
-void tq_project_back(const float *s, int m, int d, const float *y, float *x);
-// bits[i/8] bit i%8 set when y[i] >= 0; (m + 7) / 8 bytes, unused high bits zero.
-void tq_signs(const float *y, int m, uint8_t *bits);
+static inline void tq_project_back(const float *s, int m, int d, const float *y, float *x) {
+    for (int j = 0; j < d; j++) x[j] = 0.0f;
+    for (int i = 0; i < m; i++) {
+        const float yi = y[i], *restrict row = s + (size_t)i * d;
+        float *restrict out = x;
+        for (int j = 0; j < d; j++) out[j] += row[j] * yi;
+    }
+}
+// bits[i/8] bit i%8 set when y[i] >= 0; (m + 7) / 8 bytes, unused high bits zero. Each bit set by
+// arithmetic: a branch on a random sign mispredicts half the time.
+static inline void tq_signs(const float *y, int m, uint8_t *bits) {
+    for (int i = 0; i < (m + 7) / 8; i++) bits[i] = 0;
+    for (int i = 0; i < m; i++) bits[i / 8] |= (uint8_t)((unsigned)(y[i] >= 0.0f) << (i % 8));
+}
 // +1 where bit i is set, else −1: as a factor rather than a branch, since sign bits are random (a
 // branch on them mispredicts half the time); multiplying by ±1 is exact.
 static inline float tq_sign(const uint8_t *bits, int i) { return (float)(2 * ((bits[i >> 3] >> (i & 7)) & 1) - 1); }
@@ -119,14 +132,59 @@ typedef struct {
 } TqCoder;
 
 size_t tq_row_bytes(const TqCoder *c);
-void tq_encode(const TqCoder *c, const float *x, uint8_t *row);
-// The read-back x̂ = ‖x‖·Rᵀ(ŷ + √(π/2)/d · γ · Sᵀ·sign(S·r)) (the QJL term: prod).
-void tq_decode(const TqCoder *c, const uint8_t *row, float *x);
 // Where a row's parts sit.
 static inline size_t tq_codes_at(void) { return 2; }
 static inline size_t tq_gamma_at(const TqCoder *c) { return 2 + (size_t)(c->d * c->cbits + 7) / 8; }
 static inline size_t tq_signs_at(const TqCoder *c) { return tq_gamma_at(c) + 2; }
 
+// ‖x‖, summed in double in order.
+static inline float tq_norm(const float *x, int n) {
+    double sq = 0.0;
+    for (int i = 0; i < n; i++) sq += (double)x[i] * x[i];
+    return (float)sqrt(sq);
+}
+
+// One vector's row. Inline, so that codec_turboquant's builds compile it at their kernel set's width
+// (every step a fixed-order sum or a comparison: the same bits at any width).
+static inline void tq_encode(const TqCoder *c, const float *x, uint8_t *row) {
+    const int d = c->d, n = 1 << c->cbits;
+    float u[1024], y[1024], sr[1024];
+    uint8_t codes[1024];
+    const float norm = tq_norm(x, d);
+    fmt_fp16_store(row, norm);
+    for (int i = 0; i < d; i++) u[i] = norm > 0.0f ? x[i] / norm : 0.0f;
+    tq_project(c->rot, d, d, u, y);
+    // The nearest centroid: the cells' boundaries are the midpoints, and y[i]'s cell the first whose
+    // upper midpoint y[i] does not exceed, which is the count of midpoints it exceeds (they rise with
+    // the levels). Up to 16 levels every midpoint is counted, a vector of numbers a step; beyond,
+    // the count found by halving (256 levels at 8 bits: is it at least 128, then 64 more, ...), each
+    // step a select rather than a branch, which would be mispredicted half the time.
+    const float *mids = c->levels + n; // tq_codebook's
+    if (n <= 16) {
+        for (int i = 0; i < d; i++) codes[i] = 0;
+        for (int m = 0; m + 1 < n; m++)
+            for (int i = 0; i < d; i++) codes[i] = (uint8_t)(codes[i] + (y[i] > mids[m]));
+    } else
+        for (int i = 0; i < d; i++) {
+            int count = 0;
+            for (int half = n / 2; half >= 1; half /= 2) count += y[i] > mids[count + half - 1] ? half : 0;
+            codes[i] = (uint8_t)count;
+        }
+    quant_pack(row + tq_codes_at(), codes, (size_t)d, c->cbits);
+    if (c->nc && norm > 0.0f) { // the centroid vector renormalised: fold 1/‖ŷ‖ into the stored norm
+        for (int i = 0; i < d; i++) u[i] = c->levels[codes[i]];
+        const float len = tq_norm(u, d);
+        if (len > 0.0f) fmt_fp16_store(row, norm / len);
+    }
+    if (!c->prod) return;
+    for (int i = 0; i < d; i++) y[i] -= c->levels[codes[i]];
+    fmt_fp16_store(row + tq_gamma_at(c), tq_norm(y, d));
+    tq_project(c->sketch, d, d, y, sr);
+    tq_signs(sr, d, row + tq_signs_at(c));
+}
+
+// The read-back x̂ = ‖x‖·Rᵀ(ŷ + √(π/2)/d · γ · Sᵀ·sign(S·r)) (the QJL term: prod).
+void tq_decode(const TqCoder *c, const uint8_t *row, float *x);
 // QJL, one vector of d numbers as a row of 2 + (m + 7)/8 bytes: [fp16 ‖x‖][m sign bits of S·x].
 void qjl_encode(const float *s, int m, int d, const float *x, uint8_t *row);
 // The unbiased estimate of q·x from sq = S·q: √(π/2)/m · ‖x‖ · ⟨S·q, sign(S·x)⟩.
