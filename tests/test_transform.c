@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "codec_dispatch.h"
 #include "kvcache.h"
 #include "kvtransform.h"
 #include "quant.h"
@@ -55,19 +56,26 @@ static void check_hadamard(void) {
                 worst = fmax(worst, fabs(dot - (i == j)));
             }
         CHECK(worst < 1e-6, "rotation %d: M·Mᵀ off identity by %g", kind, worst);
-        // transform_rotate adds column by column: each y_i the plain sum in order of j, to the bit.
+        // transform_rotate adds column by column: each y_i the plain sum in order of j, to the bit,
+        // in every kernel set this CPU runs (codec_projection).
         float x[HD], y[HD];
-        int differ = 0;
         for (int i = 0; i < HD; i++) x[i] = (float)sin(1.7 * i + kind);
-        for (int back = 0; back <= 1; back++) {
-            transform_rotate(m, HD, x, y, back);
-            for (int i = 0; i < HD; i++) {
-                float acc = 0.0f;
-                for (int j = 0; j < HD; j++) acc += (back ? m[j * HD + i] : m[i * HD + j]) * x[j];
-                differ += memcmp(&acc, &y[i], sizeof acc) != 0;
+        for (int isa = ISA_PORTABLE; isa <= ISA_AVX512; isa++) {
+            if (!codec_isa_available((Isa)isa)) continue;
+            codec_force_isa(isa);
+            int differ = 0;
+            for (int back = 0; back <= 1; back++) {
+                transform_rotate(m, HD, x, y, back);
+                for (int i = 0; i < HD; i++) {
+                    float acc = 0.0f;
+                    for (int j = 0; j < HD; j++) acc += (back ? m[j * HD + i] : m[i * HD + j]) * x[j];
+                    differ += memcmp(&acc, &y[i], sizeof acc) != 0;
+                }
             }
+            CHECK(!differ, "rotation %d, %s kernels: %d numbers of M x and Mᵀ x differ from the sums in order", kind,
+                  cpu_isa_name((Isa)isa), differ);
         }
-        CHECK(!differ, "rotation %d: %d numbers of M x and Mᵀ x differ from the sums in order", kind, differ);
+        codec_force_isa(-1);
     }
     CHECK(transform_rotation(2, 7, HD) == transform_rotation(2, 7, HD), "one shared copy per rotation");
     const float *a = transform_rotation(2, 7, HD), *b = transform_rotation(2, 8, HD);

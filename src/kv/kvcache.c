@@ -62,6 +62,18 @@ const CodecFamily *const *codec_families(int *count) {
     return registry_of(codec_isa_active());
 }
 
+CodecProjectFn codec_projection(void) {
+    switch (codec_isa_active()) {
+#ifdef MICRO_KERNELS_AVX2
+    case ISA_AVX2: return codec_project_avx2;
+#endif
+#ifdef MICRO_KERNELS_AVX512
+    case ISA_AVX512: return codec_project_avx512;
+#endif
+    default: return codec_project;
+    }
+}
+
 const CodecSpec codec_spec_fp32 = {.name = "fp32"};
 
 // The spec as it appears in messages: escaped and shortened (msgtext.h).

@@ -184,6 +184,10 @@ typedef struct {
 
 // The registry (kvcache.c): one line per codec family.
 const CodecFamily *const *codec_families(int *count);
+// y = M x, or Mᵀ x (back), for an n × n matrix M stored with its transpose after it, in the kernel
+// set the registry hands out (the transforms' rotations; every set gives the same bits).
+typedef void (*CodecProjectFn)(const float *m, int n, const float *x, float *y, int back);
+CodecProjectFn codec_projection(void);
 
 // The reference cache's spec, parsed: fp32.
 extern const CodecSpec codec_spec_fp32;

@@ -201,13 +201,8 @@ const float *transform_rotation(int kind, unsigned long seed, int head_dim) {
     return found;
 }
 
-void transform_rotate(const float *m, int n, const float *x, float *y, int back) {
-    // TurboQuant's projections (formats.h): M x down Mᵀ's rows, stored after M; Mᵀ x down M's.
-    if (back)
-        tq_project_back(m, n, n, x, y);
-    else
-        tq_project(m, n, n, x, y);
-}
+// In the kernel set the registry hands out (codec_projection): every set gives these bits.
+void transform_rotate(const float *m, int n, const float *x, float *y, int back) { codec_projection()(m, n, x, y, back); }
 
 // ---- the layer ---------------------------------------------------------------------------------
 

@@ -28,4 +28,9 @@
 CODEC_KERNEL_FAMILIES(CODEC_DECLARE)
 #undef CODEC_DECLARE
 
+// The transforms' rotations in each build (projection.c; codec_projection hands one out).
+void codec_project(const float *m, int n, const float *x, float *y, int back);
+void codec_project_avx2(const float *m, int n, const float *x, float *y, int back);
+void codec_project_avx512(const float *m, int n, const float *x, float *y, int back);
+
 #endif

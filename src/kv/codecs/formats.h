@@ -70,26 +70,32 @@ void tq_lloyd_max(int d, int bits, double *centroids);
 // A seeded m × d matrix of standard normals (row-major) followed by its d × m transpose, shared by
 // every stream that asks for the same (seed, m, d) and kept until exit; NULL when out of memory.
 const float *tq_gaussian(unsigned long seed, int m, int d);
+// out[i] = Σ_k c[k] · rows[k·stride + i] for i < w, each sum in order of k: 32 outputs at a time in
+// an array of constant size, which stays in registers at any width (with the loop's run-time bounds
+// the sums went through memory at every k, a store and a load in each one's chain).
+static inline void tq_sum_rows(const float *rows, size_t stride, const float *c, int nk, int w, float *out) {
+    int i0 = 0;
+    for (; i0 + 32 <= w; i0 += 32) {
+        float acc[32] = {0};
+        for (int k = 0; k < nk; k++) {
+            const float ck = c[k], *restrict row = rows + (size_t)k * stride + i0;
+            for (int i = 0; i < 32; i++) acc[i] += row[i] * ck;
+        }
+        memcpy(out + i0, acc, sizeof acc);
+    }
+    for (int i = i0; i < w; i++) out[i] = 0.0f;
+    for (int k = 0; k < nk && i0 < w; k++)
+        for (int i = i0; i < w; i++) out[i] += rows[(size_t)k * stride + i] * c[k];
+}
 // y = S x (m rows) and x = Sᵀ y, each number summed in order from 0. tq_project takes S followed by
 // its transpose (tq_gaussian's and transform_rotation's layout), whose rows it adds up so that the
 // loop over outputs vectorises (tq_project_back adds up S's rows); both inline, so that each kernel
 // set's codecs run them at their width.
 static inline void tq_project(const float *s, int m, int d, const float *x, float *y) {
-    const float *st = s + (size_t)m * d;
-    for (int i = 0; i < m; i++) y[i] = 0.0f;
-    for (int j = 0; j < d; j++) {
-        const float xj = x[j], *restrict row = st + (size_t)j * m;
-        float *restrict out = y;
-        for (int i = 0; i < m; i++) out[i] += row[i] * xj;
-    }
+    tq_sum_rows(s + (size_t)m * d, (size_t)m, x, d, m, y);
 }
 static inline void tq_project_back(const float *s, int m, int d, const float *y, float *x) {
-    for (int j = 0; j < d; j++) x[j] = 0.0f;
-    for (int i = 0; i < m; i++) {
-        const float yi = y[i], *restrict row = s + (size_t)i * d;
-        float *restrict out = x;
-        for (int j = 0; j < d; j++) out[j] += row[j] * yi;
-    }
+    tq_sum_rows(s, (size_t)d, y, m, d, x);
 }
 // bits[i/8] bit i%8 set when y[i] >= 0; (m + 7) / 8 bytes, unused high bits zero. Each bit set by
 // arithmetic: a branch on a random sign mispredicts half the time.
