@@ -134,21 +134,25 @@ static void nuq_append(void *state, const float *x) {
         const uint8_t *pk = s->slots ? s->picked + h * hd : NULL;
         float z = 0.0f, r = 1.0f;
         if (!s->per_channel) { // the head's range without its outliers, clipped, in fp16
+            // fminf and fmaxf as comparisons (libm calls otherwise): lo and hi are never NaN, so a
+            // NaN v[d] leaves them as fminf would, and a zero's sign cannot reach z or r.
             float lo = INFINITY, hi = -INFINITY;
             for (int d = 0; d < hd; d++)
-                if (!pk || !pk[d]) lo = fminf(lo, v[d]), hi = fmaxf(hi, v[d]);
+                if (!pk || !pk[d]) lo = v[d] < lo ? v[d] : lo, hi = v[d] > hi ? v[d] : hi;
             if (lo > hi) lo = hi = 0.0f;
             z = fp16_round(s->clip * 0.5f * (hi + lo));
             r = fp16_round(s->clip * 0.5f * (hi - lo));
             uint16_t *zr = s->zr + ((size_t)t * s->n_heads + h) * 2;
             zr[0] = quant_fp32_to_fp16(z), zr[1] = quant_fp32_to_fp16(r);
         }
-        for (int d = 0; d < hd; d++) {
-            const int c = h * hd + d;
-            const float zc = s->per_channel ? s->z[c] : z, rc = s->per_channel ? s->r[c] : r;
-            const float norm = rc > 0.0f ? (v[d] - zc) / rc : 0.0f;
-            xn[d] = norm < -1.0f ? -1.0f : norm > 1.0f ? 1.0f : norm; // NaN stays NaN: nearest_levels then picks level 0
-        }
+        // x normalised to the range and clipped to [-1, 1]; a NaN stays NaN (nearest_levels then picks
+        // level 0). Per channel and per token in loops of their own, so that each runs a vector at a time.
+        if (s->per_channel) {
+            const float *zc = s->z + h * hd, *rc = s->r + h * hd;
+            for (int d = 0; d < hd; d++) xn[d] = rc[d] > 0.0f ? (v[d] - zc[d]) / rc[d] : 0.0f;
+        } else
+            for (int d = 0; d < hd; d++) xn[d] = r > 0.0f ? (v[d] - z) / r : 0.0f;
+        for (int d = 0; d < hd; d++) xn[d] = xn[d] < -1.0f ? -1.0f : xn[d] > 1.0f ? 1.0f : xn[d];
         nearest_levels(s, xn, codes, hd);
         quant_pack(s->codes + ((size_t)t * s->n_heads + h) * s->row_bytes, codes, (size_t)hd, s->bits);
     }
