@@ -830,9 +830,9 @@ static const MirrorOps float_value_mirror_ops = {.read = float_key_read, .split_
 static const MirrorOps *float_key_mirror(const void *state) {
     const FloatState *s = state;
     // Measured (bench --eval): faster for fp32 (the kernel reads four bytes a number either way, the
-    // mirror serves four queries a load) and FP8 (no decode per query); no faster for the 16-bit
-    // formats, whose kernels read half the bytes.
-    if (!s->is_key || s->qround || s->bytes == 2) return NULL;
+    // mirror serves four queries a load), FP8 (no decode per query) and, since the mirror's scores
+    // take the keys in panels and the rows in quads, the 16-bit formats too.
+    if (!s->is_key || s->qround) return NULL;
     return s->scaled ? &float_scaled_key_mirror_ops : &float_key_mirror_ops;
 }
 
