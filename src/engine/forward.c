@@ -312,6 +312,10 @@ static void span_tile_scores(const SpanTile *st) {
             for (int d = 0; d < hd; d++) qsum += qm[t * qms + d];
             for (int j = 0; j < n0 + t; j++) att[t * as + j] = fac[j] * att[t * as + j] + off[j] * qsum;
         }
+    } else if (mm->factors[KV_ROLE_KEY] && ops->plus_zero) { // 0 + factor_j · the sum
+        const float *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
+        for (int t = 0; t < nt; t++)
+            for (int j = 0; j < n0 + t; j++) att[t * as + j] = 0.0f + fac[j] * att[t * as + j];
     } else if (mm->factors[KV_ROLE_KEY]) { // factor_j · the sum, as the codec's kernel finishes each score
         const float *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
         for (int t = 0; t < nt; t++)

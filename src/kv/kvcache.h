@@ -101,6 +101,9 @@ typedef struct MirrorOps {
     void (*weights2)(const void *state, const float *w, const float *aux, float *w2, int n);
     int has_factor;
     int has_offset; // only with has_factor
+    // Keys: the codec's kernel finishes a score as 0 + factor · sum (llama.cpp's blocks add each
+    // block's to the sum so far), which makes a −0 +0; the mirror does the same.
+    int plus_zero;
     // Values: the codec's mix sums even and odd tokens apart, each in order, and adds the two at the
     // end (out = even + odd, as the float codec's two chains do); the mirror's mix does the same.
     int split_mix;

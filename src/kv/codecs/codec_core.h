@@ -22,13 +22,6 @@
                                           .read = prefix##_read, .by_read = prefix##_by_read,      \
                                           .bytes = prefix##_bytes, .destroy = prefix##_destroy}
 
-// The same for a family whose state is one allocation, with prefix_extent.
-#define CODEC_OPS_ONE_ALLOCATION(prefix)                                                           \
-    static const CodecOps prefix##_ops = {.append = prefix##_append, .scores = prefix##_scores,    \
-                                          .mix = prefix##_mix, .read = prefix##_read,              \
-                                          .by_read = prefix##_by_read, .bytes = prefix##_bytes,    \
-                                          .extent = prefix##_extent, .destroy = prefix##_destroy}
-
 // The same for a family whose prefix_scores and prefix_mix read one state: they run block by block
 // (codec_scores_per_block, codec_mix_per_block).
 #define CODEC_OPS_PER_BLOCK(prefix, settled_fn, settle_fn)                                         \

@@ -660,7 +660,42 @@ static int block_by_read(const void *state) {
     return (s->is_key && (s->qround || s->blocks <= 8) ? 0 : CODEC_SCORES_BY_READ) | (s->is_key ? CODEC_MIX_BY_READ : 0);
 }
 
-CODEC_OPS_ONE_ALLOCATION(block);
+// The fast evaluator's mirror (kvcache.h, MirrorOps) of q8_0 at one block a head (head_dim 32):
+// x̃ the codes and the factor d. Its keys' kernel sums q_j · code_j in order of j, then 0 + sum · d
+// (plus_zero); its values' sums (p_j · d_j) · code_j over even and odd tokens apart, then adds the
+// two (split_mix), as int's. The other formats sum a block in the order of its nibbles (0, 16, 1,
+// 17, ...), or a table entry adds two products first: not mirrored; nor is a query rounded to q8
+// (qround), nor a head of several blocks, whose sums add a product per block.
+static void block_mirror_read(const void *state, int head, int token, float *x, float *factor, float *offset) {
+    const BlockState *s = state;
+    uint8_t b[34];
+    int lv[QK];
+    (void)offset;
+    block_gather(s, head, token, 0, b);
+    block_levels(s->format, b, lv);
+    *factor = load_f16(b);
+    for (int j = 0; j < QK; j++) x[j] = (float)lv[j];
+}
+
+static const MirrorOps block_key_mirror_ops = {.read = block_mirror_read, .has_factor = 1, .plus_zero = 1},
+                       block_value_mirror_ops = {.read = block_mirror_read, .has_factor = 1, .split_mix = 1};
+
+static int block_mirrored(const BlockState *s) { return s->format == FMT_Q8_0 && !s->qround && s->blocks == 1; }
+
+static const MirrorOps *block_key_mirror(const void *state) {
+    const BlockState *s = state;
+    return s->is_key && block_mirrored(s) ? &block_key_mirror_ops : NULL;
+}
+
+static const MirrorOps *block_value_mirror(const void *state) {
+    const BlockState *s = state;
+    return !s->is_key && block_mirrored(s) ? &block_value_mirror_ops : NULL;
+}
+
+static const CodecOps block_ops = {.append = block_append, .scores = block_scores, .mix = block_mix, .read = block_read,
+                                   .key_mirror = block_key_mirror, .value_mirror = block_value_mirror,
+                                   .by_read = block_by_read, .bytes = block_bytes, .extent = block_extent,
+                                   .destroy = block_destroy};
 
 #define BLOCK_FAMILY(id, fmt, help_text)                                                             \
     static void *create_##id(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised, \
