@@ -660,12 +660,18 @@ static int block_by_read(const void *state) {
     return (s->is_key && (s->qround || s->blocks <= 8) ? 0 : CODEC_SCORES_BY_READ) | (s->is_key ? CODEC_MIX_BY_READ : 0);
 }
 
-// The fast evaluator's mirror (kvcache.h, MirrorOps) of q8_0 at one block a head (head_dim 32):
-// x̃ the codes and the factor d. Its keys' kernel sums q_j · code_j in order of j, then 0 + sum · d
-// (plus_zero); its values' sums (p_j · d_j) · code_j over even and odd tokens apart, then adds the
-// two (split_mix), as int's. The other formats sum a block in the order of its nibbles (0, 16, 1,
-// 17, ...), or a table entry adds two products first: not mirrored; nor is a query rounded to q8
-// (qround), nor a head of several blocks, whose sums add a product per block.
+// The fast evaluator's mirror (kvcache.h, MirrorOps) at one block a head (head_dim 32), of q8_0,
+// q4_0 and iq4_nl, whose key kernels finish a score as 0 + sum · d (plus_zero):
+// - q8_0: x̃ the codes and the factor d. Its keys' kernel sums q_j · code_j in order of j; its
+//   values' sums (p_j · d_j) · code_j over even and odd tokens apart, then adds the two (split_mix),
+//   as int's.
+// - q4_0 and iq4_nl: the keys' kernel sums the lookups q_j · level_j in the order of the nibbles,
+//   number s/2 + 16·(s%2) at step s: x̃ the levels in that order, q̃ the query alike, the factor d.
+//   Their values' tables hold p_j · (level · d_j), read's x̂ times p_j, summed even and odd apart.
+// Not mirrored: q4_1 and q5 (a minimum's Σq in another order, a fifth bit per word), a query rounded
+// to q8 (qround), a head of several blocks (a product per block added to the sum).
+static int block_nibble(int s) { return s / 2 + QK / 2 * (s % 2); }
+
 static void block_mirror_read(const void *state, int head, int token, float *x, float *factor, float *offset) {
     const BlockState *s = state;
     uint8_t b[34];
@@ -674,22 +680,40 @@ static void block_mirror_read(const void *state, int head, int token, float *x, 
     block_gather(s, head, token, 0, b);
     block_levels(s->format, b, lv);
     *factor = load_f16(b);
-    for (int j = 0; j < QK; j++) x[j] = (float)lv[j];
+    for (int j = 0; j < QK; j++) x[j] = (float)lv[s->format == FMT_Q8_0 ? j : block_nibble(j)];
+}
+
+static void block_mirror_query(const void *state, const float *q, float *out) {
+    (void)state;
+    for (int j = 0; j < QK; j++) out[j] = q[block_nibble(j)];
+}
+
+static void block_value_read(const void *state, int head, int token, float *x, float *factor, float *offset) {
+    (void)factor, (void)offset;
+    block_read(state, head, token, x);
 }
 
 static const MirrorOps block_key_mirror_ops = {.read = block_mirror_read, .has_factor = 1, .plus_zero = 1},
-                       block_value_mirror_ops = {.read = block_mirror_read, .has_factor = 1, .split_mix = 1};
+                       block_nibble_key_mirror_ops = {.read = block_mirror_read, .query = block_mirror_query,
+                                                      .has_factor = 1, .plus_zero = 1},
+                       block_value_mirror_ops = {.read = block_mirror_read, .has_factor = 1, .split_mix = 1},
+                       block_nibble_value_mirror_ops = {.read = block_value_read, .split_mix = 1};
 
-static int block_mirrored(const BlockState *s) { return s->format == FMT_Q8_0 && !s->qround && s->blocks == 1; }
+static int block_mirrored(const BlockState *s) {
+    const BlockFormat f = s->format;
+    return (f == FMT_Q8_0 || f == FMT_Q4_0 || f == FMT_IQ4_NL) && !s->qround && s->blocks == 1;
+}
 
 static const MirrorOps *block_key_mirror(const void *state) {
     const BlockState *s = state;
-    return s->is_key && block_mirrored(s) ? &block_key_mirror_ops : NULL;
+    if (!s->is_key || !block_mirrored(s)) return NULL;
+    return s->format == FMT_Q8_0 ? &block_key_mirror_ops : &block_nibble_key_mirror_ops;
 }
 
 static const MirrorOps *block_value_mirror(const void *state) {
     const BlockState *s = state;
-    return !s->is_key && block_mirrored(s) ? &block_value_mirror_ops : NULL;
+    if (s->is_key || !block_mirrored(s)) return NULL;
+    return s->format == FMT_Q8_0 ? &block_value_mirror_ops : &block_nibble_value_mirror_ops;
 }
 
 static const CodecOps block_ops = {.append = block_append, .scores = block_scores, .mix = block_mix, .read = block_read,
