@@ -207,7 +207,7 @@ void transform_rotate(const float *m, int n, const float *x, float *y, int back)
 // ---- the layer ---------------------------------------------------------------------------------
 
 // An outlier entry as the kernels visit it: its token, its place k among the token's entries, its
-// channel in its head, and (with out_fix) its fix, so that the fixes' loop reads one array.
+// channel in its head, and (fixed_at_append) its fix, so that the fixes' loop reads one array.
 typedef struct {
     int token, k, channel;
     float fix;
@@ -226,14 +226,13 @@ typedef struct {
     int index_bytes;    // 1 when n <= 256, else 2
     uint16_t *out_val;  // [capacity][per_token] fp16, in the rotated space
     uint8_t *out_idx;   // [capacity][per_token][index_bytes] little-endian
-    // [capacity][per_token]: each outlier entry's value less the codec's reconstruction of it,
-    // taken once at append when the codec's tokens never change form (NULL otherwise): what scores
-    // and mix add for the entry, which would else read the head back at every query. Not stored
-    // data (out_val is): a decode table, like a kernel's, and not counted in bytes().
-    float *out_fix;
-    // [n_heads][capacity · per_token] and [n_heads]: each head's outlier entries (token and k, in
-    // order of token and k), so that scores and mix visit those alone rather than ask every token of
-    // every query. An index of out_idx, not stored data.
+    // 1 when the codec's tokens never change form: each outlier entry's fix (its value less the
+    // codec's reconstruction of it, what scores and mix add for it) is taken once at append, into
+    // head_entries, where it would else read the head back at every query.
+    int fixed_at_append;
+    // [n_heads][capacity · per_token] and [n_heads]: each head's outlier entries (in order of token
+    // and k), so that scores and mix visit those alone rather than ask every token of every query.
+    // An index of out_idx and a decode table, like a kernel's: not stored data, not in bytes().
     OutlierEntry *head_entries;
     int *head_count;
     float *work;        // [n] the vector on its way in (append is one thread per stream)
@@ -310,10 +309,9 @@ static void transform_append(void *state, const float *vec) {
         for (int k = 0; k < s->per_token; k++) {
             const int i = outlier_index(s, t, k), head = i / s->head_dim;
             float fix = 0.0f;
-            if (s->out_fix) {
+            if (s->fixed_at_append) {
                 if (head != read_head) s->inner_ops->read(s->inner, head, t, x), read_head = head;
-                fix = s->out_fix[(size_t)t * s->per_token + k] =
-                    quant_fp16_to_fp32(s->out_val[(size_t)t * s->per_token + k]) - x[i - head * s->head_dim];
+                fix = quant_fp16_to_fp32(s->out_val[(size_t)t * s->per_token + k]) - x[i - head * s->head_dim];
             }
             s->head_entries[(size_t)head * s->capacity * s->per_token + s->head_count[head]++] =
                 (OutlierEntry){t, k, i - head * s->head_dim, fix};
@@ -323,11 +321,11 @@ static void transform_append(void *state, const float *vec) {
 }
 
 // Outlier entry k of token t, which lies in `head`: what the scores or mix add for it per unit of
-// weight (the fp16 value less the codec's reconstruction there), at *i its channel.
+// weight (the fp16 value less the codec's reconstruction there, x the head read back), at *i its
+// channel.
 static float outlier_fix(const Transform *s, int head, int t, int k, const float *x, int *i) {
     *i = outlier_index(s, t, k) - head * s->head_dim;
-    const float v = quant_fp16_to_fp32(s->out_val[(size_t)t * s->per_token + k]);
-    return s->out_fix ? s->out_fix[(size_t)t * s->per_token + k] : v - x[*i];
+    return quant_fp16_to_fp32(s->out_val[(size_t)t * s->per_token + k]) - x[*i];
 }
 
 // Token t's outlier entries of one head written over x (the codec's read of that head), in the
@@ -404,7 +402,7 @@ static void add_outlier_fixes(const CodecBlocks *b, int head, int n, const float
         const Transform *s = b->states[j0 / b->block];
         const OutlierEntry *e = head_entries(s, head);
         const int count = s->head_count[head];
-        if (s->out_fix) { // the fixes taken at append
+        if (s->fixed_at_append) {
             const float *wj = into_scores ? w : w + j0;
             float *o = into_scores ? out + j0 : out;
             for (int k = 0; k < count && e[k].token < n - j0; k++) {
@@ -418,7 +416,7 @@ static void add_outlier_fixes(const CodecBlocks *b, int head, int n, const float
         int read_t = -1;
         for (int k = 0; k < count && e[k].token < n - j0; k++) {
             const int t = e[k].token;
-            if (!s->out_fix && t != read_t) s->inner_ops->read(s->inner, head, t, x), read_t = t;
+            if (t != read_t) s->inner_ops->read(s->inner, head, t, x), read_t = t;
             int i;
             const float fix = outlier_fix(s, head, t, e[k].k, x, &i);
             if (into_scores)
@@ -590,7 +588,6 @@ static void transform_destroy(void *state) {
     s->inner_ops->destroy(s->inner);
     free(s->sink);
     free(s->out_val);
-    free(s->out_fix);
     free(s->out_idx);
     free(s->work);
     free(s->picked);
@@ -625,8 +622,7 @@ int transform_wrap(KVStream *st, const TransformOptions *t, int first, char *err
         s->head_entries = malloc(sizeof(OutlierEntry) * (size_t)s->n_heads * (size_t)s->capacity * (size_t)s->per_token);
         s->head_count = calloc((size_t)s->n_heads, sizeof(int));
         if (!s->out_val || !s->out_idx || !s->picked || !s->chosen || !s->head_entries || !s->head_count) goto oom_state;
-        if (!s->inner_ops->settle && !(s->out_fix = malloc(sizeof(float) * (size_t)s->capacity * (size_t)s->per_token)))
-            goto oom_state;
+        s->fixed_at_append = !s->inner_ops->settle;
     }
     if (!(s->work = malloc(sizeof(float) * (size_t)s->n))) goto oom_state;
     transform_mirror_init(s);
@@ -635,7 +631,7 @@ int transform_wrap(KVStream *st, const TransformOptions *t, int first, char *err
     return 0;
 oom_state:
     s->inner_ops = NULL;
-    free(s->sink), free(s->out_val), free(s->out_fix), free(s->out_idx), free(s->work), free(s->picked), free(s->chosen);
+    free(s->sink), free(s->out_val), free(s->out_idx), free(s->work), free(s->picked), free(s->chosen);
     free(s->head_entries), free(s->head_count);
     free(s);
 oom:
