@@ -98,10 +98,11 @@ static inline void tq_project_back(const float *s, int m, int d, const float *y,
     tq_sum_rows(s, (size_t)d, y, m, d, x);
 }
 // bits[i/8] bit i%8 set when y[i] >= 0; (m + 7) / 8 bytes, unused high bits zero. Each bit set by
-// arithmetic: a branch on a random sign mispredicts half the time.
+// arithmetic: a branch on a random sign mispredicts half the time. (i unsigned: with int, gcc's
+// -Warray-bounds in the sanitizer build saw a negative i once this was inlined into tq_encode.)
 static inline void tq_signs(const float *y, int m, uint8_t *bits) {
     for (int i = 0; i < (m + 7) / 8; i++) bits[i] = 0;
-    for (int i = 0; i < m; i++) bits[i / 8] |= (uint8_t)((unsigned)(y[i] >= 0.0f) << (i % 8));
+    for (unsigned i = 0; i < (unsigned)m; i++) bits[i / 8] |= (uint8_t)((unsigned)(y[i] >= 0.0f) << (i % 8));
 }
 // +1 where bit i is set, else −1: as a factor rather than a branch, since sign bits are random (a
 // branch on them mispredicts half the time); multiplying by ±1 is exact.
