@@ -219,6 +219,7 @@ typedef struct {
     void *inner;
     int n_heads, head_dim, n, capacity, length;
     const float *rot;   // NULL: no rotation
+    CodecProjectFn project; // the rotation's kernel set: the one in use when the stream was made
     int sink_tokens;    // this block's tokens that are sink tokens (its first ones)
     int sink_all;       // the sequence's sink tokens (its first ones, in this block and before it)
     uint16_t *sink;     // [sink_tokens][n] fp16 of the vectors as given
@@ -298,7 +299,7 @@ static void transform_append(void *state, const float *vec) {
         float x[1024];
         for (int h = 0; h < s->n_heads; h++) {
             memcpy(x, w + h * s->head_dim, sizeof(float) * (size_t)s->head_dim);
-            transform_rotate(s->rot, s->head_dim, x, w + h * s->head_dim, 0);
+            s->project(s->rot, s->head_dim, x, w + h * s->head_dim, 0);
         }
     }
     if (s->per_token && t >= s->sink_tokens) take_outliers(s, t, w);
@@ -361,7 +362,7 @@ static void transform_read(const void *state, int head, int t, float *out) {
     s->inner_ops->read(s->inner, head, t, x);
     if (s->per_token) restore_outliers(s, head, t, x);
     if (s->rot)
-        transform_rotate(s->rot, s->head_dim, x, out, 1);
+        s->project(s->rot, s->head_dim, x, out, 1);
     else
         memcpy(out, x, sizeof(float) * (size_t)s->head_dim);
 }
@@ -432,7 +433,7 @@ static void transform_scores(const CodecBlocks *b, int head, const float *q, flo
     const int hd = s0->head_dim;
     float qr[1024];
     const float *qq = q;
-    if (s0->rot) transform_rotate(s0->rot, hd, q, qr, 0), qq = qr;
+    if (s0->rot) s0->project(s0->rot, hd, q, qr, 0), qq = qr;
     InnerStates is;
     const CodecBlocks ib = inner_blocks(b, n, &is);
     s0->inner_ops->scores(&ib, head, qq, out, n);
@@ -457,7 +458,7 @@ static void finish_mix(const CodecBlocks *b, int head, const float *p, float *ac
     }
     if (s0->per_token) add_outlier_fixes(b, head, n, p, acc, 0);
     if (s0->rot)
-        transform_rotate(s0->rot, hd, acc, out, 1);
+        s0->project(s0->rot, hd, acc, out, 1);
     else
         memcpy(out, acc, sizeof(float) * (size_t)hd);
     for (int j = 0; j < n; j++) { // sink tokens are the sequence's first: they may fill blocks
@@ -503,11 +504,11 @@ static void transform_value_correction(const void *state, int head, int token, f
 static void transform_query(const void *state, const float *q, float *out) {
     const Transform *s = state;
     if (!s->inner_key_m->query) { // rotated alone (transform_mirror_init: then there is a rotation)
-        transform_rotate(s->rot, s->head_dim, q, out, 0);
+        s->project(s->rot, s->head_dim, q, out, 0);
         return;
     }
     float qr[1024];
-    if (s->rot) transform_rotate(s->rot, s->head_dim, q, qr, 0);
+    if (s->rot) s->project(s->rot, s->head_dim, q, qr, 0);
     s->inner_key_m->query(s->inner, s->rot ? qr : q, out);
 }
 
@@ -530,7 +531,7 @@ static void transform_fix_scores(const CodecBlocks *b, int head, const float *q,
     if (!s0->per_token) return;
     float qr[1024];
     const float *qq = q;
-    if (s0->rot) transform_rotate(s0->rot, s0->head_dim, q, qr, 0), qq = qr;
+    if (s0->rot) s0->project(s0->rot, s0->head_dim, q, qr, 0), qq = qr;
     add_outlier_fixes(b, head, n, qq, out, 1);
 }
 
@@ -609,6 +610,7 @@ int transform_wrap(KVStream *st, const TransformOptions *t, int first, char *err
                         .read = transform_read, .bytes = transform_bytes, .destroy = transform_destroy};
     if (s->inner_ops->settle) s->ops.settled = transform_settled, s->ops.settle = transform_settle;
     if (t->rot && !(s->rot = transform_rotation(t->rot, t->seed, s->head_dim))) goto oom_state;
+    s->project = codec_projection(); // as a family's state takes its kernel set when it is made
     if (first < t->sink) s->sink_tokens = t->sink - first < s->capacity ? t->sink - first : s->capacity;
     s->sink_all = t->sink;
     if (s->sink_tokens && !(s->sink = malloc(sizeof(uint16_t) * (size_t)s->sink_tokens * (size_t)s->n))) goto oom_state;
