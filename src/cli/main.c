@@ -10,6 +10,13 @@
 #include "msgtext.h"
 #include "safe_file.h"
 
+// OpenBLAS starts its server threads as it loads, and each spins on a core for a while
+// before it sleeps. micro splits its work with its own pool and runs every product on one BLAS
+// thread (train.c), so those threads would only take a core from the first runs of a command: they
+// are stopped at once. The call is OpenBLAS's own (it stops them before a fork); a BLAS without it
+// leaves the weak reference null.
+extern int blas_thread_shutdown_(void) __attribute__((weak));
+
 #ifndef MICRO_VERSION
 #define MICRO_VERSION "dev"
 #endif
@@ -85,6 +92,7 @@ int main(int argc, char **argv) {
     // Output to a file or pipe in one write where it fits (64 KB; a command that streams flushes as
     // it goes): glibc drops a buffer whose write failed, and with it the reason, so a failure in
     // the middle of a longer output left safe_check_stdout no reason to give.
+    if (blas_thread_shutdown_) blas_thread_shutdown_();
     static char out_buf[1 << 16];
     if (!isatty(STDOUT_FILENO)) setvbuf(stdout, out_buf, _IOFBF, sizeof out_buf);
     // No temporary outlives micro, and no figure helper either, when it is interrupted or killed.

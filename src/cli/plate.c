@@ -371,10 +371,9 @@ static void print_loss_time(const PlateRun *r, int threads) {
            cores, cores == 1 ? "" : "s", floor, form, ratio <= 3 ? "met" : "not met", apart_form, floor_apart,
            r->loss_seconds / floor_apart);
     // Where the time went: each run on its thread against its own floor on one core. The fp32
-    // references read through the evaluator's float mirror, the fastest path a cache has, but run
-    // first on each thread, and a first run costs more (docs/performance.md); schemes above the
-    // fastest spend it in their codec's work (encoding each token, kernels of its own, or the
-    // mirror's second sums and correction rows).
+    // references read through the evaluator's float mirror, the fastest path a cache has, and run
+    // first on each thread; schemes above the fastest spend it in their codec's work (encoding each
+    // token, kernels of its own, or the mirror's second sums and correction rows).
     double one_floor[N_TEXTS], ref = 0, all = 0, total_floor = 0;
     for (int t = 0; t < N_TEXTS; t++) {
         one_floor[t] = eval_text_multiply_adds(c, &tokens[t], 1, 1) / peak_multiply_adds(&form);
@@ -397,7 +396,7 @@ static void print_loss_time(const PlateRun *r, int threads) {
             }
     }
     printf("each run on its own thread against its floor on one core: the fastest scheme, %s, %.1fx; the\n"
-           "fp32 references %.1fx (the first runs on each thread: a first run costs more); the schemes %.1fx on\n"
+           "fp32 references %.1fx (the first runs on each thread); the schemes %.1fx on\n"
            "average; the slowest (their codecs' work: encoding, own kernels, the mirror's extra sums):\n ",
            schemes[best - 1].label, best_s / total_floor, ref / total_floor, all / (total_floor * N_SCHEMES));
     for (int w = 0; w < 5 && worst[w] > 0; w++)
