@@ -23,7 +23,7 @@ static Isa probe(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("bmi") &&
-        __builtin_cpu_supports("bmi2"))
+        __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("fma") && has_f16c())
         return ISA_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c() &&
         __builtin_cpu_supports("bmi2"))

@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "fastmath.h"
+#include "libm_expf.h"
 #include "region_check.h"
 
 #if defined(KERNELS_AVX512) || defined(KERNELS_AVX2)
@@ -313,6 +314,11 @@ static int scaled_softmax_impl(float *x, int n, float scale) {
     if (first < 0) return n - 1;
     while (!(x[first] == inv)) first++;
     return first;
+}
+
+static void exp_negated_impl(float *restrict out, const float *restrict x, int n) {
+#pragma omp simd
+    for (int i = 0; i < n; i++) out[i] = libm_expf(-x[i]);
 }
 
 // ---- The fast evaluator's attention ---------------------------------------------------------
@@ -654,12 +660,12 @@ static void mix_rows_split_impl(float *restrict even, float *restrict odd, size_
 }
 
 #if defined(KERNELS_AVX512)
-const ForwardKernels forward_kernels_avx512 = {"avx512", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
+const ForwardKernels forward_kernels_avx512 = {"avx512", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl, exp_negated_impl,
                                                scores_transposed_impl, mix_rows_impl, mix_rows_split_impl};
 #elif defined(KERNELS_AVX2)
-const ForwardKernels forward_kernels_avx2 = {"avx2", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
+const ForwardKernels forward_kernels_avx2 = {"avx2", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl, exp_negated_impl,
                                              scores_transposed_impl, mix_rows_impl, mix_rows_split_impl};
 #else
-const ForwardKernels forward_kernels_portable = {"portable", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
+const ForwardKernels forward_kernels_portable = {"portable", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl, exp_negated_impl,
                                                  scores_transposed_impl, mix_rows_impl, mix_rows_split_impl};
 #endif

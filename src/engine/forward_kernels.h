@@ -41,6 +41,8 @@ typedef struct {
     // x = softmax(scale · x), in place, n >= 1. Returns the first position of the largest weight
     // (n - 1 when the weights are NaN), which eval's top-1 agreement records.
     int (*scaled_softmax)(float *x, int n, float scale);
+    // out[i] = e^(−x[i]), each glibc's expf(−x[i]) to the bit (libm_expf.h), for SwiGLU.
+    void (*exp_negated)(float *restrict out, const float *restrict x, int n);
     // The fast evaluator's attention (span_mirror.h), over keys and values decoded to floats, for
     // n_q <= SPAN_TILE rows at once, row r over positions [j0, ends[r]): out[r·os + j] = Σ_d q[r·qs + d]
     // · kt[key_panel_at(head_dim, d, j)], each sum in order of d (keys held transposed, in panels) ...
