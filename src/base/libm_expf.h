@@ -1,6 +1,8 @@
-// e^x as glibc's expf gives it (glibc 2.28 on, the build for CPUs with fused multiply-add: every
-// x86-64-v3 CPU and every ARM64 one), bit for bit, written as one expression per step so that a
-// loop of it vectorises. SwiGLU takes 2,048 of them a token, and libm's expf is a call a number.
+// e^x as glibc's expf gives it on x86-64 (glibc 2.28 on, its build for CPUs with fused
+// multiply-add), bit for bit, written as one expression per step so that a loop of it vectorises.
+// SwiGLU takes 2,048 of them a token, and libm's expf is a call a number. It also makes e^x the same
+// on every machine, which libm's is not: ARM64's glibc forms r below from a rounded product and
+// differs in two floats of 2^32 (tests/test_forward_kernels.c names them).
 //
 // The algorithm (glibc's, from Arm's optimized-routines): with N = 32, x·N/ln2 = k + r, k the
 // nearest integer (found by adding 1.5·2^52, whose low mantissa bits then hold k), |r| <= 1/2;
