@@ -8,6 +8,7 @@
 
 #include "forward.h"
 #include "clock.h"
+#include "exp_fixed.h"
 #include "threadpool.h"
 
 // xorshift64*: the workload's lengths and text offsets, the same for a seed on every machine.
@@ -75,11 +76,11 @@ static double percentile(const double *sorted, long n, double q) {
     return sorted[i < 0 ? 0 : i >= n ? n - 1 : i];
 }
 
-// log-softmax of one row of logits at `token`, in double.
+// log-softmax of one row of logits at `token`, in double (exp_fixed: the same bits everywhere).
 static double log_prob(const float *logits, int vocab, int token) {
     double max = logits[0], sum = 0;
     for (int i = 1; i < vocab; i++) max = logits[i] > max ? logits[i] : max;
-    for (int i = 0; i < vocab; i++) sum += exp((double)logits[i] - max);
+    for (int i = 0; i < vocab; i++) sum += exp_fixed((double)logits[i] - max);
     return (double)logits[token] - max - log(sum);
 }
 

@@ -8,16 +8,25 @@
 #include <string.h>
 
 #include "bootstrap.h"
+#include "exp_fixed.h"
 #include "finite.h"
 #include "forward.h"
 #include "text.h"
 
-// log softmax(logits) into out, in double so long sums do not drift.
+// log softmax(logits) into out, in double so long sums do not drift. The exponentials a run at a
+// time (exp_fixed: the same bits everywhere, and the loop vectorises), summed in order.
 static void log_softmax(const float *logits, int vocab, double *out) {
     float max = logits[0];
     for (int i = 1; i < vocab; i++) max = logits[i] > max ? logits[i] : max;
     double sum = 0;
-    for (int i = 0; i < vocab; i++) sum += exp((double)logits[i] - max);
+    enum { RUN = 256 };
+    for (int i0 = 0; i0 < vocab; i0 += RUN) {
+        const int n = vocab - i0 < RUN ? vocab - i0 : RUN;
+        double e[RUN];
+#pragma omp simd
+        for (int i = 0; i < n; i++) e[i] = exp_fixed((double)logits[i0 + i] - max);
+        for (int i = 0; i < n; i++) sum += e[i];
+    }
     double log_sum = log(sum);
     for (int i = 0; i < vocab; i++) out[i] = (double)logits[i] - max - log_sum;
 }
@@ -102,11 +111,11 @@ int eval_tokens(const Model *m, const uint8_t *tokens, int n, const CodecSpec *k
             if (reference) diff[t] = -lp[tokens[t + 1]] - reference->nll[t];
             if (record) {
                 memcpy(record->top_position + (size_t)t * heads, top_position, sizeof(int) * (size_t)heads);
-                for (int v = 0; v < vocab; v++) {
-                    const float l = (float)lp[v];
-                    record->log_probs[(size_t)t * vocab + v] = l;
-                    record->probs[(size_t)t * vocab + v] = exp((double)l);
-                }
+                float *lt = record->log_probs + (size_t)t * vocab;
+                double *pt = record->probs + (size_t)t * vocab;
+                for (int v = 0; v < vocab; v++) lt[v] = (float)lp[v];
+#pragma omp simd
+                for (int v = 0; v < vocab; v++) pt[v] = exp_fixed((double)lt[v]);
             }
             if (reference) {
                 const int *top = reference->top_position + (size_t)t * heads;
