@@ -284,12 +284,37 @@ static float exp_and_sum(float *x, int n, float max, float scale) {
     return sum;
 }
 
+// The first i with x[i] == v, or n − 1 when there is none (v NaN): a block of LANES compared at a
+// time, stopping at the first block that holds one. (A compare folded into the block's reduction in
+// the normalising pass had cost a horizontal OR and a branch on every block.)
+static int first_equal(const float *x, int n, float v) {
+    int i = 0;
+#if defined(KERNELS_AVX512)
+    const __m512 vv = _mm512_set1_ps(v);
+    for (; i + LANES <= n; i += LANES) {
+        const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), vv, _CMP_EQ_OQ);
+        if (hit) return i + __builtin_ctz(hit);
+    }
+#elif defined(KERNELS_AVX2)
+    const __m256 vv = _mm256_set1_ps(v);
+    for (; i + LANES <= n; i += LANES) {
+        const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vv, _CMP_EQ_OQ)) |
+                        _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i + 8), vv, _CMP_EQ_OQ)) << 8;
+        if (hit) return i + __builtin_ctz((unsigned)hit);
+    }
+#endif
+    for (; i < n; i++)
+        if (x[i] == v) return i;
+    return n - 1;
+}
+
 // x = softmax(scale · x), in place; returns the first position of the largest weight.
 //
-// The largest weight is inv itself, so the normalising pass finds it without a pass of its own: the
-// max score's exp_neg(0) is exactly 1 and every other exp_neg of a number <= 0 is at most 1, so no
-// rounded e · inv exceeds 1 · inv (others may equal it: the first of them wins). When inv is NaN
-// every weight is NaN, no position matches, and the last is returned, as a scan for the max gives.
+// The largest weight is inv itself, so the first weight equal to inv is the first of the largest,
+// found by a scan that stops there: the max score's exp_neg(0) is exactly 1 and every other exp_neg
+// of a number <= 0 is at most 1, so no rounded e · inv exceeds 1 · inv (others may equal it: the
+// first of them wins). When inv is NaN every weight is NaN, no position matches, and the last is
+// returned, as a scan for the max gives.
 static int scaled_softmax_impl(float *x, int n, float scale) {
     REGION_CHECK("scaled_softmax: x", x, n);
     float max = x[0];
@@ -297,23 +322,9 @@ static int scaled_softmax_impl(float *x, int n, float scale) {
     for (int i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
     // The max is exact in any order (for numbers; a NaN anywhere makes every weight NaN anyway).
     const float inv = 1.0f / exp_and_sum(x, n, max, scale);
-    int first = -1, i = 0; // the first block of LANES that holds inv, then its position within
-    for (; i + LANES <= n; i += LANES) {
-        int hit = 0;
-#pragma omp simd reduction(| : hit)
-        for (int l = 0; l < LANES; l++) {
-            x[i + l] *= inv;
-            hit |= x[i + l] == inv;
-        }
-        first = hit && first < 0 ? i : first;
-    }
-    for (; i < n; i++) {
-        x[i] *= inv;
-        first = x[i] == inv && first < 0 ? i : first;
-    }
-    if (first < 0) return n - 1;
-    while (!(x[first] == inv)) first++;
-    return first;
+#pragma omp simd
+    for (int i = 0; i < n; i++) x[i] *= inv;
+    return first_equal(x, n, inv);
 }
 
 static void exp_negated_impl(float *restrict out, const float *restrict x, int n) {
