@@ -10,7 +10,7 @@
 typedef enum {
     ISA_PORTABLE = 0, // the baseline build (the compiler's vectorisation of portable C)
     ISA_AVX2 = 1,     // AVX2, FMA, F16C, BMI2 (x86-64-v3)
-    ISA_AVX512 = 2,   // AVX-512 F, BW, VBMI, VL, DQ with BMI and BMI2: what the AVX-512 builds use
+    ISA_AVX512 = 2,   // AVX-512 F, BW, VBMI, VL, DQ with BMI, BMI2, FMA and F16C: what the AVX-512 builds use
 } Isa;
 
 // The best set this CPU runs.
