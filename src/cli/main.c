@@ -12,11 +12,11 @@
 #include "msgtext.h"
 #include "safe_file.h"
 
-// OpenBLAS starts its server threads as it loads, and each spins on a core for a while
-// before it sleeps. micro splits its work with its own pool and runs every product on one BLAS
-// thread (train.c), so those threads would only take a core from the first runs of a command: they
-// are stopped at once. The call is OpenBLAS's own (it stops them before a fork); a BLAS without it
-// leaves the weak reference null.
+// OpenBLAS starts its server threads as it loads, and each spins on a core for a while before it
+// sleeps. micro splits its work with its own pool and runs every product on one BLAS thread
+// (train.c), so those threads would only take a core from the first runs of a command: main stops
+// them at once. The call is OpenBLAS's own (it stops them before a fork); a BLAS without it leaves
+// the weak reference null.
 extern int blas_thread_shutdown_(void) __attribute__((weak));
 
 #ifndef MICRO_VERSION
