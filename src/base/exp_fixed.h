@@ -1,6 +1,6 @@
 // e^x in double for the loss's log-softmax: one fixed sequence of double operations, so it gives
-// the same bits in every build and on every machine (libm's exp is a call a number, differs between
-// machines' libms in rare last bits, and does not vectorise), accurate to about an ulp
+// the same bits in every build and on every machine (libm's exp is a call a number, is each
+// machine's libm's own, and does not vectorise), accurate to about an ulp
 // (tests/test_fastmath.c holds it to 2 ulp of long double's expl).
 //
 // x·32/ln2 = k + r/(ln2/32), k the nearest integer (found by adding 1.5·2^52, whose low mantissa

@@ -671,12 +671,12 @@ static void mix_rows_split_impl(float *restrict even, float *restrict odd, size_
 }
 
 #if defined(KERNELS_AVX512)
-const ForwardKernels forward_kernels_avx512 = {"avx512", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl, exp_negated_impl,
-                                               scores_transposed_impl, mix_rows_impl, mix_rows_split_impl};
+const ForwardKernels forward_kernels_avx512 = {"avx512", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
+                                               exp_negated_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl};
 #elif defined(KERNELS_AVX2)
-const ForwardKernels forward_kernels_avx2 = {"avx2", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl, exp_negated_impl,
-                                             scores_transposed_impl, mix_rows_impl, mix_rows_split_impl};
+const ForwardKernels forward_kernels_avx2 = {"avx2", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
+                                             exp_negated_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl};
 #else
-const ForwardKernels forward_kernels_portable = {"portable", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl, exp_negated_impl,
-                                                 scores_transposed_impl, mix_rows_impl, mix_rows_split_impl};
+const ForwardKernels forward_kernels_portable = {"portable", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
+                                                 exp_negated_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl};
 #endif
