@@ -229,17 +229,25 @@ static void float_append(void *state, const float *vec) {
             }
         }
         float_encode_row(v, hd, s->format, codes);
+        // Number d's place from the first's, without float_at's divisions; the state's fields read
+        // once (the stores could alias them, so the compiler reloaded them for every number).
+        const size_t at0 = float_at(s, h, s->length, 0), bytes = s->bytes;
+        const size_t step = !s->is_key ? 1 : bytes == 2 ? 2 * TILE : TILE; // from one number (pair) to the next
+        const int pair = s->is_key && bytes == 2;
+        uint8_t *restrict out = s->codes;
+        uint32_t special = 0;
         for (int d = 0; d < hd; d++) {
             const uint32_t c = codes[d];
-            s->special |= (c & info->special_mask) >= info->special_min;
-            const size_t at = float_at(s, h, s->length, d);
-            if (s->bytes == 4)
-                ((uint32_t *)(void *)s->codes)[at] = c;
-            else if (s->bytes == 2)
-                ((uint16_t *)(void *)s->codes)[at] = (uint16_t)c;
+            special |= (c & info->special_mask) >= info->special_min;
+            const size_t at = at0 + (pair ? (size_t)(d / 2) * step + (size_t)(d % 2) : (size_t)d * step);
+            if (bytes == 4)
+                ((uint32_t *)(void *)out)[at] = c;
+            else if (bytes == 2)
+                ((uint16_t *)(void *)out)[at] = (uint16_t)c;
             else
-                s->codes[at] = (uint8_t)c;
+                out[at] = (uint8_t)c;
         }
+        s->special |= (int)special;
     }
     s->length++;
 }
