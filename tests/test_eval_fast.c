@@ -22,10 +22,19 @@
 
 enum { T = 2 * EVAL_SPAN + 23, VOCAB = 256 };
 
-// Beyond the catalog: KIVI at its defaults, whose fp16 window (128) outlasts a span; the mirror's
+// Beyond the catalog: KIVI at its defaults, whose fp16 window (128) outlasts a span, and with windows
+// that slide within a span (its groups of 32, which its mirror takes: each token in both forms),
+// with one stream settling and the other not; the mirror's
 // forms with an offset (quarot without its rotation) and passed on through a rotation (turboquant's
 // query and post under another, the float codec's plain read back), and with sink tokens.
 static const char *const extra[][2] = {{"kivi:bits=2", "kivi:bits=2"},
+                                       {"kivi:bits=3,residual=32", "kivi:bits=4,residual=64"},
+                                       {"kivi:bits=4,residual=32", "kivi:bits=2,residual=32"},
+                                       {"kivi:bits=2,residual=64", "kivi:bits=3,residual=32"},
+                                       {"kivi:bits=1,residual=32", "kivi:bits=1,residual=32"},
+                                       {"kivi:bits=8,residual=32", "kivi:bits=6,residual=64"},
+                                       {"kivi:bits=3,residual=32", "fp16"},
+                                       {"int:bits=4", "kivi:bits=2,residual=32"},
                                        {"quarot:bits=3,rot=none", "quarot:bits=2,rot=none"},
                                        {"turboquant:bits=3,rot=hadamard", "turboquant:bits=2,rot=random:3"},
                                        {"fp32:rot=hadamard", "fp16:rot=hadamard"},

@@ -153,6 +153,25 @@ static int span_end(int kind, int r, int nq, int j0, int j1) {
     return j0 + (j1 - j0) * ((r * 7) % (nq + 1)) / nq;
 }
 
+// A score in `order` (ScoreOrder), written out as its definition.
+static float ref_score(const float *q, int hd, int j, ScoreOrder order) {
+    float acc = 0.0f, odd = 0.0f;
+    if (order == SCORE_EVEN_ODD) {
+        for (int d = 0; d < hd; d += 2) acc += q[d] * kt[key_panel_at(hd, d, j)];
+        for (int d = 1; d < hd; d += 2) odd += q[d] * kt[key_panel_at(hd, d, j)];
+        return acc + odd;
+    }
+    for (int d = 0; d < hd; d++) {
+        if (order == SCORE_IN_PAIRS && d + 1 < hd) {
+            acc += q[d] * kt[key_panel_at(hd, d, j)] + q[d + 1] * kt[key_panel_at(hd, d + 1, j)];
+            d++;
+        } else {
+            acc += q[d] * kt[key_panel_at(hd, d, j)];
+        }
+    }
+    return acc;
+}
+
 static void run_span(const ForwardKernels *k, const ForwardKernels *o) {
     static const int hds[] = {32, 16, 48};
     static const int ranges[][2] = {{0, 1}, {0, 16}, {3, 35}, {0, 64}, {1, 130}, {17, 300}, {0, 300},
@@ -171,20 +190,19 @@ static void run_span(const ForwardKernels *k, const ForwardKernels *o) {
                     const int j0 = ranges[ri][0], j1 = ranges[ri][1];
                     int ends[SPAN_TILE];
                     for (int r = 0; r < nq; r++) ends[r] = span_end(kind, r, nq, j0, j1);
-                    memset(sc_a, 0, sizeof sc_a), memset(sc_b, 0, sizeof sc_b);
-                    k->scores_transposed(sc_a, SPAN_N, qs, SPAN_HD, nq, kt, hd, j0, ends);
-                    if (o)
-                        o->scores_transposed(sc_b, SPAN_N, qs, SPAN_HD, nq, kt, hd, j0, ends);
-                    else
-                        for (int r = 0; r < nq; r++)
-                            for (int j = j0; j < ends[r]; j++) {
-                                float acc = 0.0f;
-                                for (int d = 0; d < hd; d++) acc += qs[r * SPAN_HD + d] * kt[key_panel_at(hd, d, j)];
-                                sc_b[r * SPAN_N + j] = acc;
-                            }
-                    CHECK(check_same_bits(sc_a, sc_b, SPAN_TILE * SPAN_N),
-                          "scores_transposed %s vs %s: hd %d, %d queries, [%d, %d) ends %d", k->name,
-                          o ? o->name : "reference", hd, nq, j0, j1, kind);
+                    for (int order = SCORE_IN_ORDER; order <= SCORE_EVEN_ODD; order++) {
+                        memset(sc_a, 0, sizeof sc_a), memset(sc_b, 0, sizeof sc_b);
+                        k->scores_transposed(sc_a, SPAN_N, qs, SPAN_HD, nq, kt, hd, j0, ends, (ScoreOrder)order);
+                        if (o)
+                            o->scores_transposed(sc_b, SPAN_N, qs, SPAN_HD, nq, kt, hd, j0, ends, (ScoreOrder)order);
+                        else
+                            for (int r = 0; r < nq; r++)
+                                for (int j = j0; j < ends[r]; j++)
+                                    sc_b[r * SPAN_N + j] = ref_score(qs + r * SPAN_HD, hd, j, (ScoreOrder)order);
+                        CHECK(check_same_bits(sc_a, sc_b, SPAN_TILE * SPAN_N),
+                              "scores_transposed %s vs %s: order %d, hd %d, %d queries, [%d, %d) ends %d", k->name,
+                              o ? o->name : "reference", order, hd, nq, j0, j1, kind);
+                    }
                     for (int i = 0; i < SPAN_TILE * SPAN_HD; i++) mx_a[i] = mx_b[i] = (float)i / 7.0f;
                     k->mix_rows(mx_a, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, ends);
                     if (o)
@@ -198,9 +216,9 @@ static void run_span(const ForwardKernels *k, const ForwardKernels *o) {
                           hd, nq, j0, j1, kind);
                     // Even and odd positions apart, each in order (MirrorOps.split_mix).
                     for (int i = 0; i < SPAN_TILE * SPAN_HD; i++) mx_a[i] = mx_b[i] = ev_a[i] = ev_b[i] = (float)i / 5.0f;
-                    k->mix_rows_split(ev_a, mx_a, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, ends);
+                    k->mix_rows_split(ev_a, mx_a, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, NULL, ends);
                     if (o)
-                        o->mix_rows_split(ev_b, mx_b, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, ends);
+                        o->mix_rows_split(ev_b, mx_b, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, NULL, ends);
                     else
                         for (int r = 0; r < nq; r++)
                             for (int j = j0; j < ends[r]; j++)
@@ -209,6 +227,37 @@ static void run_span(const ForwardKernels *k, const ForwardKernels *o) {
                     CHECK(check_same_bits(ev_a, ev_b, SPAN_TILE * SPAN_HD) && check_same_bits(mx_a, mx_b, SPAN_TILE * SPAN_HD),
                           "mix_rows_split %s vs %s: hd %d, %d vectors, [%d, %d) ends %d", k->name,
                           o ? o->name : "reference", hd, nq, j0, j1, kind);
+                    // The same from each row's own start (a staircase, as KIVI's window slides) ...
+                    int starts[SPAN_TILE];
+                    for (int r = 0; r < nq; r++) starts[r] = j0 + (ends[r] - j0) * ((r * 3) % 5) / 4;
+                    for (int i = 0; i < SPAN_TILE * SPAN_HD; i++) mx_a[i] = mx_b[i] = ev_a[i] = ev_b[i] = (float)i / 3.0f;
+                    k->mix_rows_split(ev_a, mx_a, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, starts, ends);
+                    if (o)
+                        o->mix_rows_split(ev_b, mx_b, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, starts, ends);
+                    else
+                        for (int r = 0; r < nq; r++)
+                            for (int j = starts[r]; j < ends[r]; j++)
+                                for (int d = 0; d < hd; d++)
+                                    (j % 2 ? mx_b : ev_b)[r * SPAN_HD + d] += ps[r * SPAN_N + j] * vrows[j * hd + d];
+                    CHECK(check_same_bits(ev_a, ev_b, SPAN_TILE * SPAN_HD) && check_same_bits(mx_a, mx_b, SPAN_TILE * SPAN_HD),
+                          "mix_rows_split %s vs %s from own starts: hd %d, %d vectors, [%d, %d) ends %d", k->name,
+                          o ? o->name : "reference", hd, nq, j0, j1, kind);
+                    // ... and in pairs of tokens from 0 (MirrorOps.pair_groups).
+                    for (int i = 0; i < SPAN_TILE * SPAN_HD; i++) mx_a[i] = mx_b[i] = ev_a[i] = ev_b[i] = (float)i / 9.0f;
+                    k->mix_rows_pairs(ev_a, mx_a, SPAN_HD, ps, SPAN_N, nq, vrows, hd, ends);
+                    if (o)
+                        o->mix_rows_pairs(ev_b, mx_b, SPAN_HD, ps, SPAN_N, nq, vrows, hd, ends);
+                    else
+                        for (int r = 0; r < nq; r++)
+                            for (int j = 0; j < ends[r]; j += 2)
+                                for (int d = 0; d < hd; d++) {
+                                    const float *p = ps + r * SPAN_N;
+                                    const float second = j + 1 < ends[r] ? p[j + 1] * vrows[(j + 1) * hd + d] : 0.0f;
+                                    ((j / 2) % 2 ? mx_b : ev_b)[r * SPAN_HD + d] += p[j] * vrows[j * hd + d] + second;
+                                }
+                    CHECK(check_same_bits(ev_a, ev_b, SPAN_TILE * SPAN_HD) && check_same_bits(mx_a, mx_b, SPAN_TILE * SPAN_HD),
+                          "mix_rows_pairs %s vs %s: hd %d, %d vectors, ends to %d (%d)", k->name,
+                          o ? o->name : "reference", hd, nq, j1, kind);
                 }
         }
     }

@@ -48,7 +48,7 @@ static void call_softmax(int floats) { // x: N
 static void call_scores(int floats) { // keys: N positions transposed, one panel
     float *q = buffer(SPAN_TILE * HD), *kt = buffer(floats), *out = buffer(SPAN_TILE * N);
     const int ends[] = {N, N, N, N};
-    k->scores_transposed(out, N, q, HD, 4, kt, HD, 0, ends);
+    k->scores_transposed(out, N, q, HD, 4, kt, HD, 0, ends, SCORE_IN_ORDER);
     free(q), free(kt), free(out);
 }
 

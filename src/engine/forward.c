@@ -272,7 +272,14 @@ typedef struct {
     size_t qd, as, xs;
     float *att, *out;
     int ends[SPAN_TILE];
+    // [role][t]: of a role whose tokens settle (SpanMirror.settles), the tokens settled when row t
+    // attended (its codec's settled() at the row's position); the first of them, the least.
+    int settled[2][SPAN_TILE], least_settled[2];
 } SpanTile;
+
+static ScoreOrder score_order(MirrorKeySum sum) {
+    return sum == MIRROR_KEYS_IN_PAIRS ? SCORE_IN_PAIRS : sum == MIRROR_KEYS_EVEN_ODD ? SCORE_EVEN_ODD : SCORE_IN_ORDER;
+}
 
 // A tile's scores from the key mirror (span_mirror.h): plain products with the transposed x̃, then
 // the codec's form (factor, offset, second sum, sink tokens scored again).
@@ -289,18 +296,24 @@ static void span_tile_scores(const SpanTile *st) {
     size_t qms = qd;
     float qt[SPAN_TILE * 1024]; // the rows' q̃ (MirrorOps.query); a codec's head_dim is ≤ 1024
     const MirrorOps *ops = mm->ops[KV_ROLE_KEY];
+    if (mm->settles[KV_ROLE_KEY]) { // the open forms over the tile's open positions, then each row's settled ones
+        fk->scores_transposed(att, as, q, qd, nt, span_mirror_keys_open(mm, l, g), hd, st->least_settled[KV_ROLE_KEY],
+                              st->ends, score_order(ops->open_key_sum));
+        fk->scores_transposed(att, as, q, qd, nt, kt, hd, 0, st->settled[KV_ROLE_KEY], score_order(ops->settled_key_sum));
+        return;
+    }
     if (ops && ops->query) {
         for (int t = 0; t < nt; t++) ops->query(mm->rule[KV_ROLE_KEY], q + t * qd, qt + t * hd);
         qm = qt, qms = (size_t)hd;
     }
-    fk->scores_transposed(att, as, qm, qms, nt, kt, hd, 0, st->ends);
+    fk->scores_transposed(att, as, qm, qms, nt, kt, hd, 0, st->ends, ops ? score_order(ops->settled_key_sum) : SCORE_IN_ORDER);
     if (ops && ops->has_second) { // factor_j · (the sum + aux_j · the second sum), as the codec's kernel
         const float *kt2 = span_mirror_keys2(mm, l, g), *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
         const float *aux = span_mirror_aux(mm, KV_ROLE_KEY, l, g);
         float *att2 = b->att2 + (size_t)thread * SPAN_TILE * b->att2_span;
         const size_t as2 = b->att2_span;
         for (int t = 0; t < nt; t++) ops->query2(mm->rule[KV_ROLE_KEY], q + t * qd, qt + t * hd);
-        fk->scores_transposed(att2, as2, qt, (size_t)hd, nt, kt2, hd, 0, st->ends);
+        fk->scores_transposed(att2, as2, qt, (size_t)hd, nt, kt2, hd, 0, st->ends, SCORE_IN_ORDER);
         for (int t = 0; t < nt; t++)
             for (int j = 0; j < n0 + t; j++)
                 att[t * as + j] = fac[j] * (att[t * as + j] + aux[j] * att2[t * as2 + j]);
@@ -337,6 +350,20 @@ static void span_tile_mix(const SpanTile *st) {
     float *att = st->att, *out = st->out;
     const float *v = span_mirror_values(mm, l, g);
     const MirrorOps *ops = mm->ops[KV_ROLE_VALUE];
+    enum { HD = 64 }; // a split codec's head_dim is <= 64
+    if (mm->settles[KV_ROLE_VALUE]) { // each row's settled tokens, then its open ones, on in the same two chains
+        float even[SPAN_TILE * HD] = {0}, odd[SPAN_TILE * HD] = {0};
+        const int *settled = st->settled[KV_ROLE_VALUE];
+        if (ops->pair_groups)
+            fk->mix_rows_pairs(even, odd, HD, att, as, nt, v, hd, settled);
+        else
+            fk->mix_rows_split(even, odd, HD, att, as, nt, v, hd, 0, NULL, settled);
+        fk->mix_rows_split(even, odd, HD, att, as, nt, span_mirror_values_open(mm, l, g), hd,
+                           st->least_settled[KV_ROLE_VALUE], settled, st->ends);
+        for (int t = 0; t < nt; t++)
+            for (int d = 0; d < hd; d++) out[t * xs + d] = even[t * HD + d] + odd[t * HD + d];
+        return;
+    }
     float p_first[SPAN_TILE][MIRROR_MAX_FIRST]; // the first tokens' weights for post, before the factors
     for (int t = 0; ops && t < nt; t++)
         for (int j = 0; j < ops->first && j < n0 + t; j++) p_first[t][j] = att[t * as + j];
@@ -386,10 +413,12 @@ static void span_tile_mix(const SpanTile *st) {
     }
     int rows_end[SPAN_TILE]; // each row's value rows: `per` a token
     for (int t = 0; t < nt; t++) rows_end[t] = per * st->ends[t];
-    if (ops && ops->split_mix) { // even and odd tokens apart, then added, as the codec's mix does
-        enum { HD = 64 }; // a split codec's head_dim is <= 64
+    if (ops && ops->split_mix) { // even and odd tokens apart (or pairs of tokens), then added, as the codec's mix does
         float even[SPAN_TILE * HD] = {0}, odd[SPAN_TILE * HD] = {0};
-        fk->mix_rows_split(even, odd, HD, w, ws, nt, v, hd, 0, rows_end);
+        if (ops->pair_groups)
+            fk->mix_rows_pairs(even, odd, HD, w, ws, nt, v, hd, rows_end);
+        else
+            fk->mix_rows_split(even, odd, HD, w, ws, nt, v, hd, 0, NULL, rows_end);
         for (int t = 0; t < nt; t++)
             for (int d = 0; d < hd; d++) out[t * xs + d] = even[t * HD + d] + odd[t * HD + d];
     } else {
@@ -427,8 +456,14 @@ static void task_span_attention(void *arg, int i, int thread) {
     const float *q = b->q + r0 * qd + h * hd;
     float *att = b->att + ((size_t)r0 * H + h) * b->context, *out = b->xb2 + r0 * xs + h * hd;
     const int n0 = c->rows[r0].pos + 1; // the tile's first row attends over the fewest
-    SpanTile st = {b, seq, l, g, hd, nt, n0, thread, q, qd, as, xs, att, out, {0}};
+    SpanTile st = {b, seq, l, g, hd, nt, n0, thread, q, qd, as, xs, att, out, {0}, {{0}}, {0}};
     for (int t = 0; t < nt; t++) st.ends[t] = n0 + t;
+    for (int r = 0; r < 2; r++) {
+        if (!mm->settles[r]) continue;
+        const KVStream *rule = &seq->pool->rule[r];
+        for (int t = 0; t < nt; t++) st.settled[r][t] = rule->ops->settled(rule->state, n0 + t - 1);
+        st.least_settled[r] = st.settled[r][0]; // settled() never decreases
+    }
     if (mm->mirrored[KV_ROLE_KEY])
         span_tile_scores(&st);
     else
@@ -469,12 +504,12 @@ static void task_span_latent(void *arg, int i, int thread) {
     for (int t = 0; t < nt; t++) latent_query(b->model, l, h, q + t * qs, qt + t * ls);
     if (lm->scores[0]) {
         const float *kt = latent_mirror_latent_t(lm, l);
-        fk->scores_transposed(att, as, qt, ls, nt, kt, lat, 0, ends);
+        fk->scores_transposed(att, as, qt, ls, nt, kt, lat, 0, ends, SCORE_IN_ORDER);
     } else
         for (int t = 0; t < nt; t++) paged_scores(&seq->k[l], 0, qt + t * ls, att + t * as, n0 + t);
     if (lm->scores[1]) {
         const float *kt = latent_mirror_rope_t(lm, l);
-        fk->scores_transposed(att_rope, as, q_rope, qs, nt, kt, p->rope_dim, 0, ends);
+        fk->scores_transposed(att_rope, as, q_rope, qs, nt, kt, p->rope_dim, 0, ends, SCORE_IN_ORDER);
     } else
         for (int t = 0; t < nt; t++) paged_scores(&seq->v[l], 0, q_rope + t * qs, att_rope + t * as, n0 + t);
     for (int t = 0; t < nt; t++) {
@@ -651,7 +686,18 @@ float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
             if (!rows[r].seq->pool->rule[KV_ROLE_KEY].prerope) // else the cache keeps keys before RoPE
                 rope(b->k + r * kd, p->n_kv_heads, p->head_dim, b->rope_cos + at, b->rope_sin + at);
         }
-        if (span && settles) { // tokens change form step by step (KIVI): the decode loop's order
+        if (span && settles && !sd.mla && span_mirror_attends_at_once(&b->mirror, rows[0].seq->pool)) {
+            // Tokens change form step by step (KIVI): appended and settled row after row, as the
+            // decode loop does, each mirrored as appended; then every row attends at once, each token
+            // in the form its step saw (the mirror keeps both).
+            for (int r = 0; r < n_rows; r++) {
+                kvseq_append(rows[r].seq, l, b->k + r * kd, b->v + r * vd);
+                span_mirror_update_open(&b->mirror, rows[r].seq, l, rows[r].pos);
+                kvseq_end_step(rows[r].seq, l);
+            }
+            span_mirror_update(&b->mirror, rows[0].seq, l, rows[0].pos, b->rope_cos, b->rope_sin);
+            pool_run_tasks(b->pool, (n_rows + SPAN_TILE - 1) / SPAN_TILE * p->n_heads, task_span_attention, &c);
+        } else if (span && settles) { // the same, each row attending between its append and its settle
             for (int r = 0; r < n_rows; r++) {
                 StepCtx one = {b, rows, r + 1, l, r};
                 kvseq_append(rows[r].seq, l, b->k + r * kd, b->v + r * vd);

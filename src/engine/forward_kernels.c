@@ -5,6 +5,7 @@
 // forward_kernels.h.
 #include "forward_kernels.h"
 
+#include <limits.h>
 #include <stddef.h>
 
 #include "fastmath.h"
@@ -423,20 +424,30 @@ static inline __attribute__((always_inline)) void score_put(float *p, score_mask
         SCORE_STORE(p, v);
 }
 
-static inline __attribute__((always_inline)) void scores_block(float *restrict out, size_t os, const float *restrict q,
-                                                               size_t qs, int nq, const float *restrict kt, int head_dim,
-                                                               int j, int j0, int j1, int masked) {
+// One pass of a block's sums: channels d0, d0 + step, ... in order from 0 (SCORE_IN_ORDER's sum, or
+// with step 2 one chain of SCORE_EVEN_ODD), or the channels in pairs (SCORE_IN_PAIRS); stored, or
+// added to what out holds (the odd chain to the even one).
+static inline __attribute__((always_inline)) void scores_pass(float *restrict out, size_t os, const float *restrict q,
+                                                              size_t qs, int nq, const float *const *k,
+                                                              const score_mask *m, int head_dim, int j, int masked,
+                                                              int d0, int step, int pairs, int add) {
     score_vec a[QUAD][SCORE_CHUNKS];
-    score_mask m[SCORE_CHUNKS];
-    const float *k[SCORE_CHUNKS]; // each vector's channel 0 (a vector past j1: the first's, never read)
-    for (int c = 0; c < SCORE_CHUNKS; c++) {
-        const int i = j + c * SCORE_LANES;
-        m[c] = score_lanes(i, j0, j1);
-        k[c] = kt + key_panel_at(head_dim, 0, i < j1 ? i : j);
-    }
     for (int r = 0; r < nq; r++)
         for (int c = 0; c < SCORE_CHUNKS; c++) a[r][c] = SCORE_ZERO();
-    for (int d = 0; d < head_dim; d++) {
+    int d = d0;
+    for (; pairs && d + 2 <= head_dim; d += 2) {
+        score_vec k0[SCORE_CHUNKS], k1[SCORE_CHUNKS];
+        for (int c = 0; c < SCORE_CHUNKS; c++) {
+            k0[c] = score_get(k[c] + (size_t)d * KEY_PANEL, m[c], masked);
+            k1[c] = score_get(k[c] + (size_t)(d + 1) * KEY_PANEL, m[c], masked);
+        }
+        for (int r = 0; r < nq; r++) {
+            const score_vec q0 = SCORE_SET1(q[(size_t)r * qs + d]), q1 = SCORE_SET1(q[(size_t)r * qs + d + 1]);
+            for (int c = 0; c < SCORE_CHUNKS; c++)
+                a[r][c] = SCORE_ADD(a[r][c], SCORE_ADD(SCORE_MUL(q0, k0[c]), SCORE_MUL(q1, k1[c])));
+        }
+    }
+    for (; d < head_dim; d += step) {
         score_vec kc[SCORE_CHUNKS];
         for (int c = 0; c < SCORE_CHUNKS; c++) kc[c] = score_get(k[c] + (size_t)d * KEY_PANEL, m[c], masked);
         for (int r = 0; r < nq; r++) {
@@ -445,22 +456,43 @@ static inline __attribute__((always_inline)) void scores_block(float *restrict o
         }
     }
     for (int r = 0; r < nq; r++)
-        for (int c = 0; c < SCORE_CHUNKS; c++) score_put(out + (size_t)r * os + j + c * SCORE_LANES, m[c], a[r][c], masked);
+        for (int c = 0; c < SCORE_CHUNKS; c++) {
+            float *o = out + (size_t)r * os + j + c * SCORE_LANES;
+            score_put(o, m[c], add ? SCORE_ADD(score_get(o, m[c], masked), a[r][c]) : a[r][c], masked);
+        }
+}
+
+static inline __attribute__((always_inline)) void scores_block(float *restrict out, size_t os, const float *restrict q,
+                                                               size_t qs, int nq, const float *restrict kt, int head_dim,
+                                                               int j, int j0, int j1, int masked, ScoreOrder order) {
+    score_mask m[SCORE_CHUNKS];
+    const float *k[SCORE_CHUNKS]; // each vector's channel 0 (a vector past j1: the first's, never read)
+    for (int c = 0; c < SCORE_CHUNKS; c++) {
+        const int i = j + c * SCORE_LANES;
+        m[c] = score_lanes(i, j0, j1);
+        k[c] = kt + key_panel_at(head_dim, 0, i < j1 ? i : j);
+    }
+    if (order == SCORE_EVEN_ODD) { // the even chain stored, then the odd one added to it
+        scores_pass(out, os, q, qs, nq, k, m, head_dim, j, masked, 0, 2, 0, 0);
+        scores_pass(out, os, q, qs, nq, k, m, head_dim, j, masked, 1, 2, 0, 1);
+    } else {
+        scores_pass(out, os, q, qs, nq, k, m, head_dim, j, masked, 0, 1, order == SCORE_IN_PAIRS, 0);
+    }
 }
 
 // [j0, j1) of one or a quad of rows, in blocks from j0's vector on, each masked where the range does
 // not cover it.
 static inline __attribute__((always_inline)) void scores_run(float *restrict out, size_t os, const float *restrict q,
                                                              size_t qs, int nq, const float *restrict kt, int head_dim,
-                                                             int j0, int j1) {
+                                                             int j0, int j1, ScoreOrder order) {
     for (int j = j0 - j0 % SCORE_LANES; j < j1; j += SCORE_BLOCK)
         if (j >= j0 && j + SCORE_BLOCK <= j1)
-            scores_block(out, os, q, qs, nq, kt, head_dim, j, j0, j1, 0);
+            scores_block(out, os, q, qs, nq, kt, head_dim, j, j0, j1, 0, order);
         else
-            scores_block(out, os, q, qs, nq, kt, head_dim, j, j0, j1, 1);
+            scores_block(out, os, q, qs, nq, kt, head_dim, j, j0, j1, 1, order);
 }
-#define SCORES_QUAD(out, os, q, qs, kt, head_dim, a, e) scores_run(out, os, q, qs, QUAD, kt, head_dim, a, e)
-#define SCORES_ROW(out, q, kt, head_dim, a, e) scores_run(out, 0, q, 0, 1, kt, head_dim, a, e)
+#define SCORES_QUAD(out, os, q, qs, kt, head_dim, a, e, order) scores_run(out, os, q, qs, QUAD, kt, head_dim, a, e, order)
+#define SCORES_ROW(out, q, kt, head_dim, a, e, order) scores_run(out, 0, q, 0, 1, kt, head_dim, a, e, order)
 
 // out[r][d0, d0 + MIX_BLOCK) (masked at head_dim) += Σ_j p_r[j] · v_j over [j0, j1), in order of j.
 static inline __attribute__((always_inline)) void mix_block(float *restrict out, size_t os, const float *restrict p,
@@ -498,33 +530,66 @@ static inline __attribute__((always_inline)) void mix_run(float *restrict out, s
 #else
 // The portable build: a quad over [a, e) one position at a time up to a multiple of 16 (whose runs
 // of 16 lie in one panel), then 16 positions at a time, then one at a time; a row the same alone.
-static float score_one(const float *restrict q, const float *restrict kt, int head_dim, int j) {
+// Every sum in the order `order` names (ScoreOrder), as the vector builds' passes make it.
+static float score_one(const float *restrict q, const float *restrict kt, int head_dim, int j, ScoreOrder order) {
+    if (order == SCORE_EVEN_ODD) {
+        float even = 0.0f, odd = 0.0f;
+        for (int d = 0; d < head_dim; d += 2) even += q[d] * kt[key_panel_at(head_dim, d, j)];
+        for (int d = 1; d < head_dim; d += 2) odd += q[d] * kt[key_panel_at(head_dim, d, j)];
+        return even + odd;
+    }
     float acc = 0.0f;
-    for (int d = 0; d < head_dim; d++) acc += q[d] * kt[key_panel_at(head_dim, d, j)];
+    int d = 0;
+    for (; order == SCORE_IN_PAIRS && d + 2 <= head_dim; d += 2)
+        acc += q[d] * kt[key_panel_at(head_dim, d, j)] + q[d + 1] * kt[key_panel_at(head_dim, d + 1, j)];
+    for (; d < head_dim; d++) acc += q[d] * kt[key_panel_at(head_dim, d, j)];
     return acc;
 }
 
-static void scores_row_portable(float *restrict o, const float *restrict q, const float *restrict kt, int head_dim,
-                                int a, int e) {
-    int i = a;
-    for (; i < e && i % LANES; i++) o[i] = score_one(q, kt, head_dim, i);
-    for (; i + LANES <= e; i += LANES) {
-        float acc[LANES] = {0};
-        for (int d = 0; d < head_dim; d++) {
-            const float qd = q[d], *k = kt + key_panel_at(head_dim, d, i);
+// acc[l] += the sum's terms for the lanes of channels [d0, ...) of a panel, in `order`: all channels
+// from d0 by `step`, or in pairs.
+static void score_lanes_portable(float *restrict acc, const float *restrict q, const float *restrict kt, int head_dim,
+                                 int i, int d0, int step, int pairs) {
+    int d = d0;
+    for (; pairs && d + 2 <= head_dim; d += 2) {
+        const float q0 = q[d], q1 = q[d + 1], *k0 = kt + key_panel_at(head_dim, d, i), *k1 = kt + key_panel_at(head_dim, d + 1, i);
 #pragma omp simd
-            for (int l = 0; l < LANES; l++) acc[l] += qd * k[l];
+        for (int l = 0; l < LANES; l++) acc[l] += q0 * k0[l] + q1 * k1[l];
+    }
+    for (; d < head_dim; d += step) {
+        const float qd = q[d], *k = kt + key_panel_at(head_dim, d, i);
+#pragma omp simd
+        for (int l = 0; l < LANES; l++) acc[l] += qd * k[l];
+    }
+}
+
+static void scores_row_portable(float *restrict o, const float *restrict q, const float *restrict kt, int head_dim,
+                                int a, int e, ScoreOrder order) {
+    int i = a;
+    for (; i < e && i % LANES; i++) o[i] = score_one(q, kt, head_dim, i, order);
+    for (; i + LANES <= e; i += LANES) {
+        float acc[LANES] = {0}, odd[LANES] = {0};
+        if (order == SCORE_EVEN_ODD) {
+            score_lanes_portable(acc, q, kt, head_dim, i, 0, 2, 0);
+            score_lanes_portable(odd, q, kt, head_dim, i, 1, 2, 0);
+            for (int l = 0; l < LANES; l++) acc[l] += odd[l];
+        } else {
+            score_lanes_portable(acc, q, kt, head_dim, i, 0, 1, order == SCORE_IN_PAIRS);
         }
         for (int l = 0; l < LANES; l++) o[i + l] = acc[l];
     }
-    for (; i < e; i++) o[i] = score_one(q, kt, head_dim, i);
+    for (; i < e; i++) o[i] = score_one(q, kt, head_dim, i, order);
 }
 
 static void scores_quad_portable(float *restrict out, size_t os, const float *restrict q, size_t qs,
-                                 const float *restrict kt, int head_dim, int a, int e) {
+                                 const float *restrict kt, int head_dim, int a, int e, ScoreOrder order) {
+    if (order != SCORE_IN_ORDER) { // the orders of two chains or pairs: row by row
+        for (int r = 0; r < QUAD; r++) scores_row_portable(out + (size_t)r * os, q + (size_t)r * qs, kt, head_dim, a, e, order);
+        return;
+    }
     int j = a;
     for (; j < e && j % LANES; j++)
-        for (int r = 0; r < QUAD; r++) out[(size_t)r * os + j] = score_one(q + (size_t)r * qs, kt, head_dim, j);
+        for (int r = 0; r < QUAD; r++) out[(size_t)r * os + j] = score_one(q + (size_t)r * qs, kt, head_dim, j, order);
     for (; j + LANES <= e; j += LANES) {
         float acc[QUAD][SPAN_WIDTH] = {{0}};
         for (int d = 0; d < head_dim; d++)
@@ -533,10 +598,11 @@ static void scores_quad_portable(float *restrict out, size_t os, const float *re
 #pragma omp simd
             for (int l = 0; l < LANES; l++) out[(size_t)r * os + j + l] = acc[r][l];
     }
-    for (int r = 0; r < QUAD && j < e; r++) scores_row_portable(out + (size_t)r * os, q + (size_t)r * qs, kt, head_dim, j, e);
+    for (int r = 0; r < QUAD && j < e; r++)
+        scores_row_portable(out + (size_t)r * os, q + (size_t)r * qs, kt, head_dim, j, e, order);
 }
-#define SCORES_QUAD(out, os, q, qs, kt, head_dim, a, e) scores_quad_portable(out, os, q, qs, kt, head_dim, a, e)
-#define SCORES_ROW(out, q, kt, head_dim, a, e) scores_row_portable(out, q, kt, head_dim, a, e)
+#define SCORES_QUAD(out, os, q, qs, kt, head_dim, a, e, order) scores_quad_portable(out, os, q, qs, kt, head_dim, a, e, order)
+#define SCORES_ROW(out, q, kt, head_dim, a, e, order) scores_row_portable(out, q, kt, head_dim, a, e, order)
 
 // A quad: tiles of 32 channels in registers (a loop of constant bounds), then the channels left one
 // row at a time; a row alone the same.
@@ -571,7 +637,7 @@ static void mix_quad_portable(float *restrict out, size_t os, const float *restr
 
 // Scores of up to SPAN_TILE rows against transposed keys (forward_kernels.h).
 static void scores_transposed_impl(float *restrict out, size_t os, const float *restrict q, size_t qs, int n_q,
-                                   const float *restrict kt, int head_dim, int j0, const int *ends) {
+                                   const float *restrict kt, int head_dim, int j0, const int *ends, ScoreOrder order) {
     scores_contract(out, os, q, qs, n_q, kt, head_dim, j0, ends);
     const int quads = n_q / QUAD;
     int common[SPAN_TILE / QUAD];
@@ -579,11 +645,11 @@ static void scores_transposed_impl(float *restrict out, size_t os, const float *
     for (int j = j0 - j0 % KEY_PANEL; j < longest; j += KEY_PANEL) // panel by panel, every quad's part
         for (int k = 0; k < quads; k++) {
             const int a = j > j0 ? j : j0, e = j + KEY_PANEL < common[k] ? j + KEY_PANEL : common[k];
-            if (a < e) SCORES_QUAD(out + (size_t)QUAD * k * os, os, q + (size_t)QUAD * k * qs, qs, kt, head_dim, a, e);
+            if (a < e) SCORES_QUAD(out + (size_t)QUAD * k * os, os, q + (size_t)QUAD * k * qs, qs, kt, head_dim, a, e, order);
         }
     for (int r = 0; r < n_q; r++) { // each row past its quad's common range, and the rows of no quad
         const int a = r < QUAD * quads && common[r / QUAD] > j0 ? common[r / QUAD] : j0;
-        if (a < ends[r]) SCORES_ROW(out + (size_t)r * os, q + (size_t)r * qs, kt, head_dim, a, ends[r]);
+        if (a < ends[r]) SCORES_ROW(out + (size_t)r * os, q + (size_t)r * qs, kt, head_dim, a, ends[r], order);
     }
 }
 
@@ -653,30 +719,120 @@ static void split_quad(float *restrict even, float *restrict odd, size_t os, con
         split_row(even + (size_t)r * os, odd + (size_t)r * os, p + (size_t)r * ps, v, head_dim, d0, a, b);
 }
 
+// Rows from their own starts: each quad's rows alone up to the latest of their starts, then the quad
+// over its common range, then each row alone to its end.
 static void mix_rows_split_impl(float *restrict even, float *restrict odd, size_t os, const float *restrict p,
-                                size_t ps, int n_p, const float *restrict v, int head_dim, int j0, const int *ends) {
-    mix_contract(even, os, p, ps, n_p, v, head_dim, j0, ends);
-    mix_contract(odd, os, p, ps, n_p, v, head_dim, j0, ends);
+                                size_t ps, int n_p, const float *restrict v, int head_dim, int j0, const int *starts,
+                                const int *ends) {
+    int from[SPAN_TILE], first = INT_MAX;
+    for (int r = 0; r < n_p; r++) {
+        from[r] = starts ? starts[r] : j0;
+        first = from[r] < first ? from[r] : first;
+    }
+    mix_contract(even, os, p, ps, n_p, v, head_dim, first, ends);
+    mix_contract(odd, os, p, ps, n_p, v, head_dim, first, ends);
     const int quads = n_p / QUAD;
     int common[SPAN_TILE / QUAD];
-    quad_ranges(ends, quads, j0, common);
+    quad_ranges(ends, quads, first, common);
     for (int k = 0; k < quads; k++) {
         const size_t at = (size_t)QUAD * k;
-        if (j0 < common[k]) split_quad(even + at * os, odd + at * os, os, p + at * ps, ps, v, head_dim, j0, common[k]);
+        int lo = from[at];
+        for (int r = 1; r < QUAD; r++) lo = from[at + r] > lo ? from[at + r] : lo;
+        if (lo >= common[k]) continue; // no range in common: each row alone below
+        for (int r = 0; r < QUAD; r++) {
+            const size_t i = at + (size_t)r;
+            if (from[i] < lo) split_row(even + i * os, odd + i * os, p + i * ps, v, head_dim, 0, from[i], lo);
+            from[i] = common[k];
+        }
+        split_quad(even + at * os, odd + at * os, os, p + at * ps, ps, v, head_dim, lo, common[k]);
     }
-    for (int r = 0; r < n_p; r++) {
-        const int a = r < QUAD * quads && common[r / QUAD] > j0 ? common[r / QUAD] : j0;
-        if (a < ends[r]) split_row(even + (size_t)r * os, odd + (size_t)r * os, p + (size_t)r * ps, v, head_dim, 0, a, ends[r]);
+    for (int r = 0; r < n_p; r++)
+        if (from[r] < ends[r])
+            split_row(even + (size_t)r * os, odd + (size_t)r * os, p + (size_t)r * ps, v, head_dim, 0, from[r], ends[r]);
+}
+
+// ---- Pairs of tokens (mix_rows_pairs) ----
+// A row alone, channels [d0, head_dim), pairs u from u0 while 2u < e: the pair's two products added
+// (a pair cut by e adds its first product + 0), then to its chain.
+static void pairs_row(float *restrict even, float *restrict odd, const float *restrict p, const float *restrict v,
+                      int head_dim, int d0, int u0, int e) {
+    for (int u = u0; 2 * u < e; u++) {
+        float *acc = u % 2 ? odd : even;
+        const int j = 2 * u;
+        const float p0 = p[j], *x0 = v + (size_t)j * head_dim;
+        if (j + 1 < e) {
+            const float p1 = p[j + 1], *x1 = x0 + head_dim;
+#pragma omp simd
+            for (int d = d0; d < head_dim; d++) acc[d] += p0 * x0[d] + p1 * x1[d];
+        } else {
+#pragma omp simd
+            for (int d = d0; d < head_dim; d++) acc[d] += p0 * x0[d] + 0.0f;
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void pair_add4(float (*acc)[SPLIT_WIDTH], const float *restrict x0,
+                                                            const float *restrict x1, const float *p, size_t ps, int j) {
+    const float a0 = p[j], a1 = p[ps + j], a2 = p[2 * ps + j], a3 = p[3 * ps + j];
+    const float b0 = p[j + 1], b1 = p[ps + j + 1], b2 = p[2 * ps + j + 1], b3 = p[3 * ps + j + 1];
+#pragma omp simd
+    for (int l = 0; l < SPLIT_WIDTH; l++) {
+        acc[0][l] += a0 * x0[l] + b0 * x1[l], acc[1][l] += a1 * x0[l] + b1 * x1[l];
+        acc[2][l] += a2 * x0[l] + b2 * x1[l], acc[3][l] += a3 * x0[l] + b3 * x1[l];
+    }
+}
+
+// A quad's whole pairs [0, u1): SPLIT_WIDTH channels of both chains in registers, each pair's rows
+// serving the four; the channels left one row at a time.
+static void pairs_quad(float *restrict even, float *restrict odd, size_t os, const float *restrict p, size_t ps,
+                       const float *restrict v, int head_dim, int u1) {
+    enum { W = SPLIT_WIDTH };
+    int d0 = 0;
+    for (; d0 + W <= head_dim; d0 += W) {
+        float e[QUAD][SPLIT_WIDTH], o[QUAD][SPLIT_WIDTH];
+        for (int r = 0; r < QUAD; r++)
+            for (int d = 0; d < W; d++) e[r][d] = even[(size_t)r * os + d0 + d], o[r][d] = odd[(size_t)r * os + d0 + d];
+        int u = 0;
+        for (; u + 2 <= u1; u += 2) {
+            const float *x = v + (size_t)(2 * u) * head_dim + d0;
+            pair_add4(e, x, x + head_dim, p, ps, 2 * u);
+            pair_add4(o, x + 2 * (size_t)head_dim, x + 3 * (size_t)head_dim, p, ps, 2 * u + 2);
+        }
+        if (u < u1) pair_add4(e, v + (size_t)(2 * u) * head_dim + d0, v + (size_t)(2 * u + 1) * head_dim + d0, p, ps, 2 * u);
+        for (int r = 0; r < QUAD; r++)
+            for (int d = 0; d < W; d++) even[(size_t)r * os + d0 + d] = e[r][d], odd[(size_t)r * os + d0 + d] = o[r][d];
+    }
+    for (int r = 0; r < QUAD && d0 < head_dim; r++)
+        pairs_row(even + (size_t)r * os, odd + (size_t)r * os, p + (size_t)r * ps, v, head_dim, d0, 0, 2 * u1);
+}
+
+static void mix_rows_pairs_impl(float *restrict even, float *restrict odd, size_t os, const float *restrict p,
+                                size_t ps, int n_p, const float *restrict v, int head_dim, const int *ends) {
+    mix_contract(even, os, p, ps, n_p, v, head_dim, 0, ends);
+    mix_contract(odd, os, p, ps, n_p, v, head_dim, 0, ends);
+    const int quads = n_p / QUAD;
+    int common[SPAN_TILE / QUAD];
+    quad_ranges(ends, quads, 0, common);
+    for (int k = 0; k < quads; k++) {
+        const size_t at = (size_t)QUAD * k;
+        if (common[k] >= 2) pairs_quad(even + at * os, odd + at * os, os, p + at * ps, ps, v, head_dim, common[k] / 2);
+    }
+    for (int r = 0; r < n_p; r++) { // the pairs past the quad's whole ones (a cut one among them)
+        const int u0 = r < QUAD * quads ? common[r / QUAD] / 2 : 0;
+        pairs_row(even + (size_t)r * os, odd + (size_t)r * os, p + (size_t)r * ps, v, head_dim, 0, u0, ends[r]);
     }
 }
 
 #if defined(KERNELS_AVX512)
 const ForwardKernels forward_kernels_avx512 = {"avx512", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
-                                               exp_negated_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl};
+                                               exp_negated_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl,
+                                               mix_rows_pairs_impl};
 #elif defined(KERNELS_AVX2)
 const ForwardKernels forward_kernels_avx2 = {"avx2", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
-                                             exp_negated_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl};
+                                             exp_negated_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl,
+                                             mix_rows_pairs_impl};
 #else
 const ForwardKernels forward_kernels_portable = {"portable", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
-                                                 exp_negated_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl};
+                                                 exp_negated_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl,
+                                                 mix_rows_pairs_impl};
 #endif

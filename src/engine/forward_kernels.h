@@ -29,6 +29,12 @@ static inline size_t key_panel_floats(int head_dim, int positions) {
     return (size_t)((positions + KEY_PANEL - 1) / KEY_PANEL) * (size_t)head_dim * KEY_PANEL;
 }
 
+// The order of a score's sum over channels (scores_transposed): in order of d, from 0; in pairs,
+// (q_0·k_0 + q_1·k_1) + (q_2·k_2 + q_3·k_3) + ... from 0 (a lookup of two channels at a time, KIVI's
+// 2-bit keys); or the even and the odd channels apart, each in order from 0, then added (two chains,
+// KIVI's fp16 residual keys).
+typedef enum { SCORE_IN_ORDER, SCORE_IN_PAIRS, SCORE_EVEN_ODD } ScoreOrder;
+
 typedef struct {
     const char *name; // "portable", "avx2" or "avx512"
     // out[r] = W[r,:] · x for rows [r0, r1) of the row-major W (n columns).
@@ -45,16 +51,22 @@ typedef struct {
     void (*exp_negated)(float *restrict out, const float *restrict x, int n);
     // The fast evaluator's attention (span_mirror.h), over keys and values decoded to floats, for
     // n_q <= SPAN_TILE rows at once, row r over positions [j0, ends[r]): out[r·os + j] = Σ_d q[r·qs + d]
-    // · kt[key_panel_at(head_dim, d, j)], each sum in order of d (keys held transposed, in panels) ...
+    // · kt[key_panel_at(head_dim, d, j)], each sum in `order` over d (keys held transposed, in panels) ...
     void (*scores_transposed)(float *restrict out, size_t os, const float *restrict q, size_t qs, int n_q,
-                              const float *restrict kt, int head_dim, int j0, const int *ends);
+                              const float *restrict kt, int head_dim, int j0, const int *ends, ScoreOrder order);
     // ... and out[r·os + d] += p[r·ps + j] · v[j·head_dim + d] for j = j0, j0 + 1, ..., ends[r] − 1 in turn.
     void (*mix_rows)(float *restrict out, size_t os, const float *restrict p, size_t ps, int n_p,
                      const float *restrict v, int head_dim, int j0, const int *ends);
     // ... or, for a codec that sums even and odd tokens apart (MirrorOps.split_mix), the same into
-    // even[r·os + d] for even j and odd[r·os + d] for odd j, each in order of j.
+    // even[r·os + d] for even j and odd[r·os + d] for odd j, each in order of j; row r from starts[r]
+    // (NULL: every row from j0) ...
     void (*mix_rows_split)(float *restrict even, float *restrict odd, size_t os, const float *restrict p, size_t ps,
-                           int n_p, const float *restrict v, int head_dim, int j0, const int *ends);
+                           int n_p, const float *restrict v, int head_dim, int j0, const int *starts, const int *ends);
+    // ... or in pairs of tokens (MirrorOps.pair_groups: KIVI's 2-bit values), pair u = (2u, 2u + 1)
+    // adding p_2u · v_2u + p_2u+1 · v_2u+1 to even (u even) or odd (u odd), in order of u, from row r's
+    // pair 0 to its end: a last pair cut by ends[r] adds p_2u · v_2u + 0.
+    void (*mix_rows_pairs)(float *restrict even, float *restrict odd, size_t os, const float *restrict p, size_t ps,
+                           int n_p, const float *restrict v, int head_dim, const int *ends);
 } ForwardKernels;
 
 extern const ForwardKernels forward_kernels_portable, forward_kernels_avx2, forward_kernels_avx512;

@@ -7,13 +7,16 @@
 #include "calloc_lines.h"
 
 // Whether a slot's scores sum as a read back does: read back (the codec says so), or the float
-// codec's key mirror, which reads x̂ itself and has neither query transform nor factor.
+// codec's key mirror, which reads x̂ itself and has neither query transform nor factor, and sums in
+// order of d a form that never changes.
 static int scores_read_back(const KVStream *rule, const MirrorOps **ops) {
     const CodecOps *o = rule->ops;
     *ops = NULL;
     if (o->reads_back || (o->by_read && (o->by_read(rule->state) & CODEC_SCORES_BY_READ))) return 1;
     const MirrorOps *k = o->key_mirror ? o->key_mirror(rule->state) : NULL;
-    if (k && !k->query && !k->has_factor && !k->has_offset && !k->fix_scores && !k->has_second) *ops = k;
+    if (k && !k->query && !k->has_factor && !k->has_offset && !k->fix_scores && !k->has_second && !k->settles &&
+        k->settled_key_sum == MIRROR_KEYS_IN_ORDER)
+        *ops = k;
     return *ops != NULL;
 }
 

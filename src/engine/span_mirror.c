@@ -43,6 +43,12 @@ int span_mirror_init(SpanMirror *m, const KVPool *pool, int context) {
         if (o && o->corrections && (o->has_second || o->split_mix))
             m->ops[r] = NULL; // one scratch of weights (BatchForward's att2) for one of them
         if (o && o->all_weights && (o->corrections || o->has_second)) m->ops[r] = NULL; // the same
+        // Settling forms are of the plain sums alone (kvcache.h), and values within a split's chains.
+        if (o && o->settles &&
+            (o->query || o->post || o->fix_scores || o->first || o->all_weights || o->corrections || o->has_second ||
+             o->has_factor || o->has_offset || (r == KV_ROLE_VALUE && (!o->split_mix || m->head_dim > 64))))
+            m->ops[r] = NULL;
+        m->settles[r] = m->ops[r] && m->ops[r]->settles;
         m->all_weights |= m->ops[r] && m->ops[r]->all_weights;
         m->mirrored[r] = whole || m->ops[r];
         if (m->ops[r] && m->ops[r]->has_factor) failed |= !(m->factors[r] = calloc_lines(tokens, sizeof(float)));
@@ -59,6 +65,10 @@ int span_mirror_init(SpanMirror *m, const KVPool *pool, int context) {
     m->value_rows = m->ops[KV_ROLE_VALUE] && m->ops[KV_ROLE_VALUE]->corrections ? 2 : 1;
     if (m->mirrored[KV_ROLE_VALUE])
         failed |= !(m->values = calloc_lines(heads * (size_t)context * m->value_rows, sizeof(float)));
+    if (m->settles[KV_ROLE_KEY] || m->settles[KV_ROLE_VALUE])
+        failed |= !(m->count_open = calloc((size_t)m->n_layers * 2, sizeof(int)));
+    if (m->settles[KV_ROLE_KEY]) failed |= !(m->keys_open = calloc_lines(key_heads * m->key_floats, sizeof(float)));
+    if (m->settles[KV_ROLE_VALUE]) failed |= !(m->values_open = calloc_lines(heads * (size_t)context, sizeof(float)));
     if (failed) {
         span_mirror_free(m);
         return -1;
@@ -73,20 +83,30 @@ void span_mirror_free(SpanMirror *m) {
     for (int r = 0; r < 2; r++) free(m->factors[r]), free(m->offsets[r]), free(m->aux[r]);
     free(m->keys2);
     free(m->values2);
+    free(m->count_open);
+    free(m->keys_open);
+    free(m->values_open);
     memset(m, 0, sizeof *m);
+}
+
+int span_mirror_attends_at_once(const SpanMirror *m, const KVPool *pool) {
+    for (int r = 0; r < 2; r++)
+        if (pool->rule[r].ops->settle && !m->settles[r]) return 0;
+    return 1;
 }
 
 // Token j of one stream, every head, decoded: keys into their channel rows (rotated at position j
 // when kept before RoPE, as paged_scores_rope rotates them), values as a row; or x̃ and its factor
 // as the role's MirrorOps say.
 static void read_token(SpanMirror *m, const PagedStream *ps, KVRole role, int layer, int j, const float *rope_cos,
-                       const float *rope_sin) {
+                       const float *rope_sin, int open) {
     const int hd = m->head_dim, half = hd / 2;
     const MirrorOps *ops = m->ops[role];
     const KVStream *blk = &ps->blocks[j / ps->blocks[0].capacity];
     float x[1024];
     for (int h = 0; h < m->n_heads; h++) {
-        float *row = role == KV_ROLE_VALUE ? (float *)span_mirror_values(m, layer, h) + (size_t)j * m->value_rows * hd : x;
+        float *values = (float *)(open ? span_mirror_values_open(m, layer, h) : span_mirror_values(m, layer, h));
+        float *row = role == KV_ROLE_VALUE ? values + (size_t)j * m->value_rows * hd : x;
         if (ops) {
             float factor = 1.0f, offset = 0.0f;
             ops->read(blk->state, h, j % blk->capacity, row, &factor, &offset);
@@ -108,23 +128,39 @@ static void read_token(SpanMirror *m, const PagedStream *ps, KVRole role, int la
                 rope_head(x, hd, rope_cos + (size_t)j * half, rope_sin + (size_t)j * half);
         }
         if (role == KV_ROLE_VALUE) continue;
-        float *kt = (float *)span_mirror_keys(m, layer, h);
+        float *kt = (float *)(open ? span_mirror_keys_open(m, layer, h) : span_mirror_keys(m, layer, h));
         for (int d = 0; d < hd; d++) kt[key_panel_at(hd, d, j)] = x[d];
     }
 }
 
+// A sequence other than the one mirrored: every count from its start.
+static void mirror_sequence(SpanMirror *m, const KVSeq *seq) {
+    if (m->seq == seq) return;
+    m->seq = seq;
+    memset(m->count, 0, sizeof(int) * (size_t)m->n_layers * 2);
+    if (m->count_open) memset(m->count_open, 0, sizeof(int) * (size_t)m->n_layers * 2);
+}
+
 void span_mirror_update(SpanMirror *m, const KVSeq *seq, int layer, int first, const float *rope_cos,
                         const float *rope_sin) {
-    if (m->seq != seq) {
-        m->seq = seq;
-        memset(m->count, 0, sizeof(int) * (size_t)m->n_layers * 2);
-    }
+    mirror_sequence(m, seq);
     for (int r = 0; r < 2; r++) {
         if (!m->mirrored[r]) continue;
         const PagedStream *ps = r == KV_ROLE_KEY ? &seq->k[layer] : &seq->v[layer];
         int *done = &m->count[layer * 2 + r];
         *done = *done < first ? *done : first;
-        for (; *done < ps->length; (*done)++)
-            read_token(m, ps, (KVRole)r, layer, *done, rope_cos, rope_sin);
+        for (const int end = m->settles[r] ? ps->settled : ps->length; *done < end; (*done)++)
+            read_token(m, ps, (KVRole)r, layer, *done, rope_cos, rope_sin, 0);
+    }
+}
+
+void span_mirror_update_open(SpanMirror *m, const KVSeq *seq, int layer, int first) {
+    mirror_sequence(m, seq);
+    for (int r = 0; r < 2; r++) {
+        if (!m->settles[r]) continue;
+        const PagedStream *ps = r == KV_ROLE_KEY ? &seq->k[layer] : &seq->v[layer];
+        int *done = &m->count_open[layer * 2 + r];
+        *done = *done < first ? *done : first;
+        for (; *done < ps->length; (*done)++) read_token(m, ps, (KVRole)r, layer, *done, NULL, NULL, 1);
     }
 }

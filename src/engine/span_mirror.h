@@ -29,6 +29,11 @@ typedef struct {
     int second;         // either role has a second sum
     int all_weights;    // the values' post reads every token's weight (MirrorOps.all_weights)
     int value_rows;     // rows a token in values: 1, or 2 with a correction row after each (ops' corrections)
+    // Ops whose tokens settle (MirrorOps.settles, KIVI): keys and values above hold the settled forms
+    // (count: tokens [0, n) settled and mirrored); these the forms tokens had when appended.
+    int settles[2];     // [role]
+    int *count_open;    // [layer][role]: tokens [0, n) mirrored as appended
+    float *keys_open, *values_open; // as keys and values
 } SpanMirror;
 
 // Whether attention over this pool's streams of a role reads every token back whole, in the order
@@ -43,9 +48,15 @@ void span_mirror_free(SpanMirror *m);
 
 // After a span's rows, the first at position `first`, were appended to `seq` at this layer: decodes
 // the tokens not yet mirrored (those from `first` on again; a sequence other than the last one, from
-// its start).
+// its start); of a role whose tokens settle, those settled.
 void span_mirror_update(SpanMirror *m, const KVSeq *seq, int layer, int first, const float *rope_cos,
                         const float *rope_sin);
+// Of the roles whose tokens settle: decodes the tokens appended and not yet mirrored in the form
+// they were appended in (from `first` on again, as above), before the step's end settles them.
+void span_mirror_update_open(SpanMirror *m, const KVSeq *seq, int layer, int first);
+// Whether a span's rows may append and settle one after another and then attend together: every role
+// whose tokens settle is mirrored in both forms.
+int span_mirror_attends_at_once(const SpanMirror *m, const KVPool *pool);
 
 // The factors and offsets of one role's streams of one layer and head (ops with has_factor, has_offset).
 static inline const float *span_mirror_factors(const SpanMirror *m, KVRole role, int layer, int head) {
@@ -66,6 +77,13 @@ static inline const float *span_mirror_keys(const SpanMirror *m, int layer, int 
 }
 static inline const float *span_mirror_values(const SpanMirror *m, int layer, int head) {
     return m->values + ((size_t)layer * m->n_heads + head) * m->head_dim * (size_t)m->context * m->value_rows;
+}
+// The open forms of one layer and head (settles).
+static inline const float *span_mirror_keys_open(const SpanMirror *m, int layer, int head) {
+    return m->keys_open + ((size_t)layer * m->n_heads + head) * m->key_floats;
+}
+static inline const float *span_mirror_values_open(const SpanMirror *m, int layer, int head) {
+    return m->values_open + ((size_t)layer * m->n_heads + head) * m->head_dim * (size_t)m->context;
 }
 // The same of the second sums.
 static inline const float *span_mirror_keys2(const SpanMirror *m, int layer, int head) {

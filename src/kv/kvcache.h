@@ -73,7 +73,19 @@ typedef struct {
 // and put outlier entries right (values: not with outlier entries): q̃ and post rotate too, and a
 // sequence's first tokens, the sink tokens, and the keys' outlier entries are put right after the
 // sums as the transform's own kernels put them right (fix_scores, post).
+//
+// A codec whose tokens change form once after their append (KIVI: `settles`) is mirrored in both
+// forms: read gives a token's form at the time, so the mirror reads each token as it is appended and
+// again once it has settled, and a row reads the tokens its step saw settled (CodecOps.settled of its
+// position) in their settled form and the rest in their first. Its sums are of the first forms above
+// without factor, offset, second sum or corrections, and settled_key_sum and open_key_sum say their
+// order over channels; values are summed by parity (split_mix), or the settled ones in pairs of
+// tokens (pair_groups: a 2-bit token group's lookup adds two tokens' products at once).
 #define MIRROR_MAX_FIRST 64
+// The order of a key's sum over channels (MirrorOps.settled_key_sum, open_key_sum): in order of d;
+// in pairs, (q_0·x_0 + q_1·x_1) + (q_2·x_2 + q_3·x_3) + ...; the even and the odd channels apart,
+// each in order, then added.
+typedef enum { MIRROR_KEYS_IN_ORDER, MIRROR_KEYS_IN_PAIRS, MIRROR_KEYS_EVEN_ODD } MirrorKeySum;
 typedef struct MirrorOps {
     // x̃ of one head at one token (head_dim numbers), its factor and its offset (each left alone
     // where the form has none).
@@ -107,6 +119,11 @@ typedef struct MirrorOps {
     // Values: the codec's mix sums even and odd tokens apart, each in order, and adds the two at the
     // end (out = even + odd, as the float codec's two chains do); the mirror's mix does the same.
     int split_mix;
+    // Tokens settle (above): keys' sums over channels for settled tokens and for open ones; values'
+    // settled tokens in pairs, pair u = (2u, 2u + 1) to the even chain when u is even, else the odd.
+    int settles;
+    MirrorKeySum settled_key_sum, open_key_sum;
+    int pair_groups;
 } MirrorOps;
 
 // Operations on one stream's encoded state. Every call is for one stream (keys or values of one

@@ -593,7 +593,47 @@ static int kivi_by_read(const void *state) {
     return (s->cs.layout == QUANT_ROWS ? CODEC_SCORES_BY_READ : 0) | CODEC_MIX_BY_READ;
 }
 
-CODEC_OPS_PER_BLOCK(kivi, kivi_settled, kivi_settle);
+// The fast evaluator's mirror (kvcache.h's MirrorOps, tokens that settle): read gives x̂, the fp16
+// number while a token is open, code · scale + minimum once settled, which the kernels' products
+// take as they are (q_d · x̂ and p_j · x̂). Keys on tiles: the settled sum in order of d, in pairs at
+// B = 2 (a lookup of two channels); at B = 1 a lookup adds four: not mirrored. The residual's sum
+// has its even and odd channels apart. Values whose kernels are kivi's own (32-number chunks in one
+// channel group): every token by parity, the settled ones in pairs at B = 2 (a token group of two);
+// at B = 1 a group adds four tokens: not mirrored.
+static void kivi_mirror_read(const void *state, int head, int token, float *x, float *factor, float *offset) {
+    (void)factor, (void)offset;
+    kivi_read(state, head, token, x);
+}
+
+static const MirrorOps kivi_key_ops[2] = {
+    {.read = kivi_mirror_read, .settles = 1, .settled_key_sum = MIRROR_KEYS_IN_ORDER, .open_key_sum = MIRROR_KEYS_EVEN_ODD},
+    {.read = kivi_mirror_read, .settles = 1, .settled_key_sum = MIRROR_KEYS_IN_PAIRS, .open_key_sum = MIRROR_KEYS_EVEN_ODD}};
+static const MirrorOps kivi_value_ops[2] = {{.read = kivi_mirror_read, .settles = 1, .split_mix = 1},
+                                            {.read = kivi_mirror_read, .settles = 1, .split_mix = 1, .pair_groups = 1}};
+
+static const MirrorOps *kivi_key_mirror(const void *state) {
+    const KiviState *s = state;
+    return !s->is_value && s->cs.layout == QUANT_TILES && s->bits >= 2 ? &kivi_key_ops[s->bits == 2] : NULL;
+}
+
+static const MirrorOps *kivi_value_mirror(const void *state) {
+    const KiviState *s = state;
+    const int kernels = s->head_dim % 32 == 0 && s->group % 32 == 0; // kivi_mix_values' own, not by read
+    return s->is_value && kernels && s->head_dim <= 64 && s->bits >= 2 ? &kivi_value_ops[s->bits == 2] : NULL;
+}
+
+static void kivi_scores_blocks(const CodecBlocks *b, int head, const float *q, float *out, int n) {
+    codec_scores_per_block(b, kivi_scores, kivi_ahead, head, q, out, n);
+}
+
+static void kivi_mix_blocks(const CodecBlocks *b, int head, const float *p, float *out, int n) {
+    codec_mix_per_block(b, kivi_mix, kivi_ahead, b->head_dim, head, p, out, n);
+}
+
+static const CodecOps kivi_ops = {.append = kivi_append, .settled = kivi_settled, .settle = kivi_settle,
+                                  .scores = kivi_scores_blocks, .mix = kivi_mix_blocks, .read = kivi_read,
+                                  .key_mirror = kivi_key_mirror, .value_mirror = kivi_value_mirror,
+                                  .by_read = kivi_by_read, .bytes = kivi_bytes, .destroy = kivi_destroy};
 
 const CodecFamily CODEC_FAMILY(codec_kivi) = {.name = "kivi", .ops = &kivi_ops, .create = kivi_create,
     .help = "kivi                 KIVI: B-bit min/max groups of G, keys per channel, values per token, newest R "
