@@ -381,8 +381,8 @@ static int int_by_read(const void *state) {
 // The fast evaluator's key mirror (kvcache.h, MirrorOps): x̃ the levels and the factor the token's
 // scale, whose plain product in order of d, times the factor, is the score kernel's sum: at B >= 3 a
 // table entry or a product holds one number (q_d · level), so the lanes add q_d · level_d in order
-// of d and finish with the scale. At B = 2 and 1 an entry holds two and four numbers, added before
-// they reach the lane's sum: not mirrored.
+// of d and finish with the scale. At B = 2 an entry holds two numbers, added before they reach the
+// lane's sum: the mirror's sum in pairs. At B = 1 an entry adds four: not mirrored.
 static void int_key_read(const void *state, int head, int token, float *x, float *factor, float *offset) {
     const IntState *s = state;
     (void)offset;
@@ -390,23 +390,27 @@ static void int_key_read(const void *state, int head, int token, float *x, float
     int_read_times(s, head, token, 1.0f, x);
 }
 
-static const MirrorOps int_key_mirror_ops = {.read = int_key_read, .has_factor = 1};
+static const MirrorOps int_key_mirror_ops[2] = {
+    {.read = int_key_read, .has_factor = 1}, {.read = int_key_read, .has_factor = 1, .settled_key_sum = MIRROR_KEYS_IN_PAIRS}};
 
 static const MirrorOps *int_key_mirror(const void *state) {
     const IntState *s = state;
-    return s->cs.layout == QUANT_TILES && s->bits >= 3 ? &int_key_mirror_ops : NULL;
+    return s->cs.layout == QUANT_TILES && s->bits >= 2 ? &int_key_mirror_ops[s->bits == 2] : NULL;
 }
 
 // The value mirror: the same levels, the weights p_j · scale_j (int_weights), even and odd tokens in
 // two sums added at the end. At B = 4 a group is one token, so its table entry is one product, w_j ·
 // level; at B = 3 and 5..8 each row's product is w_j · level: both are what the mirror's mix adds in
-// order of j. At B = 2 and 1 a group's entry adds two and four tokens first: not mirrored.
-static const MirrorOps int_value_mirror_ops = {.read = int_key_read, .has_factor = 1, .split_mix = 1};
+// order of j. At B = 2 a group's entry adds two tokens' products first, its sum the even one for
+// every other group: the mirror's pairs of tokens. At B = 1 a group adds four: not mirrored.
+static const MirrorOps int_value_mirror_ops[2] = {
+    {.read = int_key_read, .has_factor = 1, .split_mix = 1},
+    {.read = int_key_read, .has_factor = 1, .split_mix = 1, .pair_groups = 1}};
 
 static const MirrorOps *int_value_mirror(const void *state) {
     const IntState *s = state;
     const int kernels = s->cs.layout != QUANT_TILES && s->head_dim % 32 == 0; // int_mix's own, not by read
-    return kernels && s->head_dim <= 64 && s->bits >= 3 ? &int_value_mirror_ops : NULL;
+    return kernels && s->head_dim <= 64 && s->bits >= 2 ? &int_value_mirror_ops[s->bits == 2] : NULL;
 }
 
 static const CodecOps int_ops = {.append = int_append, .scores = int_scores, .mix = int_mix, .read = int_read,
