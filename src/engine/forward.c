@@ -438,10 +438,11 @@ static void span_tile_mix(const SpanTile *st) {
 }
 
 // A span's (tile of up to SPAN_TILE consecutive rows, head), once every row's key and value is in
-// the cache: each row attends over its first pos + 1 tokens, which are what they were at its step
-// (no codec here changes a token's form after its append). Streams that read back go through the
-// mirror, the tile's common positions together and each row's last few alone (every sum still in
-// the read-back fallback's order); other streams through their codec's kernels, row by row.
+// the cache: each row attends over its first pos + 1 tokens as they were at its step (a stream
+// whose tokens settle reads each in the form the row's step saw, from the mirror's two). Streams
+// that read back go through the mirror, the tile's common positions together and each row's last
+// few alone (every sum in its codec's order); other streams through their codec's kernels, row by
+// row.
 static void task_span_attention(void *arg, int i, int thread) {
     StepCtx *c = arg;
     BatchForward *b = c->b;
