@@ -297,9 +297,15 @@ static void kivi_settle(void *state, int n) {
 // x̂ = code · scale + minimum, in that order, everywhere (read() and every kernel's table).
 
 // Numbers [c, c + n) of one head at one token, whatever state the token is in (c a multiple of 32).
+// (The fast evaluator's mirror reads every token through here twice, as appended and once settled:
+// number c + i's place is found once, and whole runs of 16 fp16 numbers convert together.)
 static void kivi_decode_chunk(const KiviState *s, int head, int token, int c, int n, float *out) {
     if (token >= s->n_quant) {
-        for (int i = 0; i < n; i++) out[i] = quant_fp16_to_fp32(*kivi_full_at(s, head, token, c + i));
+        const uint16_t *x = kivi_full_at(s, head, token, c);
+        const size_t step = s->cs.layout == QUANT_TILES ? TILE : 1; // a tile's lane, or a row
+        int i = 0;
+        for (; step == 1 && i + 16 <= n; i += 16) quant_fp16_to_fp32_16(x + i, out + i);
+        for (; i < n; i++) out[i] = quant_fp16_to_fp32(x[(size_t)i * step]);
         return;
     }
     uint8_t q[32];
@@ -309,8 +315,12 @@ static void kivi_decode_chunk(const KiviState *s, int head, int token, int c, in
         kivi_value_chunk_params(s, kivi_value_meta(s, head, token), c, n, sc, mn);
     } else {
         const uint16_t *meta = kivi_key_meta(s, head, token / s->group);
-        for (int i = 0; i < n; i++)
-            sc[i] = quant_fp16_to_fp32(meta[c + i]), mn[i] = quant_fp16_to_fp32(meta[s->head_dim + c + i]);
+        int i = 0;
+        for (; i + 16 <= n; i += 16) {
+            quant_fp16_to_fp32_16(meta + c + i, sc + i);
+            quant_fp16_to_fp32_16(meta + s->head_dim + c + i, mn + i);
+        }
+        for (; i < n; i++) sc[i] = quant_fp16_to_fp32(meta[c + i]), mn[i] = quant_fp16_to_fp32(meta[s->head_dim + c + i]);
     }
     for (int i = 0; i < n; i++) out[i] = (float)q[i] * sc[i] + mn[i];
 }
