@@ -46,16 +46,38 @@ uint8_t quant_fp32_to_fp8(float x, QuantFp8Format format) {
     return sign | (uint8_t)(u >> drop);
 }
 
-void quant_pack(uint8_t *dst, const uint8_t *codes, size_t n, int bits) {
-    const uint32_t mask = (1u << bits) - 1u;
-    memset(dst, 0, quant_packed_bytes(n, bits));
+// Whole groups of 8 codes into `bits` bytes each, lowest bits first; inlined with a constant width
+// (quant_pack's switch), as unpack_groups below: every encoder packs each vector it stores.
+static inline __attribute__((always_inline)) size_t pack_groups(uint8_t *dst, const uint8_t *codes, size_t n,
+                                                                const int bits) {
+    const uint64_t mask = (1u << bits) - 1u;
     size_t i = 0;
     for (; i + 8 <= n; i += 8) { // eight codes fill exactly `bits` bytes
         uint64_t w = 0;
-        for (int k = 0; k < 8; k++) w |= (uint64_t)(codes[i + k] & mask) << (k * bits);
+        for (int k = 0; k < 8; k++) w |= (codes[i + (size_t)k] & mask) << (k * bits);
         uint8_t *g = dst + (i / 8) * (size_t)bits;
         for (int b = 0; b < bits; b++) g[b] = (uint8_t)(w >> (8 * b));
     }
+    return i;
+}
+
+void quant_pack(uint8_t *dst, const uint8_t *codes, size_t n, int bits) {
+    const uint32_t mask = (1u << bits) - 1u;
+    size_t i;
+    switch (bits) {
+    case 1: i = pack_groups(dst, codes, n, 1); break;
+    case 2: i = pack_groups(dst, codes, n, 2); break;
+    case 3: i = pack_groups(dst, codes, n, 3); break;
+    case 4: i = pack_groups(dst, codes, n, 4); break;
+    case 5: i = pack_groups(dst, codes, n, 5); break;
+    case 6: i = pack_groups(dst, codes, n, 6); break;
+    case 7: i = pack_groups(dst, codes, n, 7); break;
+    case 8: i = pack_groups(dst, codes, n, 8); break;
+    default: i = 0;
+    }
+    // The codes past the whole groups are OR-ed into bytes zeroed first.
+    const size_t done = (i / 8) * (size_t)bits;
+    memset(dst + done, 0, quant_packed_bytes(n, bits) - done);
     for (; i < n; i++) {
         size_t bit = i * (size_t)bits;
         uint32_t v = (codes[i] & mask) << (bit & 7);

@@ -176,6 +176,16 @@ static inline float quant_max_abs(float m, float x) {
     return a > m ? a : m;
 }
 
+// max |x_i| over n numbers (0 for none; NaNs never win): the same value whatever order the numbers
+// are taken in, so the loop runs in SIMD lanes joined at the end, where a chain of maxima over one
+// register waited on each step.
+static inline float quant_absmax(const float *x, int n) {
+    float m = 0.0f;
+#pragma omp simd reduction(max : m)
+    for (int i = 0; i < n; i++) m = quant_max_abs(m, x[i]);
+    return m;
+}
+
 // j / per, and j % per in *rem, for j >= 0: a stream's block and place in it. A pool's blocks are a
 // power of two (the default 16, vLLM's) almost always, and the kernels ask this for every tile: a
 // shift and a mask, where an integer division is slow enough to show in the batched step.
@@ -356,8 +366,12 @@ QUANT_UNROLL(32)
 // tokens t; a group's chunk of 32 numbers is 16 bytes, byte i = e(2i) | e(2i+1) << 4 (at bits 4,
 // one token, exactly quant_pack's order). A table per group, table[e] = what the group's tokens add
 // to a number whose value is e (e.g. Σ_t w_t · level(code_t)), then serves all its numbers.
+// A byte's two numbers are joined before the one OR into it: byte after byte, no byte written twice.
 static inline void quant_group_put(uint8_t *chunk, int t, const uint8_t *codes, int n, int bits) {
-    for (int d = 0; d < n; d++) chunk[d / 2] |= (uint8_t)(codes[d] << (4 * (d % 2) + bits * t));
+    const int sh = bits * t;
+#pragma omp simd
+    for (int i = 0; i < n / 2; i++) chunk[i] |= (uint8_t)((codes[2 * i] | codes[2 * i + 1] << 4) << sh);
+    if (n % 2) chunk[n / 2] |= (uint8_t)(codes[n - 1] << sh);
 }
 
 static inline uint32_t quant_group_code(const uint8_t *chunk, int t, int d, int bits) {

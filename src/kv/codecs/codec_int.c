@@ -144,10 +144,8 @@ static void int_encode(IntState *s, int head, const float *x) {
         for (int i = 0; i < hd; i++) sum += fabsf(x[i]);
         d = sum / (float)hd;
     } else if (s->levels == LEVELS_SYM) {
-        float amax = 0.0f;
-        for (int i = 0; i < hd; i++) amax = quant_max_abs(amax, x[i]);
         lo = -(half - 1);
-        d = amax / (float)hi;
+        d = quant_absmax(x, hd) / (float)hi;
     } else {
         float amax = 0.0f, extreme = 0.0f;
         for (int i = 0; i < hd; i++) {
