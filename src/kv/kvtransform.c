@@ -237,7 +237,7 @@ typedef struct {
     OutlierEntry *head_entries;
     int *head_count;
     float *work;        // [n] the vector on its way in (append is one thread per stream)
-    uint8_t *picked;    // [n]
+    uint32_t *picked;   // [n] 1 where picked (a word, which the scans' SIMD lanes use as a mask)
     int *chosen;        // [per_token]
     // The codec's mirror forms passed on (transform_mirror_init); NULL where there are none.
     const MirrorOps *inner_key_m, *inner_value_m;
@@ -249,18 +249,55 @@ static int outlier_index(const Transform *s, int token, int i) {
     return s->index_bytes == 1 ? p[0] : p[0] | p[1] << 8;
 }
 
-// The index of the smallest (sign -1) or largest (+1) entry not yet picked; the first on ties.
+// The index of the smallest (sign -1) or largest (+1) entry not yet picked; the first on ties. As
+// a scan from the first entry not picked that moves on a strictly better entry: that is the first
+// place of the extreme value (a minimum of -w for the largest), found in SIMD lanes (NaNs never
+// win), unless the scan's first entry is NaN, which no comparison beats.
 static int pick_extreme(const Transform *s, const float *w, int sign) {
-    int best = -1;
-    for (int i = 0; i < s->n; i++)
-        if (!s->picked[i] && (best < 0 || (sign > 0 ? w[i] > w[best] : w[i] < w[best]))) best = i;
-    return best;
+    const uint32_t *picked = s->picked;
+    const int n = s->n;
+    int first = 0;
+    while (first < n && picked[first]) first++;
+    if (first == n) return -1;
+    if (isnan(w[first])) return first;
+    const float flip = sign > 0 ? -1.0f : 1.0f; // exact: -w orders as w reversed, NaN stays NaN
+    float m = INFINITY;
+#pragma omp simd reduction(min : m)
+    for (int i = 0; i < n; i++) {
+        const float v = flip * w[i], c = picked[i] ? INFINITY : v;
+        m = c < m ? c : m;
+    }
+    int i = first;
+    while (picked[i] || flip * w[i] != m) i++;
+    return i;
+}
+
+// The range of a head's entries not picked (lo > hi when there are none), as fminf and fmaxf find
+// it entry by entry. Without a NaN, and with both ends nonzero, the ends are the set's least and
+// greatest values whatever the order, and SIMD lanes find them; else the library calls decide (NaNs,
+// and a zero end, whose sign their ties choose), one entry after another as before.
+static void unpicked_range(const float *v, const uint32_t *pk, int n, float *lo, float *hi) {
+    float l = INFINITY, h = -INFINITY;
+    int nan = 0;
+#pragma omp simd reduction(min : l) reduction(max : h) reduction(| : nan)
+    for (int d = 0; d < n; d++) {
+        const float a = pk[d] ? INFINITY : v[d], b = pk[d] ? -INFINITY : v[d];
+        l = a < l ? a : l;
+        h = b > h ? b : h;
+        nan |= v[d] != v[d];
+    }
+    if (nan || l == 0.0f || h == 0.0f) {
+        l = INFINITY, h = -INFINITY;
+        for (int d = 0; d < n; d++)
+            if (!pk[d]) l = fminf(l, v[d]), h = fmaxf(h, v[d]);
+    }
+    *lo = l, *hi = h;
 }
 
 // Stores token t's outlier entries exactly and clamps the codec's copy of each into the range of
 // the rest of its head.
 static void take_outliers(Transform *s, int t, float *w) {
-    memset(s->picked, 0, (size_t)s->n);
+    memset(s->picked, 0, sizeof(uint32_t) * (size_t)s->n);
     int *chosen = s->chosen;
     const int per_side = s->per_token / 2;
     for (int k = 0; k < per_side; k++)
@@ -278,10 +315,9 @@ static void take_outliers(Transform *s, int t, float *w) {
     }
     for (int h = 0; h < s->n_heads; h++) {
         float *v = w + h * s->head_dim;
-        const uint8_t *pk = s->picked + h * s->head_dim;
-        float lo = INFINITY, hi = -INFINITY;
-        for (int d = 0; d < s->head_dim; d++)
-            if (!pk[d]) lo = fminf(lo, v[d]), hi = fmaxf(hi, v[d]);
+        const uint32_t *pk = s->picked + h * s->head_dim;
+        float lo, hi;
+        unpicked_range(v, pk, s->head_dim, &lo, &hi);
         if (lo > hi) lo = hi = 0.0f; // every entry of the head is an outlier
         for (int d = 0; d < s->head_dim; d++)
             if (pk[d]) v[d] = v[d] < lo ? lo : v[d] > hi ? hi : v[d];
@@ -619,7 +655,7 @@ int transform_wrap(KVStream *st, const TransformOptions *t, int first, char *err
         s->index_bytes = s->n <= 256 ? 1 : 2;
         s->out_val = malloc(sizeof(uint16_t) * (size_t)s->capacity * (size_t)s->per_token);
         s->out_idx = malloc((size_t)s->index_bytes * (size_t)s->capacity * (size_t)s->per_token);
-        s->picked = malloc((size_t)s->n);
+        s->picked = malloc(sizeof(uint32_t) * (size_t)s->n);
         s->chosen = malloc(sizeof(int) * (size_t)s->per_token);
         s->head_entries = malloc(sizeof(OutlierEntry) * (size_t)s->n_heads * (size_t)s->capacity * (size_t)s->per_token);
         s->head_count = calloc((size_t)s->n_heads, sizeof(int));
