@@ -97,6 +97,26 @@ static void test_small_formats(void) {
     CHECK(mx_elem_from_name("e3m2") == MX_E3M2 && mx_elem_from_name("e9m9") < 0 && mx_elem_from_name("e2m") < 0, "names");
 }
 
+// The encoders' branch-free E2M1 against mx_elem_encode (checked equal over all 2^32 floats once,
+// when it was written): a stride through every bit pattern, and each midpoint, magnitude and end
+// with its float neighbours, both signs.
+static void test_e2m1_branch_free(void) {
+    for (uint64_t u = 0; u <= 0xffffffffull; u += 4099) {
+        float x;
+        const uint32_t bits = (uint32_t)u;
+        memcpy(&x, &bits, sizeof x);
+        CHECK(mx_e2m1_encode(x) == mx_elem_encode(MX_E2M1, x), "e2m1 of bits %08x", (unsigned)bits);
+    }
+    const float edges[] = {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f,
+                           5.0f, 6.0f, 1e-45f, 0x1p-126f, 3.4e38f, INFINITY, NAN};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
+        for (int sign = -1; sign <= 1; sign += 2) {
+            const float e = (float)sign * edges[i], near[3] = {nextafterf(e, -INFINITY), e, nextafterf(e, INFINITY)};
+            for (int k = 0; k < 3; k++)
+                CHECK(mx_e2m1_encode(near[k]) == mx_elem_encode(MX_E2M1, near[k]), "e2m1 of %.9g", near[k]);
+        }
+}
+
 // ---- MX blocks ------------------------------------------------------------------------------
 
 static void block_read(MxElem e, const float *x, float *out) {
@@ -490,6 +510,7 @@ static void test_estimators(void) {
 
 int main(void) {
     test_small_formats();
+    test_e2m1_branch_free();
     test_mx_scales();
     test_nvfp4();
     test_codebook();

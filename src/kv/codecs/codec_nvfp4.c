@@ -52,9 +52,7 @@ static void nvfp4_append(void *state, const float *x) {
         uint8_t *row = codec_row(&s->r, h, s->r.length);
         float s2 = s->s2;
         if (s->token_scale) {
-            float amax = 0.0f;
-            for (int d = 0; d < s->head_dim; d++) amax = quant_max_abs(amax, v[d]);
-            s2 = nvfp4_second_scale(amax, s->four_over_six);
+            s2 = nvfp4_second_scale(quant_absmax(v, s->head_dim), s->four_over_six);
             memcpy(row, &s2, sizeof s2);
             row += sizeof s2;
         }

@@ -122,15 +122,19 @@ uint8_t mx_scale_byte(MxElem e, float amax) {
 float mx_scale_decode(uint8_t byte) { return byte == 0xff ? NAN : ldexpf(1.0f, (int)byte - 127); }
 
 void mx_block_encode(MxElem e, const float *x, int n, uint8_t *scale, uint8_t *codes) {
-    float amax = 0.0f;
+    const float amax = quant_absmax(x, n);
     int nan = 0;
-    for (int i = 0; i < n; i++) {
-        nan |= isnan(x[i]);
-        amax = quant_max_abs(amax, x[i]);
-    }
+    for (int i = 0; i < n; i++) nan |= isnan(x[i]);
     *scale = nan ? 0xff : mx_scale_byte(e, amax);
     const int shift = 127 - (int)*scale; // −X: dividing by 2^X is exact scaling
-    for (int i = 0; i < n; i++) codes[i] = *scale == 0xff ? 0 : mx_elem_encode(e, times_pow2(x[i], shift));
+    if (*scale == 0xff) {
+        memset(codes, 0, (size_t)n);
+    } else if (e == MX_E2M1 && shift >= -126) { // times_pow2's one product, by a float 2^shift
+        const float p = times_pow2(1.0f, shift);
+        for (int i = 0; i < n; i++) codes[i] = mx_e2m1_encode(x[i] * p);
+    } else {
+        for (int i = 0; i < n; i++) codes[i] = mx_elem_encode(e, times_pow2(x[i], shift));
+    }
 }
 
 // ---- NVFP4 ----------------------------------------------------------------------------------
@@ -140,11 +144,15 @@ float nvfp4_second_scale(float amax, int four_over_six) {
 }
 
 // Elements of one block against the scale s2·sb; the squared error of reading them back.
+// The codes first (a loop in SIMD lanes), then the error's sum, in order.
 static double nvfp4_try(const float *x, int n, float scale, uint8_t *codes) {
     const float *e2m1 = mx_elem_table(MX_E2M1);
+    if (scale > 0.0f)
+        for (int i = 0; i < n; i++) codes[i] = mx_e2m1_encode(x[i] / scale);
+    else
+        memset(codes, 0, (size_t)n);
     double err = 0.0;
     for (int i = 0; i < n; i++) {
-        codes[i] = scale > 0.0f ? mx_elem_encode(MX_E2M1, x[i] / scale) : 0;
         const double d = (double)x[i] - (double)(e2m1[codes[i]] * scale);
         err += d * d;
     }
@@ -152,8 +160,7 @@ static double nvfp4_try(const float *x, int n, float scale, uint8_t *codes) {
 }
 
 uint8_t nvfp4_block_encode(const float *x, int n, float s2, int four_over_six, uint8_t *codes) {
-    float amax = 0.0f;
-    for (int i = 0; i < n; i++) amax = quant_max_abs(amax, x[i]);
+    const float amax = quant_absmax(x, n);
     uint8_t best = 0, trial[16];
     double best_err = INFINITY;
     for (int k = 0; k < (four_over_six ? 2 : 1); k++) {

@@ -33,6 +33,16 @@ int mx_elem_from_name(const char *name);
 // element's `bits` (two's complement for INT8).
 uint8_t mx_elem_encode(MxElem e, float x);
 float mx_elem_decode(MxElem e, uint8_t code);
+// mx_elem_encode(MX_E2M1, x) without branches, so that a block's loop vectorises (test_codec_formats
+// checks the two agree): a magnitude's code counts the midpoints between E2M1's magnitudes 0, 0.5,
+// 1, 1.5, 2, 3, 4, 6 it lies beyond, a tie going to the even code (>= where the code above is
+// even), so from 5 up (inf too) the largest; NaN fails every comparison and drops its sign: 0.
+static inline uint8_t mx_e2m1_encode(float x) {
+    const float a = fabsf(x);
+    const int mag = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
+    const uint32_t sign = x == x ? quant_to_bits(x) >> 28 & 8u : 0u;
+    return (uint8_t)(sign | (uint32_t)mag);
+}
 // mx_elem_decode of every code as a 256-entry table (codes beyond the element's bits repeat nothing
 // meaningful and are 0), built once per process: the read path's decode is then one load, where
 // mx_elem_decode's ldexpf on every number read made mx and nvfp4 attention far slower than the int
