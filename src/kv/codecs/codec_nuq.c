@@ -62,18 +62,27 @@ static void nuq_destroy(void *state) {
 
 // codes[d] = the nearest level to xn[d], the first of equals (a NaN: level 0), for n numbers: each
 // number's levels in turn, as a scan one number at a time would take them, with the loop over
-// numbers inside so that it runs a vector of numbers a step.
+// numbers inside so that it runs a vector of numbers a step; 16 numbers at a time, whose best
+// distances and codes stay in registers across the levels.
 static void nearest_levels(const NuqState *s, const float *xn, uint8_t *codes, int n) {
-    float best_d[1024];
-    for (int d = 0; d < n; d++) best_d[d] = fabsf(xn[d] - s->levels[0]), codes[d] = 0;
-    for (int i = 1; i < s->n_levels; i++) {
-        const float level = s->levels[i];
-        for (int d = 0; d < n; d++) {
-            const float dist = fabsf(xn[d] - level);
-            const int closer = dist < best_d[d];
-            best_d[d] = closer ? dist : best_d[d];
-            codes[d] = closer ? (uint8_t)i : codes[d];
+    for (int d0 = 0; d0 < n; d0 += 16) {
+        const int m = n - d0 < 16 ? n - d0 : 16;
+        float best_d[16], x[16];
+        int32_t code[16];
+        for (int k = 0; k < 16; k++) x[k] = k < m ? xn[d0 + k] : 0.0f;
+#pragma omp simd
+        for (int k = 0; k < 16; k++) best_d[k] = fabsf(x[k] - s->levels[0]), code[k] = 0;
+        for (int i = 1; i < s->n_levels; i++) {
+            const float level = s->levels[i];
+#pragma omp simd
+            for (int k = 0; k < 16; k++) { // selects by masks: gcc's masked stores jumped over empty masks
+                const float dist = fabsf(x[k] - level);
+                const uint32_t closer = 0u - (uint32_t)(dist < best_d[k]);
+                best_d[k] = quant_from_bits((quant_to_bits(dist) & closer) | (quant_to_bits(best_d[k]) & ~closer));
+                code[k] = (int32_t)(((uint32_t)i & closer) | ((uint32_t)code[k] & ~closer));
+            }
         }
+        for (int k = 0; k < m; k++) codes[d0 + k] = (uint8_t)code[k];
     }
 }
 
