@@ -186,6 +186,18 @@ static inline float quant_absmax(const float *x, int n) {
     return m;
 }
 
+// The signed number of largest magnitude, the first of equals, with that magnitude in *amax: what a
+// scan finds that takes a number whose magnitude beats the best so far (from 0, so 0 when every
+// magnitude is 0 or NaN), as quant_absmax's maximum and then its first place.
+static inline float quant_extreme(const float *x, int n, float *amax) {
+    const float m = quant_absmax(x, n);
+    *amax = m;
+    if (!(m > 0.0f)) return 0.0f;
+    int i = 0;
+    while (fabsf(x[i]) != m) i++;
+    return x[i];
+}
+
 // j / per, and j % per in *rem, for j >= 0: a stream's block and place in it. A pool's blocks are a
 // power of two (the default 16, vLLM's) almost always, and the kernels ask this for every tile: a
 // shift and a mask, where an integer division is slow enough to show in the batched step.

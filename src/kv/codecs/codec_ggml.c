@@ -109,8 +109,7 @@ static inline int trunc_clamp(float v, int hi) {
 // q8_0's rounding, of a cached block and of a query (qround=q8): d = absmax/127 in fp32, q =
 // roundf(x/d) (half away from zero) within ±127 (|x/d| <= 127 up to rounding; NaN gives 0).
 static float round_q8(const float *x, int8_t *q) {
-    float amax = 0.0f;
-    for (int j = 0; j < QK; j++) amax = quant_max_abs(amax, x[j]);
+    const float amax = quant_absmax(x, QK);
     const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int j = 0; j < QK; j++) {
         const float v = x[j] * id;
@@ -141,13 +140,8 @@ static void pack_block_codes(const uint8_t *q, uint8_t *at, int bits) {
 // q4_0 (bits 4) and q5_0 (bits 5): d = signed extreme / −2^(bits−1).
 static void quantise_qx_0(const float *x, uint8_t *b, int bits) {
     const int half = 1 << (bits - 1), top = (1 << bits) - 1;
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < QK; j++) {
-        if (amax < fabsf(x[j])) {
-            amax = fabsf(x[j]);
-            max = x[j];
-        }
-    }
+    float amax;
+    const float max = quant_extreme(x, QK, &amax);
     const float d = max / (float)-half;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     store_f16(b, d);
@@ -177,11 +171,15 @@ static void quantise_qx_1(const float *x, uint8_t *b, int bits) {
 // interval [values[lo], values[lo+1]) holding v is found by counting the entries not above it (no
 // branches: the encoder calls this 500 times per block, and a binary search mispredicts), then the
 // nearer end wins, upper on a tie; below the first entry 0, from the last 15 (NaN too).
-static int iq4nl_nearest(float v) {
+// Without a branch, so that a block's loop over its numbers runs in SIMD lanes: the table repeats
+// its last entry for lo = 15, whose choice is then overruled.
+static const float iq4nl_floats[17] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113, 113};
+
+static inline int iq4nl_nearest(float v) {
     int lo = 0;
-    for (int k = 1; k < 16; k++) lo += v >= (float)iq4nl_values[k];
-    if (lo == 15 || v != v) return 15;
-    return v - (float)iq4nl_values[lo] < (float)iq4nl_values[lo + 1] - v ? lo : lo + 1;
+    for (int k = 1; k < 16; k++) lo += v >= iq4nl_floats[k];
+    const int near = v - iq4nl_floats[lo] < iq4nl_floats[lo + 1] - v ? lo : lo + 1;
+    return lo == 15 || v != v ? 15 : near;
 }
 
 // iq4_nl, two ways. Both weight each number by x² (llama.cpp without an importance matrix) and
@@ -200,21 +198,17 @@ static void quantise_iq4_nl(const float *x, uint8_t *b, int search) {
     static const float values[17] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113, 113};
     const int ntry = 7;
     float w[QK];
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < QK; j++) {
-        w[j] = x[j] * x[j];
-        if (fabsf(x[j]) > amax) {
-            amax = fabsf(x[j]);
-            max = x[j];
-        }
-    }
+    for (int j = 0; j < QK; j++) w[j] = x[j] * x[j];
+    float amax;
+    const float max = quant_extreme(x, QK, &amax);
     float d = 0.0f;
     uint8_t L[QK];
     if (amax >= 1e-15f && !search) {
         const float id = 1.0f / (max / (float)iq4nl_values[0]);
+#pragma omp simd
+        for (int j = 0; j < QK; j++) L[j] = (uint8_t)iq4nl_nearest(id * x[j]); // SIMD lanes; the sums in order
         float sumqx = 0.0f, sumq2 = 0.0f;
         for (int j = 0; j < QK; j++) {
-            L[j] = (uint8_t)iq4nl_nearest(id * x[j]);
             const float q = (float)iq4nl_values[L[j]];
             sumqx += w[j] * q * x[j];
             sumq2 += w[j] * q * q;
@@ -249,6 +243,7 @@ static void quantise_iq4_nl(const float *x, uint8_t *b, int search) {
     store_f16(b, d);
     if (search || !(amax >= 1e-15f)) { // a zero block takes the entry nearest to 0 throughout
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
+#pragma omp simd
         for (int j = 0; j < QK; j++) L[j] = (uint8_t)iq4nl_nearest(id * x[j]);
     }
     for (int j = 0; j < QK / 2; j++) b[2 + j] = (uint8_t)(L[j] | (L[j + QK / 2] << 4));

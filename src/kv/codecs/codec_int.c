@@ -147,13 +147,8 @@ static void int_encode(IntState *s, int head, const float *x) {
         lo = -(half - 1);
         d = quant_absmax(x, hd) / (float)hi;
     } else {
-        float amax = 0.0f, extreme = 0.0f;
-        for (int i = 0; i < hd; i++) {
-            if (fabsf(x[i]) > amax) {
-                amax = fabsf(x[i]);
-                extreme = x[i];
-            }
-        }
+        float amax;
+        const float extreme = quant_extreme(x, hd, &amax);
         d = extreme / (float)-half;
     }
     const float ds = int_store_scale(s, int_slot(s, head, s->length), d);
