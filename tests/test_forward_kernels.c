@@ -172,6 +172,31 @@ static float ref_score(const float *q, int hd, int j, ScoreOrder order) {
     return acc;
 }
 
+// factor_rows in every form against its definition written here (element by element: the same bits
+// at any width), over rows of ragged lengths around the vector widths.
+static void run_factor_rows(const ForwardKernels *k) {
+    enum { ROWS = 5 };
+    static const int lens[ROWS] = {1, 15, 16, 47, SPAN_N};
+    static float x[ROWS * SPAN_N], want[ROWS * SPAN_N], y[ROWS * SPAN_N], f[SPAN_N], g[SPAN_N];
+    float c[ROWS];
+    fill(y, ROWS * SPAN_N, 3.0), fill(f, SPAN_N, 2.0), fill(g, SPAN_N, 1e3), fill(c, ROWS, 5.0);
+    for (int form = FACTOR_TIMES; form <= FACTOR_SECOND; form++) {
+        fill(x, ROWS * SPAN_N, 1e-3);
+        x[0] = -0.0f; // 0 + f·(−0) is +0, f·(−0) is not
+        memcpy(want, x, sizeof x);
+        for (int r = 0; r < ROWS; r++)
+            for (int j = 0; j < lens[r]; j++) {
+                float *w = &want[r * SPAN_N + j];
+                *w = form == FACTOR_TIMES       ? f[j] * *w
+                     : form == FACTOR_PLUS_ZERO ? 0.0f + f[j] * *w
+                     : form == FACTOR_OFFSET    ? f[j] * *w + g[j] * c[r]
+                                                : f[j] * (*w + g[j] * y[r * SPAN_N + j]);
+            }
+        k->factor_rows(x, SPAN_N, y, SPAN_N, ROWS, lens, f, g, c, (FactorForm)form);
+        CHECK(check_same_bits(x, want, ROWS * SPAN_N), "factor_rows %s: form %d", k->name, form);
+    }
+}
+
 static void run_span(const ForwardKernels *k, const ForwardKernels *o) {
     static const int hds[] = {32, 16, 48};
     static const int ranges[][2] = {{0, 1}, {0, 16}, {3, 35}, {0, 64}, {1, 130}, {17, 300}, {0, 300},
@@ -317,6 +342,7 @@ int main(void) {
     run_exp(&forward_kernels_portable);
     run(&forward_kernels_portable, NULL);
     run_span(&forward_kernels_portable, NULL);
+    run_factor_rows(&forward_kernels_portable);
     char ran[64] = "portable", not_run[64] = "";
     for (int isa = ISA_AVX2; isa <= ISA_AVX512; isa++) {
         const ForwardKernels *k = forward_kernels_for((Isa)isa);
@@ -329,6 +355,7 @@ int main(void) {
         run(k, &forward_kernels_portable);
         run_span(k, NULL);
         run_span(k, &forward_kernels_portable);
+        run_factor_rows(k);
         snprintf(ran + strlen(ran), sizeof ran - strlen(ran), ", %s", k->name);
     }
     printf("forward kernels: %s checked against the reference and the portable build%s%s%s\n", ran,

@@ -314,25 +314,19 @@ static void span_tile_scores(const SpanTile *st) {
         const size_t as2 = b->att2_span;
         for (int t = 0; t < nt; t++) ops->query2(mm->rule[KV_ROLE_KEY], q + t * qd, qt + t * hd);
         fk->scores_transposed(att2, as2, qt, (size_t)hd, nt, kt2, hd, 0, st->ends, SCORE_IN_ORDER);
-        for (int t = 0; t < nt; t++)
-            for (int j = 0; j < n0 + t; j++)
-                att[t * as + j] = fac[j] * (att[t * as + j] + aux[j] * att2[t * as2 + j]);
+        fk->factor_rows(att, as, att2, as2, nt, st->ends, fac, aux, NULL, FACTOR_SECOND);
     } else if (mm->offsets[KV_ROLE_KEY]) { // factor_j · the sum + offset_j · Σ_d q̃_d, as the codec's kernel
         const float *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
         const float *off = span_mirror_offsets(mm, KV_ROLE_KEY, l, g);
+        float qsum[SPAN_TILE];
         for (int t = 0; t < nt; t++) {
-            float qsum = 0.0f;
-            for (int d = 0; d < hd; d++) qsum += qm[t * qms + d];
-            for (int j = 0; j < n0 + t; j++) att[t * as + j] = fac[j] * att[t * as + j] + off[j] * qsum;
+            qsum[t] = 0.0f;
+            for (int d = 0; d < hd; d++) qsum[t] += qm[t * qms + d];
         }
-    } else if (mm->factors[KV_ROLE_KEY] && ops->plus_zero) { // 0 + factor_j · the sum
-        const float *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
-        for (int t = 0; t < nt; t++)
-            for (int j = 0; j < n0 + t; j++) att[t * as + j] = 0.0f + fac[j] * att[t * as + j];
-    } else if (mm->factors[KV_ROLE_KEY]) { // factor_j · the sum, as the codec's kernel finishes each score
-        const float *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
-        for (int t = 0; t < nt; t++)
-            for (int j = 0; j < n0 + t; j++) att[t * as + j] = fac[j] * att[t * as + j];
+        fk->factor_rows(att, as, NULL, 0, nt, st->ends, fac, off, qsum, FACTOR_OFFSET);
+    } else if (mm->factors[KV_ROLE_KEY]) { // factor_j · the sum (0 + that: plus_zero), as the codec's kernel finishes each score
+        fk->factor_rows(att, as, NULL, 0, nt, st->ends, span_mirror_factors(mm, KV_ROLE_KEY, l, g), NULL, NULL,
+                        ops->plus_zero ? FACTOR_PLUS_ZERO : FACTOR_TIMES);
     }
     if (ops && ops->fix_scores) // a transform's sink tokens scored again, its outlier entries put right
         for (int t = 0; t < nt; t++) paged_mirror_fix_scores(&seq->k[l], ops, g, q + t * qd, att + t * as, n0 + t);
@@ -401,9 +395,8 @@ static void span_tile_mix(const SpanTile *st) {
             float *a2 = att2 + t * as2;
             for (int j = 0; j < n0 + t; j++) a2[2 * j] = vfac ? a[j] * vfac[j] : a[j], a2[2 * j + 1] = a[j];
         }
-    else if (vfac) // p_j · factor_j
-        for (int t = 0; t < nt; t++)
-            for (int j = 0; j < n0 + t; j++) att[t * as + j] = att[t * as + j] * vfac[j];
+    else if (vfac) // p_j · factor_j (as factor_j · p_j: one product)
+        fk->factor_rows(att, as, NULL, 0, nt, st->ends, vfac, NULL, NULL, FACTOR_TIMES);
     float acc2[SPAN_TILE * 1024]; // the second sums (has_second), a codec's head_dim is ≤ 1024
     if (ops && ops->has_second) {
         const float *aux = span_mirror_aux(mm, KV_ROLE_VALUE, l, g), *v2 = span_mirror_values2(mm, l, g);

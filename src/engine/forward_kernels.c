@@ -823,16 +823,42 @@ static void mix_rows_pairs_impl(float *restrict even, float *restrict odd, size_
     }
 }
 
+static void factor_rows_impl(float *restrict x, size_t xs, const float *restrict y, size_t ys, int n_x, const int *ends,
+                             const float *restrict f, const float *restrict g, const float *restrict c, FactorForm form) {
+    for (int r = 0; r < n_x; r++) {
+        float *restrict xr = x + (size_t)r * xs;
+        const int n = ends[r];
+        REGION_CHECK("factor_rows: x", xr, n);
+        REGION_CHECK("factor_rows: f", f, n);
+        if (form == FACTOR_TIMES) {
+#pragma omp simd
+            for (int j = 0; j < n; j++) xr[j] = f[j] * xr[j];
+        } else if (form == FACTOR_PLUS_ZERO) {
+#pragma omp simd
+            for (int j = 0; j < n; j++) xr[j] = 0.0f + f[j] * xr[j];
+        } else if (form == FACTOR_OFFSET) {
+            const float cr = c[r];
+#pragma omp simd
+            for (int j = 0; j < n; j++) xr[j] = f[j] * xr[j] + g[j] * cr;
+        } else {
+            const float *restrict yr = y + (size_t)r * ys;
+            REGION_CHECK("factor_rows: y", yr, n);
+#pragma omp simd
+            for (int j = 0; j < n; j++) xr[j] = f[j] * (xr[j] + g[j] * yr[j]);
+        }
+    }
+}
+
 #if defined(KERNELS_AVX512)
 const ForwardKernels forward_kernels_avx512 = {"avx512", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
                                                exp_negated_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl,
-                                               mix_rows_pairs_impl};
+                                               mix_rows_pairs_impl, factor_rows_impl};
 #elif defined(KERNELS_AVX2)
 const ForwardKernels forward_kernels_avx2 = {"avx2", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
                                              exp_negated_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl,
-                                             mix_rows_pairs_impl};
+                                             mix_rows_pairs_impl, factor_rows_impl};
 #else
 const ForwardKernels forward_kernels_portable = {"portable", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
                                                  exp_negated_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl,
-                                                 mix_rows_pairs_impl};
+                                                 mix_rows_pairs_impl, factor_rows_impl};
 #endif
