@@ -430,33 +430,33 @@ static inline __attribute__((always_inline)) void score_put(float *p, score_mask
 static inline __attribute__((always_inline)) void scores_pass(float *restrict out, size_t os, const float *restrict q,
                                                               size_t qs, int nq, const float *const *k,
                                                               const score_mask *m, int head_dim, int j, int masked,
-                                                              int d0, int step, int pairs, int add) {
+                                                              int chunks, int d0, int step, int pairs, int add) {
     score_vec a[QUAD][SCORE_CHUNKS];
     for (int r = 0; r < nq; r++)
-        for (int c = 0; c < SCORE_CHUNKS; c++) a[r][c] = SCORE_ZERO();
+        for (int c = 0; c < chunks; c++) a[r][c] = SCORE_ZERO();
     int d = d0;
     for (; pairs && d + 2 <= head_dim; d += 2) {
         score_vec k0[SCORE_CHUNKS], k1[SCORE_CHUNKS];
-        for (int c = 0; c < SCORE_CHUNKS; c++) {
+        for (int c = 0; c < chunks; c++) {
             k0[c] = score_get(k[c] + (size_t)d * KEY_PANEL, m[c], masked);
             k1[c] = score_get(k[c] + (size_t)(d + 1) * KEY_PANEL, m[c], masked);
         }
         for (int r = 0; r < nq; r++) {
             const score_vec q0 = SCORE_SET1(q[(size_t)r * qs + d]), q1 = SCORE_SET1(q[(size_t)r * qs + d + 1]);
-            for (int c = 0; c < SCORE_CHUNKS; c++)
+            for (int c = 0; c < chunks; c++)
                 a[r][c] = SCORE_ADD(a[r][c], SCORE_ADD(SCORE_MUL(q0, k0[c]), SCORE_MUL(q1, k1[c])));
         }
     }
     for (; d < head_dim; d += step) {
         score_vec kc[SCORE_CHUNKS];
-        for (int c = 0; c < SCORE_CHUNKS; c++) kc[c] = score_get(k[c] + (size_t)d * KEY_PANEL, m[c], masked);
+        for (int c = 0; c < chunks; c++) kc[c] = score_get(k[c] + (size_t)d * KEY_PANEL, m[c], masked);
         for (int r = 0; r < nq; r++) {
             const score_vec qd = SCORE_SET1(q[(size_t)r * qs + d]);
-            for (int c = 0; c < SCORE_CHUNKS; c++) a[r][c] = SCORE_ADD(a[r][c], SCORE_MUL(qd, kc[c]));
+            for (int c = 0; c < chunks; c++) a[r][c] = SCORE_ADD(a[r][c], SCORE_MUL(qd, kc[c]));
         }
     }
     for (int r = 0; r < nq; r++)
-        for (int c = 0; c < SCORE_CHUNKS; c++) {
+        for (int c = 0; c < chunks; c++) {
             float *o = out + (size_t)r * os + j + c * SCORE_LANES;
             score_put(o, m[c], add ? SCORE_ADD(score_get(o, m[c], masked), a[r][c]) : a[r][c], masked);
         }
@@ -464,7 +464,8 @@ static inline __attribute__((always_inline)) void scores_pass(float *restrict ou
 
 static inline __attribute__((always_inline)) void scores_block(float *restrict out, size_t os, const float *restrict q,
                                                                size_t qs, int nq, const float *restrict kt, int head_dim,
-                                                               int j, int j0, int j1, int masked, ScoreOrder order) {
+                                                               int j, int j0, int j1, int masked, int chunks,
+                                                               ScoreOrder order) {
     score_mask m[SCORE_CHUNKS];
     const float *k[SCORE_CHUNKS]; // each vector's channel 0 (a vector past j1: the first's, never read)
     for (int c = 0; c < SCORE_CHUNKS; c++) {
@@ -473,23 +474,31 @@ static inline __attribute__((always_inline)) void scores_block(float *restrict o
         k[c] = kt + key_panel_at(head_dim, 0, i < j1 ? i : j);
     }
     if (order == SCORE_EVEN_ODD) { // the even chain stored, then the odd one added to it
-        scores_pass(out, os, q, qs, nq, k, m, head_dim, j, masked, 0, 2, 0, 0);
-        scores_pass(out, os, q, qs, nq, k, m, head_dim, j, masked, 1, 2, 0, 1);
+        scores_pass(out, os, q, qs, nq, k, m, head_dim, j, masked, chunks, 0, 2, 0, 0);
+        scores_pass(out, os, q, qs, nq, k, m, head_dim, j, masked, chunks, 1, 2, 0, 1);
     } else {
-        scores_pass(out, os, q, qs, nq, k, m, head_dim, j, masked, 0, 1, order == SCORE_IN_PAIRS, 0);
+        scores_pass(out, os, q, qs, nq, k, m, head_dim, j, masked, chunks, 0, 1, order == SCORE_IN_PAIRS, 0);
     }
 }
 
 // [j0, j1) of one or a quad of rows, in blocks from j0's vector on, each masked where the range does
-// not cover it.
+// not cover it; a block whose range ends within its first vectors takes those alone (a row's last
+// few positions past its quad's, and a range's last block, which as a whole block had cost as much
+// as 64 positions).
 static inline __attribute__((always_inline)) void scores_run(float *restrict out, size_t os, const float *restrict q,
                                                              size_t qs, int nq, const float *restrict kt, int head_dim,
                                                              int j0, int j1, ScoreOrder order) {
     for (int j = j0 - j0 % SCORE_LANES; j < j1; j += SCORE_BLOCK)
         if (j >= j0 && j + SCORE_BLOCK <= j1)
-            scores_block(out, os, q, qs, nq, kt, head_dim, j, j0, j1, 0, order);
+            scores_block(out, os, q, qs, nq, kt, head_dim, j, j0, j1, 0, SCORE_CHUNKS, order);
+        else if (j1 - j <= SCORE_LANES)
+            scores_block(out, os, q, qs, nq, kt, head_dim, j, j0, j1, 1, 1, order);
+        else if (SCORE_CHUNKS > 2 && j1 - j <= 2 * SCORE_LANES)
+            scores_block(out, os, q, qs, nq, kt, head_dim, j, j0, j1, 1, 2, order);
+        else if (SCORE_CHUNKS > 3 && j1 - j <= 3 * SCORE_LANES)
+            scores_block(out, os, q, qs, nq, kt, head_dim, j, j0, j1, 1, 3, order);
         else
-            scores_block(out, os, q, qs, nq, kt, head_dim, j, j0, j1, 1, order);
+            scores_block(out, os, q, qs, nq, kt, head_dim, j, j0, j1, 1, SCORE_CHUNKS, order);
 }
 #define SCORES_QUAD(out, os, q, qs, kt, head_dim, a, e, order) scores_run(out, os, q, qs, QUAD, kt, head_dim, a, e, order)
 #define SCORES_ROW(out, q, kt, head_dim, a, e, order) scores_run(out, 0, q, 0, 1, kt, head_dim, a, e, order)
