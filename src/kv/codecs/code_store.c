@@ -40,13 +40,40 @@ void code_store_put(CodeStore *cs, int head, int token, int c, const uint8_t *q,
     }
 }
 
+// A lane's codes of a tile, or a token's of a group, with a constant width (code_store_get's switch),
+// so that every shift is a constant and the loop unrolls: the fast evaluator's mirror reads every
+// token's codes through here.
+static QUANT_ALWAYS_INLINE void tile_get(const uint32_t *w, int lane, uint8_t *q, int n, const int bits) {
+    for (int i = 0; i < n; i++) q[i] = (uint8_t)quant_tile_code(w, lane, i, bits);
+}
+
+static QUANT_ALWAYS_INLINE void group_get(const uint8_t *chunk, int t, uint8_t *q, int n, const int bits) {
+    for (int i = 0; i < n; i++) q[i] = (uint8_t)quant_group_code(chunk, t, i, bits);
+}
+
 void code_store_get(const CodeStore *cs, int head, int token, int c, uint8_t *q, int n) {
     const uint8_t *unit = code_store_unit(cs, head, token / cs->unit);
     if (cs->layout == QUANT_TILES) {
         const uint32_t *w = (const uint32_t *)(const void *)unit + (size_t)c * cs->bits * QUANT_TILE;
-        for (int i = 0; i < n; i++) q[i] = (uint8_t)quant_tile_code(w, token % QUANT_TILE, i, cs->bits);
+        const int lane = token % QUANT_TILE;
+        switch (cs->bits) {
+        case 1: tile_get(w, lane, q, n, 1); break;
+        case 2: tile_get(w, lane, q, n, 2); break;
+        case 3: tile_get(w, lane, q, n, 3); break;
+        case 4: tile_get(w, lane, q, n, 4); break;
+        case 5: tile_get(w, lane, q, n, 5); break;
+        case 6: tile_get(w, lane, q, n, 6); break;
+        case 7: tile_get(w, lane, q, n, 7); break;
+        default: tile_get(w, lane, q, n, 8); break;
+        }
     } else if (cs->layout == QUANT_GROUPS) {
-        for (int i = 0; i < n; i++) q[i] = (uint8_t)quant_group_code(unit + (size_t)c * 16, token % cs->unit, i, cs->bits);
+        const uint8_t *chunk = unit + (size_t)c * 16;
+        const int t = token % cs->unit;
+        switch (cs->bits) {
+        case 1: group_get(chunk, t, q, n, 1); break;
+        case 2: group_get(chunk, t, q, n, 2); break;
+        default: group_get(chunk, t, q, n, 4); break;
+        }
     } else {
         quant_unpack(unit + quant_packed_bytes((size_t)c * 32, cs->bits), q, (size_t)n, cs->bits);
     }
