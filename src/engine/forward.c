@@ -45,15 +45,35 @@ const ForwardKernels *forward_kernels(void) {
 
 // rmsnorm and rope stay here: little work per token, each in a fixed (sequential) order.
 
-static void rmsnorm(float *out, const float *x, const float *gain, int n, float eps) {
-    float ss = 0;
-    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+// out = x / rms(x) · gain, from the sum of squares ss (in order of i).
+static void rmsnorm_scale(float *out, const float *x, const float *gain, int n, float eps, float ss) {
     float inv = 1.0f / sqrtf(ss / (float)n + eps);
     // A sum of squares that overflowed makes inv 0 and the output 0, so an overflowing model would
     // give finite nonsense (uniform logits). NaN carries the overflow to the logits, where the
     // commands report it; finite sums are untouched.
     if (isinf(ss)) inv = NAN;
     for (int i = 0; i < n; i++) out[i] = x[i] * inv * gain[i];
+}
+
+static void rmsnorm(float *out, const float *x, const float *gain, int n, float eps) {
+    float ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    rmsnorm_scale(out, x, gain, n, eps, ss);
+}
+
+// rmsnorm of n_rows rows `stride` apart (out and x alike): eight rows' sums of squares side by side,
+// each still in order of i, so that their chains of adds overlap (one row's waited on each add).
+static void rmsnorm_rows(float *out, const float *x, const float *gain, int n, float eps, int n_rows, size_t stride) {
+    enum { SIDE = 8 };
+    int r = 0;
+    for (; r + SIDE <= n_rows; r += SIDE) {
+        float ss[SIDE] = {0};
+        const float *xr = x + (size_t)r * stride;
+        for (int i = 0; i < n; i++)
+            for (int k = 0; k < SIDE; k++) ss[k] += xr[(size_t)k * stride + i] * xr[(size_t)k * stride + i];
+        for (int k = 0; k < SIDE; k++) rmsnorm_scale(out + (size_t)(r + k) * stride, xr + (size_t)k * stride, gain, n, eps, ss[k]);
+    }
+    for (; r < n_rows; r++) rmsnorm(out + (size_t)r * stride, x + (size_t)r * stride, gain, n, eps);
 }
 
 // Rotates adjacent pairs (2i, 2i+1) of every head of vec by the angles of position pos.
@@ -662,8 +682,7 @@ float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
         memcpy(b->x + (size_t)r * dim, w->token_embedding + (size_t)rows[r].token * dim, sizeof(float) * (size_t)dim);
     for (int l = 0; l < p->n_layers; l++) {
         c.layer = l;
-        for (int r = 0; r < n_rows; r++)
-            rmsnorm(b->xb + (size_t)r * dim, b->x + (size_t)r * dim, w->attn_norm + (size_t)l * dim, dim, p->norm_eps);
+        rmsnorm_rows(b->xb, b->x, w->attn_norm + (size_t)l * dim, dim, p->norm_eps, n_rows, (size_t)dim);
         pool_run(b->pool, task_qkv, &c);
         for (int r = 0; r < n_rows; r++) {
             const size_t at = (size_t)rows[r].pos * half;
@@ -720,13 +739,11 @@ float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
             for (int r = 0; r < n_rows; r++) kvseq_end_step(rows[r].seq, l);
         }
         pool_run(b->pool, task_wo, &c);
-        for (int r = 0; r < n_rows; r++)
-            rmsnorm(b->xb + (size_t)r * dim, b->x + (size_t)r * dim, w->ffn_norm + (size_t)l * dim, dim, p->norm_eps);
+        rmsnorm_rows(b->xb, b->x, w->ffn_norm + (size_t)l * dim, dim, p->norm_eps, n_rows, (size_t)dim);
         pool_run(b->pool, task_w1w3, &c);
         pool_run(b->pool, task_w2, &c);
     }
-    for (int r = 0; r < n_rows; r++)
-        rmsnorm(b->xb + (size_t)r * dim, b->x + (size_t)r * dim, w->final_norm, dim, p->norm_eps);
+    rmsnorm_rows(b->xb, b->x, w->final_norm, dim, p->norm_eps, n_rows, (size_t)dim);
     pool_run(b->pool, task_classifier, &c);
     return b->logits;
 }
