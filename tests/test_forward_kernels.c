@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exp_fixed.h"
 #include "fastmath.h"
 #include "forward_kernels.h"
 
@@ -170,6 +171,26 @@ static float ref_score(const float *q, int hd, int j, ScoreOrder order) {
         }
     }
     return acc;
+}
+
+// exp_shifted against exp_fixed called here, bit for bit, over logits from tiny to huge (the
+// loss's log-softmax; the exponential's accuracy is test_fastmath's).
+static void run_exp_shifted(const ForwardKernels *k) {
+    enum { N = 1000 };
+    static float x[N];
+    static double out[N];
+    static const float shifts[] = {0.0f, 3.5f, -120.0f, 700.0f};
+    for (int si = 0; si < 4; si++) {
+        for (int i = 0; i < N; i++) x[i] = (float)((2 * urand() - 1) * (i % 3 == 0 ? 1e3 : i % 3 == 1 ? 30.0 : 1e-3));
+        x[7] = -0.0f, x[8] = 1e30f, x[9] = -1e30f;
+        k->exp_shifted(out, x, shifts[si], N);
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            const double want = exp_fixed((double)x[i] - shifts[si]);
+            bad += memcmp(&want, &out[i], sizeof want) != 0;
+        }
+        CHECK(bad == 0, "exp_shifted %s: %d of %d differ from exp_fixed (shift %g)", k->name, bad, N, shifts[si]);
+    }
 }
 
 // factor_rows in every form against its definition written here (element by element: the same bits
@@ -343,6 +364,7 @@ int main(void) {
     run(&forward_kernels_portable, NULL);
     run_span(&forward_kernels_portable, NULL);
     run_factor_rows(&forward_kernels_portable);
+    run_exp_shifted(&forward_kernels_portable);
     char ran[64] = "portable", not_run[64] = "";
     for (int isa = ISA_AVX2; isa <= ISA_AVX512; isa++) {
         const ForwardKernels *k = forward_kernels_for((Isa)isa);
@@ -356,6 +378,7 @@ int main(void) {
         run_span(k, NULL);
         run_span(k, &forward_kernels_portable);
         run_factor_rows(k);
+        run_exp_shifted(k);
         snprintf(ran + strlen(ran), sizeof ran - strlen(ran), ", %s", k->name);
     }
     printf("forward kernels: %s checked against the reference and the portable build%s%s%s\n", ran,

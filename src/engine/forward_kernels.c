@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "fastmath.h"
+#include "exp_fixed.h"
 #include "libm_expf.h"
 #include "region_check.h"
 
@@ -331,6 +332,11 @@ static int scaled_softmax_impl(float *x, int n, float scale) {
 static void exp_negated_impl(float *restrict out, const float *restrict x, int n) {
 #pragma omp simd
     for (int i = 0; i < n; i++) out[i] = libm_expf(-x[i]);
+}
+
+static void exp_shifted_impl(double *restrict out, const float *restrict x, float shift, int n) {
+#pragma omp simd
+    for (int i = 0; i < n; i++) out[i] = exp_fixed((double)x[i] - shift);
 }
 
 // ---- The fast evaluator's attention ---------------------------------------------------------
@@ -860,14 +866,14 @@ static void factor_rows_impl(float *restrict x, size_t xs, const float *restrict
 
 #if defined(KERNELS_AVX512)
 const ForwardKernels forward_kernels_avx512 = {"avx512", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
-                                               exp_negated_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl,
+                                               exp_negated_impl, exp_shifted_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl,
                                                mix_rows_pairs_impl, factor_rows_impl};
 #elif defined(KERNELS_AVX2)
 const ForwardKernels forward_kernels_avx2 = {"avx2", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
-                                             exp_negated_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl,
+                                             exp_negated_impl, exp_shifted_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl,
                                              mix_rows_pairs_impl, factor_rows_impl};
 #else
 const ForwardKernels forward_kernels_portable = {"portable", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
-                                                 exp_negated_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl,
+                                                 exp_negated_impl, exp_shifted_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl,
                                                  mix_rows_pairs_impl, factor_rows_impl};
 #endif

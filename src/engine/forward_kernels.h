@@ -54,6 +54,8 @@ typedef struct {
     int (*scaled_softmax)(float *x, int n, float scale);
     // out[i] = e^(−x[i]), each glibc's expf(−x[i]) to the bit (libm_expf.h), for SwiGLU.
     void (*exp_negated)(float *restrict out, const float *restrict x, int n);
+    // out[i] = exp_fixed((double)x[i] − shift) (exp_fixed.h), for the loss's log-softmax.
+    void (*exp_shifted)(double *restrict out, const float *restrict x, float shift, int n);
     // The fast evaluator's attention (span_mirror.h), over keys and values decoded to floats, for
     // n_q <= SPAN_TILE rows at once, row r over positions [j0, ends[r]): out[r·os + j] = Σ_d q[r·qs + d]
     // · kt[key_panel_at(head_dim, d, j)], each sum in `order` over d (keys held transposed, in panels) ...

@@ -8,27 +8,46 @@
 #include <string.h>
 
 #include "bootstrap.h"
-#include "exp_fixed.h"
 #include "finite.h"
 #include "forward.h"
 #include "text.h"
 
-// log softmax(logits) into out, in double so long sums do not drift. The exponentials a run at a
-// time (exp_fixed: the same bits everywhere, and the loop vectorises), summed in order.
-static void log_softmax(const float *logits, int vocab, double *out) {
-    float max = logits[0];
-    for (int i = 1; i < vocab; i++) max = logits[i] > max ? logits[i] : max;
-    double sum = 0;
-    enum { RUN = 256 };
-    for (int i0 = 0; i0 < vocab; i0 += RUN) {
-        const int n = vocab - i0 < RUN ? vocab - i0 : RUN;
-        double e[RUN];
-#pragma omp simd
-        for (int i = 0; i < n; i++) e[i] = exp_fixed((double)logits[i0 + i] - max);
-        for (int i = 0; i < n; i++) sum += e[i];
+// Rows a span's scoring takes side by side: each row's max, sum and KL run in order over the
+// vocabulary, one chain each, and the rows' chains overlap (one row's waited on each add).
+enum { SIDE = 8, VOCAB = 256 };
+
+// log softmax of n <= SIDE rows of logits (`vocab` apart) into out[k], in double so long sums do not
+// drift. The exponentials a row at a time (exp_fixed in the kernel set's vectors: the same bits
+// everywhere), each row's max and sum in order of i.
+static void log_softmax_rows(const float *logits, int n, double (*out)[VOCAB]) {
+    float max[SIDE];
+    double sum[SIDE] = {0};
+    for (int k = 0; k < n; k++) max[k] = logits[(size_t)k * VOCAB];
+    for (int i = 1; i < VOCAB; i++)
+        for (int k = 0; k < n; k++) {
+            const float x = logits[(size_t)k * VOCAB + i];
+            max[k] = x > max[k] ? x : max[k];
+        }
+    const ForwardKernels *fk = forward_kernels();
+    for (int k = 0; k < n; k++) fk->exp_shifted(out[k], logits + (size_t)k * VOCAB, max[k], VOCAB);
+    for (int i = 0; i < VOCAB; i++)
+        for (int k = 0; k < n; k++) sum[k] += out[k][i];
+    for (int k = 0; k < n; k++) {
+        const float *l = logits + (size_t)k * VOCAB;
+        const double log_sum = log(sum[k]);
+        for (int i = 0; i < VOCAB; i++) out[k][i] = (double)l[i] - max[k] - log_sum;
     }
-    double log_sum = log(sum);
-    for (int i = 0; i < vocab; i++) out[i] = (double)logits[i] - max - log_sum;
+}
+
+// KL(reference || this) of each of n rows (steps t0 .. t0 + n − 1), from the reference's stored
+// log-probabilities, each row's sum in order of v.
+static void kl_rows(const EvalTrace *reference, int t0, int n, const double (*lp)[VOCAB], double *step) {
+    for (int k = 0; k < n; k++) step[k] = 0;
+    const float *ref = reference->log_probs + (size_t)t0 * VOCAB;
+    const double *pref = reference->probs + (size_t)t0 * VOCAB;
+    for (int v = 0; v < VOCAB; v++)
+        for (int k = 0; k < n; k++)
+            step[k] += pref[(size_t)k * VOCAB + v] * ((double)ref[(size_t)k * VOCAB + v] - (double)(float)lp[k][v]);
 }
 
 int eval_windows_steps(const uint8_t *tokens, int n) {
@@ -70,6 +89,10 @@ int eval_tokens(const Model *m, const uint8_t *tokens, int n, const CodecSpec *k
         return -1;
     }
     const int vocab = m->config.vocab_size, heads = m->config.n_layers * m->config.n_heads;
+    if (vocab != VOCAB) { // tokens are bytes (model_validate holds every model to it)
+        snprintf(err, errlen, "a vocabulary of %d, not the %d bytes", vocab, VOCAB);
+        return -1;
+    }
     if (reference && reference->steps != n - 1) {
         snprintf(err, errlen, "the reference trace has %d steps, the text %d", reference->steps, n - 1);
         return -1;
@@ -89,7 +112,7 @@ int eval_tokens(const Model *m, const uint8_t *tokens, int n, const CodecSpec *k
         return -1;
     }
     for (int t = 0; t < n; t++) ids[t] = tokens[t];
-    double total = 0, kl = 0, lp[256];
+    double total = 0, kl = 0, lp[SIDE][VOCAB], steps[SIDE];
     long agree = 0;
     // Every token runs, the last too: its key and value are cached, so the cache's size is that of n.
     for (int t0 = 0; t0 < n; t0 += span) {
@@ -102,31 +125,31 @@ int eval_tokens(const Model *m, const uint8_t *tokens, int n, const CodecSpec *k
             free(ids);
             return -1;
         }
-        for (int i = 0; i < rows && t0 + i + 1 < n; i++) {
-            const int t = t0 + i;
-            const int *top_position = d.fwd.top_position + (size_t)i * heads;
-            log_softmax(logits + (size_t)i * vocab, vocab, lp);
-            total -= lp[tokens[t + 1]];
-            if (record) record->nll[t] = -lp[tokens[t + 1]];
-            if (reference) diff[t] = -lp[tokens[t + 1]] - reference->nll[t];
-            if (record) {
-                memcpy(record->top_position + (size_t)t * heads, top_position, sizeof(int) * (size_t)heads);
-                float *lt = record->log_probs + (size_t)t * vocab;
-                double *pt = record->probs + (size_t)t * vocab;
-                for (int v = 0; v < vocab; v++) lt[v] = (float)lp[v];
-#pragma omp simd
-                for (int v = 0; v < vocab; v++) pt[v] = exp_fixed((double)lt[v]);
-            }
-            if (reference) {
-                const int *top = reference->top_position + (size_t)t * heads;
-                for (int h = 0; h < heads; h++) agree += top[h] == top_position[h];
-                // KL(reference || this), from the reference's stored log-probabilities; when the two
-                // runs are the same the terms cancel exactly, so the fp32 cache gets exactly 0.
-                const float *ref = reference->log_probs + (size_t)t * vocab;
-                const double *pref = reference->probs + (size_t)t * vocab;
-                double step = 0;
-                for (int v = 0; v < vocab; v++) step += pref[v] * ((double)ref[v] - (double)(float)lp[v]);
-                kl += step;
+        const int scored = t0 + rows < n ? rows : n - 1 - t0; // the last token predicts nothing
+        for (int i0 = 0; i0 < scored; i0 += SIDE) {
+            const int side = scored - i0 < SIDE ? scored - i0 : SIDE;
+            log_softmax_rows(logits + (size_t)i0 * vocab, side, lp);
+            // KL(reference || this), from the reference's stored log-probabilities; when the two
+            // runs are the same the terms cancel exactly, so the fp32 cache gets exactly 0.
+            if (reference) kl_rows(reference, t0 + i0, side, (const double(*)[VOCAB])lp, steps);
+            for (int k = 0; k < side; k++) {
+                const int i = i0 + k, t = t0 + i;
+                const int *top_position = d.fwd.top_position + (size_t)i * heads;
+                total -= lp[k][tokens[t + 1]];
+                if (record) record->nll[t] = -lp[k][tokens[t + 1]];
+                if (reference) diff[t] = -lp[k][tokens[t + 1]] - reference->nll[t];
+                if (record) {
+                    memcpy(record->top_position + (size_t)t * heads, top_position, sizeof(int) * (size_t)heads);
+                    float *lt = record->log_probs + (size_t)t * vocab;
+                    double *pt = record->probs + (size_t)t * vocab;
+                    for (int v = 0; v < vocab; v++) lt[v] = (float)lp[k][v];
+                    forward_kernels()->exp_shifted(pt, lt, 0.0f, vocab);
+                }
+                if (reference) {
+                    const int *top = reference->top_position + (size_t)t * heads;
+                    for (int h = 0; h < heads; h++) agree += top[h] == top_position[h];
+                    kl += steps[k];
+                }
             }
         }
     }
