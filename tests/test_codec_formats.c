@@ -367,6 +367,38 @@ static void test_tq_encode_cells(void) {
     }
 }
 
+// tq_encode_heads codes vectors side by side (their sums' chains interleaved): every row the bytes
+// tq_encode gives the vector alone, for 1 to 11 vectors (a group of TQ_SIDE and a part), at widths
+// counted and halved, mse, nc and prod, with a random rotation and sketch.
+static void test_tq_encode_heads(void) {
+    enum { D = 32, V = 11 };
+    static float rot[2 * D * D], sketch[2 * D * D];
+    for (int i = 0; i < D; i++)
+        for (int j = 0; j < D; j++) {
+            rot[i * D + j] = rot[D * D + j * D + i] = (float)nrand() / 6.0f;
+            sketch[i * D + j] = sketch[D * D + j * D + i] = (float)nrand();
+        }
+    float x[V * D];
+    for (int i = 0; i < V * D; i++) x[i] = (float)nrand();
+    for (int i = 0; i < D; i++) x[3 * D + i] = 0.0f; // a zero vector: norm 0, no renormalising
+    for (int b = 2; b <= 8; b += 3)
+        for (int mode = 0; mode < 3; mode++) {
+            const TqCoder c = {.d = D, .cbits = b, .nc = mode == 1, .prod = mode == 2, .rot = rot, .sketch = sketch,
+                               .levels = tq_codebook(D, b)};
+            const size_t rb = tq_row_bytes(&c);
+            for (int n = 1; n <= V; n += 5) {
+                uint8_t one[V][2 + 2 * D + 8], side[V][2 + 2 * D + 8];
+                uint8_t *rows[V];
+                for (int v = 0; v < n; v++) tq_encode(&c, x + v * D, one[v]), rows[v] = side[v];
+                tq_encode_heads(&c, x, n, rows);
+                int differ = 0;
+                for (int v = 0; v < n; v++) differ += memcmp(one[v], side[v], rb) != 0;
+                CHECK(differ == 0, "tq_encode_heads: %d of %d rows differ from tq_encode's (%d bits, mode %d)", differ, n, b,
+                      mode);
+            }
+        }
+}
+
 // ---- Estimators over random matrices --------------------------------------------------------
 
 // A Haar-random orthogonal d × d matrix: Gram-Schmidt on Gaussian columns (the sign of each column
@@ -516,6 +548,7 @@ int main(void) {
     test_codebook();
     test_codebook_wide();
     test_tq_encode_cells();
+    test_tq_encode_heads();
     test_estimators();
     if (failures) {
         fprintf(stderr, "test_codec_formats: %d failure(s)\n", failures);

@@ -66,9 +66,15 @@ static void uniform_decode(const TqState *s, const uint8_t *row, float *x) {
 
 static void tq_append(void *state, const float *x) {
     TqState *s = state;
-    for (int h = 0; h < s->r.n_heads; h++)
-        (s->uniform ? uniform_encode(s, x + h * s->c.d, codec_row(&s->r, h, s->r.length))
-                    : tq_encode(&s->c, x + h * s->c.d, codec_row(&s->r, h, s->r.length)));
+    uint8_t *rows[TQ_SIDE];
+    for (int h0 = 0; h0 < s->r.n_heads; h0 += TQ_SIDE) { // the heads side by side (tq_encode_heads)
+        const int nv = s->r.n_heads - h0 < TQ_SIDE ? s->r.n_heads - h0 : TQ_SIDE;
+        for (int v = 0; v < nv; v++) rows[v] = codec_row(&s->r, h0 + v, s->r.length);
+        if (s->uniform)
+            for (int v = 0; v < nv; v++) uniform_encode(s, x + (h0 + v) * s->c.d, rows[v]);
+        else
+            tq_encode_heads(&s->c, x + h0 * s->c.d, nv, rows);
+    }
     s->r.length++;
 }
 

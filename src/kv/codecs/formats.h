@@ -161,44 +161,115 @@ static inline float tq_norm(const float *x, int n) {
     return (float)sqrt(sq);
 }
 
-// One vector's row. Inline, so that codec_turboquant's builds compile it at their kernel set's width
-// (every step a fixed-order sum or a comparison: the same bits at any width).
-static inline void tq_encode(const TqCoder *c, const float *x, uint8_t *row) {
+// Vectors coded side by side (tq_encode_heads): their norms' and projections' sums, one chain each,
+// overlap, where one vector's waited on each add.
+enum { TQ_SIDE = 8 };
+
+// ‖x_v‖ of nv <= TQ_SIDE vectors (n numbers each, `stride` apart), each summed in double in order.
+static inline void tq_norms(const float *x, size_t stride, int nv, int n, float *norm) {
+    double sq[TQ_SIDE] = {0};
+    for (int i = 0; i < n; i++)
+        for (int v = 0; v < nv; v++) sq[v] += (double)x[(size_t)v * stride + i] * x[(size_t)v * stride + i];
+    for (int v = 0; v < nv; v++) norm[v] = (float)sqrt(sq[v]);
+}
+
+// tq_sum_rows for nv vectors c_v (`cs` apart) into out_v (`os` apart), nv a constant where it is
+// inlined (tq_sum_rows_side's switch), so that the 32-output sums of all nv stay in registers.
+static QUANT_ALWAYS_INLINE void tq_sum_rows_nv(const float *rows, size_t stride, const float *c, size_t cs, const int nv,
+                                               int nk, int w, float *out, size_t os) {
+    int i0 = 0;
+    for (; i0 + 32 <= w; i0 += 32) {
+        float acc[TQ_SIDE][32] = {{0}};
+        for (int k = 0; k < nk; k++) {
+            const float *restrict row = rows + (size_t)k * stride + i0;
+            for (int v = 0; v < nv; v++) {
+                const float ck = c[(size_t)v * cs + k];
+                for (int i = 0; i < 32; i++) acc[v][i] += row[i] * ck;
+            }
+        }
+        for (int v = 0; v < nv; v++) memcpy(out + (size_t)v * os + i0, acc[v], sizeof acc[v]);
+    }
+    for (int v = 0; v < nv; v++) {
+        float *o = out + (size_t)v * os;
+        for (int i = i0; i < w; i++) o[i] = 0.0f;
+        for (int k = 0; k < nk && i0 < w; k++)
+            for (int i = i0; i < w; i++) o[i] += rows[(size_t)k * stride + i] * c[(size_t)v * cs + k];
+    }
+}
+
+static inline void tq_sum_rows_side(const float *rows, size_t stride, const float *c, size_t cs, int nv, int nk, int w,
+                                    float *out, size_t os) {
+    switch (nv) {
+    case 1: tq_sum_rows_nv(rows, stride, c, cs, 1, nk, w, out, os); break;
+    case 2: tq_sum_rows_nv(rows, stride, c, cs, 2, nk, w, out, os); break;
+    case 3: tq_sum_rows_nv(rows, stride, c, cs, 3, nk, w, out, os); break;
+    case 4: tq_sum_rows_nv(rows, stride, c, cs, 4, nk, w, out, os); break;
+    case 5: tq_sum_rows_nv(rows, stride, c, cs, 5, nk, w, out, os); break;
+    case 6: tq_sum_rows_nv(rows, stride, c, cs, 6, nk, w, out, os); break;
+    case 7: tq_sum_rows_nv(rows, stride, c, cs, 7, nk, w, out, os); break;
+    default: tq_sum_rows_nv(rows, stride, c, cs, TQ_SIDE, nk, w, out, os); break;
+    }
+}
+
+// nv <= TQ_SIDE vectors' rows (x_v `d` apart): tq_encode's steps, each a stage for all of them.
+static inline void tq_encode_side(const TqCoder *c, const float *x, int nv, uint8_t *const *rows) {
     const int d = c->d, n = 1 << c->cbits;
-    float u[1024], y[1024], sr[1024];
-    uint8_t codes[1024];
-    const float norm = tq_norm(x, d);
-    fmt_fp16_store(row, norm);
-    for (int i = 0; i < d; i++) u[i] = norm > 0.0f ? x[i] / norm : 0.0f;
-    tq_project(c->rot, d, d, u, y);
+    const size_t D = 1024;
+    float u[TQ_SIDE * 1024], y[TQ_SIDE * 1024], sr[TQ_SIDE * 1024], norm[TQ_SIDE], len[TQ_SIDE];
+    uint8_t codes[TQ_SIDE * 1024];
+    tq_norms(x, (size_t)d, nv, d, norm);
+    for (int v = 0; v < nv; v++) {
+        fmt_fp16_store(rows[v], norm[v]);
+        for (int i = 0; i < d; i++) u[v * D + i] = norm[v] > 0.0f ? x[(size_t)v * d + i] / norm[v] : 0.0f;
+    }
+    tq_sum_rows_side(c->rot + (size_t)d * d, (size_t)d, u, D, nv, d, d, y, D); // y = R·u (tq_project)
     // The nearest centroid: the cells' boundaries are the midpoints, and y[i]'s cell the first whose
     // upper midpoint y[i] does not exceed, which is the count of midpoints it exceeds (they rise with
     // the levels). Up to 16 levels every midpoint is counted, a vector of numbers a step; beyond,
     // the count found by halving (256 levels at 8 bits: is it at least 128, then 64 more, ...), each
     // step a select rather than a branch, which would be mispredicted half the time.
     const float *mids = c->levels + n; // tq_codebook's
-    if (n <= 16) {
-        for (int i = 0; i < d; i++) codes[i] = 0;
-        for (int m = 0; m + 1 < n; m++)
-            for (int i = 0; i < d; i++) codes[i] = (uint8_t)(codes[i] + (y[i] > mids[m]));
-    } else
-        for (int i = 0; i < d; i++) {
-            int count = 0;
-            for (int half = n / 2; half >= 1; half /= 2) count += y[i] > mids[count + half - 1] ? half : 0;
-            codes[i] = (uint8_t)count;
-        }
-    quant_pack(row + tq_codes_at(), codes, (size_t)d, c->cbits);
-    if (c->nc && norm > 0.0f) { // the centroid vector renormalised: fold 1/‖ŷ‖ into the stored norm
-        for (int i = 0; i < d; i++) u[i] = c->levels[codes[i]];
-        const float len = tq_norm(u, d);
-        if (len > 0.0f) fmt_fp16_store(row, norm / len);
+    for (int v = 0; v < nv; v++) {
+        const float *yv = y + v * D;
+        uint8_t *cv = codes + v * D;
+        if (n <= 16) {
+            for (int i = 0; i < d; i++) cv[i] = 0;
+            for (int m = 0; m + 1 < n; m++)
+                for (int i = 0; i < d; i++) cv[i] = (uint8_t)(cv[i] + (yv[i] > mids[m]));
+        } else
+            for (int i = 0; i < d; i++) {
+                int count = 0;
+                for (int half = n / 2; half >= 1; half /= 2) count += yv[i] > mids[count + half - 1] ? half : 0;
+                cv[i] = (uint8_t)count;
+            }
+        quant_pack(rows[v] + tq_codes_at(), cv, (size_t)d, c->cbits);
+    }
+    if (c->nc) { // the centroid vector renormalised: fold 1/‖ŷ‖ into the stored norm
+        for (int v = 0; v < nv; v++)
+            for (int i = 0; i < d; i++) u[v * D + i] = c->levels[codes[v * D + i]];
+        tq_norms(u, D, nv, d, len);
+        for (int v = 0; v < nv; v++)
+            if (norm[v] > 0.0f && len[v] > 0.0f) fmt_fp16_store(rows[v], norm[v] / len[v]);
     }
     if (!c->prod) return;
-    for (int i = 0; i < d; i++) y[i] -= c->levels[codes[i]];
-    fmt_fp16_store(row + tq_gamma_at(c), tq_norm(y, d));
-    tq_project(c->sketch, d, d, y, sr);
-    tq_signs(sr, d, row + tq_signs_at(c));
+    for (int v = 0; v < nv; v++)
+        for (int i = 0; i < d; i++) y[v * D + i] -= c->levels[codes[v * D + i]];
+    tq_norms(y, D, nv, d, len);
+    for (int v = 0; v < nv; v++) fmt_fp16_store(rows[v] + tq_gamma_at(c), len[v]);
+    tq_sum_rows_side(c->sketch + (size_t)d * d, (size_t)d, y, D, nv, d, d, sr, D); // sr = S·r (tq_project)
+    for (int v = 0; v < nv; v++) tq_signs(sr + v * D, d, rows[v] + tq_signs_at(c));
 }
+
+// The rows of n vectors (x_v `d` apart, one row each): TQ_SIDE at a time (tq_encode_side). Inline,
+// so that codec_turboquant's builds compile it at their kernel set's width (every step a fixed-order
+// sum or a comparison: the same bits at any width, and for each vector the same as alone).
+static inline void tq_encode_heads(const TqCoder *c, const float *x, int n, uint8_t *const *rows) {
+    for (int v0 = 0; v0 < n; v0 += TQ_SIDE)
+        tq_encode_side(c, x + (size_t)v0 * c->d, n - v0 < TQ_SIDE ? n - v0 : TQ_SIDE, rows + v0);
+}
+
+// One vector's row.
+static inline void tq_encode(const TqCoder *c, const float *x, uint8_t *row) { tq_encode_heads(c, x, 1, &row); }
 
 // The read-back x̂ = ‖x‖·Rᵀ(ŷ + √(π/2)/d · γ · Sᵀ·sign(S·r)) (the QJL term: prod).
 void tq_decode(const TqCoder *c, const uint8_t *row, float *x);
