@@ -216,6 +216,22 @@ static void run_factor_rows(const ForwardKernels *k) {
         k->factor_rows(x, SPAN_N, y, SPAN_N, ROWS, lens, f, g, c, (FactorForm)form);
         CHECK(check_same_bits(x, want, ROWS * SPAN_N), "factor_rows %s: form %d", k->name, form);
     }
+    // The pairs (x_j·f_j, x_j), or (x_j, x_j) without f, into y (rows 2·SPAN_N apart).
+    static float pairs[ROWS * 2 * SPAN_N], pairs_want[ROWS * 2 * SPAN_N];
+    for (int with_f = 0; with_f < 2; with_f++) {
+        fill(x, ROWS * SPAN_N, 1e-3);
+        memset(pairs, 0, sizeof pairs), memset(pairs_want, 0, sizeof pairs_want);
+        for (int r = 0; r < ROWS; r++)
+            for (int j = 0; j < lens[r]; j++) {
+                const float xv = x[r * SPAN_N + j];
+                pairs_want[r * 2 * SPAN_N + 2 * j] = with_f ? xv * f[j] : xv;
+                pairs_want[r * 2 * SPAN_N + 2 * j + 1] = xv;
+            }
+        memcpy(want, x, sizeof x);
+        k->factor_rows(x, SPAN_N, pairs, 2 * SPAN_N, ROWS, lens, with_f ? f : NULL, NULL, NULL, FACTOR_PAIRS);
+        CHECK(check_same_bits(pairs, pairs_want, ROWS * 2 * SPAN_N) && check_same_bits(x, want, ROWS * SPAN_N),
+              "factor_rows %s: pairs%s", k->name, with_f ? " with factors" : "");
+    }
 }
 
 static void run_span(const ForwardKernels *k, const ForwardKernels *o) {

@@ -410,11 +410,7 @@ static void span_tile_mix(const SpanTile *st) {
     const size_t ws = per > 1 ? as2 : as;
     const float *vfac = mm->factors[KV_ROLE_VALUE] ? span_mirror_factors(mm, KV_ROLE_VALUE, l, g) : NULL;
     if (per > 1) // in one pass: p_j · factor_j, as the codec's kernel forms each token's weight, then p_j
-        for (int t = 0; t < nt; t++) {
-            const float *a = att + t * as;
-            float *a2 = att2 + t * as2;
-            for (int j = 0; j < n0 + t; j++) a2[2 * j] = vfac ? a[j] * vfac[j] : a[j], a2[2 * j + 1] = a[j];
-        }
+        fk->factor_rows(att, as, att2, as2, nt, st->ends, vfac, NULL, NULL, FACTOR_PAIRS);
     else if (vfac) // p_j · factor_j (as factor_j · p_j: one product)
         fk->factor_rows(att, as, NULL, 0, nt, st->ends, vfac, NULL, NULL, FACTOR_TIMES);
     float acc2[SPAN_TILE * 1024]; // the second sums (has_second), a codec's head_dim is ≤ 1024

@@ -838,13 +838,13 @@ static void mix_rows_pairs_impl(float *restrict even, float *restrict odd, size_
     }
 }
 
-static void factor_rows_impl(float *restrict x, size_t xs, const float *restrict y, size_t ys, int n_x, const int *ends,
+static void factor_rows_impl(float *restrict x, size_t xs, float *restrict y, size_t ys, int n_x, const int *ends,
                              const float *restrict f, const float *restrict g, const float *restrict c, FactorForm form) {
     for (int r = 0; r < n_x; r++) {
         float *restrict xr = x + (size_t)r * xs;
         const int n = ends[r];
         REGION_CHECK("factor_rows: x", xr, n);
-        REGION_CHECK("factor_rows: f", f, n);
+        if (f) REGION_CHECK("factor_rows: f", f, n);
         if (form == FACTOR_TIMES) {
 #pragma omp simd
             for (int j = 0; j < n; j++) xr[j] = f[j] * xr[j];
@@ -855,11 +855,21 @@ static void factor_rows_impl(float *restrict x, size_t xs, const float *restrict
             const float cr = c[r];
 #pragma omp simd
             for (int j = 0; j < n; j++) xr[j] = f[j] * xr[j] + g[j] * cr;
-        } else {
+        } else if (form == FACTOR_SECOND) {
             const float *restrict yr = y + (size_t)r * ys;
             REGION_CHECK("factor_rows: y", yr, n);
 #pragma omp simd
             for (int j = 0; j < n; j++) xr[j] = f[j] * (xr[j] + g[j] * yr[j]);
+        } else {
+            float *restrict yr = y + (size_t)r * ys;
+            REGION_CHECK("factor_rows: y", yr, 2 * n);
+            if (f) {
+#pragma omp simd
+                for (int j = 0; j < n; j++) yr[2 * j] = xr[j] * f[j], yr[2 * j + 1] = xr[j];
+            } else {
+#pragma omp simd
+                for (int j = 0; j < n; j++) yr[2 * j] = xr[j], yr[2 * j + 1] = xr[j];
+            }
         }
     }
 }

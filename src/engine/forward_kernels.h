@@ -37,8 +37,9 @@ typedef enum { SCORE_IN_ORDER, SCORE_IN_PAIRS, SCORE_EVEN_ODD } ScoreOrder;
 
 // How a tile's rows of sums take each token's factor (factor_rows): x = f_j·x; 0 + f_j·x (a −0 made
 // +0, as a kernel that adds its sum to 0 does); f_j·x + g_j·c_r (an offset times a number of the
-// row's); f_j·(x + g_j·y) (a second sum y).
-typedef enum { FACTOR_TIMES, FACTOR_PLUS_ZERO, FACTOR_OFFSET, FACTOR_SECOND } FactorForm;
+// row's); f_j·(x + g_j·y) (a second sum y); or, for a mirror with a correction row a token, into y
+// the pairs (x_j·f_j, x_j) (f NULL: (x_j, x_j)), x left as it was.
+typedef enum { FACTOR_TIMES, FACTOR_PLUS_ZERO, FACTOR_OFFSET, FACTOR_SECOND, FACTOR_PAIRS } FactorForm;
 
 typedef struct {
     const char *name; // "portable", "avx2" or "avx512"
@@ -74,10 +75,10 @@ typedef struct {
     // pair 0 to its end: a last pair cut by ends[r] adds p_2u · v_2u + 0.
     void (*mix_rows_pairs)(float *restrict even, float *restrict odd, size_t os, const float *restrict p, size_t ps,
                            int n_p, const float *restrict v, int head_dim, const int *ends);
-    // x[r·xs + j] for j < ends[r] of n_x rows, in `form` with f[j], g[j], c[r] and y[r·ys + j] (the
+    // x[r·xs + j] for j < ends[r] of n_x rows, in `form` with f[j], g[j], c[r] and y[r·ys + j] (or into y: the
     // fast evaluator's factors, offsets and second sums, span_mirror.h): element by element, the
     // same bits at any width.
-    void (*factor_rows)(float *restrict x, size_t xs, const float *restrict y, size_t ys, int n_x, const int *ends,
+    void (*factor_rows)(float *restrict x, size_t xs, float *restrict y, size_t ys, int n_x, const int *ends,
                         const float *restrict f, const float *restrict g, const float *restrict c, FactorForm form);
 } ForwardKernels;
 
