@@ -218,6 +218,7 @@ static inline void tq_encode_side(const TqCoder *c, const float *x, int nv, uint
     float u[TQ_SIDE * 1024], y[TQ_SIDE * 1024], sr[TQ_SIDE * 1024], norm[TQ_SIDE], len[TQ_SIDE];
     uint8_t codes[TQ_SIDE * 1024];
     tq_norms(x, (size_t)d, nv, d, norm);
+    u[0] = 0.0f; // written below (nv, d >= 1), which gcc 12's check of a pointer to const cannot see
     for (int v = 0; v < nv; v++) {
         fmt_fp16_store(rows[v], norm[v]);
         for (int i = 0; i < d; i++) u[v * D + i] = norm[v] > 0.0f ? x[(size_t)v * d + i] / norm[v] : 0.0f;
