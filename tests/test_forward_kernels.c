@@ -276,34 +276,24 @@ static void run_span(const ForwardKernels *k, const ForwardKernels *o) {
                     CHECK(check_same_bits(mx_a, mx_b, SPAN_TILE * SPAN_HD),
                           "mix_rows %s vs %s: hd %d, %d vectors, [%d, %d) ends %d", k->name, o ? o->name : "reference",
                           hd, nq, j0, j1, kind);
-                    // Even and odd positions apart, each in order (MirrorOps.split_mix).
-                    for (int i = 0; i < SPAN_TILE * SPAN_HD; i++) mx_a[i] = mx_b[i] = ev_a[i] = ev_b[i] = (float)i / 5.0f;
-                    k->mix_rows_split(ev_a, mx_a, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, NULL, ends);
-                    if (o)
-                        o->mix_rows_split(ev_b, mx_b, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, NULL, ends);
-                    else
-                        for (int r = 0; r < nq; r++)
-                            for (int j = j0; j < ends[r]; j++)
-                                for (int d = 0; d < hd; d++)
-                                    (j % 2 ? mx_b : ev_b)[r * SPAN_HD + d] += ps[r * SPAN_N + j] * vrows[j * hd + d];
-                    CHECK(check_same_bits(ev_a, ev_b, SPAN_TILE * SPAN_HD) && check_same_bits(mx_a, mx_b, SPAN_TILE * SPAN_HD),
-                          "mix_rows_split %s vs %s: hd %d, %d vectors, [%d, %d) ends %d", k->name,
-                          o ? o->name : "reference", hd, nq, j0, j1, kind);
-                    // The same from each row's own start (a staircase, as KIVI's window slides) ...
+                    // Even and odd positions apart, each in order (MirrorOps.split_mix), from j0 and from
+                    // each row's own start (a staircase, as KIVI's window slides) ...
                     int starts[SPAN_TILE];
                     for (int r = 0; r < nq; r++) starts[r] = j0 + (ends[r] - j0) * ((r * 3) % 5) / 4;
-                    for (int i = 0; i < SPAN_TILE * SPAN_HD; i++) mx_a[i] = mx_b[i] = ev_a[i] = ev_b[i] = (float)i / 3.0f;
-                    k->mix_rows_split(ev_a, mx_a, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, starts, ends);
-                    if (o)
-                        o->mix_rows_split(ev_b, mx_b, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, starts, ends);
-                    else
-                        for (int r = 0; r < nq; r++)
-                            for (int j = starts[r]; j < ends[r]; j++)
-                                for (int d = 0; d < hd; d++)
-                                    (j % 2 ? mx_b : ev_b)[r * SPAN_HD + d] += ps[r * SPAN_N + j] * vrows[j * hd + d];
-                    CHECK(check_same_bits(ev_a, ev_b, SPAN_TILE * SPAN_HD) && check_same_bits(mx_a, mx_b, SPAN_TILE * SPAN_HD),
-                          "mix_rows_split %s vs %s from own starts: hd %d, %d vectors, [%d, %d) ends %d", k->name,
-                          o ? o->name : "reference", hd, nq, j0, j1, kind);
+                    for (int own = 0; own < 2; own++) {
+                        for (int i = 0; i < SPAN_TILE * SPAN_HD; i++) mx_a[i] = mx_b[i] = ev_a[i] = ev_b[i] = (float)i / 5.0f;
+                        k->mix_rows_split(ev_a, mx_a, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, own ? starts : NULL, ends);
+                        if (o)
+                            o->mix_rows_split(ev_b, mx_b, SPAN_HD, ps, SPAN_N, nq, vrows, hd, j0, own ? starts : NULL, ends);
+                        else
+                            for (int r = 0; r < nq; r++)
+                                for (int j = own ? starts[r] : j0; j < ends[r]; j++)
+                                    for (int d = 0; d < hd; d++)
+                                        (j % 2 ? mx_b : ev_b)[r * SPAN_HD + d] += ps[r * SPAN_N + j] * vrows[j * hd + d];
+                        CHECK(check_same_bits(ev_a, ev_b, SPAN_TILE * SPAN_HD) && check_same_bits(mx_a, mx_b, SPAN_TILE * SPAN_HD),
+                              "mix_rows_split %s vs %s%s: hd %d, %d vectors, [%d, %d) ends %d", k->name,
+                              o ? o->name : "reference", own ? " from own starts" : "", hd, nq, j0, j1, kind);
+                    }
                     // ... and in pairs of tokens from 0 (MirrorOps.pair_groups).
                     for (int i = 0; i < SPAN_TILE * SPAN_HD; i++) mx_a[i] = mx_b[i] = ev_a[i] = ev_b[i] = (float)i / 9.0f;
                     k->mix_rows_pairs(ev_a, mx_a, SPAN_HD, ps, SPAN_N, nq, vrows, hd, ends);

@@ -293,8 +293,9 @@ typedef struct {
     float *att, *out;
     int ends[SPAN_TILE];
     // [role][t]: of a role whose tokens settle (SpanMirror.settles), the tokens settled when row t
-    // attended (its codec's settled() at the row's position); the first of them, the least.
-    int settled[2][SPAN_TILE], least_settled[2];
+    // attended (its codec's settled() at the row's position, which never decreases: row 0's is the
+    // least).
+    int settled[2][SPAN_TILE];
 } SpanTile;
 
 static ScoreOrder score_order(MirrorKeySum sum) {
@@ -317,7 +318,7 @@ static void span_tile_scores(const SpanTile *st) {
     float qt[SPAN_TILE * 1024]; // the rows' q̃ (MirrorOps.query); a codec's head_dim is ≤ 1024
     const MirrorOps *ops = mm->ops[KV_ROLE_KEY];
     if (mm->settles[KV_ROLE_KEY]) { // the open forms over the tile's open positions, then each row's settled ones
-        fk->scores_transposed(att, as, q, qd, nt, span_mirror_keys_open(mm, l, g), hd, st->least_settled[KV_ROLE_KEY],
+        fk->scores_transposed(att, as, q, qd, nt, span_mirror_keys_open(mm, l, g), hd, st->settled[KV_ROLE_KEY][0],
                               st->ends, score_order(ops->open_key_sum));
         fk->scores_transposed(att, as, q, qd, nt, kt, hd, 0, st->settled[KV_ROLE_KEY], score_order(ops->settled_key_sum));
         return;
@@ -373,7 +374,7 @@ static void span_tile_mix(const SpanTile *st) {
         else
             fk->mix_rows_split(even, odd, HD, att, as, nt, v, hd, 0, NULL, settled);
         fk->mix_rows_split(even, odd, HD, att, as, nt, span_mirror_values_open(mm, l, g), hd,
-                           st->least_settled[KV_ROLE_VALUE], settled, st->ends);
+                           settled[0], settled, st->ends);
         for (int t = 0; t < nt; t++)
             for (int d = 0; d < hd; d++) out[t * xs + d] = even[t * HD + d] + odd[t * HD + d];
         return;
@@ -466,13 +467,12 @@ static void task_span_attention(void *arg, int i, int thread) {
     const float *q = b->q + r0 * qd + h * hd;
     float *att = b->att + ((size_t)r0 * H + h) * b->context, *out = b->xb2 + r0 * xs + h * hd;
     const int n0 = c->rows[r0].pos + 1; // the tile's first row attends over the fewest
-    SpanTile st = {b, seq, l, g, hd, nt, n0, thread, q, qd, as, xs, att, out, {0}, {{0}}, {0}};
+    SpanTile st = {b, seq, l, g, hd, nt, n0, thread, q, qd, as, xs, att, out, {0}, {{0}}};
     for (int t = 0; t < nt; t++) st.ends[t] = n0 + t;
     for (int r = 0; r < 2; r++) {
         if (!mm->settles[r]) continue;
         const KVStream *rule = &seq->pool->rule[r];
         for (int t = 0; t < nt; t++) st.settled[r][t] = rule->ops->settled(rule->state, n0 + t - 1);
-        st.least_settled[r] = st.settled[r][0]; // settled() never decreases
     }
     if (mm->mirrored[KV_ROLE_KEY])
         span_tile_scores(&st);

@@ -712,14 +712,28 @@ static void split_row(float *restrict even, float *restrict odd, const float *re
     }
 }
 
+// A quad's two chains of channels [d0, d0 + SPLIT_WIDTH) into registers (e, o), and back.
+static inline __attribute__((always_inline)) void chains_load(float (*e)[SPLIT_WIDTH], float (*o)[SPLIT_WIDTH],
+                                                              const float *even, const float *odd, size_t os, int d0) {
+    for (int r = 0; r < QUAD; r++)
+        for (int d = 0; d < SPLIT_WIDTH; d++)
+            e[r][d] = even[(size_t)r * os + d0 + d], o[r][d] = odd[(size_t)r * os + d0 + d];
+}
+
+static inline __attribute__((always_inline)) void chains_store(float (*e)[SPLIT_WIDTH], float (*o)[SPLIT_WIDTH],
+                                                               float *even, float *odd, size_t os, int d0) {
+    for (int r = 0; r < QUAD; r++)
+        for (int d = 0; d < SPLIT_WIDTH; d++)
+            even[(size_t)r * os + d0 + d] = e[r][d], odd[(size_t)r * os + d0 + d] = o[r][d];
+}
+
 static void split_quad(float *restrict even, float *restrict odd, size_t os, const float *restrict p, size_t ps,
                        const float *restrict v, int head_dim, int a, int b) {
     enum { W = SPLIT_WIDTH };
     int d0 = 0;
     for (; d0 + W <= head_dim; d0 += W) {
         float e[QUAD][SPLIT_WIDTH], o[QUAD][SPLIT_WIDTH];
-        for (int r = 0; r < QUAD; r++)
-            for (int d = 0; d < W; d++) e[r][d] = even[(size_t)r * os + d0 + d], o[r][d] = odd[(size_t)r * os + d0 + d];
+        chains_load(e, o, even, odd, os, d0);
         int j = a;
         if (j < b && j % 2) split_add4(o, v + (size_t)j * head_dim + d0, p, ps, j), j++;
         for (; j + 2 <= b; j += 2) {
@@ -727,8 +741,7 @@ static void split_quad(float *restrict even, float *restrict odd, size_t os, con
             split_add4(o, v + (size_t)(j + 1) * head_dim + d0, p, ps, j + 1);
         }
         if (j < b) split_add4(e, v + (size_t)j * head_dim + d0, p, ps, j);
-        for (int r = 0; r < QUAD; r++)
-            for (int d = 0; d < W; d++) even[(size_t)r * os + d0 + d] = e[r][d], odd[(size_t)r * os + d0 + d] = o[r][d];
+        chains_store(e, o, even, odd, os, d0);
     }
     for (int r = 0; r < QUAD && d0 < head_dim; r++)
         split_row(even + (size_t)r * os, odd + (size_t)r * os, p + (size_t)r * ps, v, head_dim, d0, a, b);
@@ -805,8 +818,7 @@ static void pairs_quad(float *restrict even, float *restrict odd, size_t os, con
     int d0 = 0;
     for (; d0 + W <= head_dim; d0 += W) {
         float e[QUAD][SPLIT_WIDTH], o[QUAD][SPLIT_WIDTH];
-        for (int r = 0; r < QUAD; r++)
-            for (int d = 0; d < W; d++) e[r][d] = even[(size_t)r * os + d0 + d], o[r][d] = odd[(size_t)r * os + d0 + d];
+        chains_load(e, o, even, odd, os, d0);
         int u = 0;
         for (; u + 2 <= u1; u += 2) {
             const float *x = v + (size_t)(2 * u) * head_dim + d0;
@@ -814,8 +826,7 @@ static void pairs_quad(float *restrict even, float *restrict odd, size_t os, con
             pair_add4(o, x + 2 * (size_t)head_dim, x + 3 * (size_t)head_dim, p, ps, 2 * u + 2);
         }
         if (u < u1) pair_add4(e, v + (size_t)(2 * u) * head_dim + d0, v + (size_t)(2 * u + 1) * head_dim + d0, p, ps, 2 * u);
-        for (int r = 0; r < QUAD; r++)
-            for (int d = 0; d < W; d++) even[(size_t)r * os + d0 + d] = e[r][d], odd[(size_t)r * os + d0 + d] = o[r][d];
+        chains_store(e, o, even, odd, os, d0);
     }
     for (int r = 0; r < QUAD && d0 < head_dim; r++)
         pairs_row(even + (size_t)r * os, odd + (size_t)r * os, p + (size_t)r * ps, v, head_dim, d0, 0, 2 * u1);
