@@ -105,8 +105,10 @@ static void read_token(SpanMirror *m, const PagedStream *ps, KVRole role, int la
     const KVStream *blk = &ps->blocks[j / ps->blocks[0].capacity];
     float x[1024];
     for (int h = 0; h < m->n_heads; h++) {
-        float *values = (float *)(open ? span_mirror_values_open(m, layer, h) : span_mirror_values(m, layer, h));
-        float *row = role == KV_ROLE_VALUE ? values + (size_t)j * m->value_rows * hd : x;
+        float *row = x;
+        if (role == KV_ROLE_VALUE) // (a role not mirrored has no buffer to point into)
+            row = (float *)(open ? span_mirror_values_open(m, layer, h) : span_mirror_values(m, layer, h)) +
+                  (size_t)j * m->value_rows * hd;
         if (ops) {
             float factor = 1.0f, offset = 0.0f;
             ops->read(blk->state, h, j % blk->capacity, row, &factor, &offset);
