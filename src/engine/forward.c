@@ -71,7 +71,8 @@ static void rmsnorm_rows(float *out, const float *x, const float *gain, int n, f
         const float *xr = x + (size_t)r * stride;
         for (int i = 0; i < n; i++)
             for (int k = 0; k < SIDE; k++) ss[k] += xr[(size_t)k * stride + i] * xr[(size_t)k * stride + i];
-        for (int k = 0; k < SIDE; k++) rmsnorm_scale(out + (size_t)(r + k) * stride, xr + (size_t)k * stride, gain, n, eps, ss[k]);
+        for (int k = 0; k < SIDE; k++)
+            rmsnorm_scale(out + (size_t)(r + k) * stride, xr + (size_t)k * stride, gain, n, eps, ss[k]);
     }
     for (; r < n_rows; r++) rmsnorm(out + (size_t)r * stride, x + (size_t)r * stride, gain, n, eps);
 }
@@ -320,14 +321,16 @@ static void span_tile_scores(const SpanTile *st) {
     if (mm->settles[KV_ROLE_KEY]) { // the open forms over the tile's open positions, then each row's settled ones
         fk->scores_transposed(att, as, q, qd, nt, span_mirror_keys_open(mm, l, g), hd, st->settled[KV_ROLE_KEY][0],
                               st->ends, score_order(ops->open_key_sum));
-        fk->scores_transposed(att, as, q, qd, nt, kt, hd, 0, st->settled[KV_ROLE_KEY], score_order(ops->settled_key_sum));
+        fk->scores_transposed(att, as, q, qd, nt, kt, hd, 0, st->settled[KV_ROLE_KEY],
+                              score_order(ops->settled_key_sum));
         return;
     }
     if (ops && ops->query) {
         for (int t = 0; t < nt; t++) ops->query(mm->rule[KV_ROLE_KEY], q + t * qd, qt + t * hd);
         qm = qt, qms = (size_t)hd;
     }
-    fk->scores_transposed(att, as, qm, qms, nt, kt, hd, 0, st->ends, ops ? score_order(ops->settled_key_sum) : SCORE_IN_ORDER);
+    fk->scores_transposed(att, as, qm, qms, nt, kt, hd, 0, st->ends,
+                          ops ? score_order(ops->settled_key_sum) : SCORE_IN_ORDER);
     if (ops && ops->has_second) { // factor_j · (the sum + aux_j · the second sum), as the codec's kernel
         const float *kt2 = span_mirror_keys2(mm, l, g), *fac = span_mirror_factors(mm, KV_ROLE_KEY, l, g);
         const float *aux = span_mirror_aux(mm, KV_ROLE_KEY, l, g);
@@ -345,7 +348,7 @@ static void span_tile_scores(const SpanTile *st) {
             for (int d = 0; d < hd; d++) qsum[t] += qm[t * qms + d];
         }
         fk->factor_rows(att, as, NULL, 0, nt, st->ends, fac, off, qsum, FACTOR_OFFSET);
-    } else if (mm->factors[KV_ROLE_KEY]) { // factor_j · the sum (0 + that: plus_zero), as the codec's kernel finishes each score
+    } else if (mm->factors[KV_ROLE_KEY]) { // factor_j · the sum (plus_zero: 0 + that), as the codec's kernel
         fk->factor_rows(att, as, NULL, 0, nt, st->ends, span_mirror_factors(mm, KV_ROLE_KEY, l, g), NULL, NULL,
                         ops->plus_zero ? FACTOR_PLUS_ZERO : FACTOR_TIMES);
     }

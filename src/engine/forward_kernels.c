@@ -506,7 +506,8 @@ static inline __attribute__((always_inline)) void scores_run(float *restrict out
         else
             scores_block(out, os, q, qs, nq, kt, head_dim, j, j0, j1, 1, SCORE_CHUNKS, order);
 }
-#define SCORES_QUAD(out, os, q, qs, kt, head_dim, a, e, order) scores_run(out, os, q, qs, QUAD, kt, head_dim, a, e, order)
+#define SCORES_QUAD(out, os, q, qs, kt, head_dim, a, e, order)                                    \
+    scores_run(out, os, q, qs, QUAD, kt, head_dim, a, e, order)
 #define SCORES_ROW(out, q, kt, head_dim, a, e, order) scores_run(out, 0, q, 0, 1, kt, head_dim, a, e, order)
 
 // out[r][d0, d0 + MIX_BLOCK) (masked at head_dim) += Σ_j p_r[j] · v_j over [j0, j1), in order of j.
@@ -567,7 +568,8 @@ static void score_lanes_portable(float *restrict acc, const float *restrict q, c
                                  int i, int d0, int step, int pairs) {
     int d = d0;
     for (; pairs && d + 2 <= head_dim; d += 2) {
-        const float q0 = q[d], q1 = q[d + 1], *k0 = kt + key_panel_at(head_dim, d, i), *k1 = kt + key_panel_at(head_dim, d + 1, i);
+        const float q0 = q[d], q1 = q[d + 1];
+        const float *k0 = kt + key_panel_at(head_dim, d, i), *k1 = kt + key_panel_at(head_dim, d + 1, i);
 #pragma omp simd
         for (int l = 0; l < LANES; l++) acc[l] += q0 * k0[l] + q1 * k1[l];
     }
@@ -599,7 +601,8 @@ static void scores_row_portable(float *restrict o, const float *restrict q, cons
 static void scores_quad_portable(float *restrict out, size_t os, const float *restrict q, size_t qs,
                                  const float *restrict kt, int head_dim, int a, int e, ScoreOrder order) {
     if (order != SCORE_IN_ORDER) { // the orders of two chains or pairs: row by row
-        for (int r = 0; r < QUAD; r++) scores_row_portable(out + (size_t)r * os, q + (size_t)r * qs, kt, head_dim, a, e, order);
+        for (int r = 0; r < QUAD; r++)
+            scores_row_portable(out + (size_t)r * os, q + (size_t)r * qs, kt, head_dim, a, e, order);
         return;
     }
     int j = a;
@@ -616,7 +619,8 @@ static void scores_quad_portable(float *restrict out, size_t os, const float *re
     for (int r = 0; r < QUAD && j < e; r++)
         scores_row_portable(out + (size_t)r * os, q + (size_t)r * qs, kt, head_dim, j, e, order);
 }
-#define SCORES_QUAD(out, os, q, qs, kt, head_dim, a, e, order) scores_quad_portable(out, os, q, qs, kt, head_dim, a, e, order)
+#define SCORES_QUAD(out, os, q, qs, kt, head_dim, a, e, order)                                    \
+    scores_quad_portable(out, os, q, qs, kt, head_dim, a, e, order)
 #define SCORES_ROW(out, q, kt, head_dim, a, e, order) scores_row_portable(out, q, kt, head_dim, a, e, order)
 
 // A quad: tiles of 32 channels in registers (a loop of constant bounds), then the channels left one
@@ -660,7 +664,8 @@ static void scores_transposed_impl(float *restrict out, size_t os, const float *
     for (int j = j0 - j0 % KEY_PANEL; j < longest; j += KEY_PANEL) // panel by panel, every quad's part
         for (int k = 0; k < quads; k++) {
             const int a = j > j0 ? j : j0, e = j + KEY_PANEL < common[k] ? j + KEY_PANEL : common[k];
-            if (a < e) SCORES_QUAD(out + (size_t)QUAD * k * os, os, q + (size_t)QUAD * k * qs, qs, kt, head_dim, a, e, order);
+            if (a < e)
+                SCORES_QUAD(out + (size_t)QUAD * k * os, os, q + (size_t)QUAD * k * qs, qs, kt, head_dim, a, e, order);
         }
     for (int r = 0; r < n_q; r++) { // each row past its quad's common range, and the rows of no quad
         const int a = r < QUAD * quads && common[r / QUAD] > j0 ? common[r / QUAD] : j0;
