@@ -16,7 +16,7 @@
 // vocabulary, one chain each, and the rows' chains overlap (one row's waited on each add).
 enum { SIDE = 8, VOCAB = 256 };
 
-// log softmax of n <= SIDE rows of logits (`vocab` apart) into out[k], in double so long sums do not
+// log softmax of n <= SIDE rows of logits (VOCAB apart) into out[k], in double so long sums do not
 // drift. The exponentials a row at a time (exp_fixed in the kernel set's vectors: the same bits
 // everywhere), each row's max and sum in order of i.
 static void log_softmax_rows(const float *logits, int n, double (*out)[VOCAB]) {
