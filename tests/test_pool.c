@@ -207,8 +207,8 @@ static void check_sharing(const char *spec) {
     kvpool_free(&pool);
 }
 
-// A row's every head at once (paged_scores_heads, paged_mix_heads: the float formats' kernels that
-// read each block's heads together, the rest head by head) against each head alone: the same bits,
+// A row's every head at once (paged_scores_heads, paged_mix_heads: the float formats' and int's
+// kernels that read each block's heads together, the rest head by head) against each head alone: the same bits,
 // at every length from one token past a block to whole and partial tiles, with the stream read
 // next given (its first tokens are asked for at the end) and without, with six heads (micro's, an
 // instance of its own) and with three, in blocks of 16 and in one block per sequence. An infinity

@@ -341,6 +341,221 @@ static void int_mix(const CodecBlocks *b, int head, const float *p, float *out, 
         int_mix_hd(b, head, p, out, n, s->head_dim, s->bits);
 }
 
+// ---- Every head of a row at once (CodecOps.scores_heads, mix_heads) ---------------------------
+// The kernels above read one head of every block per pass, and in a pool of blocks of 16 tokens
+// each pass paid for finding each block, its scales and what to ask for ahead, per head. These go
+// four tiles (64 tokens) at a time through every head: the blocks are found once for all heads,
+// each head's four tiles are looked up together (the per-head kernels' four chains), and the tiles
+// ~12 KB on are asked for a line for each line read (codec_float.c's every-head kernels,
+// prefetch.h; every line: asking for every other one left the step slower than no heads kernels at
+// all). Each head's sums are the per-head kernels' own, in their order:
+// the same bits. In the vector builds, micro's head_dim 32, keys of up to 4 bits (looked up) and
+// values of 1, 2 or 4 bits (token groups), up to eight heads; anything else goes head by head.
+#define INT_HEADS_MAX 8
+
+#ifdef VEC16
+// Asks for every head's codes and scales of the tile from `local` in `block` (NULL: none).
+static ALWAYS_INLINE void int_prefetch_tile(const IntState *s0, const uint8_t *block, int local, int H) {
+    if (!block) return;
+    const size_t head_codes = (size_t)s0->cs.units * s0->cs.unit_bytes, tile_bytes = TILE * s0->cs.row_bytes;
+    const uint8_t *codes = block + INT_CODES_AT + (size_t)local * s0->cs.row_bytes;
+    for (int h = 0; h < H; h++) {
+        for (size_t i = 0; i < tile_bytes; i += CODEC_LINE) __builtin_prefetch(codes + (size_t)h * head_codes + i);
+        __builtin_prefetch(block + s0->scales_at + int_slot(s0, h, local) * int_scale_size(s0));
+    }
+}
+
+// The scales of head h's 16 tokens from `local` in `block`.
+static ALWAYS_INLINE void int_block_scales(const IntState *s0, const uint8_t *block, int h, int local, float *sc) {
+    const uint8_t *scales = block + s0->scales_at;
+    if (s0->scale_fp32)
+        memcpy(sc, (const float *)(const void *)scales + int_slot(s0, h, local), sizeof(float) * TILE);
+    else
+        quant_fp16_to_fp32_16((const uint16_t *)(const void *)scales + int_slot(s0, h, local), sc);
+}
+
+static ALWAYS_INLINE int int_heads_ahead(const IntState *s0, int H) {
+    return codec_ahead_tiles((size_t)H * TILE * (s0->cs.row_bytes + int_scale_size(s0)));
+}
+
+// Scores: four tiles (64 tokens) at a time, each head's four looked up in its tables (four chains),
+// then times the tokens' scales (int_scores_tiled's sums: from zero, the steps in order).
+static ALWAYS_INLINE void int_scores_heads_fast(const CodecBlocks *b, const float *q, float *out, size_t stride,
+                                               int n, const int H, const int bits) {
+    const IntState *s0 = b->states[0];
+    float tables[INT_HEADS_MAX][32][16] __attribute__((aligned(64)));
+    float lv[4][16] __attribute__((aligned(64)));
+    affine_levels(bits, 1, lv);
+    for (int h = 0; h < H; h++) affine_step_tables(q + (size_t)h * 32, NULL, bits, (const float(*)[16])lv, INT_FORM, tables[h]);
+    const size_t head_codes = (size_t)s0->cs.units * s0->cs.unit_bytes;
+    const int ahead = int_heads_ahead(s0, H);
+    for (int t0 = 0; t0 < n; t0 += 4 * TILE) {
+        const int nt = n - t0 >= 4 * TILE ? 4 : (n - t0 + TILE - 1) / TILE;
+        const uint8_t *block[4], *codes[4];
+        int local[4];
+        for (int k = 0; k < nt; k++) {
+            int alocal = 0;
+            block[k] = codec_block(b, t0 + k * TILE, &local[k]);
+            codes[k] = block[k] + INT_CODES_AT + (size_t)(local[k] / TILE) * s0->cs.unit_bytes;
+            int_prefetch_tile(s0, codec_ahead_block(b, t0 / TILE + k + ahead, n, &alocal), alocal, H);
+        }
+        for (int h = 0; h < H; h++) {
+            const uint32_t *tiles[4];
+            const float(*tp[1])[16] = {(const float(*)[16])tables[h]};
+            for (int k = 0; k < nt; k++) tiles[k] = (const uint32_t *)(const void *)(codes[k] + (size_t)h * head_codes);
+            float acc[4][TILE] __attribute__((aligned(64))) = {{0}};
+            if (nt == 4)
+                quant_tile_lookup(tiles, 4, tp, 1, bits, acc);
+            else
+                quant_tile_lookup(tiles, nt, tp, 1, bits, acc);
+            for (int k = 0; k < nt; k++) {
+                float sc[TILE] __attribute__((aligned(64))), *o = out + (size_t)h * stride + t0 + k * TILE;
+                const int m = n - t0 - k * TILE < TILE ? n - t0 - k * TILE : TILE;
+                int_block_scales(s0, block[k], h, local[k], sc);
+                if (m == TILE) {
+                    v16_store(o, v16_mul(v16_load(acc[k]), v16_load(sc)));
+                } else {
+                    for (int l = 0; l < m; l++) o[l] = acc[k][l] * sc[l];
+                }
+            }
+        }
+    }
+}
+
+// Mix: per head and group of g = 4/B tokens a table Σ_t w_t · level, w_t = p_t · scale_t (0 from n
+// on), looked up by the group's 16 bytes; even and odd groups in their own sums (int_mix_hd's).
+// Four tiles (64 tokens) at a time, head after head. A group's weights are made a group ahead of
+// their use: a broadcast that reads a vector store still in flight would wait for it.
+static ALWAYS_INLINE void int_heads_weights(const CodecBlocks *b, const float *p, size_t stride, int n, int t0,
+                                           const int H, float (*w)[4 * TILE]) {
+    const IntState *s0 = b->states[0];
+    for (int k = 0; k < 4 && t0 + k * TILE < n; k++) {
+        int local;
+        const uint8_t *block = codec_block(b, t0 + k * TILE, &local);
+        const int m = n - t0 - k * TILE < TILE ? n - t0 - k * TILE : TILE;
+        for (int h = 0; h < H; h++) {
+            float *wk = w[h] + k * TILE;
+            const float *pk = p + (size_t)h * stride + t0 + k * TILE;
+            int_block_scales(s0, block, h, local, wk);
+            if (m == TILE) {
+                v16_store(wk, v16_mul(v16_load(wk), v16_load(pk)));
+            } else {
+                for (int l = 0; l < TILE; l++) wk[l] = l < m ? wk[l] * pk[l] : 0.0f;
+            }
+        }
+    }
+}
+
+static ALWAYS_INLINE void int_mix_heads_fast(const CodecBlocks *b, const float *p, size_t stride, float *out, int n,
+                                            const int H, const int bits) {
+    const IntState *s0 = b->states[0];
+    const int g = 4 / bits;
+    float lv[4][16] __attribute__((aligned(64)));
+    affine_levels(bits, 1, lv);
+    const size_t head_codes = (size_t)s0->cs.units * s0->cs.unit_bytes;
+    const int ahead = int_heads_ahead(s0, H);
+    float wbuf[2][INT_HEADS_MAX][4 * TILE] __attribute__((aligned(64)));
+    v16 acc[INT_HEADS_MAX][4];
+    for (int h = 0; h < H; h++) acc[h][0] = acc[h][1] = acc[h][2] = acc[h][3] = v16_zero();
+    int_heads_weights(b, p, stride, n, 0, H, wbuf[0]);
+    for (int t0 = 0; t0 < n; t0 += 4 * TILE) {
+        const int cur = (t0 / (4 * TILE)) % 2, nt = n - t0 >= 4 * TILE ? 4 : (n - t0 + TILE - 1) / TILE;
+        if (t0 + 4 * TILE < n) int_heads_weights(b, p, stride, n, t0 + 4 * TILE, H, wbuf[1 - cur]);
+        const uint8_t *codes[4];
+        for (int k = 0; k < nt; k++) {
+            int local, alocal = 0;
+            codes[k] = (const uint8_t *)codec_block(b, t0 + k * TILE, &local) + INT_CODES_AT +
+                       (size_t)(local / g) * s0->cs.unit_bytes;
+            int_prefetch_tile(s0, codec_ahead_block(b, t0 / TILE + k + ahead, n, &alocal), alocal, H);
+        }
+        __asm__("" ::: "memory"); // each table broadcasts its weights from memory
+        for (int h = 0; h < H; h++) {
+            v16 e0 = acc[h][0], e1 = acc[h][1], o0 = acc[h][2], o1 = acc[h][3];
+            for (int k = 0; k < nt; k++) {
+                const uint8_t *chunk = codes[k] + (size_t)h * head_codes;
+                const float *w = wbuf[cur][h] + k * TILE;
+                const int m = n - t0 - k * TILE < TILE ? n - t0 - k * TILE : TILE, ng = (m + g - 1) / g;
+                int u = 0;
+                for (; u + 2 <= ng; u += 2) {
+                    quant_group_lookup16(chunk + (size_t)u * 16, affine_table16(w + u * g, NULL, g, (const float(*)[16])lv, INT_FORM),
+                                         &e0, &e1);
+                    quant_group_lookup16(chunk + (size_t)(u + 1) * 16,
+                                         affine_table16(w + (u + 1) * g, NULL, g, (const float(*)[16])lv, INT_FORM), &o0, &o1);
+                }
+                if (u < ng)
+                    quant_group_lookup16(chunk + (size_t)u * 16, affine_table16(w + u * g, NULL, g, (const float(*)[16])lv, INT_FORM),
+                                         &e0, &e1);
+            }
+            acc[h][0] = e0, acc[h][1] = e1, acc[h][2] = o0, acc[h][3] = o1;
+        }
+    }
+    for (int h = 0; h < H; h++) {
+        float sums[2][2][16] __attribute__((aligned(64)));
+        v16_store4(sums[0][0], sums[1][0], acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+        quant_group_sum((const float(*)[2][16])sums, out + (size_t)h * 32);
+    }
+}
+
+// Whether the every-head kernels take this stream (keys: tiles of B <= 4; values: groups).
+static int int_heads_fit(const CodecBlocks *b, int n) {
+    const IntState *s0 = b->states[0];
+    return s0->head_dim == 32 && s0->cs.layout != QUANT_ROWS && s0->n_heads <= INT_HEADS_MAX && n > 0 &&
+           (s0->cs.layout == QUANT_GROUPS || s0->bits <= 4);
+}
+
+// Instances per width, micro's six heads with their own (constant loops keep the heads' sums in
+// registers).
+#define INT_HEADS_INSTANCE(B)                                                                      \
+    static void int_scores_heads_##B(const CodecBlocks *b, const float *q, float *out, size_t stride, int n) { \
+        const int H = ((const IntState *)b->states[0])->n_heads;                                   \
+        if (H == 6)                                                                                \
+            int_scores_heads_fast(b, q, out, stride, n, 6, B);                                     \
+        else                                                                                       \
+            int_scores_heads_fast(b, q, out, stride, n, H, B);                                     \
+    }                                                                                              \
+    static void int_mix_heads_##B(const CodecBlocks *b, const float *p, size_t stride, float *out, int n) { \
+        const int H = ((const IntState *)b->states[0])->n_heads;                                   \
+        if (H == 6)                                                                                \
+            int_mix_heads_fast(b, p, stride, out, n, 6, B);                                        \
+        else                                                                                       \
+            int_mix_heads_fast(b, p, stride, out, n, H, B);                                        \
+    }
+INT_HEADS_INSTANCE(1)
+INT_HEADS_INSTANCE(2)
+INT_HEADS_INSTANCE(4)
+
+static void int_scores_heads_3(const CodecBlocks *b, const float *q, float *out, size_t stride, int n) {
+    int_scores_heads_fast(b, q, out, stride, n, ((const IntState *)b->states[0])->n_heads, 3);
+}
+#endif
+
+static void int_scores_heads(const CodecBlocks *b, const float *q, float *out, size_t stride, int n) {
+    const IntState *s = b->states[0];
+#ifdef VEC16
+    typedef void (*ScoresHeads)(const CodecBlocks *, const float *, float *, size_t, int);
+    static const ScoresHeads by_width[5] = {NULL, int_scores_heads_1, int_scores_heads_2, int_scores_heads_3,
+                                            int_scores_heads_4};
+    if (int_heads_fit(b, n) && s->cs.layout == QUANT_TILES) {
+        by_width[s->bits](b, q, out, stride, n);
+        return;
+    }
+#endif
+    for (int h = 0; h < s->n_heads; h++) int_scores(b, h, q + (size_t)h * s->head_dim, out + (size_t)h * stride, n);
+}
+
+static void int_mix_heads(const CodecBlocks *b, const float *p, size_t stride, float *out, int n) {
+    const IntState *s = b->states[0];
+#ifdef VEC16
+    typedef void (*MixHeads)(const CodecBlocks *, const float *, size_t, float *, int);
+    static const MixHeads by_width[5] = {NULL, int_mix_heads_1, int_mix_heads_2, NULL, int_mix_heads_4};
+    if (int_heads_fit(b, n) && s->cs.layout == QUANT_GROUPS) {
+        by_width[s->bits](b, p, stride, out, n);
+        return;
+    }
+#endif
+    for (int h = 0; h < s->n_heads; h++) int_mix(b, h, p + (size_t)h * stride, out + (size_t)h * s->head_dim, n);
+}
+
 // One head's levels at one token times sd: the token's scale (a read), or 1 (the levels themselves).
 static void int_read_times(const IntState *s, int head, int token, float sd, float *out) {
     uint8_t q[32];
@@ -406,7 +621,8 @@ static const MirrorOps *int_value_mirror(const void *state) {
     return kernels && s->head_dim <= 64 && s->bits >= 2 ? &int_value_mirror_ops[s->bits == 2] : NULL;
 }
 
-static const CodecOps int_ops = {.append = int_append, .scores = int_scores, .mix = int_mix, .read = int_read,
+static const CodecOps int_ops = {.append = int_append, .scores = int_scores, .mix = int_mix,
+                                 .scores_heads = int_scores_heads, .mix_heads = int_mix_heads, .read = int_read,
                                  .key_mirror = int_key_mirror, .value_mirror = int_value_mirror,
                                  .by_read = int_by_read, .bytes = int_bytes, .extent = int_extent,
                                  .destroy = int_destroy};
