@@ -349,8 +349,9 @@ static void int_mix(const CodecBlocks *b, int head, const float *p, float *out, 
 // ~12 KB on are asked for a line for each line read (codec_float.c's every-head kernels,
 // prefetch.h; every line: asking for every other one left the step slower than no heads kernels at
 // all). Each head's sums are the per-head kernels' own, in their order:
-// the same bits. In the vector builds, micro's head_dim 32, keys of up to 4 bits (looked up) and
-// values of 1, 2 or 4 bits (token groups), up to eight heads; anything else goes head by head.
+// the same bits. In the vector builds, blocks of 16 tokens (int_heads_fit), micro's head_dim 32,
+// keys of up to 4 bits (looked up) and values of 1, 2 or 4 bits (token groups), up to eight heads;
+// anything else goes head by head.
 #define INT_HEADS_MAX 8
 
 #ifdef VEC16
@@ -496,11 +497,15 @@ static ALWAYS_INLINE void int_mix_heads_fast(const CodecBlocks *b, const float *
     }
 }
 
-// Whether the every-head kernels take this stream (keys: tiles of B <= 4; values: groups).
+// Whether the every-head kernels take this stream (keys: tiles of B <= 4; values: groups): in blocks
+// of 16 tokens, where a block is one tile of every head, one after another. In larger blocks a
+// head's tiles lie together, apart from the next head's, and reading every head of four tiles at a
+// time waited on memory: from DRAM, in blocks of 32 and 64, the step's attention took ~1.5x the
+// per-head kernels' (32 conversations of 1,024-2,048 tokens, one thread).
 static int int_heads_fit(const CodecBlocks *b, int n) {
     const IntState *s0 = b->states[0];
-    return s0->head_dim == 32 && s0->cs.layout != QUANT_ROWS && s0->n_heads <= INT_HEADS_MAX && n > 0 &&
-           (s0->cs.layout == QUANT_GROUPS || s0->bits <= 4);
+    return b->block == TILE && s0->head_dim == 32 && s0->cs.layout != QUANT_ROWS && s0->n_heads <= INT_HEADS_MAX &&
+           n > 0 && (s0->cs.layout == QUANT_GROUPS || s0->bits <= 4);
 }
 
 // Instances per width, micro's six heads with their own (constant loops keep the heads' sums in
