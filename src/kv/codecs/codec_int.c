@@ -347,9 +347,8 @@ static void int_mix(const CodecBlocks *b, int head, const float *p, float *out, 
 // four tiles (64 tokens) at a time through every head: the blocks are found once for all heads,
 // each head's four tiles are looked up together (the per-head kernels' four chains), and the tiles
 // ~12 KB on are asked for a line for each line read (codec_float.c's every-head kernels,
-// prefetch.h; every line: asking for every other one left the step slower than no heads kernels at
-// all). Each head's sums are the per-head kernels' own, in their order:
-// the same bits. In the vector builds, blocks of 16 tokens (int_heads_fit), micro's head_dim 32,
+// prefetch.h; every line, since the lines are not fetched in pairs). Each head's sums are the
+// per-head kernels' own, in their order: the same bits. In the vector builds, blocks of 16 tokens (int_heads_fit), micro's head_dim 32,
 // keys of up to 4 bits (looked up) and values of 1, 2 or 4 bits (token groups), up to eight heads;
 // anything else goes head by head.
 #define INT_HEADS_MAX 8
@@ -465,8 +464,8 @@ static ALWAYS_INLINE void int_mix_heads_fast(const CodecBlocks *b, const float *
         const uint8_t *codes[4];
         for (int k = 0; k < nt; k++) {
             int local, alocal = 0;
-            codes[k] = (const uint8_t *)codec_block(b, t0 + k * TILE, &local) + INT_CODES_AT +
-                       (size_t)(local / g) * s0->cs.unit_bytes;
+            const uint8_t *block = codec_block(b, t0 + k * TILE, &local);
+            codes[k] = block + INT_CODES_AT + (size_t)(local / g) * s0->cs.unit_bytes;
             int_prefetch_tile(s0, codec_ahead_block(b, t0 / TILE + k + ahead, n, &alocal), alocal, H);
         }
         __asm__("" ::: "memory"); // each table broadcasts its weights from memory
@@ -499,9 +498,9 @@ static ALWAYS_INLINE void int_mix_heads_fast(const CodecBlocks *b, const float *
 
 // Whether the every-head kernels take this stream (keys: tiles of B <= 4; values: groups): in blocks
 // of 16 tokens, where a block is one tile of every head, one after another. In larger blocks a
-// head's tiles lie together, apart from the next head's, and reading every head of four tiles at a
-// time waited on memory: from DRAM, in blocks of 32 and 64, the step's attention took ~1.5x the
-// per-head kernels' (32 conversations of 1,024-2,048 tokens, one thread).
+// head's tiles lie together, apart from the next head's, each tile asked for ahead is one piece a
+// head, and reading every head of four tiles at a time waited on memory longer than the per-head
+// kernels (docs/history/speed.md, 2026-12-05).
 static int int_heads_fit(const CodecBlocks *b, int n) {
     const IntState *s0 = b->states[0];
     return b->block == TILE && s0->head_dim == 32 && s0->cs.layout != QUANT_ROWS && s0->n_heads <= INT_HEADS_MAX &&
