@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "codec_dispatch.h"
 #include "kvpool.h"
 #include "spec_catalog.h"
 #include "pool_read.h"
@@ -211,13 +212,18 @@ static void check_sharing(const char *spec) {
 // kernels that read each block's heads together, the rest head by head) against each head alone: the same bits,
 // at every length from one token past a block to whole and partial tiles, with the stream read
 // next given (its first tokens are asked for at the end) and without, with six heads (micro's, an
-// instance of its own) and with three, in blocks of 16 and in one block per sequence. An infinity
-// stored in a block sends both ways to the portable kernels; a spec with a scale goes head by head.
+// instance of its own) and with three, in blocks of 16 and in one block per sequence, under every
+// kernel set this CPU runs (main). An infinity stored in a block sends both ways to the portable
+// kernels; a spec with a scale goes head by head.
 static void check_heads_together(const char *spec, int heads, int block) {
     char err[256];
     KVPool pool;
     if (kvpool_init(&pool, 1, heads, HD, block, CONTEXT, 1 << 30, SPEC(spec), SPEC(spec), err, sizeof err)) {
         CHECK(0, "%s: %s", spec, err);
+        return;
+    }
+    if (!pool.rule[KV_ROLE_KEY].ops->scores_heads && !pool.rule[KV_ROLE_VALUE].ops->mix_heads) {
+        kvpool_free(&pool); // a family without every-head kernels: kvpool.c goes head by head
         return;
     }
     KVSeq seq, other;
@@ -250,10 +256,11 @@ static void check_heads_together(const char *spec, int heads, int block) {
             }
         }
     }
-    CHECK(!scores_differ, "%s, %d heads, blocks of %d: %d heads' scores together differ from each head's alone", spec,
-          heads, block, scores_differ);
-    CHECK(!mixes_differ, "%s, %d heads, blocks of %d: %d heads' mixes together differ from each head's alone", spec,
-          heads, block, mixes_differ);
+    const char *isa = cpu_isa_name(codec_isa_active());
+    CHECK(!scores_differ, "%s %s, %d heads, blocks of %d: %d heads' scores together differ from each head's alone", isa,
+          spec, heads, block, scores_differ);
+    CHECK(!mixes_differ, "%s %s, %d heads, blocks of %d: %d heads' mixes together differ from each head's alone", isa,
+          spec, heads, block, mixes_differ);
     kvseq_release(&seq), kvseq_release(&other);
     kvpool_free(&pool);
 }
@@ -271,11 +278,31 @@ int main(void) {
             if (kvstream_check_spec(spec, KV_ROLE_VALUE, why, sizeof why)) continue; // keys only (prerope)
             check_against_contiguous(spec);
             check_sharing(spec);
-            check_heads_together(spec, 6, BLOCK);
-            check_heads_together(spec, HEADS, BLOCK);
-            check_heads_together(spec, 6, CONTEXT);
         }
     }
+    // The every-head kernels are each vector set's own code (the portable build goes head by head):
+    // every set this CPU runs checks its own against its per-head kernels (which test_codec_simd
+    // holds to the portable build's bits).
+    char ran[64] = "", not_run[64] = "";
+    for (int isa = ISA_AVX2; isa <= ISA_AVX512; isa++) {
+        char *list = codec_isa_available((Isa)isa) ? ran : not_run;
+        snprintf(list + strlen(list), 64 - strlen(list), " %s", cpu_isa_name((Isa)isa));
+        if (list == not_run) continue;
+        codec_force_isa(isa);
+        for (int i = 0; i < n_specs; i++) {
+            if (cat[i].calibrated) continue;
+            for (int side = 0; side < 1 + (strcmp(cat[i].k, cat[i].v) != 0); side++) {
+                const char *spec = side ? cat[i].v : cat[i].k;
+                char why[256];
+                if (kvstream_check_spec(spec, KV_ROLE_VALUE, why, sizeof why)) continue;
+                check_heads_together(spec, 6, BLOCK);
+                check_heads_together(spec, HEADS, BLOCK);
+                check_heads_together(spec, 6, CONTEXT);
+            }
+        }
+    }
+    codec_force_isa(-1);
+    printf("every head at once against each alone under:%s%s%s\n", ran, *not_run ? "; not run (not compiled in, or this CPU lacks them):" : "", not_run);
     char err[256];
     KVPool pool;
     // Bad pools: one line each. More blocks a stream than KV_MAX_BLOCKS (the kernels' stack tables).
