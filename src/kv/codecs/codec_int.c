@@ -183,19 +183,21 @@ static ALWAYS_INLINE const uint8_t *int_block(const CodecBlocks *b, int t, int *
     return (const uint8_t *)codec_block(b, t, local);
 }
 
-// The scales of the 16 tokens from t (a multiple of 16), from t's block: found from the block's
-// pointer and the first block's shape, so that no block's state is read.
+// The scales of head h's 16 tokens from `local` (a multiple of 16) in `block`: found from the
+// block's pointer and the first block's shape s0, so that no block's state is read.
+static ALWAYS_INLINE void int_block_scales(const IntState *s0, const uint8_t *block, int h, int local, float *sc) {
+    const uint8_t *scales = block + s0->scales_at;
+    if (s0->scale_fp32)
+        memcpy(sc, (const float *)(const void *)scales + int_slot(s0, h, local), sizeof(float) * TILE);
+    else
+        quant_fp16_to_fp32_16((const uint16_t *)(const void *)scales + int_slot(s0, h, local), sc);
+}
+
+// The same for the 16 tokens from t (a multiple of 16), from t's block.
 static ALWAYS_INLINE void int_scales(const CodecBlocks *b, int head, int t, float *sc) {
-    const IntState *s = b->states[0];
     int local;
-    const uint8_t *scales = int_block(b, t, &local) + s->scales_at;
-    const size_t slot = int_slot(s, head, local);
-    if (s->scale_fp32) {
-        const float *s32 = (const float *)(const void *)scales + slot;
-        for (int l = 0; l < TILE; l++) sc[l] = s32[l];
-    } else {
-        quant_fp16_to_fp32_16((const uint16_t *)(const void *)scales + slot, sc);
-    }
+    const uint8_t *block = int_block(b, t, &local);
+    int_block_scales(b->states[0], block, head, local, sc);
 }
 
 // Asks for a head's scales of the 16 tokens from t ahead of their use (when t < n): in a pool they
@@ -363,15 +365,6 @@ static ALWAYS_INLINE void int_prefetch_tile(const IntState *s0, const uint8_t *b
         for (size_t i = 0; i < tile_bytes; i += CODEC_LINE) __builtin_prefetch(codes + (size_t)h * head_codes + i);
         __builtin_prefetch(block + s0->scales_at + int_slot(s0, h, local) * int_scale_size(s0));
     }
-}
-
-// The scales of head h's 16 tokens from `local` in `block`.
-static ALWAYS_INLINE void int_block_scales(const IntState *s0, const uint8_t *block, int h, int local, float *sc) {
-    const uint8_t *scales = block + s0->scales_at;
-    if (s0->scale_fp32)
-        memcpy(sc, (const float *)(const void *)scales + int_slot(s0, h, local), sizeof(float) * TILE);
-    else
-        quant_fp16_to_fp32_16((const uint16_t *)(const void *)scales + int_slot(s0, h, local), sc);
 }
 
 static ALWAYS_INLINE int int_heads_ahead(const IntState *s0, int H) {
