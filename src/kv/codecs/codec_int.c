@@ -350,19 +350,17 @@ static void int_mix(const CodecBlocks *b, int head, const float *p, float *out, 
 // each head's four tiles are looked up together (the per-head kernels' four chains), and the tiles
 // ~12 KB on are asked for a line for each line read (codec_float.c's every-head kernels,
 // prefetch.h; every line, since the lines are not fetched in pairs). Each head's sums are the
-// per-head kernels' own, in their order: the same bits. In the vector builds, blocks of 16 tokens (int_heads_fit), micro's head_dim 32,
-// keys of up to 4 bits (looked up) and values of 1, 2 or 4 bits (token groups), up to eight heads;
-// anything else goes head by head.
+// per-head kernels' own, in their order: the same bits. In the vector builds, blocks of 16 tokens
+// (int_heads_fit), micro's head_dim 32, keys of up to 4 bits (looked up) and values of 1, 2 or 4
+// bits (token groups), up to eight heads; anything else goes head by head.
 #define INT_HEADS_MAX 8
 
 #ifdef VEC16
 // Asks for every head's codes and scales of the tile from `local` in `block` (NULL: none).
 static ALWAYS_INLINE void int_prefetch_tile(const IntState *s0, const uint8_t *block, int local, int H) {
     if (!block) return;
-    const size_t head_codes = (size_t)s0->cs.units * s0->cs.unit_bytes, tile_bytes = TILE * s0->cs.row_bytes;
-    const uint8_t *codes = block + INT_CODES_AT + (size_t)local * s0->cs.row_bytes;
     for (int h = 0; h < H; h++) {
-        for (size_t i = 0; i < tile_bytes; i += CODEC_LINE) __builtin_prefetch(codes + (size_t)h * head_codes + i);
+        code_store_prefetch16(&s0->cs, block + INT_CODES_AT, h, local);
         __builtin_prefetch(block + s0->scales_at + int_slot(s0, h, local) * int_scale_size(s0));
     }
 }
