@@ -365,7 +365,58 @@ static void run_exp(const ForwardKernels *k) {
     CHECK(bad == 0 && checked > 8000000, "exp_negated %s: %ld of %ld differ from libm's expf", k->name, bad, checked);
 }
 
+// exp_sum (softmax's first pass) against exp_neg one value at a time and the sum in its documented
+// order (16 lane partials, the elements past the whole blocks into lane 0, then lanes 0..15 onto 0),
+// bit for bit: every float bit pattern a prime stride apart plus each exponent's first and last
+// mantissa, as x − 0 at scale 1 (so exp_neg sees each pattern itself), runs of every length around
+// the blocks, and shifted, scaled rows as softmax passes them.
+static long exp_sum_check(const ForwardKernels *k, const float *in, int n, float max, float scale) {
+    static float got[EXP_RUN], want[EXP_RUN];
+    memcpy(got, in, sizeof(float) * (size_t)n);
+    const float sum = k->exp_sum(got, n, max, scale);
+    float part[LANES] = {0};
+    for (int i = 0; i < n; i++) {
+        want[i] = exp_neg((in[i] - max) * scale);
+        part[i < n / LANES * LANES ? i % LANES : 0] += want[i];
+    }
+    float want_sum = 0.0f;
+    for (int l = 0; l < LANES; l++) want_sum += part[l];
+    long bad = 0;
+    for (int i = 0; i < n; i++) {
+        const int same = !memcmp(&got[i], &want[i], sizeof got[i]);
+        if (!same && bad < 3)
+            fprintf(stderr, "exp_sum %s: e^(%a) gives %a, exp_neg %a\n", k->name, (double)((in[i] - max) * scale),
+                    (double)got[i], (double)want[i]);
+        bad += !same;
+    }
+    const int same_sum = !memcmp(&sum, &want_sum, sizeof sum) || (isnan(sum) && isnan(want_sum));
+    CHECK(same_sum, "exp_sum %s: sum %a, in order %a (n %d)", k->name, (double)sum, (double)want_sum, n);
+    return bad;
+}
+
+static void run_exp_sum(const ForwardKernels *k) {
+    static float in[EXP_RUN];
+    long checked = 0, bad = 0;
+    int fill = 0;
+    for (uint64_t u = 0; u < (1ull << 32); u += 251) {
+        const uint32_t b = (uint32_t)u, pick[3] = {b, b & 0xFF800000u, b | 0x007FFFFFu};
+        for (int e = 0; e < 3; e++) {
+            memcpy(&in[fill++], &pick[e], sizeof pick[e]);
+            if (fill == EXP_RUN) bad += exp_sum_check(k, in, fill, 0.0f, 1.0f), checked += fill, fill = 0;
+        }
+    }
+    bad += exp_sum_check(k, in, fill, 0.0f, 1.0f), checked += fill;
+    for (int n = 1; n <= 100; n++) { // runs around the blocks, as softmax passes them
+        for (int i = 0; i < n; i++) in[i] = (float)((2 * urand() - 1) * 40.0);
+        float max = in[0];
+        for (int i = 0; i < n; i++) max = in[i] > max ? in[i] : max;
+        bad += exp_sum_check(k, in, n, max, 1.0f / sqrtf(32.0f)), checked += n;
+    }
+    CHECK(bad == 0 && checked > 50000000, "exp_sum %s: %ld of %ld differ from exp_neg", k->name, bad, checked);
+}
+
 int main(void) {
+    run_exp_sum(&forward_kernels_portable);
     run_exp(&forward_kernels_portable);
     run(&forward_kernels_portable, NULL);
     run_span(&forward_kernels_portable, NULL);
@@ -378,6 +429,7 @@ int main(void) {
             snprintf(not_run + strlen(not_run), sizeof not_run - strlen(not_run), " %s", cpu_isa_name((Isa)isa));
             continue;
         }
+        run_exp_sum(k);
         run_exp(k);
         run(k, NULL);
         run(k, &forward_kernels_portable);

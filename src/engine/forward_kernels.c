@@ -262,6 +262,35 @@ static void matmul_rows_impl(float *restrict out, size_t os, const float *restri
     for (int r = 0; r < n_rows && o < o1; r++) matvec_rows_impl(out + (size_t)r * os, W, X + (size_t)r * xs, n, o, o1);
 }
 
+#if defined(KERNELS_AVX512)
+// exp_neg on 16 lanes, its every bit, in fewer instructions than gcc's build of the C, whose chain
+// of dependent steps the softmax of a long row waits on: x − n·c₁ as one fused step (n·c₁ is exact
+// for |n| < 2^9 and the difference exact by Sterbenz's lemma, so the one rounding is the C's
+// second; outside that range the result is ±inf or NaN either way), and p·2^n as one vscalefps (the
+// exact product, rounded once, as the C's multiply by the float 2^n). tests/test_forward_kernels.c
+// sweeps float bit patterns through both.
+static inline __attribute__((always_inline)) __m512 exp_neg16(__m512 x) {
+    x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x); // a NaN x stays NaN (vmaxps returns its second operand)
+    const __m512 n = _mm512_roundscale_ps(
+        _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(0.5f)),
+        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_sub_ps(_mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x),
+                                   _mm512_mul_ps(n, _mm512_set1_ps(1.42860682030941723212e-6f)));
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f / 120));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f / 24));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f / 6));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(0.5f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f));
+    // From n = 128 on, 2^255: the C's 2^n is +inf there, though p·2^128 may be finite, and
+    // vscalefps(NaN, +inf) gives +inf on AMD's Zen 5 where the C gives NaN (x = +inf, r NaN).
+    const __mmask16 huge = _mm512_cmp_ps_mask(n, _mm512_set1_ps(128.0f), _CMP_GE_OQ);
+    const __m512 e = _mm512_mask_mov_ps(n, huge, _mm512_set1_ps(255.0f));
+    return _mm512_scalef_ps(p, e);
+}
+#endif
+
 // x[i] = e^(scale·(x[i] - max)), returning their sum in a fixed order: 16 lane partials over the
 // whole blocks of 16, the elements left over added to lane 0 in turn, then 0 + lane 0 + lane 1 + ...
 // + lane 15. That is the order of gcc 12's AVX-512 build of the `omp simd reduction(+)` this replaced
@@ -270,6 +299,22 @@ static void matmul_rows_impl(float *restrict out, size_t os, const float *restri
 static float exp_and_sum(float *x, int n, float max, float scale) {
     float part[LANES] = {0};
     int i = 0;
+#if defined(KERNELS_AVX512)
+    const __m512 vmax = _mm512_set1_ps(max), vscale = _mm512_set1_ps(scale);
+    __m512 sum16 = _mm512_setzero_ps();
+    for (; i + 2 * LANES <= n; i += 2 * LANES) {
+        const __m512 e0 = exp_neg16(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmax), vscale));
+        const __m512 e1 = exp_neg16(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i + LANES), vmax), vscale));
+        _mm512_storeu_ps(x + i, e0), _mm512_storeu_ps(x + i + LANES, e1);
+        sum16 = _mm512_add_ps(_mm512_add_ps(sum16, e0), e1);
+    }
+    for (; i + LANES <= n; i += LANES) {
+        const __m512 e = exp_neg16(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmax), vscale));
+        _mm512_storeu_ps(x + i, e);
+        sum16 = _mm512_add_ps(sum16, e);
+    }
+    _mm512_storeu_ps(part, sum16);
+#endif
     for (; i + LANES <= n; i += LANES)
 #pragma omp simd
         for (int l = 0; l < LANES; l++) {
@@ -286,18 +331,14 @@ static float exp_and_sum(float *x, int n, float max, float scale) {
     return sum;
 }
 
+#if !defined(KERNELS_AVX512)
 // The first i with x[i] == v, or n − 1 when there is none (v NaN): a block of LANES compared at a
 // time, stopping at the first block that holds one. (A compare folded into the block's reduction in
-// the normalising pass had cost a horizontal OR and a branch on every block.)
+// the normalising pass had cost a horizontal OR and a branch on every block; the AVX-512 build's
+// mask compare costs neither, and its normalising pass looks as it goes.)
 static int first_equal(const float *x, int n, float v) {
     int i = 0;
-#if defined(KERNELS_AVX512)
-    const __m512 vv = _mm512_set1_ps(v);
-    for (; i + LANES <= n; i += LANES) {
-        const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), vv, _CMP_EQ_OQ);
-        if (hit) return i + __builtin_ctz(hit);
-    }
-#elif defined(KERNELS_AVX2)
+#if defined(KERNELS_AVX2)
     const __m256 vv = _mm256_set1_ps(v);
     for (; i + LANES <= n; i += LANES) {
         const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vv, _CMP_EQ_OQ)) |
@@ -309,6 +350,7 @@ static int first_equal(const float *x, int n, float v) {
         if (x[i] == v) return i;
     return n - 1;
 }
+#endif
 
 // x = softmax(scale · x), in place; returns the first position of the largest weight.
 //
@@ -320,13 +362,47 @@ static int first_equal(const float *x, int n, float v) {
 static int scaled_softmax_impl(float *x, int n, float scale) {
     REGION_CHECK("scaled_softmax: x", x, n);
     float max = x[0];
+    int i = 0;
+#if defined(KERNELS_AVX512)
+    // Four running maxima: one waited on each vmaxps before the next.
+    if (n >= 4 * LANES) {
+        __m512 m0 = _mm512_loadu_ps(x), m1 = m0, m2 = m0, m3 = m0;
+        for (; i + 4 * LANES <= n; i += 4 * LANES) {
+            m0 = _mm512_max_ps(m0, _mm512_loadu_ps(x + i));
+            m1 = _mm512_max_ps(m1, _mm512_loadu_ps(x + i + LANES));
+            m2 = _mm512_max_ps(m2, _mm512_loadu_ps(x + i + 2 * LANES));
+            m3 = _mm512_max_ps(m3, _mm512_loadu_ps(x + i + 3 * LANES));
+        }
+        max = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3)));
+    }
+#endif
 #pragma omp simd reduction(max : max)
-    for (int i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
+    for (int j = i; j < n; j++) max = x[j] > max ? x[j] : max;
     // The max is exact in any order (for numbers; a NaN anywhere makes every weight NaN anyway).
     const float inv = 1.0f / exp_and_sum(x, n, max, scale);
+    i = 0;
+#if defined(KERNELS_AVX512)
+    // The normalising pass looks for the first weight equal to inv as it goes (first_equal's scan).
+    const __m512 vinv = _mm512_set1_ps(inv);
+    int top = -1;
+    for (; i + LANES <= n; i += LANES) {
+        const __m512 w = _mm512_mul_ps(_mm512_loadu_ps(x + i), vinv);
+        _mm512_storeu_ps(x + i, w);
+        if (top < 0) {
+            const __mmask16 hit = _mm512_cmp_ps_mask(w, vinv, _CMP_EQ_OQ);
+            if (hit) top = i + __builtin_ctz(hit);
+        }
+    }
+    for (; i < n; i++) {
+        x[i] *= inv;
+        if (top < 0 && x[i] == inv) top = i;
+    }
+    return top >= 0 ? top : n - 1;
+#else
 #pragma omp simd
-    for (int i = 0; i < n; i++) x[i] *= inv;
+    for (int j = 0; j < n; j++) x[j] *= inv;
     return first_equal(x, n, inv);
+#endif
 }
 
 static void exp_negated_impl(float *restrict out, const float *restrict x, int n) {
@@ -890,16 +966,14 @@ static void factor_rows_impl(float *restrict x, size_t xs, float *restrict y, si
     }
 }
 
+// Every set's table, in ForwardKernels' order.
+#define FORWARD_KERNELS(name)                                                                                \
+    {name, matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl, exp_and_sum, exp_negated_impl, exp_shifted_impl, \
+     scores_transposed_impl, mix_rows_impl, mix_rows_split_impl, mix_rows_pairs_impl, factor_rows_impl}
 #if defined(KERNELS_AVX512)
-const ForwardKernels forward_kernels_avx512 = {"avx512", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
-                                               exp_negated_impl, exp_shifted_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl,
-                                               mix_rows_pairs_impl, factor_rows_impl};
+const ForwardKernels forward_kernels_avx512 = FORWARD_KERNELS("avx512");
 #elif defined(KERNELS_AVX2)
-const ForwardKernels forward_kernels_avx2 = {"avx2", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
-                                             exp_negated_impl, exp_shifted_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl,
-                                             mix_rows_pairs_impl, factor_rows_impl};
+const ForwardKernels forward_kernels_avx2 = FORWARD_KERNELS("avx2");
 #else
-const ForwardKernels forward_kernels_portable = {"portable", matvec_rows_impl, matmul_rows_impl, scaled_softmax_impl,
-                                                 exp_negated_impl, exp_shifted_impl, scores_transposed_impl, mix_rows_impl, mix_rows_split_impl,
-                                                 mix_rows_pairs_impl, factor_rows_impl};
+const ForwardKernels forward_kernels_portable = FORWARD_KERNELS("portable");
 #endif

@@ -53,6 +53,9 @@ typedef struct {
     // x = softmax(scale · x), in place, n >= 1. Returns the first position of the largest weight
     // (n - 1 when the weights are NaN), which eval's top-1 agreement records.
     int (*scaled_softmax)(float *x, int n, float scale);
+    // Its first pass: x[i] = exp_neg(scale·(x[i] − max)) (fastmath.h), returning their sum in the
+    // order the source writes out (tested alone over a sweep of float bit patterns).
+    float (*exp_sum)(float *x, int n, float max, float scale);
     // out[i] = e^(−x[i]), each glibc's expf(−x[i]) to the bit (libm_expf.h), for SwiGLU.
     void (*exp_negated)(float *restrict out, const float *restrict x, int n);
     // out[i] = exp_fixed((double)x[i] − shift) (exp_fixed.h), for the loss's log-softmax.
