@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "calloc_lines.h"
+#include "slab.h"
 #include "kvcache.h"
 #include "prefetch.h"
 #include "quant.h"
@@ -135,10 +136,13 @@ size_t codec_rows_bytes(const void *state);
 // (codes, scales, ...), each from a cache line on (codec_line). In a pool every block is a state, and
 // the kernels find a block's arrays from its pointer and the first block's shape (every block's):
 // reading each block's struct for its pointers was a cache miss, waited on before the codes' own, and
-// a calloc'd tile began 16 bytes into a line. A state is allocated with calloc_lines (zeroed, NULL
-// when out of memory).
+// a calloc'd tile began 16 bytes into a line. A state is allocated with codec_state_alloc (zeroed,
+// NULL when out of memory): a block's from the slab's 2 MiB pages (slab.h), a whole stream's from
+// calloc_lines; the family keeps its extent, which codec_state_free takes back.
 #define CODEC_LINE 64
 static inline size_t codec_line(size_t bytes) { return (bytes + CODEC_LINE - 1) / CODEC_LINE * CODEC_LINE; }
+static inline void *codec_state_alloc(size_t bytes) { return slab_calloc(codec_line(bytes)); }
+static inline void codec_state_free(void *state, size_t extent) { slab_free(state, extent); }
 
 // The end of a family's create(): the state when its allocations succeeded; else the state
 // destroyed, one line in err, and NULL.

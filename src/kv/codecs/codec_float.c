@@ -74,8 +74,7 @@ typedef struct {
 #define FLOAT_CODES_AT codec_line(sizeof(FloatState))
 
 static void float_destroy(void *state) {
-    FloatState *s = state;
-    free(s);
+    if (state) codec_state_free(state, ((FloatState *)state)->extent);
 }
 
 static uint32_t float_encode(float x, FloatFormat f) {
@@ -135,7 +134,7 @@ static void *float_create(const char *family, CodecSpec *spec, int n_heads, int 
                  scales_at = FLOAT_CODES_AT + codec_line(codes);
     // zeroed: the lanes of a partial tile hold finite numbers
     const size_t extent = scales_at + (scaled ? (size_t)n_heads * (size_t)tiles * TILE * 2 : 0);
-    FloatState *s = calloc_lines(1, extent);
+    FloatState *s = codec_state_alloc(extent);
     if (!s) return codec_created(s, 0, float_destroy, err, errlen);
     s->extent = codec_line(extent);
     s->format = f;

@@ -79,7 +79,9 @@ typedef struct {
 // A state is one allocation (codec_core.h): this struct, the codes, d, m, qh.
 #define BLOCK_CODES_AT codec_line(sizeof(BlockState))
 
-static void block_destroy(void *state) { free(state); }
+static void block_destroy(void *state) {
+    if (state) codec_state_free(state, ((BlockState *)state)->extent);
+}
 
 // ---- Block layout helpers -------------------------------------------------------------------
 static inline float load_f16(const uint8_t *p) {
@@ -292,7 +294,7 @@ static void *block_create(BlockFormat f, CodecSpec *spec, int n_heads, int head_
                  qh_at = m_at + (block_has_m(f) ? codec_line(meta * sizeof(uint16_t)) : 0);
     // zeroed: the lanes of a partial tile, and scales past the last token, hold finite numbers
     const size_t extent = qh_at + (block_has_qh(f) ? meta * sizeof(uint32_t) : 0);
-    BlockState *s = calloc_lines(1, extent);
+    BlockState *s = codec_state_alloc(extent);
     if (!s) return codec_created(s, 0, block_destroy, err, errlen);
     s->extent = codec_line(extent);
     s->cs = cs;

@@ -53,7 +53,9 @@ typedef struct {
 
 #define INT_CODES_AT codec_line(sizeof(IntState))
 
-static void int_destroy(void *state) { free(state); }
+static void int_destroy(void *state) {
+    if (state) codec_state_free(state, ((IntState *)state)->extent);
+}
 
 static void int_read(const void *state, int head, int token, float *out);
 
@@ -89,15 +91,15 @@ static void *int_create(CodecSpec *spec, int n_heads, int head_dim, int capacity
     const int slots = (capacity + TILE - 1) / TILE * TILE;
     const size_t scales_at = INT_CODES_AT + codec_line(codes);
     const size_t scales = (size_t)n_heads * (size_t)slots * (scale_fp32 ? sizeof(float) : sizeof(uint16_t));
-    IntState *s = calloc_lines(1, scales_at + scales);
+    IntState *s = codec_state_alloc(scales_at + scales);
     if (!s) return codec_created(s, 0, int_destroy, err, errlen);
+    s->extent = codec_line(scales_at + scales);
     s->cs = cs;
     s->cs.codes = (uint8_t *)s + INT_CODES_AT;
     s->n_heads = n_heads, s->head_dim = head_dim, s->capacity = capacity;
     s->bits = bits, s->levels = levels, s->scale_fp32 = scale_fp32;
     s->slots = slots;
     s->scales_at = scales_at;
-    s->extent = codec_line(scales_at + scales);
     if (scale_fp32)
         s->scale32 = (float *)(void *)((uint8_t *)s + scales_at);
     else
