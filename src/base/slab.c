@@ -36,6 +36,7 @@
 typedef struct Chunk {
     struct Chunk *prev, *next; // in its size's list of chunks with room
     void *freed;               // the first freed object, NULL when none
+    size_t list;               // its size's list (lists[list]: a list with chunks is never reused)
     size_t size;               // its objects' bytes
     size_t untouched;          // where the never-used tail starts
     size_t live;               // objects handed out
@@ -91,7 +92,7 @@ static void link_room(SizeList *l, Chunk *c) {
 }
 
 // 2 MiB of fresh pages on a 2 MiB boundary: twice that mapped, the edges unmapped.
-static Chunk *chunk_new(SizeList *l) {
+static Chunk *chunk_new(SizeList *l, size_t list) {
     char *m = mmap(NULL, 2 * SLAB_CHUNK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return NULL;
     char *a = (char *)(((uintptr_t)m + SLAB_CHUNK - 1) & ~(uintptr_t)(SLAB_CHUNK - 1));
@@ -101,7 +102,7 @@ static Chunk *chunk_new(SizeList *l) {
     (void)madvise(a, SLAB_CHUNK, MADV_HUGEPAGE); // a hint: refused, the chunk is in 4 KiB pages
 #endif
     Chunk *c = (Chunk *)(void *)a;
-    *c = (Chunk){.size = l->size, .untouched = SLAB_FIRST};
+    *c = (Chunk){.list = list, .size = l->size, .untouched = SLAB_FIRST};
     SLAB_POISON(a + SLAB_FIRST, SLAB_CHUNK - SLAB_FIRST);
     l->chunks++;
     link_room(l, c);
@@ -115,7 +116,7 @@ void *slab_calloc(size_t bytes) {
     pthread_mutex_lock(&lock);
     SizeList *l = list_for(size);
     Chunk *c = l ? l->room : NULL;
-    if (l && !c) c = chunk_new(l);
+    if (l && !c) c = chunk_new(l, (size_t)(l - lists));
     if (!c) {
         pthread_mutex_unlock(&lock);
         return NULL;
@@ -145,9 +146,7 @@ void slab_free(void *p, size_t bytes) {
     }
     Chunk *c = (Chunk *)((uintptr_t)p & ~(uintptr_t)(SLAB_CHUNK - 1));
     pthread_mutex_lock(&lock);
-    SizeList *l = NULL;
-    for (size_t i = 0; i < n_lists && !l; i++)
-        if (lists[i].size == c->size && lists[i].chunks) l = &lists[i];
+    SizeList *l = &lists[c->list];
     memcpy(p, &c->freed, sizeof c->freed);
     c->freed = p;
     SLAB_POISON((char *)p + sizeof c->freed, c->size - sizeof c->freed);

@@ -15,7 +15,8 @@
 
 // bytes > 0 zeroed bytes from a cache line on, or NULL when out of memory.
 void *slab_calloc(size_t bytes);
-// Frees what slab_calloc(bytes) gave (the same bytes); NULL does nothing.
+// Frees what slab_calloc(bytes) gave (the same bytes, or them rounded up to a cache line); NULL does
+// nothing.
 void slab_free(void *p, size_t bytes);
 
 #endif

@@ -141,7 +141,7 @@ size_t codec_rows_bytes(const void *state);
 // calloc_lines; the family keeps its extent, which codec_state_free takes back.
 #define CODEC_LINE 64
 static inline size_t codec_line(size_t bytes) { return (bytes + CODEC_LINE - 1) / CODEC_LINE * CODEC_LINE; }
-static inline void *codec_state_alloc(size_t bytes) { return slab_calloc(codec_line(bytes)); }
+static inline void *codec_state_alloc(size_t bytes) { return slab_calloc(bytes); }
 static inline void codec_state_free(void *state, size_t extent) { slab_free(state, extent); }
 
 // The end of a family's create(): the state when its allocations succeeded; else the state
