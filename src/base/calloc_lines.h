@@ -1,7 +1,8 @@
 // Zeroed memory that starts on a cache line, released with free(): for the weights, the forward
-// pass's buffers and the cache's blocks (src/kv/codecs/codec_core.h), whose 64-byte vector loads
-// would otherwise straddle two lines each (calloc aligns to 16 bytes; a large block comes from mmap
-// 16 bytes into a page), and whose speed would then depend on where the allocator put them.
+// pass's buffers and the cache's whole-context states (a pool's small blocks come from slab.h; see
+// src/kv/codecs/codec_core.h), whose 64-byte vector loads would otherwise straddle two lines each
+// (calloc aligns to 16 bytes; a large block comes from mmap 16 bytes into a page), and whose speed
+// would then depend on where the allocator put them.
 #ifndef MICRO_CALLOC_LINES_H
 #define MICRO_CALLOC_LINES_H
 
