@@ -73,7 +73,9 @@ static inline float fold_lanes(float *part) {
 }
 
 // The same sums written out per width, for the batched kernel's sixteen outputs at a time: there,
-// the loop over widths costs more than the products of a short row.
+// the loop over widths costs more than the products of a short row. (The vector builds write the
+// same adds out in registers.)
+#if !defined(KERNELS_AVX512) && !defined(KERNELS_AVX2)
 static inline float fold_lanes_unrolled(float *part) {
 #pragma omp simd
     for (int l = 0; l < 8; l++) part[l] += part[l + 8];
@@ -82,6 +84,7 @@ static inline float fold_lanes_unrolled(float *part) {
     part[0] += part[2], part[1] += part[3];
     return part[0] + part[1];
 }
+#endif
 
 // The batched kernel's block: out[i·os + k] = Σ_j w_k[j] · x_i[j] for four weight rows w_k (n apart)
 // and four batch rows x_i (xs apart), each sum dot_row's: 16 lane partials a[i][k][l] over the row,
@@ -427,6 +430,7 @@ static void exp_shifted_impl(double *restrict out, const float *restrict x, floa
 enum { QUAD = 4, SPAN_WIDTH = 2 * LANES };
 _Static_assert(SPAN_TILE % QUAD == 0, "a tile is whole quads");
 
+#if !defined(KERNELS_AVX512) && !defined(KERNELS_AVX2)
 // The portable build's quad step, acc[r][0, w) += s_r · x[0, w). Inlined with a constant w, so
 // the accumulators stay in registers.
 static inline __attribute__((always_inline)) void add_scaled4(float acc[][SPAN_WIDTH], const float *restrict x,
@@ -437,6 +441,7 @@ static inline __attribute__((always_inline)) void add_scaled4(float acc[][SPAN_W
         acc[2][l] += s2 * x[l], acc[3][l] += s3 * x[l];
     }
 }
+#endif
 
 // Each quad's common range (the shortest of its rows' ends) into common[]; returns the longest.
 static inline int quad_ranges(const int *ends, int quads, int j0, int *common) {
