@@ -55,6 +55,10 @@ typedef struct {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static SizeList *lists;
 static size_t n_lists;
+// One emptied chunk kept for the next chunk of any size: a pool whose last block of a size comes
+// and goes (a spec's check, a sequence crossing a block boundary alone) would otherwise map and
+// fault in a fresh 2 MiB each time.
+static Chunk *spare;
 
 static size_t round_line(size_t bytes) { return (bytes + SLAB_LINE - 1) / SLAB_LINE * SLAB_LINE; }
 
@@ -91,16 +95,20 @@ static void link_room(SizeList *l, Chunk *c) {
     c->has_room = 1;
 }
 
-// 2 MiB of fresh pages on a 2 MiB boundary: twice that mapped, the edges unmapped.
+// 2 MiB on a 2 MiB boundary: the spare, else fresh pages (twice that mapped, the edges unmapped).
 static Chunk *chunk_new(SizeList *l, size_t list) {
-    char *m = mmap(NULL, 2 * SLAB_CHUNK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) return NULL;
-    char *a = (char *)(((uintptr_t)m + SLAB_CHUNK - 1) & ~(uintptr_t)(SLAB_CHUNK - 1));
-    if (a > m) munmap(m, (size_t)(a - m));
-    if (a + SLAB_CHUNK < m + 2 * SLAB_CHUNK) munmap(a + SLAB_CHUNK, (size_t)(m + 2 * SLAB_CHUNK - (a + SLAB_CHUNK)));
+    char *a = (char *)spare;
+    spare = NULL;
+    if (!a) {
+        char *m = mmap(NULL, 2 * SLAB_CHUNK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) return NULL;
+        a = (char *)(((uintptr_t)m + SLAB_CHUNK - 1) & ~(uintptr_t)(SLAB_CHUNK - 1));
+        if (a > m) munmap(m, (size_t)(a - m));
+        if (a + SLAB_CHUNK < m + 2 * SLAB_CHUNK) munmap(a + SLAB_CHUNK, (size_t)(m + 2 * SLAB_CHUNK - (a + SLAB_CHUNK)));
 #ifdef MADV_HUGEPAGE
-    (void)madvise(a, SLAB_CHUNK, MADV_HUGEPAGE); // a hint: refused, the chunk is in 4 KiB pages
+        (void)madvise(a, SLAB_CHUNK, MADV_HUGEPAGE); // a hint: refused, the chunk is in 4 KiB pages
 #endif
+    }
     Chunk *c = (Chunk *)(void *)a;
     *c = (Chunk){.list = list, .size = l->size, .untouched = SLAB_FIRST};
     SLAB_POISON(a + SLAB_FIRST, SLAB_CHUNK - SLAB_FIRST);
@@ -150,11 +158,15 @@ void slab_free(void *p, size_t bytes) {
     memcpy(p, &c->freed, sizeof c->freed);
     c->freed = p;
     SLAB_POISON((char *)p + sizeof c->freed, c->size - sizeof c->freed);
-    if (--c->live == 0) { // the chunk goes back whole
+    if (--c->live == 0) { // the chunk goes back whole: kept as the spare, or to the system
         if (c->has_room) unlink_room(l, c);
         l->chunks--;
-        SLAB_UNPOISON(c, SLAB_CHUNK);
-        munmap(c, SLAB_CHUNK);
+        if (!spare) {
+            spare = c;
+        } else {
+            SLAB_UNPOISON(c, SLAB_CHUNK);
+            munmap(c, SLAB_CHUNK);
+        }
     } else if (!c->has_room) {
         link_room(l, c);
     }
