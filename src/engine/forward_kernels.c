@@ -317,6 +317,12 @@ static float exp_and_sum(float *x, int n, float max, float scale) {
         sum16 = _mm512_add_ps(sum16, e);
     }
     _mm512_storeu_ps(part, sum16);
+    if (i < n) { // the last few as one masked vector, then added to lane 0 in turn as below
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        const __m512 e = exp_neg16(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmax), vscale));
+        _mm512_mask_storeu_ps(x + i, m, e);
+        for (; i < n; i++) part[0] += x[i];
+    }
 #endif
     for (; i + LANES <= n; i += LANES)
 #pragma omp simd
@@ -376,7 +382,22 @@ static int scaled_softmax_impl(float *x, int n, float scale) {
             m2 = _mm512_max_ps(m2, _mm512_loadu_ps(x + i + 2 * LANES));
             m3 = _mm512_max_ps(m3, _mm512_loadu_ps(x + i + 3 * LANES));
         }
+        for (; i + LANES <= n; i += LANES) m0 = _mm512_max_ps(m0, _mm512_loadu_ps(x + i));
+        if (i < n) { // the last few, masked (the lanes past n keep m0's)
+            const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+            m0 = _mm512_mask_max_ps(m0, m, m0, _mm512_maskz_loadu_ps(m, x + i));
+            i = n;
+        }
         max = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3)));
+    } else if (n >= LANES) {
+        __m512 m0 = _mm512_loadu_ps(x);
+        for (i = LANES; i + LANES <= n; i += LANES) m0 = _mm512_max_ps(m0, _mm512_loadu_ps(x + i));
+        if (i < n) {
+            const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+            m0 = _mm512_mask_max_ps(m0, m, m0, _mm512_maskz_loadu_ps(m, x + i));
+            i = n;
+        }
+        max = _mm512_reduce_max_ps(m0);
     }
 #endif
 #pragma omp simd reduction(max : max)
@@ -396,9 +417,12 @@ static int scaled_softmax_impl(float *x, int n, float scale) {
             if (hit) top = i + __builtin_ctz(hit);
         }
     }
-    for (; i < n; i++) {
-        x[i] *= inv;
-        if (top < 0 && x[i] == inv) top = i;
+    if (i < n) { // the last few, masked
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        const __m512 w = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vinv);
+        _mm512_mask_storeu_ps(x + i, m, w);
+        const __mmask16 hit = _mm512_mask_cmp_ps_mask(m, w, vinv, _CMP_EQ_OQ);
+        if (top < 0 && hit) top = i + __builtin_ctz(hit);
     }
     return top >= 0 ? top : n - 1;
 #else
