@@ -360,7 +360,8 @@ static void print_loss_time(const PlateRun *r, int threads) {
     const int cores = threads < online ? threads : (int)online;
     const char *form, *apart_form;
     const double work = eval_text_multiply_adds(c, tokens, N_TEXTS, plate_loss_runs());
-    const double floor = work / (peak_multiply_adds(&form) * cores);
+    const double peak = peak_multiply_adds(&form); // measured once: each measurement takes ~0.1 s
+    const double floor = work / (peak * cores);
     const double floor_apart = work / (peak_multiply_then_add(&apart_form) * cores);
     const double ratio = r->loss_seconds / floor;
     printf("\nthe loss runs (%d caches on both texts, %.0f G multiply-adds; kernels: %s): %.2f s on %d thread%s,\n"
@@ -376,7 +377,7 @@ static void print_loss_time(const PlateRun *r, int threads) {
     // token, kernels of its own, or the mirror's second sums and correction rows).
     double one_floor[N_TEXTS], ref = 0, all = 0, total_floor = 0;
     for (int t = 0; t < N_TEXTS; t++) {
-        one_floor[t] = eval_text_multiply_adds(c, &tokens[t], 1, 1) / peak_multiply_adds(&form);
+        one_floor[t] = eval_text_multiply_adds(c, &tokens[t], 1, 1) / peak;
         ref += r->run_seconds[0][t];
         total_floor += one_floor[t];
     }
