@@ -147,8 +147,11 @@ static inline __attribute__((always_inline)) void block2x2(float *restrict out, 
     for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
     for (int j = 0; j < n; j += LANES)
         for (int h = 0; h < 2; h++) {
-            const __m256 c0 = _mm256_loadu_ps(w0 + j + 8 * h), c1 = _mm256_loadu_ps(w1 + j + 8 * h);
-            const __m256 y0 = _mm256_loadu_ps(x0 + j + 8 * h), y1 = _mm256_loadu_ps(x1 + j + 8 * h);
+            __m256 c0 = _mm256_loadu_ps(w0 + j + 8 * h), c1 = _mm256_loadu_ps(w1 + j + 8 * h);
+            __m256 y0 = _mm256_loadu_ps(x0 + j + 8 * h), y1 = _mm256_loadu_ps(x1 + j + 8 * h);
+            // Held in registers: gcc 12 folded each load into the multiplies that use it, loading
+            // every operand twice, and the loop ran at the loads' rate, half its multiplies'.
+            __asm__("" : "+x"(c0), "+x"(c1), "+x"(y0), "+x"(y1));
             a[h] = _mm256_add_ps(a[h], _mm256_mul_ps(c0, y0));
             a[2 + h] = _mm256_add_ps(a[2 + h], _mm256_mul_ps(c1, y0));
             a[4 + h] = _mm256_add_ps(a[4 + h], _mm256_mul_ps(c0, y1));
