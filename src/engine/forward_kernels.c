@@ -295,6 +295,10 @@ static inline __attribute__((always_inline)) __m512 exp_neg16(__m512 x) {
     const __m512 e = _mm512_mask_mov_ps(n, huge, _mm512_set1_ps(255.0f));
     return _mm512_scalef_ps(p, e);
 }
+
+// The first m (0..16) lanes: a row's last few numbers as one masked vector, where one at a time each
+// had cost a scalar pass (a softmax's row takes every length in the causal evaluator).
+static inline __mmask16 first_lanes(int m) { return (__mmask16)((1u << m) - 1); }
 #endif
 
 // x[i] = e^(scale·(x[i] - max)), returning their sum in a fixed order: 16 lane partials over the
@@ -321,7 +325,7 @@ static float exp_and_sum(float *x, int n, float max, float scale) {
     }
     _mm512_storeu_ps(part, sum16);
     if (i < n) { // the last few as one masked vector, then added to lane 0 in turn as below
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        const __mmask16 m = first_lanes(n - i);
         const __m512 e = exp_neg16(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmax), vscale));
         _mm512_mask_storeu_ps(x + i, m, e);
         for (; i < n; i++) part[0] += x[i];
@@ -376,8 +380,9 @@ static int scaled_softmax_impl(float *x, int n, float scale) {
     float max = x[0];
     int i = 0;
 #if defined(KERNELS_AVX512)
-    // Four running maxima: one waited on each vmaxps before the next.
-    if (n >= 4 * LANES) {
+    // Four running maxima: one waited on each vmaxps before the next. (The first vector is read
+    // twice, which the max does not mind.)
+    if (n >= LANES) {
         __m512 m0 = _mm512_loadu_ps(x), m1 = m0, m2 = m0, m3 = m0;
         for (; i + 4 * LANES <= n; i += 4 * LANES) {
             m0 = _mm512_max_ps(m0, _mm512_loadu_ps(x + i));
@@ -387,20 +392,11 @@ static int scaled_softmax_impl(float *x, int n, float scale) {
         }
         for (; i + LANES <= n; i += LANES) m0 = _mm512_max_ps(m0, _mm512_loadu_ps(x + i));
         if (i < n) { // the last few, masked (the lanes past n keep m0's)
-            const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+            const __mmask16 m = first_lanes(n - i);
             m0 = _mm512_mask_max_ps(m0, m, m0, _mm512_maskz_loadu_ps(m, x + i));
             i = n;
         }
         max = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3)));
-    } else if (n >= LANES) {
-        __m512 m0 = _mm512_loadu_ps(x);
-        for (i = LANES; i + LANES <= n; i += LANES) m0 = _mm512_max_ps(m0, _mm512_loadu_ps(x + i));
-        if (i < n) {
-            const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-            m0 = _mm512_mask_max_ps(m0, m, m0, _mm512_maskz_loadu_ps(m, x + i));
-            i = n;
-        }
-        max = _mm512_reduce_max_ps(m0);
     }
 #endif
 #pragma omp simd reduction(max : max)
@@ -421,7 +417,7 @@ static int scaled_softmax_impl(float *x, int n, float scale) {
         }
     }
     if (i < n) { // the last few, masked
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        const __mmask16 m = first_lanes(n - i);
         const __m512 w = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vinv);
         _mm512_mask_storeu_ps(x + i, m, w);
         const __mmask16 hit = _mm512_mask_cmp_ps_mask(m, w, vinv, _CMP_EQ_OQ);
