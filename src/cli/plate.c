@@ -360,7 +360,7 @@ static void print_loss_time(const PlateRun *r, int threads) {
     const int cores = threads < online ? threads : (int)online;
     const char *form, *apart_form;
     const double work = eval_text_multiply_adds(c, tokens, N_TEXTS, plate_loss_runs());
-    const double peak = peak_multiply_adds(&form); // measured once: each measurement takes ~0.1 s
+    const double peak = peak_multiply_adds(&form); // measured once, for these lines and each text's floor below
     const double floor = work / (peak * cores);
     const double floor_apart = work / (peak_multiply_then_add(&apart_form) * cores);
     const double ratio = r->loss_seconds / floor;
