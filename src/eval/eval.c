@@ -98,7 +98,7 @@ int eval_tokens(const Model *m, const uint8_t *tokens, int n, const CodecSpec *k
         return -1;
     }
     Decoder d;
-    const int span = decode ? 1 : EVAL_SPAN;
+    const int span = decode ? 1 : n < EVAL_SPAN ? n : EVAL_SPAN; // a short text's buffers sized by it
     if (decode ? decoder_init(&d, m, k_spec, v_spec, n, n_threads, err, errlen)
                : decoder_init_spans(&d, m, k_spec, v_spec, n, span, n_threads, err, errlen))
         return -1;
