@@ -350,21 +350,25 @@ static void int_mix(const CodecBlocks *b, int head, const float *p, float *out, 
 // each pass paid for finding each block, its scales and what to ask for ahead, per head. These go
 // four tiles (64 tokens) at a time through every head: the blocks are found once for all heads,
 // each head's four tiles are looked up together (the per-head kernels' four chains), and the tiles
-// ~12 KB on are asked for a line for each line read (codec_float.c's every-head kernels,
-// prefetch.h; every line, since the lines are not fetched in pairs). Each head's sums are the
-// per-head kernels' own, in their order: the same bits. In the vector builds, blocks of 16 tokens
-// (int_heads_fit), micro's head_dim 32, keys of up to 4 bits (looked up) and values of 1, 2 or 4
-// bits (token groups), up to eight heads; anything else goes head by head.
+// ~12 KB on are asked for a line for each line read, each head's as its pass begins
+// (codec_float.c's every-head kernels, prefetch.h; every line, since the lines are not fetched in
+// pairs). Each head's sums are the per-head kernels' own, in their order: the same bits. In the
+// vector builds, blocks of 16 tokens (int_heads_fit), micro's head_dim 32, keys of up to 4 bits
+// (looked up) and values of 1, 2 or 4 bits (token groups), up to eight heads; anything else goes
+// head by head.
 #define INT_HEADS_MAX 8
 
 #ifdef VEC16
-// Asks for every head's codes and scales of the tile from `local` in `block` (NULL: none).
-static ALWAYS_INLINE void int_prefetch_tile(const IntState *s0, const uint8_t *block, int local, int H) {
+// Asks for head h's codes and scales of the tile from `local` in `block` (NULL: none). Each head
+// asks for its own lines of the tiles ahead as its pass begins, so that the requests go out spread
+// through the four tiles' work as the lines are read. All heads' asked at once, before the first
+// head's pass (120 lines), left the step waiting longer on memory: more, it seems, than a core
+// keeps in flight, so that the requests past them waited while the lookups could have run
+// (docs/history/speed.md, 2026-12-05, sixth session).
+static ALWAYS_INLINE void int_prefetch_tile(const IntState *s0, const uint8_t *block, int local, int h) {
     if (!block) return;
-    for (int h = 0; h < H; h++) {
-        code_store_prefetch16(&s0->cs, block + INT_CODES_AT, h, local);
-        __builtin_prefetch(block + s0->scales_at + int_slot(s0, h, local) * int_scale_size(s0));
-    }
+    code_store_prefetch16(&s0->cs, block + INT_CODES_AT, h, local);
+    __builtin_prefetch(block + s0->scales_at + int_slot(s0, h, local) * int_scale_size(s0));
 }
 
 static ALWAYS_INLINE int int_heads_ahead(const IntState *s0, int H) {
@@ -386,13 +390,15 @@ static ALWAYS_INLINE void int_scores_heads_fast(const CodecBlocks *b, const floa
         const int nt = n - t0 >= 4 * TILE ? 4 : (n - t0 + TILE - 1) / TILE;
         const uint8_t *block[4], *codes[4];
         int local[4];
+        const uint8_t *ablock[4];
+        int alocal[4] = {0, 0, 0, 0};
         for (int k = 0; k < nt; k++) {
-            int alocal = 0;
             block[k] = codec_block(b, t0 + k * TILE, &local[k]);
             codes[k] = block[k] + INT_CODES_AT + (size_t)(local[k] / TILE) * s0->cs.unit_bytes;
-            int_prefetch_tile(s0, codec_ahead_block(b, t0 / TILE + k + ahead, n, &alocal), alocal, H);
+            ablock[k] = codec_ahead_block(b, t0 / TILE + k + ahead, n, &alocal[k]);
         }
         for (int h = 0; h < H; h++) {
+            for (int k = 0; k < nt; k++) int_prefetch_tile(s0, ablock[k], alocal[k], h);
             const uint32_t *tiles[4];
             const float(*tp[1])[16] = {(const float(*)[16])tables[h]};
             for (int k = 0; k < nt; k++) tiles[k] = (const uint32_t *)(const void *)(codes[k] + (size_t)h * head_codes);
@@ -455,14 +461,17 @@ static ALWAYS_INLINE void int_mix_heads_fast(const CodecBlocks *b, const float *
         const int cur = (t0 / (4 * TILE)) % 2, nt = n - t0 >= 4 * TILE ? 4 : (n - t0 + TILE - 1) / TILE;
         if (t0 + 4 * TILE < n) int_heads_weights(b, p, stride, n, t0 + 4 * TILE, H, wbuf[1 - cur]);
         const uint8_t *codes[4];
+        const uint8_t *ablock[4];
+        int alocal[4] = {0, 0, 0, 0};
         for (int k = 0; k < nt; k++) {
-            int local, alocal = 0;
+            int local;
             const uint8_t *block = codec_block(b, t0 + k * TILE, &local);
             codes[k] = block + INT_CODES_AT + (size_t)(local / g) * s0->cs.unit_bytes;
-            int_prefetch_tile(s0, codec_ahead_block(b, t0 / TILE + k + ahead, n, &alocal), alocal, H);
+            ablock[k] = codec_ahead_block(b, t0 / TILE + k + ahead, n, &alocal[k]);
         }
         __asm__("" ::: "memory"); // each table broadcasts its weights from memory
         for (int h = 0; h < H; h++) {
+            for (int k = 0; k < nt; k++) int_prefetch_tile(s0, ablock[k], alocal[k], h);
             v16 e0 = acc[h][0], e1 = acc[h][1], o0 = acc[h][2], o1 = acc[h][3];
             for (int k = 0; k < nt; k++) {
                 const uint8_t *chunk = codes[k] + (size_t)h * head_codes;
