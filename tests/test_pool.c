@@ -208,6 +208,84 @@ static void check_sharing(const char *spec) {
     kvpool_free(&pool);
 }
 
+// A sequence and its copy (kvseq_copy) decode the same bits: every token read back, the bytes, the
+// charge; then both go on the same tokens (over block edges, KIVI's window moving) and score, mix
+// and read the same at every step, neither holding a block of the other. A pool without the budget
+// for the copy, or a codec that cannot copy, refuses and changes nothing.
+static void check_copy(const char *spec) {
+    char err[256];
+    KVPool pool;
+    if (pool_open(&pool, spec, 1 << 30)) return;
+    KVSeq a, b;
+    kvseq_init(&a, &pool), kvseq_init(&b, &pool);
+    uint64_t rng = 777;
+    float k[HEADS * HD], v[HEADS * HD], q[HD], p[T + 40], x[T + 40], y[T + 40];
+    for (int t = 0; t < T; t++) {
+        CHECK(!kvseq_reserve(&a, t + 1, err, sizeof err), "%s: reserve %d: %s", spec, t + 1, err);
+        for (int l = 0; l < LAYERS; l++) {
+            fill(k, HEADS * HD, &rng), fill(v, HEADS * HD, &rng);
+            kvseq_append(&a, l, k, v);
+            kvseq_end_step(&a, l);
+        }
+    }
+    const size_t charged = pool.used;
+    const long blocks = pool.blocks;
+    if (!kvpool_can_copy(&pool)) {
+        CHECK(kvseq_copy(&b, &a, err, sizeof err) && strstr(err, "cannot copy"), "%s: copied without a copy: %s", spec, err);
+        CHECK(pool.used == charged && pool.blocks == blocks && !b.k, "%s: a refused copy took blocks", spec);
+        kvseq_release(&a);
+        kvpool_free(&pool);
+        return;
+    }
+    pool.budget = 2 * charged - 1; // one byte short of the copy's charge
+    CHECK(kvseq_copy(&b, &a, err, sizeof err) && strstr(err, "free"), "%s: a copy over the budget: %s", spec, err);
+    CHECK(pool.used == charged && pool.blocks == blocks && !b.k, "%s: a refused copy took blocks", spec);
+    pool.budget = 1 << 30;
+    CHECK(!kvseq_copy(&b, &a, err, sizeof err), "%s: copy: %s", spec, err);
+    CHECK(pool.used == 2 * charged && pool.blocks == 2 * blocks, "%s: the copy charged %zu for %zu", spec,
+          pool.used - charged, charged);
+    CHECK(kvseq_copy(&b, &a, err, sizeof err), "%s: copied into a sequence that holds tokens", spec);
+    int differ = 0, shared = 0;
+    for (int t = T; t < T + 40; t++) {
+        for (int l = 0; l < LAYERS; l++)
+            for (int r = 0; r < 2; r++) {
+                const PagedStream *pa = r ? &a.v[l] : &a.k[l], *pb = r ? &b.v[l] : &b.k[l];
+                differ += pa->length != pb->length || paged_stream_bytes(pa) != paged_stream_bytes(pb);
+                for (int i = 0; i < pa->n_blocks && i < pb->n_blocks; i++) shared += pa->states[i] == pb->states[i];
+                for (int h = 0; h < HEADS; h++)
+                    for (int j = 0; j < t; j++) {
+                        float xa[HD], xb[HD];
+                        paged_read(pa, h, j, xa);
+                        paged_read(pb, h, j, xb);
+                        differ += !check_same_bits(xa, xb, HD);
+                    }
+            }
+        CHECK(!kvseq_reserve(&a, t + 1, err, sizeof err) && !kvseq_reserve(&b, t + 1, err, sizeof err), "%s: %s", spec, err);
+        for (int l = 0; l < LAYERS; l++) {
+            fill(k, HEADS * HD, &rng), fill(v, HEADS * HD, &rng), fill(q, HD, &rng);
+            for (int j = 0; j <= t; j++) p[j] = (float)check_uniform(&rng) / (float)(t + 1);
+            kvseq_append(&a, l, k, v);
+            kvseq_append(&b, l, k, v);
+            for (int h = 0; h < HEADS; h++) {
+                paged_scores(&a.k[l], h, q, x, t + 1);
+                paged_scores(&b.k[l], h, q, y, t + 1);
+                differ += !check_same_bits(x, y, t + 1);
+                paged_mix(&a.v[l], h, p, x, t + 1);
+                paged_mix(&b.v[l], h, p, y, t + 1);
+                differ += !check_same_bits(x, y, HD);
+            }
+            kvseq_end_step(&a, l);
+            kvseq_end_step(&b, l);
+        }
+    }
+    CHECK(!differ, "%s: a copy and its sequence differ %d times", spec, differ);
+    CHECK(!shared, "%s: a copy shares %d blocks with its sequence", spec, shared);
+    kvseq_release(&a);
+    kvseq_release(&b);
+    CHECK(pool.used == 0 && pool.blocks == 0, "%s: %zu bytes, %ld blocks left after release", spec, pool.used, pool.blocks);
+    kvpool_free(&pool);
+}
+
 // A row's every head at once (paged_scores_heads, paged_mix_heads: the float formats' and int's
 // kernels that read each block's heads together, the rest head by head) against each head alone: the same bits,
 // at every length from one token past a block to whole and partial tiles, with the stream read
@@ -278,6 +356,7 @@ int main(void) {
             if (kvstream_check_spec(spec, KV_ROLE_VALUE, why, sizeof why)) continue; // keys only (prerope)
             check_against_contiguous(spec);
             check_sharing(spec);
+            check_copy(spec);
         }
     }
     // The every-head kernels are each vector set's own code (the portable build goes head by head):

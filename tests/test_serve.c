@@ -144,6 +144,82 @@ static void check_record(const Model *m) {
     kv_recording_free(&rec);
 }
 
+// Conversations a pool of `budget` bytes admits when each is encoded token by token, reserving as
+// it goes and its tokens settling (KIVI's window): serve_held_decode's way before copies, the truth
+// its copies must meet.
+static int held_by_encoding(const Model *m, const KVRecording *rec, const char *spec, size_t budget, int n, int steps,
+                            int most) {
+    const ModelConfig *c = &m->config;
+    char err[256];
+    KVPool pool;
+    if (kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, 16, c->max_seq_len, budget, SPEC(spec), SPEC(spec), err,
+                    sizeof err))
+        return -1;
+    KVSeq *seqs = calloc((size_t)most, sizeof *seqs);
+    int held = 0;
+    for (; held < most; held++) {
+        KVSeq *s = &seqs[held];
+        kvseq_init(s, &pool);
+        int fits = 1;
+        for (int t = 0; t < n - steps && fits; t++) {
+            if (!(fits = !kvseq_reserve(s, t + 1, err, sizeof err))) break;
+            for (int l = 0; l < c->n_layers; l++) {
+                const size_t row = (size_t)t * c->n_layers + l;
+                kvseq_append(s, l, rec->k + row * rec->k_dim, rec->v + row * rec->v_dim);
+                kvseq_end_step(s, l);
+            }
+        }
+        if (!fits || kvseq_reserve(s, n, err, sizeof err)) {
+            kvseq_release(s);
+            break;
+        }
+    }
+    for (int i = 0; i < held; i++) kvseq_release(&seqs[i]);
+    free(seqs);
+    kvpool_free(&pool);
+    return held;
+}
+
+// Held decode with every conversation at one position: the first is encoded and the others are its
+// copies (kvseq_copy). At budgets around whole conversations, a byte short and a part of a block
+// over, the pool holds as many as encoding each would admit; a codec that cannot copy is encoded.
+static void check_held_copies(const Model *m, const KVRecording *rec, const char *spec) {
+    const ModelConfig *c = &m->config;
+    enum { STEPS = 2, MOST = 6 };
+    const int n = rec->n;
+    char err[256];
+    KVPool sizing;
+    if (kvpool_init(&sizing, c->n_layers, c->n_kv_heads, c->head_dim, 16, c->max_seq_len, 1u << 30, SPEC(spec), SPEC(spec),
+                    err, sizeof err)) {
+        CHECK(0, "%s: %s", spec, err);
+        return;
+    }
+    const size_t one = kvpool_sequence_bytes(&sizing, n), set = kvpool_block_set_bytes(&sizing);
+    const int copies = kvpool_can_copy(&sizing);
+    kvpool_free(&sizing);
+    int cases = 0, differ = 0;
+    for (int k = 1; k <= 4; k++)
+        for (int e = -2; e <= 2; e++) {
+            const size_t budget = (size_t)k * one + (e == -2 ? -set : e == -1 ? (size_t)-1 : e == 1 ? set / 3 : e == 2 ? set : 0);
+            KVPool pool;
+            if (kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, 16, c->max_seq_len, budget, SPEC(spec), SPEC(spec),
+                            err, sizeof err))
+                continue;
+            HeldDecode hd;
+            const int rc = serve_held_decode(m, &pool, rec, MOST, n, n, STEPS, 1, 1, 0, &hd, err, sizeof err);
+            const int want = held_by_encoding(m, rec, spec, budget, n, STEPS, MOST);
+            differ += (rc ? 0 : hd.held) != want;
+            CHECK(pool.used == 0 && pool.blocks == 0, "%s: %zu bytes in %ld blocks not returned", spec, pool.used,
+                  pool.blocks);
+            kvpool_free(&pool);
+            cases++;
+        }
+    CHECK(!differ && cases == 20, "%s: held counts differ from encoding each conversation in %d of %d budgets", spec,
+          differ, cases);
+    if (!differ) printf("ok   %s: held decode %s holds what encoding each admits, %d budgets\n", spec,
+                        copies ? "by copies" : "(encoded)", cases);
+}
+
 int main(void) {
     check_workloads();
     ModelConfig c = small_config();
@@ -152,6 +228,21 @@ int main(void) {
     check_record(&m);
     const char *specs[] = {"fp16", "int:bits=4", "kivi:bits=2,group=16,residual=32", "q4_0"};
     for (int i = 0; i < 4; i++) check_preemption(&m, specs[i]);
+    {
+        enum { N = 130 }; // filled to 128 tokens: KIVI's keys settle a residual at the last, so its charge peaks before
+        int tokens[N];
+        for (int t = 0; t < N; t++) tokens[t] = text[t % (sizeof text - 1)];
+        KVRecording rec;
+        char err[256];
+        if (kv_record(&m, tokens, N, 1, &rec, err, sizeof err)) {
+            CHECK(0, "kv_record: %s", err);
+        } else {
+            const char *held_specs[] = {"fp16", "int:bits=4", "kivi:bits=2,group=16,residual=32", "q4_0",
+                                        "turboquant:bits=3"};
+            for (int i = 0; i < 5; i++) check_held_copies(&m, &rec, held_specs[i]);
+            kv_recording_free(&rec);
+        }
+    }
     // A pool that cannot hold the longest conversation alone is refused, not spun on.
     Workload w;
     workload_make(&w, WORKLOAD_FIXED, 2, 512, 1, text, sizeof text - 1);

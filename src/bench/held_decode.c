@@ -109,26 +109,41 @@ int serve_held_decode(const Model *m, KVPool *pool, const KVRecording *rec, int 
     // token by token first (the same calls, so the same blocks in the same order of allocation), and
     // the caches are filled afterwards, a conversation per task on fill_threads threads (what is
     // timed is only the steps, on n_threads).
+    // When every conversation ends at the same position, each holds the same bytes: the first is
+    // filled and the others are its copies (kvseq_copy), admitted while the pool has what the first
+    // took at its most (its reservations' peak: a codec that settles is charged less once its tokens
+    // settle), which is where the first's way would have stopped.
     const int settles = pool->rule[KV_ROLE_KEY].ops->settle || pool->rule[KV_ROLE_VALUE].ops->settle;
+    const int copies = lo == hi && kvpool_can_copy(pool);
+    size_t peak = 0;
     HeldFill fill = {seqs, end, rec, steps};
     for (int i = 0; i < max_conversations; i++) {
         end[i] = lo == hi ? hi : hi - (int)((long)(hi - lo) * i / max_conversations);
         kvseq_init(&seqs[i], pool);
+        if (copies && i > 0) {
+            if (pool->budget - pool->used < peak || kvseq_copy(&seqs[i], &seqs[0], err, errlen)) break;
+            out->held++;
+            continue;
+        }
+        const size_t start = pool->used;
         int fits = 1;
         for (int t = 0; t < end[i] - steps && fits; t++) {
             if ((fits = !kvseq_reserve(&seqs[i], t + 1, err, errlen)) && settles) fill_token(&seqs[i], rec, t);
+            if (fits && pool->used - start > peak) peak = pool->used - start;
         }
         if (!fits || kvseq_reserve(&seqs[i], end[i], err, errlen)) {
             kvseq_release(&seqs[i]);
             break;
         }
+        if (pool->used - start > peak) peak = pool->used - start;
+        if (copies && !settles) held_fill(&fill, i, 0);
         out->held++;
     }
     if (out->held == 0) {
         snprintf(err, errlen, "the pool cannot hold one conversation of %d tokens", hi);
         goto done;
     }
-    if (!settles) {
+    if (!settles && !copies) {
         ThreadPool *fillers = pool_create(fill_threads);
         if (!fillers) {
             snprintf(err, errlen, "cannot start %d threads", fill_threads);

@@ -26,7 +26,9 @@ void kv_recording_free(KVRecording *rec);
 // down to `lo` for the last (all at `hi` when lo == hi), and its cache is filled to end_i − steps
 // tokens by encoding the recording's keys and values through its codec, token by token as decode
 // would (KIVI's window included); where no token settles (all but KIVI), conversations are filled
-// at once on fill_threads threads. Then `steps` batched decode steps on n_threads are timed.
+// at once on fill_threads threads. When all end at `hi` and the codecs can copy (kvpool_can_copy),
+// only the first is encoded and the rest are its copies: the same bytes, in blocks of their own.
+// Then `steps` batched decode steps on n_threads are timed.
 typedef struct {
     int held;                    // conversations the pool held
     int steps;

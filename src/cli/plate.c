@@ -218,9 +218,9 @@ static void scheme_task(void *arg, int j, int thread) {
 
 // The measured panel. The keys and values of one conversation (the plates' bytes, the model's whole
 // context) are recorded once with an fp32 cache; each scheme's pool then holds as many conversations
-// as its budget allows, each encoding that recording through its own blocks, and SERVE_STEPS
-// batched decode steps at the end of the context are timed. Sequential: it is a timing (the pools
-// are filled on fill_threads, untimed).
+// as its budget allows, the first encoding that recording through its own blocks and the others
+// holding its copies (serve_held_decode), and SERVE_STEPS batched decode steps at the end of the
+// context are timed. Sequential: it is a timing (filling the pools is not timed).
 static int run_serve_panel(PlateRun *r, const Model *m, const uint8_t *text, size_t text_len, int threads,
                            int fill_threads, char *err, size_t errlen) {
     const ModelConfig *c = &m->config;

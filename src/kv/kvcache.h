@@ -170,6 +170,10 @@ typedef struct {
     // metadata together): its bytes from the state on, what reading the whole block touches (micro
     // bench --batch's read of a pool alone, pool_read.h). NULL where a state is several allocations.
     size_t (*extent)(const void *state);
+    // dst, an empty state made by the same create() (the same spec, shape and capacity), made to hold
+    // exactly what src holds: afterwards every append, settle, read and kernel gives on dst the bits
+    // it gives on src (a paged pool's copy of a sequence, kvseq_copy). NULL: the family cannot.
+    void (*copy)(void *dst, const void *src);
     void (*destroy)(void *state);
 } CodecOps;
 

@@ -273,6 +273,66 @@ int kvseq_reserve(KVSeq *s, int tokens, char *err, size_t errlen) {
     return 0;
 }
 
+int kvpool_can_copy(const KVPool *p) { return p->rule[KV_ROLE_KEY].ops->copy && p->rule[KV_ROLE_VALUE].ops->copy; }
+
+// Blocks are made in the order kvseq_reserve makes them token by token (a block of every layer and
+// stream, then the next), so that a copy lies in the pool's memory as the sequence it copies did.
+int kvseq_copy(KVSeq *dst, const KVSeq *src, char *err, size_t errlen) {
+    KVPool *p = src->pool;
+    if (dst->pool != p || dst->k) {
+        snprintf(err, errlen, "a sequence is copied into an empty sequence of its own pool");
+        return -1;
+    }
+    if (!kvpool_can_copy(p)) {
+        snprintf(err, errlen, "%s / %s: the codec cannot copy a sequence", p->rule[0].spec, p->rule[1].spec);
+        return -1;
+    }
+    if (!src->k) return 0;
+    size_t charge = 0;
+    for (int l = 0; l < p->n_layers; l++)
+        for (int r = 0; r < 2; r++) charge += stream_charge(p, (KVRole)r, stream_of((KVSeq *)src, (KVRole)r, l));
+    if (p->used + charge > p->budget) {
+        snprintf(err, errlen, "the pool has %zu of %zu bytes free, %zu needed", p->budget - p->used, p->budget, charge);
+        return -1;
+    }
+    if (alloc_tables(dst)) {
+        snprintf(err, errlen, "out of memory allocating block tables");
+        return -1;
+    }
+    const int n = src->k[0].n_blocks;
+    for (int b = 0; b < n; b++)
+        for (int l = 0; l < p->n_layers; l++)
+            for (int r = 0; r < 2; r++) {
+                const KVStream *from = &stream_of((KVSeq *)src, (KVRole)r, l)->blocks[b];
+                PagedStream *ps = stream_of(dst, (KVRole)r, l);
+                if (block_init(p, &ps->blocks[b], (KVRole)r, b * p->block, l, err, errlen)) {
+                    for (int l2 = 0; l2 < p->n_layers; l2++) // undo: the sequence stays empty
+                        for (int r2 = 0; r2 < 2; r2++)
+                            for (int b2 = 0; b2 <= b; b2++) {
+                                KVStream *blk = &stream_of(dst, (KVRole)r2, l2)->blocks[b2];
+                                if (blk->ops) kvstream_free(blk);
+                            }
+                    kvseq_release(dst);
+                    return -1;
+                }
+                ps->blocks[b].ops->copy(ps->blocks[b].state, from->state);
+                ps->blocks[b].length = from->length;
+                ps->states[b] = ps->blocks[b].state;
+            }
+    for (int l = 0; l < p->n_layers; l++)
+        for (int r = 0; r < 2; r++) {
+            const PagedStream *from = stream_of((KVSeq *)src, (KVRole)r, l);
+            PagedStream *ps = stream_of(dst, (KVRole)r, l);
+            ps->n_blocks = from->n_blocks, ps->length = from->length;
+            ps->settled = from->settled, ps->settled_blocks = from->settled_blocks;
+        }
+    dst->reserved = src->reserved;
+    p->used += charge;
+    p->blocks += (long)n * 2 * p->n_layers;
+    if (p->used > p->peak) p->peak = p->used;
+    return 0;
+}
+
 void kvseq_append(KVSeq *s, int layer, const float *k, const float *v) {
     const int block = s->pool->block;
     for (int r = 0; r < 2; r++) {

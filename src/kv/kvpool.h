@@ -104,6 +104,13 @@ void kvseq_init(KVSeq *s, KVPool *p);
 // Makes every stream able to hold `tokens` tokens, taking blocks from the pool. All or nothing:
 // -1 (nothing taken) when the budget lacks the bytes or the blocks cannot be created (err says which).
 int kvseq_reserve(KVSeq *s, int tokens, char *err, size_t errlen);
+// 1 when both slots' codecs can copy a state (CodecOps.copy), so that kvseq_copy can.
+int kvpool_can_copy(const KVPool *p);
+// dst (empty, of src's pool) made a copy of src: blocks of its own holding the same bytes, charged
+// what src is charged, so that everything dst does next gives src's bits (decoding many
+// conversations of one text without encoding each). All or nothing: -1 with one line in err (the
+// budget lacks src's charge, a codec cannot copy, or memory ran out), dst still empty.
+int kvseq_copy(KVSeq *dst, const KVSeq *src, char *err, size_t errlen);
 // Appends one token's keys and values (each its slot's n_heads · head_dim) to a layer; its block must
 // be reserved.
 void kvseq_append(KVSeq *s, int layer, const float *k, const float *v);

@@ -2,6 +2,7 @@
 #include "code_store.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 size_t code_store_shape(CodeStore *cs, QuantLayout layout, int bits, int n_heads, int head_dim, int capacity) {
     cs->layout = layout;
@@ -24,6 +25,10 @@ int code_store_init(CodeStore *cs, QuantLayout layout, int bits, int n_heads, in
 void code_store_free(CodeStore *cs) {
     free(cs->codes);
     cs->codes = NULL;
+}
+
+void code_store_copy(CodeStore *dst, const CodeStore *src) {
+    memcpy(dst->codes, src->codes, (size_t)src->n_heads * (size_t)src->units * src->unit_bytes);
 }
 
 void code_store_put(CodeStore *cs, int head, int token, int c, const uint8_t *q, int n) {

@@ -30,6 +30,8 @@ int code_store_init(CodeStore *cs, QuantLayout layout, int bits, int n_heads, in
 // take returned, for a family that keeps them in an allocation of its own (int: one per pool block).
 size_t code_store_shape(CodeStore *cs, QuantLayout layout, int bits, int n_heads, int head_dim, int capacity);
 void code_store_free(CodeStore *cs);
+// dst's codes made src's (stores of one shape).
+void code_store_copy(CodeStore *dst, const CodeStore *src);
 
 // Codes of numbers [32c, 32c + n) of one token, n < 32 only at the tail of a head_dim that is
 // not a multiple of 32 (rows).

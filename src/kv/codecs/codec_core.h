@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "calloc_lines.h"
 #include "slab.h"
@@ -143,6 +144,11 @@ size_t codec_rows_bytes(const void *state);
 static inline size_t codec_line(size_t bytes) { return (bytes + CODEC_LINE - 1) / CODEC_LINE * CODEC_LINE; }
 static inline void *codec_state_alloc(size_t bytes) { return slab_calloc(bytes); }
 static inline void codec_state_free(void *state, size_t extent) { slab_free(state, extent); }
+// A one-allocation state's copy (CodecOps.copy) of everything past its struct, from `at` (its codes'
+// offset) to its extent: codes, scales and the rest. The family copies its struct's changing fields.
+static inline void codec_payload_copy(void *dst, const void *src, size_t at, size_t extent) {
+    memcpy((uint8_t *)dst + at, (const uint8_t *)src + at, extent - at);
+}
 
 // The end of a family's create(): the state when its allocations succeeded; else the state
 // destroyed, one line in err, and NULL.

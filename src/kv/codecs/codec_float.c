@@ -859,11 +859,20 @@ static int float_by_read(const void *state) {
 
 static size_t float_extent(const void *state) { return ((const FloatState *)state)->extent; }
 
+static void float_copy(void *dst, const void *src) {
+    const FloatState *s = src;
+    FloatState *d = dst;
+    codec_payload_copy(dst, src, FLOAT_CODES_AT, s->extent);
+    d->length = s->length;
+    d->special = s->special;
+}
+
 static const CodecOps float_ops = {.append = float_append, .scores = float_scores, .mix = float_mix,
                                    .scores_heads = float_scores_heads, .mix_heads = float_mix_heads,
                                    .read = float_read, .key_mirror = float_key_mirror,
                                    .value_mirror = float_value_mirror, .by_read = float_by_read,
-                                   .bytes = float_bytes, .extent = float_extent, .destroy = float_destroy};
+                                   .bytes = float_bytes, .extent = float_extent, .copy = float_copy,
+                                   .destroy = float_destroy};
 
 #define FLOAT_FAMILY(id, help_text, ...)                                                           \
     static void *create_##id(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised, \

@@ -651,6 +651,12 @@ static size_t block_bytes(const void *state) {
 
 static size_t block_extent(const void *state) { return ((const BlockState *)state)->extent; }
 
+static void block_copy(void *dst, const void *src) {
+    const BlockState *s = src;
+    codec_payload_copy(dst, src, BLOCK_CODES_AT, s->extent);
+    ((BlockState *)dst)->length = s->length;
+}
+
 // block_scores and block_mix: what reads back (latent attention's fast evaluator mirrors it).
 static int block_by_read(const void *state) {
     const BlockState *s = state;
@@ -716,7 +722,7 @@ static const MirrorOps *block_value_mirror(const void *state) {
 static const CodecOps block_ops = {.append = block_append, .scores = block_scores, .mix = block_mix, .read = block_read,
                                    .key_mirror = block_key_mirror, .value_mirror = block_value_mirror,
                                    .by_read = block_by_read, .bytes = block_bytes, .extent = block_extent,
-                                   .destroy = block_destroy};
+                                   .copy = block_copy, .destroy = block_destroy};
 
 #define BLOCK_FAMILY(id, fmt, help_text)                                                             \
     static void *create_##id(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised, \

@@ -585,6 +585,12 @@ static size_t int_bytes(const void *state) {
 
 static size_t int_extent(const void *state) { return ((const IntState *)state)->extent; }
 
+static void int_copy(void *dst, const void *src) {
+    const IntState *s = src;
+    codec_payload_copy(dst, src, INT_CODES_AT, s->extent);
+    ((IntState *)dst)->length = s->length;
+}
+
 // int_scores and int_mix: what reads back (latent attention's fast evaluator mirrors it).
 static int int_by_read(const void *state) {
     const IntState *s = state;
@@ -631,7 +637,7 @@ static const CodecOps int_ops = {.append = int_append, .scores = int_scores, .mi
                                  .scores_heads = int_scores_heads, .mix_heads = int_mix_heads, .read = int_read,
                                  .key_mirror = int_key_mirror, .value_mirror = int_value_mirror,
                                  .by_read = int_by_read, .bytes = int_bytes, .extent = int_extent,
-                                 .destroy = int_destroy};
+                                 .copy = int_copy, .destroy = int_destroy};
 
 const CodecFamily CODEC_FAMILY(codec_int) = {.name = "int", .ops = &int_ops, .create = int_create,
     .help = "int:bits=B           round to nearest per head per token, B=1..8, one scale (scale=fp16|fp32), "

@@ -640,10 +640,26 @@ static void kivi_mix_blocks(const CodecBlocks *b, int head, const float *p, floa
     codec_mix_per_block(b, kivi_mix, kivi_ahead, b->head_dim, head, p, out, n);
 }
 
+// The codes, the metadata and the window's rows (gone once every token is quantised), and where
+// the window stands.
+static void kivi_copy(void *dst, const void *src) {
+    KiviState *d = dst;
+    const KiviState *s = src;
+    code_store_copy(&d->cs, &s->cs);
+    memcpy(d->meta, s->meta, sizeof(uint16_t) * (size_t)s->n_heads * s->meta_per_head);
+    if (s->full)
+        memcpy(d->full, s->full, sizeof(uint16_t) * (size_t)s->n_heads * (size_t)s->full_rows * (size_t)s->head_dim);
+    else
+        free(d->full), d->full = NULL;
+    d->length = s->length;
+    d->n_quant = s->n_quant;
+}
+
 static const CodecOps kivi_ops = {.append = kivi_append, .settled = kivi_settled, .settle = kivi_settle,
                                   .scores = kivi_scores_blocks, .mix = kivi_mix_blocks, .read = kivi_read,
                                   .key_mirror = kivi_key_mirror, .value_mirror = kivi_value_mirror,
-                                  .by_read = kivi_by_read, .bytes = kivi_bytes, .destroy = kivi_destroy};
+                                  .by_read = kivi_by_read, .bytes = kivi_bytes, .copy = kivi_copy,
+                                  .destroy = kivi_destroy};
 
 const CodecFamily CODEC_FAMILY(codec_kivi) = {.name = "kivi", .ops = &kivi_ops, .create = kivi_create,
     .help = "kivi                 KIVI: B-bit min/max groups of G, keys per channel, values per token, newest R "
