@@ -128,7 +128,7 @@ static const ServeScheme serve_schemes[] = {
 #define N_SERVE (int)(sizeof serve_schemes / sizeof serve_schemes[0])
 #define SERVE_BLOCK 32
 #define SERVE_STEPS 4
-#define SERVE_ROUNDS 3
+#define SERVE_ROUNDS 5
 
 typedef struct {
     int held;
@@ -254,6 +254,8 @@ static int run_serve_panel(PlateRun *r, const Model *m, const uint8_t *text, siz
     // SERVE_ROUNDS rounds over every scheme, the best of each kept: a slow spell of this shared machine
     // then falls on one round of several schemes, not on one scheme's only run (fp16 and bf16, the
     // same bytes and nearly the same kernels, came out 0.7x and 1.45x of each other in single runs).
+    // Five, since a round's pools are filled by copies (a second for all eight schemes, where encoding
+    // every conversation took about four).
     for (int round = 0; round < SERVE_ROUNDS * N_SERVE && !rc; round++) {
         const int i = round % N_SERVE;
         ServeRow *row = &r->serve[i];
