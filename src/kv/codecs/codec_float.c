@@ -649,15 +649,19 @@ static ALWAYS_INLINE void float_mix_heads_fast(const CodecBlocks *b, const float
             const uint8_t *row = block + FLOAT_CODES_AT + float_at(s0, h, local, 0) * es;
             const uint8_t *arow = ablock ? ablock + FLOAT_CODES_AT + float_at(s0, h, alocal, 0) * es : NULL;
             const float *w = direct ? p + (size_t)h * stride + t0 : wbuf[cur][h];
+            // The head's sums in locals for its tile: indexed by h across the token loop, they were
+            // kept in memory, each add waiting on the store of the one before.
+            v16 a0 = e0[h], a1 = e1[h], b0 = o0[h], b1 = o1[h];
             int k = 0;
             for (; k + 2 <= m; k += 2) {
                 for (size_t at = (size_t)k * rb; arow && at < (size_t)(k + 2) * rb; at += 64)
                     __builtin_prefetch(arow + at);
                 const v16 w0 = v16_set1(w[k]), w1 = v16_set1(w[k + 1]);
-                float_madd(row + (size_t)k * rb, w0, w0, f, &e0[h], &e1[h]);
-                float_madd(row + (size_t)(k + 1) * rb, w1, w1, f, &o0[h], &o1[h]);
+                float_madd(row + (size_t)k * rb, w0, w0, f, &a0, &a1);
+                float_madd(row + (size_t)(k + 1) * rb, w1, w1, f, &b0, &b1);
             }
-            if (k < m) float_madd(row + (size_t)k * rb, v16_set1(w[k]), v16_set1(w[k]), f, &e0[h], &e1[h]);
+            if (k < m) float_madd(row + (size_t)k * rb, v16_set1(w[k]), v16_set1(w[k]), f, &a0, &a1);
+            e0[h] = a0, e1[h] = a1, o0[h] = b0, o1[h] = b1;
         }
     }
 #undef FLOAT_HEADS_WEIGHTS
