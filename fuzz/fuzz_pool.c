@@ -8,6 +8,8 @@
 //   - the pool charges every sequence kvpool_sequence_bytes of its length, so never more than its
 //     budget, and holds exactly its sequences' blocks;
 //   - a refused reservation (the budget, or the context) is one line and changes nothing;
+//   - a sequence's copy (kvseq_copy, into another's place) holds what it holds and then lives on as
+//     any other; a refused copy (the budget, a codec that cannot copy) is one line and changes nothing;
 //   - once every sequence ends, every byte and block is back.
 #include <math.h>
 
@@ -142,6 +144,34 @@ static void grow(World *w, Conv *c, int tokens) {
     }
 }
 
+// Sequence c copied into d's place (d ended first): kvseq_copy, and c's contiguous streams copied by
+// the codec's own copy, so that the copy is checked, and grows, as any sequence.
+static void fork_conv(World *w, Conv *c, Conv *d) {
+    if (c == d) return;
+    end_conv(w, d);
+    char err[512];
+    const size_t used = w->pool.used;
+    const long held = w->pool.blocks;
+    if (kvseq_copy(&d->seq, &c->seq, err, sizeof err)) {
+        fuzz_check_message(err, sizeof err);
+        FUZZ_REQUIRE(w->pool.used == used && w->pool.blocks == held && !d->seq.k);
+        FUZZ_REQUIRE(!kvpool_can_copy(&w->pool) || used + kvpool_sequence_bytes(&w->pool, c->len) > w->pool.budget);
+        return;
+    }
+    FUZZ_REQUIRE(kvpool_can_copy(&w->pool) || !c->seq.k);
+    for (int l = 0; l < w->layers && c->has_ref; l++)
+        for (int r = 0; r < 2; r++) {
+            KVStream *to = &d->ref[l][r];
+            const KVStream *from = &c->ref[l][r];
+            FUZZ_REQUIRE(kvstream_init(to, SPEC(w->spec[r]), (KVRole)r, w->heads, w->hd, w->pool.context, err,
+                                       sizeof err) == 0);
+            to->ops->copy(to->state, from->state);
+            to->length = from->length;
+        }
+    d->has_ref = c->has_ref, d->len = c->len;
+    check_conv(w, d);
+}
+
 // What the pool must hold: every sequence charged kvpool_sequence_bytes of its length.
 static void check_pool(const World *w) {
     size_t charged = 0;
@@ -158,7 +188,8 @@ static void check_pool(const World *w) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 4 || size > 512) return 0;
     // Bytes 0-1: the key and value codecs; 2: block, layers, heads, head_dim; 3: context and budget
-    // (1..8 sets of blocks and a few bytes); then two bytes an operation.
+    // (1..8 sets of blocks and a few bytes); then two bytes an operation: a sequence and what it does
+    // (grow, grow one, copy into another's place, end, check) and by how much or where.
     static World w;
     memset(&w, 0, sizeof w);
     // The codecs: every spec of the catalog without a calibration (fuzz.h).
@@ -185,7 +216,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         Conv *c = &w.conv[data[at] & 3];
         const int op = data[at] >> 2 & 3, arg = data[at + 1];
         if (op == 0) grow(&w, c, 1 + arg % MAX_GROW);
-        else if (op == 1) grow(&w, c, 1);
+        else if (op == 1 && arg & 1) grow(&w, c, 1);
+        else if (op == 1) fork_conv(&w, c, &w.conv[arg >> 1 & 3]);
         else if (op == 2) end_conv(&w, c); // finished, or preempted
         else check_conv(&w, c);
         check_pool(&w);
