@@ -238,8 +238,8 @@ int main(void) {
             CHECK(0, "kv_record: %s", err);
         } else {
             const char *held_specs[] = {"fp16", "int:bits=4", "kivi:bits=2,group=16,residual=32", "q4_0",
-                                        "turboquant:bits=3"};
-            for (int i = 0; i < 5; i++) check_held_copies(&m, &rec, held_specs[i]);
+                                        "turboquant:bits=3", "int:bits=4,rot=hadamard"};
+            for (int i = 0; i < 6; i++) check_held_copies(&m, &rec, held_specs[i]);
             kv_recording_free(&rec);
         }
     }

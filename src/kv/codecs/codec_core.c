@@ -90,6 +90,13 @@ void codec_rows_destroy(void *state) {
     free(r);
 }
 
+void codec_rows_copy(void *dst, const void *src) {
+    CodecRows *d = dst;
+    const CodecRows *s = src;
+    memcpy(d->rows, s->rows, (size_t)s->length * (size_t)s->n_heads * s->row_bytes);
+    d->length = s->length;
+}
+
 size_t codec_rows_bytes(const void *state) {
     const CodecRows *r = state;
     return (size_t)r->length * (size_t)r->n_heads * r->row_bytes;

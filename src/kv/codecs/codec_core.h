@@ -120,6 +120,8 @@ int codec_rows_alloc(CodecRows *r, int n_heads, size_t row_bytes, int capacity);
 // destroy() and bytes() of a state whose first member is its CodecRows (and owns nothing else).
 void codec_rows_destroy(void *state);
 size_t codec_rows_bytes(const void *state);
+// copy() of such a state: its rows (the tokens appended) and its length, all the state changes.
+void codec_rows_copy(void *dst, const void *src);
 
 // The operations of a family whose state begins with its CodecRows and whose attention reads back.
 #define CODEC_ROWS_OPS_BY_READ(prefix)                                                             \
@@ -131,7 +133,8 @@ size_t codec_rows_bytes(const void *state);
     }                                                                                              \
     static const CodecOps prefix##_ops = {.append = prefix##_append, .scores = prefix##_scores,    \
                                           .mix = prefix##_mix, .read = prefix##_read, .reads_back = 1, \
-                                          .bytes = codec_rows_bytes, .destroy = codec_rows_destroy}
+                                          .bytes = codec_rows_bytes, .copy = codec_rows_copy,             \
+                                          .destroy = codec_rows_destroy}
 
 // A pool block's state is one allocation, cache-line aligned: the family's struct, then its arrays
 // (codes, scales, ...), each from a cache line on (codec_line). In a pool every block is a state, and

@@ -91,7 +91,8 @@ static const MirrorOps *qjl_key_mirror(const void *state) {
 }
 
 static const CodecOps qjl_ops = {.append = qjl_append, .scores = qjl_scores, .mix = qjl_mix, .read = qjl_read,
-                                 .key_mirror = qjl_key_mirror, .bytes = qjl_bytes, .destroy = qjl_destroy};
+                                 .key_mirror = qjl_key_mirror, .bytes = qjl_bytes, .copy = codec_rows_copy,
+                                 .destroy = qjl_destroy};
 
 static void *qjl_create(CodecSpec *spec, int n_heads, int head_dim, int capacity, char *normalised,
                         size_t normalised_len, char *err, size_t errlen) {

@@ -327,7 +327,7 @@ static const MirrorOps *tq_value_mirror(const void *state) {
 
 static const CodecOps tq_ops = {.append = tq_append, .scores = tq_scores, .mix = tq_mix, .read = tq_read,
                                 .key_mirror = tq_key_mirror, .value_mirror = tq_value_mirror, .bytes = tq_bytes,
-                                .destroy = tq_destroy};
+                                .copy = codec_rows_copy, .destroy = tq_destroy};
 
 static const struct {
     const char *name;
