@@ -202,7 +202,7 @@ void kvseq_init(KVSeq *s, KVPool *p) {
     s->pool = p;
 }
 
-static PagedStream *stream_of(KVSeq *s, KVRole role, int layer) { return role == KV_ROLE_KEY ? &s->k[layer] : &s->v[layer]; }
+static PagedStream *stream_of(const KVSeq *s, KVRole role, int layer) { return role == KV_ROLE_KEY ? &s->k[layer] : &s->v[layer]; }
 
 // What a stream's blocks are charged now.
 static size_t stream_charge(const KVPool *p, KVRole role, const PagedStream *ps) {
@@ -229,6 +229,17 @@ static int alloc_tables(KVSeq *s) {
     return -1;
 }
 
+// A failed call's undo: the blocks [from, to) it made so far, of every layer and slot (those not yet
+// made are empty: the tables are zeroed and a freed block is zeroed again).
+static void free_made_blocks(KVSeq *s, int from, int to) {
+    for (int l = 0; l < s->pool->n_layers; l++)
+        for (int r = 0; r < 2; r++)
+            for (int b = from; b < to; b++) {
+                KVStream *blk = &stream_of(s, (KVRole)r, l)->blocks[b];
+                if (blk->ops) kvstream_free(blk);
+            }
+}
+
 int kvseq_reserve(KVSeq *s, int tokens, char *err, size_t errlen) {
     KVPool *p = s->pool;
     if (tokens <= s->reserved) return 0;
@@ -253,13 +264,7 @@ int kvseq_reserve(KVSeq *s, int tokens, char *err, size_t errlen) {
                 if (!block_init(p, &ps->blocks[b], (KVRole)r, b * p->block, l, err, errlen)) {
                     ps->states[b] = ps->blocks[b].state;
                 } else {
-                    // Undo this call's blocks: the sequence is as it was.
-                    for (int l2 = 0; l2 <= l; l2++)
-                        for (int r2 = 0; r2 < 2; r2++)
-                            for (int b2 = have; b2 < want; b2++) {
-                                KVStream *blk = &stream_of(s, (KVRole)r2, l2)->blocks[b2];
-                                if (blk->ops) kvstream_free(blk);
-                            }
+                    free_made_blocks(s, have, want); // the sequence is as it was
                     return -1;
                 }
             }
@@ -290,7 +295,7 @@ int kvseq_copy(KVSeq *dst, const KVSeq *src, char *err, size_t errlen) {
     if (!src->k) return 0;
     size_t charge = 0;
     for (int l = 0; l < p->n_layers; l++)
-        for (int r = 0; r < 2; r++) charge += stream_charge(p, (KVRole)r, stream_of((KVSeq *)src, (KVRole)r, l));
+        for (int r = 0; r < 2; r++) charge += stream_charge(p, (KVRole)r, stream_of(src, (KVRole)r, l));
     if (p->used + charge > p->budget) {
         snprintf(err, errlen, "the pool has %zu of %zu bytes free, %zu needed", p->budget - p->used, p->budget, charge);
         return -1;
@@ -303,16 +308,11 @@ int kvseq_copy(KVSeq *dst, const KVSeq *src, char *err, size_t errlen) {
     for (int b = 0; b < n; b++)
         for (int l = 0; l < p->n_layers; l++)
             for (int r = 0; r < 2; r++) {
-                const KVStream *from = &stream_of((KVSeq *)src, (KVRole)r, l)->blocks[b];
+                const KVStream *from = &stream_of(src, (KVRole)r, l)->blocks[b];
                 PagedStream *ps = stream_of(dst, (KVRole)r, l);
                 if (block_init(p, &ps->blocks[b], (KVRole)r, b * p->block, l, err, errlen)) {
-                    for (int l2 = 0; l2 < p->n_layers; l2++) // undo: the sequence stays empty
-                        for (int r2 = 0; r2 < 2; r2++)
-                            for (int b2 = 0; b2 <= b; b2++) {
-                                KVStream *blk = &stream_of(dst, (KVRole)r2, l2)->blocks[b2];
-                                if (blk->ops) kvstream_free(blk);
-                            }
-                    kvseq_release(dst);
+                    free_made_blocks(dst, 0, b + 1);
+                    kvseq_release(dst); // its tables: the sequence stays empty
                     return -1;
                 }
                 ps->blocks[b].ops->copy(ps->blocks[b].state, from->state);
@@ -321,7 +321,7 @@ int kvseq_copy(KVSeq *dst, const KVSeq *src, char *err, size_t errlen) {
             }
     for (int l = 0; l < p->n_layers; l++)
         for (int r = 0; r < 2; r++) {
-            const PagedStream *from = stream_of((KVSeq *)src, (KVRole)r, l);
+            const PagedStream *from = stream_of(src, (KVRole)r, l);
             PagedStream *ps = stream_of(dst, (KVRole)r, l);
             ps->n_blocks = from->n_blocks, ps->length = from->length;
             ps->settled = from->settled, ps->settled_blocks = from->settled_blocks;
