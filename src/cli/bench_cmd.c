@@ -433,16 +433,16 @@ static int bench_batch(const Model *m, const BenchOptions *o, char *err, size_t 
 // positions 0..p, from a buffer of that size, at the rate measured for a buffer of that size. The rate
 // falls where the bytes outgrow the caches, which a long decode's steps do part of the way through;
 // one buffer of the mean step's size held every step to the rate below that edge. The steps are
-// taken in ROOFLINE_SEGMENTS equal runs, each at its middle step's size. Seconds, or -1 when a
-// buffer could not be made.
-enum { ROOFLINE_SEGMENTS = 8 };
-static double step_roofline_seconds(double weight_bytes, double cache_bytes, int n) {
+// taken in ROOFLINE_SEGMENTS equal runs, each at its middle step's size (into bytes[] and rate[]).
+// Seconds, or -1 when a buffer could not be made.
+enum { ROOFLINE_SEGMENTS = 8 }; // an eighth: the output says so
+static double step_roofline_seconds(double weight_bytes, double cache_bytes, int n, double *bytes, double *rate) {
     double seconds = 0;
     for (int s = 0; s < ROOFLINE_SEGMENTS; s++) {
-        const double bytes = weight_bytes + cache_bytes * (s + 0.5) / ROOFLINE_SEGMENTS;
-        const double bw = read_bandwidth((size_t)bytes, 1);
-        if (!(bw > 0)) return -1;
-        seconds += (double)n / ROOFLINE_SEGMENTS * bytes / bw;
+        bytes[s] = weight_bytes + cache_bytes * (s + 0.5) / ROOFLINE_SEGMENTS;
+        rate[s] = read_bandwidth((size_t)bytes[s], 1);
+        if (!(rate[s] > 0)) return -1;
+        seconds += (double)n / ROOFLINE_SEGMENTS * bytes[s] / rate[s];
     }
     return seconds;
 }
@@ -521,6 +521,8 @@ int cmd_bench(int argc, char **argv) {
            "roofline DRAM", "roofline same", "speedup");
     double one_thread[64]; // the same-size roofline share on 1 thread, per position count (-1: not run)
     double one_mean[64];   // the same against one buffer of the mean step's size
+    double seg_bytes[ROOFLINE_SEGMENTS], seg_rate[ROOFLINE_SEGMENTS]; // the longest decode's buffers
+    int seg_positions = 0;
     for (int a = 0; a < np; a++) {
         double base = 0, roof = 0, mean_roof = 0;
         one_thread[a] = one_mean[a] = -1;
@@ -533,11 +535,16 @@ int cmd_bench(int argc, char **argv) {
             // Each step reads every weight once and, on average, half the final cache.
             double touched = weight_bytes + 0.5 * (double)cache_bytes;
             if (b == 0) {
-                roof = step_roofline_seconds(weight_bytes, (double)cache_bytes, positions[a]);
+                double bytes[ROOFLINE_SEGMENTS], rate[ROOFLINE_SEGMENTS];
+                roof = step_roofline_seconds(weight_bytes, (double)cache_bytes, positions[a], bytes, rate);
                 mean_roof = positions[a] * touched / read_bandwidth((size_t)touched, 1);
                 if (!(roof > 0) || !(mean_roof > 0)) {
                     snprintf(err, sizeof err, "could not map a buffer to measure the bandwidth");
                     goto fail;
+                }
+                if (positions[a] >= seg_positions) {
+                    seg_positions = positions[a];
+                    memcpy(seg_bytes, bytes, sizeof bytes), memcpy(seg_rate, rate, sizeof rate);
                 }
             }
             double per_token = t / positions[a];
@@ -547,6 +554,8 @@ int cmd_bench(int argc, char **argv) {
                    1e6 * per_token, touched / 1e6, 100.0 * touched / dram_bw / per_token, 100.0 * roof / t, tps / base);
         }
     }
+    printf("\nthe same-size reads of the %d-position decode, an eighth of its steps each (MB at GB/s):", seg_positions);
+    for (int s = 0; s < ROOFLINE_SEGMENTS; s++) printf(" %.2f at %.0f%s", seg_bytes[s] / 1e6, seg_rate[s] / 1e9, s + 1 < ROOFLINE_SEGMENTS ? "," : "\n");
     // The attention and whole-decode figures are taken at the longest of the positions asked for
     // (2048 by default): a fixed 2048 made `--positions 2,3` run for minutes on a sanitized build.
     int n = 0;
