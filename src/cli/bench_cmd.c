@@ -429,6 +429,27 @@ static int bench_batch(const Model *m, const BenchOptions *o, char *err, size_t 
     return rc;
 }
 
+// The streaming rate of one thread through a buffer of about `bytes`: sizes within 1/32 of a power
+// of two of each other are one buffer (the rate does not tell them apart), measured once a command:
+// a decode's eighths at short position counts, and a small model's every step, fall on few sizes.
+// 0 when a buffer could not be made.
+typedef struct {
+    size_t bytes;
+    double rate;
+} RateAtSize;
+static double rate_at_size(double bytes) {
+    static RateAtSize known[64];
+    static int n_known;
+    size_t b = bytes < 64 ? 64 : (size_t)bytes, step = 1;
+    while (step * 64 <= b) step *= 2; // 1/32 of b's power of two
+    b = (b + step - 1) / step * step;
+    for (int i = 0; i < n_known; i++)
+        if (known[i].bytes == b) return known[i].rate;
+    const double rate = read_bandwidth(b, 1);
+    if (rate > 0 && n_known < 64) known[n_known++] = (RateAtSize){b, rate};
+    return rate;
+}
+
 // The same-size roofline of a decode of positions 0..n-1: step p reads the weights and the cache of
 // positions 0..p, from a buffer of that size, at the rate measured for a buffer of that size. The rate
 // falls where the bytes outgrow the caches, which a long decode's steps do part of the way through;
@@ -440,7 +461,7 @@ static double step_roofline_seconds(double weight_bytes, double cache_bytes, int
     double seconds = 0;
     for (int s = 0; s < ROOFLINE_SEGMENTS; s++) {
         bytes[s] = weight_bytes + cache_bytes * (s + 0.5) / ROOFLINE_SEGMENTS;
-        rate[s] = read_bandwidth((size_t)bytes[s], 1);
+        rate[s] = rate_at_size(bytes[s]);
         if (!(rate[s] > 0)) return -1;
         seconds += (double)n / ROOFLINE_SEGMENTS * bytes[s] / rate[s];
     }
@@ -537,7 +558,7 @@ int cmd_bench(int argc, char **argv) {
             if (b == 0) {
                 double bytes[ROOFLINE_SEGMENTS], rate[ROOFLINE_SEGMENTS];
                 roof = step_roofline_seconds(weight_bytes, (double)cache_bytes, positions[a], bytes, rate);
-                mean_roof = positions[a] * touched / read_bandwidth((size_t)touched, 1);
+                mean_roof = positions[a] * touched / rate_at_size(touched);
                 if (!(roof > 0) || !(mean_roof > 0)) {
                     snprintf(err, sizeof err, "could not map a buffer to measure the bandwidth");
                     goto fail;
