@@ -24,9 +24,9 @@ plate_small=(--en data/plates/en.txt:20 --zh data/plates/zh.txt:5 --serve-length
 
 # --- 1. a path is never code: every path option of every command that draws ----------------------
 names=($'nl\n!touch PWNED #' "ap'!touch PWNED" 'dq"!touch PWNED' 'sub$(touch PWNED)' 'bq`touch PWNED`' 'semi;touch PWNED;')
-# plate (the slowest to run) with the first name alone, as reported, and with every one at once.
+# plate (the slowest to run) with every name at once, which begins with the first as reported.
 every=$(printf '%s' "${names[@]}")
-for name in "${names[0]}" "$every"; do
+for name in "$every"; do
     shown=$(printf '%q' "$name")
     dir="$tmp/$name"
     (cd "$work" && "$micro" plate --model "$root/models/micro.bin" "${plate_small[@]/#data/$root/data}" --out "$dir") \
