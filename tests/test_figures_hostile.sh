@@ -26,15 +26,12 @@ plate_small=(--en data/plates/en.txt:20 --zh data/plates/zh.txt:5 --serve-length
 names=($'nl\n!touch PWNED #' "ap'!touch PWNED" 'dq"!touch PWNED' 'sub$(touch PWNED)' 'bq`touch PWNED`' 'semi;touch PWNED;')
 # plate (the slowest to run) with every name at once, which begins with the first as reported.
 every=$(printf '%s' "${names[@]}")
-for name in "$every"; do
-    shown=$(printf '%q' "$name")
-    dir="$tmp/$name"
-    (cd "$work" && "$micro" plate --model "$root/models/micro.bin" "${plate_small[@]/#data/$root/data}" --out "$dir") \
-        >"$tmp/out" 2>&1
-    st=$?
-    [ $st -eq 0 ] && [ -s "$dir/plate.svg" ] && [ -s "$dir/plate.png" ] && [ -s "$dir/serve.png" ] &&
-        [ -s "$dir/frontier.svg" ] && ok "plate --out $shown: drawn" || bad "plate --out $shown: exit $st, $(tail -2 "$tmp/out")"
-done
+shown=$(printf '%q' "$every")
+(cd "$work" && "$micro" plate --model "$root/models/micro.bin" "${plate_small[@]/#data/$root/data}" --out "$tmp/$every") \
+    >"$tmp/out" 2>&1
+st=$?
+[ $st -eq 0 ] && [ -s "$tmp/$every/plate.svg" ] && [ -s "$tmp/$every/plate.png" ] && [ -s "$tmp/$every/serve.png" ] &&
+    [ -s "$tmp/$every/frontier.svg" ] && ok "plate --out $shown: drawn" || bad "plate --out $shown: exit $st, $(tail -2 "$tmp/out")"
 # attention and inspect draw as plate does, with the first name and with every one; each name alone
 # is a text and a figure folder that micro figure refuses (no model run).
 for name in "${names[@]}" "$every"; do

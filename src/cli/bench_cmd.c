@@ -576,7 +576,8 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     printf("\nthe same-size reads of the %d-position decode, an eighth of its steps each (MB at GB/s):", seg_positions);
-    for (int s = 0; s < ROOFLINE_SEGMENTS; s++) printf(" %.2f at %.0f%s", seg_bytes[s] / 1e6, seg_rate[s] / 1e9, s + 1 < ROOFLINE_SEGMENTS ? "," : "\n");
+    for (int s = 0; s < ROOFLINE_SEGMENTS; s++)
+        printf(" %.2f at %.0f%s", seg_bytes[s] / 1e6, seg_rate[s] / 1e9, s + 1 < ROOFLINE_SEGMENTS ? "," : "\n");
     // The attention and whole-decode figures are taken at the longest of the positions asked for
     // (2048 by default): a fixed 2048 made `--positions 2,3` run for minutes on a sanitized build.
     int n = 0;
