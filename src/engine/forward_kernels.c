@@ -274,31 +274,57 @@ static void matmul_rows_impl(float *restrict out, size_t os, const float *restri
 // for |n| < 2^9 and the difference exact by Sterbenz's lemma, so the one rounding is the C's
 // second; outside that range the result is ±inf or NaN either way), and p·2^n as one vscalefps (the
 // exact product, rounded once, as the C's multiply by the float 2^n). tests/test_forward_kernels.c
-// sweeps float bit patterns through both.
-static inline __attribute__((always_inline)) __m512 exp_neg16(__m512 x) {
-    x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x); // a NaN x stays NaN (vmaxps returns its second operand)
-    const __m512 n = _mm512_roundscale_ps(
-        _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(0.5f)),
-        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-    const __m512 r = _mm512_sub_ps(_mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x),
-                                   _mm512_mul_ps(n, _mm512_set1_ps(1.42860682030941723212e-6f)));
-    __m512 p = _mm512_set1_ps(1.0f / 720);
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f / 120));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f / 24));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f / 6));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(0.5f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f));
+// sweeps float bit patterns through both. x holds k (1..4) vectors, each step taken for all of them
+// before the next: the polynomial is a chain of twelve dependent roundings, and a loop that took one
+// vector's whole chain after another's waited on it (history/speed.md).
+static inline __attribute__((always_inline)) void exp_neg16(__m512 *x, int k) {
+    __m512 n[4], r[4], p[4];
+    for (int v = 0; v < k; v++) {
+        x[v] = _mm512_max_ps(_mm512_set1_ps(-87.0f), x[v]); // a NaN x stays NaN (vmaxps returns its second operand)
+        n[v] = _mm512_roundscale_ps(_mm512_add_ps(_mm512_mul_ps(x[v], _mm512_set1_ps(1.44269504088896341f)),
+                                                  _mm512_set1_ps(0.5f)),
+                                    _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    }
+    for (int v = 0; v < k; v++)
+        r[v] = _mm512_sub_ps(_mm512_fnmadd_ps(n[v], _mm512_set1_ps(0.693145751953125f), x[v]),
+                             _mm512_mul_ps(n[v], _mm512_set1_ps(1.42860682030941723212e-6f)));
+    static const float coef[6] = {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
+    for (int v = 0; v < k; v++) p[v] = _mm512_set1_ps(1.0f / 720);
+    for (int c = 0; c < 6; c++)
+        for (int v = 0; v < k; v++) p[v] = _mm512_add_ps(_mm512_mul_ps(p[v], r[v]), _mm512_set1_ps(coef[c]));
     // From n = 128 on, 2^255: the C's 2^n is +inf there, though p·2^128 may be finite, and
     // vscalefps(NaN, +inf) gives +inf on AMD's Zen 5 where the C gives NaN (x = +inf, r NaN).
-    const __mmask16 huge = _mm512_cmp_ps_mask(n, _mm512_set1_ps(128.0f), _CMP_GE_OQ);
-    const __m512 e = _mm512_mask_mov_ps(n, huge, _mm512_set1_ps(255.0f));
-    return _mm512_scalef_ps(p, e);
+    for (int v = 0; v < k; v++) {
+        const __mmask16 huge = _mm512_cmp_ps_mask(n[v], _mm512_set1_ps(128.0f), _CMP_GE_OQ);
+        x[v] = _mm512_scalef_ps(p[v], _mm512_mask_mov_ps(n[v], huge, _mm512_set1_ps(255.0f)));
+    }
 }
 
 // The first m (0..16) lanes: a row's last few numbers as one masked vector, where one at a time each
 // had cost a scalar pass (a softmax's row takes every length in the causal evaluator).
 static inline __mmask16 first_lanes(int m) { return (__mmask16)((1u << m) - 1); }
+#endif
+
+#if defined(KERNELS_AVX512)
+// exp_and_sum's last `whole` vectors and, when `masked`, `rest` (1..15) numbers after them, from x:
+// the whole ones added to *sum16 in order, which then goes to part, and the rest's exponentials added
+// to part[0] one at a time. whole and masked are constants where it is inlined.
+static inline __attribute__((always_inline)) void exp_sum_tail(float *x, __m512 vmax, __m512 vscale, __m512 *sum16,
+                                                               float *part, int whole, int masked, int rest) {
+    const __mmask16 m = first_lanes(rest);
+    const int k = whole + masked;
+    __m512 e[4];
+    for (int v = 0; v < k; v++)
+        e[v] = _mm512_mul_ps(_mm512_sub_ps(v < whole ? _mm512_loadu_ps(x + v * LANES) : _mm512_maskz_loadu_ps(m, x + v * LANES), vmax),
+                             vscale);
+    exp_neg16(e, k);
+    for (int v = 0; v < whole; v++) _mm512_storeu_ps(x + v * LANES, e[v]), *sum16 = _mm512_add_ps(*sum16, e[v]);
+    _mm512_storeu_ps(part, *sum16);
+    if (masked) {
+        _mm512_mask_storeu_ps(x + whole * LANES, m, e[whole]);
+        for (int l = 0; l < rest; l++) part[0] += x[whole * LANES + l];
+    }
+}
 #endif
 
 // x[i] = e^(scale·(x[i] - max)), returning their sum in a fixed order: 16 lane partials over the
@@ -312,24 +338,25 @@ static float exp_and_sum(float *x, int n, float max, float scale) {
 #if defined(KERNELS_AVX512)
     const __m512 vmax = _mm512_set1_ps(max), vscale = _mm512_set1_ps(scale);
     __m512 sum16 = _mm512_setzero_ps();
-    for (; i + 2 * LANES <= n; i += 2 * LANES) {
-        const __m512 e0 = exp_neg16(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmax), vscale));
-        const __m512 e1 = exp_neg16(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i + LANES), vmax), vscale));
-        _mm512_storeu_ps(x + i, e0), _mm512_storeu_ps(x + i + LANES, e1);
-        sum16 = _mm512_add_ps(_mm512_add_ps(sum16, e0), e1);
+    for (; i + 4 * LANES <= n; i += 4 * LANES) {
+        __m512 e[4];
+        for (int v = 0; v < 4; v++) e[v] = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i + v * LANES), vmax), vscale);
+        exp_neg16(e, 4);
+        for (int v = 0; v < 4; v++) _mm512_storeu_ps(x + i + v * LANES, e[v]), sum16 = _mm512_add_ps(sum16, e[v]);
     }
-    for (; i + LANES <= n; i += LANES) {
-        const __m512 e = exp_neg16(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmax), vscale));
-        _mm512_storeu_ps(x + i, e);
-        sum16 = _mm512_add_ps(sum16, e);
+    // What is left, up to three whole vectors and a masked one, as one interleaved call.
+    const int whole = (n - i) / LANES, rest = (n - i) % LANES;
+    switch (2 * whole + (rest > 0)) {
+    case 1: exp_sum_tail(x + i, vmax, vscale, &sum16, part, 0, 1, rest); break;
+    case 2: exp_sum_tail(x + i, vmax, vscale, &sum16, part, 1, 0, rest); break;
+    case 3: exp_sum_tail(x + i, vmax, vscale, &sum16, part, 1, 1, rest); break;
+    case 4: exp_sum_tail(x + i, vmax, vscale, &sum16, part, 2, 0, rest); break;
+    case 5: exp_sum_tail(x + i, vmax, vscale, &sum16, part, 2, 1, rest); break;
+    case 6: exp_sum_tail(x + i, vmax, vscale, &sum16, part, 3, 0, rest); break;
+    case 7: exp_sum_tail(x + i, vmax, vscale, &sum16, part, 3, 1, rest); break;
+    default: _mm512_storeu_ps(part, sum16);
     }
-    _mm512_storeu_ps(part, sum16);
-    if (i < n) { // the last few as one masked vector, then added to lane 0 in turn as below
-        const __mmask16 m = first_lanes(n - i);
-        const __m512 e = exp_neg16(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmax), vscale));
-        _mm512_mask_storeu_ps(x + i, m, e);
-        for (; i < n; i++) part[0] += x[i];
-    }
+    i = n;
 #endif
     for (; i + LANES <= n; i += LANES)
 #pragma omp simd
