@@ -305,28 +305,6 @@ static inline __attribute__((always_inline)) void exp_neg16(__m512 *x, int k) {
 static inline __mmask16 first_lanes(int m) { return (__mmask16)((1u << m) - 1); }
 #endif
 
-#if defined(KERNELS_AVX512)
-// exp_and_sum's last `whole` vectors and, when `masked`, `rest` (1..15) numbers after them, from x:
-// the whole ones added to *sum16 in order, which then goes to part, and the rest's exponentials added
-// to part[0] one at a time. whole and masked are constants where it is inlined.
-static inline __attribute__((always_inline)) void exp_sum_tail(float *x, __m512 vmax, __m512 vscale, __m512 *sum16,
-                                                               float *part, int whole, int masked, int rest) {
-    const __mmask16 m = first_lanes(rest);
-    const int k = whole + masked;
-    __m512 e[4];
-    for (int v = 0; v < k; v++)
-        e[v] = _mm512_mul_ps(_mm512_sub_ps(v < whole ? _mm512_loadu_ps(x + v * LANES) : _mm512_maskz_loadu_ps(m, x + v * LANES), vmax),
-                             vscale);
-    exp_neg16(e, k);
-    for (int v = 0; v < whole; v++) _mm512_storeu_ps(x + v * LANES, e[v]), *sum16 = _mm512_add_ps(*sum16, e[v]);
-    _mm512_storeu_ps(part, *sum16);
-    if (masked) {
-        _mm512_mask_storeu_ps(x + whole * LANES, m, e[whole]);
-        for (int l = 0; l < rest; l++) part[0] += x[whole * LANES + l];
-    }
-}
-#endif
-
 // x[i] = e^(scale·(x[i] - max)), returning their sum in a fixed order: 16 lane partials over the
 // whole blocks of 16, the elements left over added to lane 0 in turn, then 0 + lane 0 + lane 1 + ...
 // + lane 15. That is the order of gcc 12's AVX-512 build of the `omp simd reduction(+)` this replaced
@@ -344,19 +322,20 @@ static float exp_and_sum(float *x, int n, float max, float scale) {
         exp_neg16(e, 4);
         for (int v = 0; v < 4; v++) _mm512_storeu_ps(x + i + v * LANES, e[v]), sum16 = _mm512_add_ps(sum16, e[v]);
     }
-    // What is left, up to three whole vectors and a masked one, as one interleaved call.
-    const int whole = (n - i) / LANES, rest = (n - i) % LANES;
-    switch (2 * whole + (rest > 0)) {
-    case 1: exp_sum_tail(x + i, vmax, vscale, &sum16, part, 0, 1, rest); break;
-    case 2: exp_sum_tail(x + i, vmax, vscale, &sum16, part, 1, 0, rest); break;
-    case 3: exp_sum_tail(x + i, vmax, vscale, &sum16, part, 1, 1, rest); break;
-    case 4: exp_sum_tail(x + i, vmax, vscale, &sum16, part, 2, 0, rest); break;
-    case 5: exp_sum_tail(x + i, vmax, vscale, &sum16, part, 2, 1, rest); break;
-    case 6: exp_sum_tail(x + i, vmax, vscale, &sum16, part, 3, 0, rest); break;
-    case 7: exp_sum_tail(x + i, vmax, vscale, &sum16, part, 3, 1, rest); break;
-    default: _mm512_storeu_ps(part, sum16);
+    for (; i + LANES <= n; i += LANES) {
+        __m512 e = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmax), vscale);
+        exp_neg16(&e, 1);
+        _mm512_storeu_ps(x + i, e);
+        sum16 = _mm512_add_ps(sum16, e);
     }
-    i = n;
+    _mm512_storeu_ps(part, sum16);
+    if (i < n) { // the last few as one masked vector, then added to lane 0 in turn as below
+        const __mmask16 m = first_lanes(n - i);
+        __m512 e = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmax), vscale);
+        exp_neg16(&e, 1);
+        _mm512_mask_storeu_ps(x + i, m, e);
+        for (; i < n; i++) part[0] += x[i];
+    }
 #endif
     for (; i + LANES <= n; i += LANES)
 #pragma omp simd
