@@ -63,8 +63,8 @@ int eval_trace_alloc(EvalTrace *t, const Model *m, int n_tokens) {
     t->n_heads = m->config.n_heads;
     t->vocab = m->config.vocab_size;
     t->top_position = calloc((size_t)t->steps * t->n_layers * t->n_heads, sizeof(int));
-    // A 1,500-token text's are 1.5 and 3 MB, written once: in 4 KiB pages their faults were most of
-    // a `micro eval`'s (calloc_lines.h).
+    // Megabytes for a plate's text, each page written once: asked for in 2 MiB pages (calloc_lines.h)
+    // rather than faulted in 4 KiB at a time.
     t->log_probs = calloc_lines((size_t)t->steps * t->vocab, sizeof(float));
     t->probs = calloc_lines((size_t)t->steps * t->vocab, sizeof(double));
     t->nll = calloc((size_t)t->steps, sizeof(double));
