@@ -2,7 +2,7 @@
 // pass's buffers and the cache's whole-context states (a pool's small blocks come from slab.h; see
 // src/kv/codecs/codec_core.h), whose 64-byte vector loads would otherwise straddle two lines each
 // (calloc aligns to 16 bytes; a large block comes from mmap 16 bytes into a page), and whose speed
-// would then depend on where the allocator put them.
+// would then depend on where the allocator put them. eval's traces take it for its 2 MiB pages.
 #ifndef MICRO_CALLOC_LINES_H
 #define MICRO_CALLOC_LINES_H
 
