@@ -151,7 +151,7 @@ int main(void) {
     put_u32(b + 40, 0xffffffffu);
     expect_refused("negative_context", b, n, "max_seq_len = 4294967295");
     RESET();
-    put_u32(b + 12, 65536), put_u32(b + 20, 16), put_u32(b + 28, 4096), put_u32(b + 32, 1 << 20), put_u32(b + 16, 1024);
+    put_u32(b + 12, 65536), put_u32(b + 20, 64), put_u32(b + 28, 1024), put_u32(b + 32, 1 << 20), put_u32(b + 16, 1024);
     // Every field within its range, yet their product is beyond any sane model.
     expect_refused("size_product", b, n, "dimensions multiply to");
     RESET();
@@ -235,7 +235,7 @@ int main(void) {
 
     // Sizes that overflow size_t when multiplied must be refused by the config check itself.
     ModelConfig big = model_config_micro();
-    big.dim = 65536, big.n_heads = 16, big.head_dim = 4096, big.n_kv_heads = 16, big.hidden_dim = 1 << 20, big.n_layers = 1024;
+    big.dim = 65536, big.n_heads = 64, big.head_dim = 1024, big.n_kv_heads = 16, big.hidden_dim = 1 << 20, big.n_layers = 1024;
     if (model_config_validate(&big, err2, sizeof err2) == 0) {
         printf("FAIL a config of %d layers x dim %d x hidden %d was accepted\n", big.n_layers, big.dim, big.hidden_dim);
         failures++;

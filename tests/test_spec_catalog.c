@@ -35,6 +35,13 @@ int main(void) {
         }
         if (cat[i].calibrated) continue;
         for (int role = 0; role < 2; role++) {
+            // One width limit for every codec, fp32 and the transforms included: a stream one pair
+            // wider than MICRO_MAX_WIDTH is refused before its state (and any scratch) is sized.
+            KVStream wide;
+            CHECK(kvstream_init(&wide, SPEC(specs[role]), (KVRole)role, 1, MICRO_MAX_WIDTH + 2, 4, err, sizeof err) != 0,
+                  "%s: a stream of %d numbers a head was accepted", specs[role], MICRO_MAX_WIDTH + 2);
+        }
+        for (int role = 0; role < 2; role++) {
             KVStream s;
             if (kvstream_init(&s, SPEC(specs[role]), (KVRole)role, 2, 32, 48, err, sizeof err)) {
                 CHECK(0, "%s: %s", specs[role], err);

@@ -20,7 +20,31 @@
 #include "text.h"
 
 enum { K_PRE_ROPE, K_CACHED, V_CACHED, N_STREAMS };
-static const char *stream_names[N_STREAMS] = {"k_pre_rope", "k", "v"};
+
+// What the three columns read from the cache's two slots. Multi-head and grouped-query models:
+// keys before RoPE, keys as cached, values. Latent attention caches a latent (the key slot) and a
+// RoPE key (the value slot), so its columns are the RoPE key before RoPE, the latent and the RoPE
+// key: the same questions (outlier channels before and after RoPE, outlier tokens) of what it holds.
+typedef struct {
+    const char *name;  // the CSV's stream column
+    const char *title; // the table's column
+    int slot;          // KV_ROLE_KEY or KV_ROLE_VALUE: the stream read
+    int width;         // numbers per head
+} StreamView;
+
+static void stream_views(const ModelConfig *p, StreamView v[N_STREAMS]) {
+    const KVLayout l = kv_layout_of(p);
+    const int kw = l.head_dim[KV_ROLE_KEY], vw = l.head_dim[KV_ROLE_VALUE];
+    if (p->latent_dim > 0) {
+        v[K_PRE_ROPE] = (StreamView){"rope_key_pre_rope", "RoPE key pre-RoPE", KV_ROLE_VALUE, vw};
+        v[K_CACHED] = (StreamView){"latent", "latent", KV_ROLE_KEY, kw};
+        v[V_CACHED] = (StreamView){"rope_key", "RoPE key", KV_ROLE_VALUE, vw};
+    } else {
+        v[K_PRE_ROPE] = (StreamView){"k_pre_rope", "keys pre-RoPE", KV_ROLE_KEY, kw};
+        v[K_CACHED] = (StreamView){"k", "keys cached", KV_ROLE_KEY, kw};
+        v[V_CACHED] = (StreamView){"v", "values", KV_ROLE_VALUE, vw};
+    }
+}
 
 typedef struct {
     double channel_ratio; // max over channels of (max_t |x|) / median over channels of the same
@@ -67,14 +91,19 @@ static void head_stats(const float *x, int n, int hd, HeadStats *s) {
     free(scratch);
 }
 
-// One head's vectors of a stream for tokens [0, n) into x[n][hd]: keys before RoPE undone from the
-// cached ones (rotated back by the same angle); keys cached and values rotated as a cache with
-// rot= would hold them (y = M x) when rot is given.
-static void read_head(const Decoder *d, const PagedStream *st, int h, int n, int hd, int s, const float *rot, float *x) {
-    const int half = hd / 2;
+// One head's vectors of a view for tokens [0, n) into x[n][width]: keys before RoPE undone from the
+// cached ones (rotated back by the same angle, the decoder's table being of the rotated width);
+// the others rotated as a cache with rot= would hold them (y = M x) when rot is given.
+static const PagedStream *view_stream(const Decoder *d, const StreamView *v, int layer) {
+    return v->slot == KV_ROLE_VALUE ? &d->seq.v[layer] : &d->seq.k[layer];
+}
+
+static void read_head(const Decoder *d, const StreamView *v, int layer, int s, int h, int n, const float *rot,
+                      float *x) {
+    const int w = v->width, half = w / 2;
     for (int t = 0; t < n; t++) {
-        float *row = x + (size_t)t * hd;
-        paged_read(st, h, t, row);
+        float *row = x + (size_t)t * w;
+        paged_read(view_stream(d, v, layer), h, t, row);
         if (s == K_PRE_ROPE)
             for (int i = 0; i < half; i++) {
                 float c = d->rope_cos[(size_t)t * half + i], sn = d->rope_sin[(size_t)t * half + i];
@@ -83,26 +112,27 @@ static void read_head(const Decoder *d, const PagedStream *st, int h, int n, int
                 row[2 * i + 1] = -a * sn + b * c;
             }
         if (rot && s != K_PRE_ROPE) {
-            float y[1024];
-            transform_rotate(rot, hd, row, y, 0);
-            memcpy(row, y, sizeof(float) * (size_t)hd);
+            float y[MICRO_MAX_WIDTH];
+            transform_rotate(rot, w, row, y, 0);
+            memcpy(row, y, sizeof(float) * (size_t)w);
         }
     }
 }
 
 // The figure's data: per layer, keys as cached and values, every channel's max |x| over the text,
 // without and with the rotation; src/cli/figures/channels.gp draws DIR/channels.svg and .png from it.
-static int write_profiles(const Decoder *d, const ModelConfig *p, int n, const float *rot, FILE *f) {
+// Multi-head and grouped-query models only (cmd_inspect refuses --plot for latent attention).
+static int write_profiles(const Decoder *d, const ModelConfig *p, const StreamView *views, int n, const float *rot,
+                          FILE *f) {
     const int hd = p->head_dim, H = p->n_kv_heads;
     float *x = malloc(sizeof(float) * (size_t)n * hd);
     if (!x) return -1;
     for (int l = 0; l < p->n_layers; l++)
         for (int s = K_CACHED; s <= V_CACHED; s++)
             for (int h = 0; h < H; h++) {
-                float plain[1024] = {0}, turned[1024] = {0};
-                const PagedStream *st = s == V_CACHED ? &d->seq.v[l] : &d->seq.k[l];
+                float plain[MICRO_MAX_WIDTH] = {0}, turned[MICRO_MAX_WIDTH] = {0};
                 for (int pass = 0; pass < 2; pass++) {
-                    read_head(d, st, h, n, hd, s, pass ? rot : NULL, x);
+                    read_head(d, &views[s], l, s, h, n, pass ? rot : NULL, x);
                     float *out = pass ? turned : plain;
                     for (size_t i = 0; i < (size_t)n * hd; i++) out[i % hd] = fmaxf(out[i % hd], fabsf(x[i]));
                 }
@@ -115,8 +145,8 @@ static int write_profiles(const Decoder *d, const ModelConfig *p, int n, const f
 
 // Writes the profiles to a private folder and draws them into out_dir (figure.h). 0, or an exit
 // status after one line.
-static int draw_profiles(const Decoder *d, const ModelConfig *p, int n, const float *rot, const char *rot_name,
-                         const char *text_name, const char *out_dir) {
+static int draw_profiles(const Decoder *d, const ModelConfig *p, const StreamView *views, int n, const float *rot,
+                         const char *rot_name, const char *text_name, const char *out_dir) {
     char err[600], title[400], layers[16], hd[16];
     FigureData data;
     if (figure_data_open(&data, err, sizeof err)) return cli_error("%s", err);
@@ -126,7 +156,7 @@ static int draw_profiles(const Decoder *d, const ModelConfig *p, int n, const fl
     const FigureSpec fig = {"channels", out_dir, "channels", 1200, 220 * p->n_layers + 60, 11, 9, {title, layers, hd, NULL}};
     FILE *f = figure_data_file(&data, "profiles.dat", err, sizeof err);
     int bad = !f;
-    if (!bad && write_profiles(d, p, n, rot, f)) {
+    if (!bad && write_profiles(d, p, views, n, rot, f)) {
         fclose(f);
         snprintf(err, sizeof err, "out of memory");
         bad = 1;
@@ -150,6 +180,8 @@ static const char *inspect_usage =
     "  (\"channel\"), and of each token relative to the median token (\"token\"), for keys before RoPE,\n"
     "  keys as cached (after RoPE) and values. KIVI quantises keys per channel and values per token\n"
     "  because keys show outlier channels and values do not; this shows whether micro does too.\n"
+    "  A latent-attention model is read for what it caches: its RoPE key before RoPE, its latent and\n"
+    "  its RoPE key (--plot is for keys and values, so not for it).\n"
     "  The strips draw each channel's max |x| (one character per channel, @ = the head's largest).\n"
     "options:\n"
     "  --model FILE        model file (default models/micro.bin)\n"
@@ -157,6 +189,7 @@ static const char *inspect_usage =
     "  --rot R             keys (as cached) and values rotated per head as the cache option rot=R\n"
     "                      would store them: hadamard or random:SEED (what a rotation does to outliers)\n"
     "  --csv               layer,head,stream,channel_ratio,top_channel,token_ratio,top_token,text\n"
+    "                      (stream: k_pre_rope, k, v; or rope_key_pre_rope, latent, rope_key)\n"
     "  --plot              also draw DIR/channels.svg and .png: per layer, every channel's max |x| of\n"
     "                      keys (as cached) and values over the first text, without and with the\n"
     "                      rotation (--rot, default hadamard)\n"
@@ -199,27 +232,40 @@ int cmd_inspect(int argc, char **argv) {
     if (model_load(&m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
         return cli_error("%s", err);
     const ModelConfig *p = &m.config;
-    const int L = p->n_layers, H = p->n_kv_heads, hd = p->head_dim;
-    // The rotation a cache with rot=R applies: checked as that option is, then the shared matrix.
-    const float *rot = NULL;
+    const int L = p->n_layers, H = kv_layout_of(p).n_heads[KV_ROLE_KEY];
+    StreamView views[N_STREAMS];
+    stream_views(p, views);
+    int wmax = 0;
+    for (int s = 0; s < N_STREAMS; s++) wmax = views[s].width > wmax ? views[s].width : wmax;
+    if (o.plot && p->latent_dim > 0) {
+        model_free(&m);
+        return cli_error("--plot draws keys and values per head; a latent-attention model caches a latent and a "
+                         "RoPE key: use the table or --csv");
+    }
+    // The rotation a cache with rot=R applies to each view's stream: checked as that option is on the
+    // stream's own shape, then the shared matrix of its width.
+    const float *rot[N_STREAMS] = {NULL};
     if (o.rot) {
-        char spec[SPEC_TEXT + 16];
-        const KVShape shape = {H, hd, p->max_seq_len};
-        snprintf(spec, sizeof spec, "fp32:rot=%.*s", SPEC_TEXT - 1, o.rot);
-        if (strlen(o.rot) >= SPEC_TEXT || kvstream_check_spec_shape(spec, KV_ROLE_KEY, &shape, err, sizeof err)) {
-            if (strlen(o.rot) >= SPEC_TEXT) snprintf(err, sizeof err, "--rot: expected hadamard or random:SEED");
-            model_free(&m);
-            return cli_error("--rot: %s", err);
-        }
-        const int kind = strcmp(o.rot, "hadamard") == 0 ? 1 : 2;
-        rot = transform_rotation(kind, kind == 2 ? strtoul(o.rot + 7, NULL, 10) : 0, hd);
-        if (!rot) {
-            model_free(&m);
-            return cli_error("out of memory");
+        for (int s = K_CACHED; s < N_STREAMS; s++) {
+            char spec[SPEC_TEXT + 16];
+            const KVShape shape = {H, views[s].width, p->max_seq_len};
+            snprintf(spec, sizeof spec, "fp32:rot=%.*s", SPEC_TEXT - 1, o.rot);
+            if (strlen(o.rot) >= SPEC_TEXT || kvstream_check_spec_shape(spec, KV_ROLE_KEY, &shape, err, sizeof err)) {
+                if (strlen(o.rot) >= SPEC_TEXT) snprintf(err, sizeof err, "--rot: expected hadamard or random:SEED");
+                model_free(&m);
+                return cli_error("--rot: %s", err);
+            }
+            const int kind = strcmp(o.rot, "hadamard") == 0 ? 1 : 2;
+            rot[s] = transform_rotation(kind, kind == 2 ? strtoul(o.rot + 7, NULL, 10) : 0, views[s].width);
+            if (!rot[s]) {
+                model_free(&m);
+                return cli_error("out of memory");
+            }
         }
     }
-    // The figure shows a rotation: --rot's, else the Hadamard.
-    const float *plot_rot = rot ? rot : o.plot ? transform_rotation(1, 0, hd) : NULL;
+    // The figure shows a rotation: --rot's, else the Hadamard (of head_dim: --plot is multi-head only).
+    const int hd = p->head_dim;
+    const float *plot_rot = rot[K_CACHED] ? rot[K_CACHED] : o.plot ? transform_rotation(1, 0, hd) : NULL;
     if (o.plot && !plot_rot) {
         model_free(&m);
         return cli_error("--plot: the Hadamard rotation needs head_dim a power of two, or out of memory");
@@ -256,26 +302,35 @@ int cmd_inspect(int argc, char **argv) {
             break;
         }
         int n = text.n_tokens;
-        float *x = malloc(sizeof(float) * (size_t)n * hd);
+        float *x = malloc(sizeof(float) * (size_t)n * wmax);
         HeadStats *stats = calloc((size_t)L * H * N_STREAMS, sizeof *stats);
-        float *profiles = calloc((size_t)L * H * N_STREAMS * hd, sizeof(float));
+        float *profiles = calloc((size_t)L * H * N_STREAMS * wmax, sizeof(float));
+        if (!x || !stats || !profiles) {
+            free(x), free(stats), free(profiles);
+            decoder_free(&d);
+            text_free(&text);
+            status = cli_error("out of memory");
+            break;
+        }
         for (int l = 0; l < L; l++)
             for (int h = 0; h < H; h++)
                 for (int s = 0; s < N_STREAMS; s++) {
-                    const PagedStream *st = s == V_CACHED ? &d.seq.v[l] : &d.seq.k[l];
-                    read_head(&d, st, h, n, hd, s, rot, x);
+                    read_head(&d, &views[s], l, s, h, n, rot[s], x);
                     HeadStats *hs = &stats[(l * H + h) * N_STREAMS + s];
-                    hs->channel_max = profiles + (size_t)((l * H + h) * N_STREAMS + s) * hd;
-                    head_stats(x, n, hd, hs);
+                    hs->channel_max = profiles + (size_t)((l * H + h) * N_STREAMS + s) * wmax;
+                    head_stats(x, n, views[s].width, hs);
                     if (csv)
-                        printf("%d,%d,%s,%.4f,%d,%.4f,%d,%s\n", l, h, stream_names[s], hs->channel_ratio,
+                        printf("%d,%d,%s,%.4f,%d,%.4f,%d,%s\n", l, h, views[s].name, hs->channel_ratio,
                                hs->top_channel, hs->token_ratio, hs->top_token, text.name);
                 }
         if (!csv) {
             printf("%s (%d tokens): max |x| of the largest channel / token over the median one%s%s\n", text.name, n,
-                   rot ? "; keys cached and values rotated: rot=" : "", rot ? o.rot : "");
-            printf("%-6s | %-17s %-17s %-17s | channel profile: keys before RoPE, values\n", "layer", "keys pre-RoPE",
-                   "keys cached", "values");
+                   o.rot ? (p->latent_dim > 0 ? "; the latent and the RoPE key rotated: rot="
+                                              : "; keys cached and values rotated: rot=") : "",
+                   o.rot ? o.rot : "");
+            printf("%-6s | %-17s %-17s %-17s | channel profile: %s, %s\n", "layer", views[K_PRE_ROPE].title,
+                   views[K_CACHED].title, views[V_CACHED].title, p->latent_dim > 0 ? "latent" : "keys before RoPE",
+                   p->latent_dim > 0 ? "RoPE key" : "values");
             printf("%-6s | %8s %8s %8s %8s %8s %8s |\n", "head", "channel", "token", "channel", "token", "channel",
                    "token");
             double mean[N_STREAMS][2] = {{0}};
@@ -288,17 +343,19 @@ int cmd_inspect(int argc, char **argv) {
                         mean[s][0] += hs->channel_ratio / (L * H);
                         mean[s][1] += hs->token_ratio / (L * H);
                     }
-                    printf(" | K ");
-                    profile_strip(stats[(l * H + h) * N_STREAMS + K_PRE_ROPE].channel_max, hd);
-                    printf(" V ");
-                    profile_strip(stats[(l * H + h) * N_STREAMS + V_CACHED].channel_max, hd);
+                    // The latent in place of the keys: it is what the heads' keys are made from.
+                    const int first = p->latent_dim > 0 ? K_CACHED : K_PRE_ROPE;
+                    printf(" | %s ", p->latent_dim > 0 ? "C" : "K");
+                    profile_strip(stats[(l * H + h) * N_STREAMS + first].channel_max, views[first].width);
+                    printf(" %s ", p->latent_dim > 0 ? "R" : "V");
+                    profile_strip(stats[(l * H + h) * N_STREAMS + V_CACHED].channel_max, views[V_CACHED].width);
                     printf("\n");
                 }
             printf("%-6s |", "mean");
             for (int s = 0; s < N_STREAMS; s++) printf(" %8.2f %8.2f", mean[s][0], mean[s][1]);
             printf(" |\n\n");
         }
-        if (o.plot && ti == 0) status = draw_profiles(&d, p, n, plot_rot, o.rot ? o.rot : "hadamard", text.name, out_dir);
+        if (o.plot && ti == 0) status = draw_profiles(&d, p, views, n, plot_rot, o.rot ? o.rot : "hadamard", text.name, out_dir);
         free(x);
         free(stats);
         free(profiles);

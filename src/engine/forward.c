@@ -316,7 +316,7 @@ static void span_tile_scores(const SpanTile *st) {
     float *att = st->att;
     const float *kt = span_mirror_keys(mm, l, g), *qm = q;
     size_t qms = qd;
-    float qt[SPAN_TILE * 1024]; // the rows' q̃ (MirrorOps.query); a codec's head_dim is ≤ 1024
+    float qt[SPAN_TILE * MICRO_MAX_WIDTH]; // the rows' q̃ (MirrorOps.query); a codec's head_dim is ≤ MICRO_MAX_WIDTH
     const MirrorOps *ops = mm->ops[KV_ROLE_KEY];
     if (mm->settles[KV_ROLE_KEY]) { // the open forms over the tile's open positions, then each row's settled ones
         fk->scores_transposed(att, as, q, qd, nt, span_mirror_keys_open(mm, l, g), hd, st->settled[KV_ROLE_KEY][0],
@@ -417,7 +417,7 @@ static void span_tile_mix(const SpanTile *st) {
         fk->factor_rows(att, as, att2, as2, nt, st->ends, vfac, NULL, NULL, FACTOR_PAIRS);
     else if (vfac) // p_j · factor_j (as factor_j · p_j: one product)
         fk->factor_rows(att, as, NULL, 0, nt, st->ends, vfac, NULL, NULL, FACTOR_TIMES);
-    float acc2[SPAN_TILE * 1024]; // the second sums (has_second), a codec's head_dim is ≤ 1024
+    float acc2[SPAN_TILE * MICRO_MAX_WIDTH]; // the second sums (has_second), a codec's head_dim is ≤ MICRO_MAX_WIDTH
     if (ops && ops->has_second) {
         const float *aux = span_mirror_aux(mm, KV_ROLE_VALUE, l, g), *v2 = span_mirror_values2(mm, l, g);
         for (int t = 0; t < nt; t++) ops->weights2(mm->rule[KV_ROLE_VALUE], att + t * as, aux, att2 + t * as2, n0 + t);
@@ -443,7 +443,7 @@ static void span_tile_mix(const SpanTile *st) {
             for (int d = 0; d < hd; d++) out[t * xs + d] = out[t * xs + d] + offset_sum[t];
     if (ops && ops->post)
         for (int t = 0; t < nt; t++) {
-            float acc[1024]; // a codec's head_dim is ≤ 1024
+            float acc[MICRO_MAX_WIDTH]; // a codec's head_dim is ≤ MICRO_MAX_WIDTH
             memcpy(acc, out + t * xs, sizeof(float) * (size_t)hd);
             paged_mirror_post(&seq->v[l], ops, g, p_all ? p_all + t * b->att2_span : p_first[t], acc, acc2 + t * hd,
                               out + t * xs, n0 + t);

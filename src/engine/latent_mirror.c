@@ -58,7 +58,7 @@ void latent_mirror_free(LatentMirror *m) {
 // Token j of one slot, decoded into its mirrors.
 static void read_token(LatentMirror *m, const PagedStream *ps, int slot, int layer, int j) {
     const int w = slot ? m->rope : m->latent;
-    float x[1024];
+    float x[MICRO_MAX_WIDTH];
     if (m->ops[slot]) {
         const KVStream *blk = &ps->blocks[j / ps->blocks[0].capacity];
         float factor = 1.0f, offset = 0.0f;

@@ -103,7 +103,7 @@ static void read_token(SpanMirror *m, const PagedStream *ps, KVRole role, int la
     const int hd = m->head_dim, half = hd / 2;
     const MirrorOps *ops = m->ops[role];
     const KVStream *blk = &ps->blocks[j / ps->blocks[0].capacity];
-    float x[1024];
+    float x[MICRO_MAX_WIDTH];
     for (int h = 0; h < m->n_heads; h++) {
         float *row = x;
         if (role == KV_ROLE_VALUE) // (a role not mirrored has no buffer to point into)
@@ -116,7 +116,7 @@ static void read_token(SpanMirror *m, const PagedStream *ps, KVRole role, int la
             if (m->offsets[role]) ((float *)span_mirror_offsets(m, role, layer, h))[j] = offset;
             if (role == KV_ROLE_VALUE && ops->corrections) ops->read_correction(blk->state, h, j % blk->capacity, row + hd);
             if (ops->has_second) {
-                float x2[1024], aux = 0.0f;
+                float x2[MICRO_MAX_WIDTH], aux = 0.0f;
                 ops->read2(blk->state, h, j % blk->capacity, x2, &aux);
                 ((float *)span_mirror_aux(m, role, layer, h))[j] = aux;
                 if (role == KV_ROLE_VALUE)

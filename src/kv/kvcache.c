@@ -290,6 +290,13 @@ static int stream_init(KVStream *s, const CodecSpec *given, KVRole role, int n_h
     }
     const CodecFamily *family = find_family(spec.name, err, errlen);
     if (!family) return -1;
+    // Every codec, transform and mirror works on one head's vector in scratch of MICRO_MAX_WIDTH
+    // numbers: a wider stream is refused here, whatever its family checks itself.
+    if (n_heads < 1 || head_dim < 1 || head_dim > MICRO_MAX_WIDTH || capacity < 1) {
+        snprintf(err, errlen, "%s: a stream of %d heads of %d numbers for %d tokens: micro takes 1 to %d numbers a head "
+                 "and at least one head and token", spec.name, n_heads, head_dim, capacity, MICRO_MAX_WIDTH);
+        return -1;
+    }
     // A family's default transforms, where the spec does not give the option (`sink=0` turns one off).
     if (add_default_transforms(&spec, role == KV_ROLE_KEY ? family->key_transforms : family->value_transforms)) {
         snprintf(err, errlen, "%s: too many options with the family's default transforms", spec.name);

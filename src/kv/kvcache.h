@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 
+#include "max_width.h" // a stream's head_dim is at most MICRO_MAX_WIDTH
+
 #define SPEC_MAX_OPTIONS 8
 #define SPEC_TEXT 32
 #define SPEC_NORMALISED 128

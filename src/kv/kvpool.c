@@ -462,7 +462,7 @@ void paged_read(const PagedStream *ps, int head, int token, float *out) {
 void paged_scores_rope(const PagedStream *ps, int head, const float *q, const float *rope_cos, const float *rope_sin,
                        float *out, int n) {
     const int hd = ps->blocks[0].head_dim, half = hd / 2;
-    float x[1024];
+    float x[MICRO_MAX_WIDTH];
     for (int j = 0; j < n; j++) {
         paged_read(ps, head, j, x);
         rope_head(x, hd, rope_cos + (size_t)j * half, rope_sin + (size_t)j * half);

@@ -332,7 +332,7 @@ static void transform_append(void *state, const float *vec) {
     if (t < s->sink_tokens)
         for (int i = 0; i < s->n; i++) s->sink[(size_t)t * s->n + i] = quant_fp32_to_fp16(vec[i]);
     if (s->rot) {
-        float x[1024];
+        float x[MICRO_MAX_WIDTH];
         for (int h = 0; h < s->n_heads; h++) {
             memcpy(x, w + h * s->head_dim, sizeof(float) * (size_t)s->head_dim);
             s->project(s->rot, s->head_dim, x, w + h * s->head_dim, 0);
@@ -341,7 +341,7 @@ static void transform_append(void *state, const float *vec) {
     if (s->per_token && t >= s->sink_tokens) take_outliers(s, t, w);
     s->inner_ops->append(s->inner, w);
     if (s->per_token && t >= s->sink_tokens) {
-        float x[1024];
+        float x[MICRO_MAX_WIDTH];
         int read_head = -1;
         for (int k = 0; k < s->per_token; k++) {
             const int i = outlier_index(s, t, k), head = i / s->head_dim;
@@ -394,7 +394,7 @@ static void transform_read(const void *state, int head, int t, float *out) {
         sink_read(s, head, t, out);
         return;
     }
-    float x[1024];
+    float x[MICRO_MAX_WIDTH];
     s->inner_ops->read(s->inner, head, t, x);
     if (s->per_token) restore_outliers(s, head, t, x);
     if (s->rot)
@@ -418,7 +418,7 @@ static CodecBlocks inner_blocks(const CodecBlocks *b, int n, InnerStates *is) {
 // The scores of the sink tokens, the sequence's first, read whole from their exact copies.
 static void sink_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
     const int hd = b->head_dim;
-    float x[1024];
+    float x[MICRO_MAX_WIDTH];
     for (int j = 0; j < n; j++) {
         const Transform *s = b->states[j / b->block];
         const int t = j % b->block;
@@ -434,7 +434,7 @@ static void sink_scores(const CodecBlocks *b, int head, const float *q, float *o
 // entry: fix at channel i of token j added to scores (out[j] += w[i] · fix, w the query as the codec
 // took it) or to a mix's sums (out[i] += w[j] · fix, w the weights).
 static void add_outlier_fixes(const CodecBlocks *b, int head, int n, const float *w, float *out, int into_scores) {
-    float x[1024];
+    float x[MICRO_MAX_WIDTH];
     for (int j0 = 0; j0 < n; j0 += b->block) {
         const Transform *s = b->states[j0 / b->block];
         const OutlierEntry *e = head_entries(s, head);
@@ -467,7 +467,7 @@ static void add_outlier_fixes(const CodecBlocks *b, int head, int n, const float
 static void transform_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
     const Transform *s0 = b->states[0];
     const int hd = s0->head_dim;
-    float qr[1024];
+    float qr[MICRO_MAX_WIDTH];
     const float *qq = q;
     if (s0->rot) s0->project(s0->rot, hd, q, qr, 0), qq = qr;
     InnerStates is;
@@ -482,7 +482,7 @@ static void transform_scores(const CodecBlocks *b, int head, const float *q, flo
 static void finish_mix(const CodecBlocks *b, int head, const float *p, float *acc, float *out, int n) {
     const Transform *s0 = b->states[0];
     const int hd = s0->head_dim;
-    float x[1024];
+    float x[MICRO_MAX_WIDTH];
     // In the rotated space: sink tokens' codec copies taken out, outlier entries put right (sink
     // tokens first: they are the sequence's first, and hold no outlier entries).
     for (int j = 0; j < n; j++) {
@@ -507,7 +507,7 @@ static void finish_mix(const CodecBlocks *b, int head, const float *p, float *ac
 
 static void transform_mix(const CodecBlocks *b, int head, const float *p, float *out, int n) {
     const Transform *s0 = b->states[0];
-    float acc[1024];
+    float acc[MICRO_MAX_WIDTH];
     InnerStates is;
     const CodecBlocks ib = inner_blocks(b, n, &is);
     s0->inner_ops->mix(&ib, head, p, acc, n);
@@ -543,7 +543,7 @@ static void transform_query(const void *state, const float *q, float *out) {
         s->project(s->rot, s->head_dim, q, out, 0);
         return;
     }
-    float qr[1024];
+    float qr[MICRO_MAX_WIDTH];
     if (s->rot) s->project(s->rot, s->head_dim, q, qr, 0);
     s->inner_key_m->query(s->inner, s->rot ? qr : q, out);
 }
@@ -551,7 +551,7 @@ static void transform_query(const void *state, const float *q, float *out) {
 static void transform_post(const CodecBlocks *b, int head, const float *p, const float *acc, const float *acc2,
                            float *out, int n) {
     const Transform *s0 = b->states[0];
-    float a[1024];
+    float a[MICRO_MAX_WIDTH];
     if (s0->inner_value_m->post) {
         InnerStates is;
         const CodecBlocks ib = inner_blocks(b, n, &is);
@@ -565,7 +565,7 @@ static void transform_fix_scores(const CodecBlocks *b, int head, const float *q,
     const Transform *s0 = b->states[0];
     sink_scores(b, head, q, out, n);
     if (!s0->per_token) return;
-    float qr[1024];
+    float qr[MICRO_MAX_WIDTH];
     const float *qq = q;
     if (s0->rot) s0->project(s0->rot, s0->head_dim, q, qr, 0), qq = qr;
     add_outlier_fixes(b, head, n, qq, out, 1);

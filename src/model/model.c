@@ -78,7 +78,7 @@ int model_config_validate(const ModelConfig *c, char *err, size_t errlen) {
     CHECK_RANGE(n_layers, 1, 1024);
     CHECK_RANGE(n_heads, 1, 4096);
     CHECK_RANGE(n_kv_heads, 1, 4096);
-    CHECK_RANGE(head_dim, 2, 4096);
+    CHECK_RANGE(head_dim, 2, MICRO_MAX_WIDTH);
     CHECK_RANGE(hidden_dim, 1, 1 << 20);
     CHECK_RANGE(vocab_size, 256, 256); // tokens are raw bytes
     CHECK_RANGE(max_seq_len, 1, 1 << 20);
@@ -91,8 +91,8 @@ int model_config_validate(const ModelConfig *c, char *err, size_t errlen) {
                  c->head_dim, c->dim);
         return -1;
     }
-    CHECK_RANGE(latent_dim, 0, 65536);
-    CHECK_RANGE(rope_dim, 0, 4096);
+    CHECK_RANGE(latent_dim, 0, MICRO_MAX_WIDTH);
+    CHECK_RANGE(rope_dim, 0, MICRO_MAX_WIDTH);
     if (c->latent_dim > 0 && c->n_kv_heads != 1) {
         snprintf(err, errlen, "n_kv_heads %d under latent attention: must be 1 (the latent serves every head)",
                  c->n_kv_heads);

@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "max_width.h"
+
 
 #define MICRO_BOS 1 // byte 0x01: beginning of sequence and document separator
 

@@ -7,12 +7,12 @@
 
 int codec_check_shape(const char *family, int n_heads, int head_dim, int capacity, int multiple, char *err,
                       size_t errlen) {
-    if (n_heads >= 1 && capacity >= 1 && head_dim >= multiple && head_dim % multiple == 0 && head_dim <= 1024)
+    if (n_heads >= 1 && capacity >= 1 && head_dim >= multiple && head_dim % multiple == 0 && head_dim <= MICRO_MAX_WIDTH)
         return 0;
     snprintf(err, errlen,
-             "%s: needs head_dim a multiple of %d from %d to 1024 and at least one head and token "
+             "%s: needs head_dim a multiple of %d from %d to %d and at least one head and token "
              "(got head_dim %d, %d heads, %d tokens)",
-             family, multiple, multiple, head_dim, n_heads, capacity);
+             family, multiple, multiple, MICRO_MAX_WIDTH, head_dim, n_heads, capacity);
     return -1;
 }
 
@@ -34,7 +34,7 @@ void codec_scores_per_block(const CodecBlocks *b, CodecStateScoresFn fn, CodecSt
 
 void codec_mix_per_block(const CodecBlocks *b, CodecStateScoresFn fn, CodecStateAheadFn ahead, int head_dim, int head,
                          const float *p, float *out, int n) {
-    float part[1024];
+    float part[MICRO_MAX_WIDTH];
     for (int i = 0; i * b->block < n; i++) {
         const int m = n - i * b->block < b->block ? n - i * b->block : b->block;
         per_block_ahead(b, ahead, head, i, n);
@@ -48,7 +48,7 @@ void codec_mix_per_block(const CodecBlocks *b, CodecStateScoresFn fn, CodecState
 // bits of a contiguous one.
 void codec_scores_by_read(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *q,
                                  float *out, int n) {
-    float x[1024];
+    float x[MICRO_MAX_WIDTH];
     for (int j = 0; j < n; j++) {
         int local;
         const void *state = codec_block(b, j, &local);
@@ -61,7 +61,7 @@ void codec_scores_by_read(const CodecBlocks *b, CodecReadFn read, int head_dim, 
 
 void codec_mix_by_read(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *p,
                               float *out, int n) {
-    float x[1024];
+    float x[MICRO_MAX_WIDTH];
     memset(out, 0, sizeof(float) * (size_t)head_dim);
     for (int j = 0; j < n; j++) {
         int local;

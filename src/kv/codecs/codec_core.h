@@ -86,7 +86,7 @@ static inline int codec_in_block(const CodecBlocks *b, int j) {
 }
 
 // For a family whose kernels read one state at a time: each block in turn. Scores are per token;
-// mix sums each block on its own and adds the blocks' sums in order (head_dim <= 1024).
+// mix sums each block on its own and adds the blocks' sums in order (head_dim <= MICRO_MAX_WIDTH).
 // ahead (or NULL) asks for what fn will read of one head in a state: it is called for the block two
 // on, whose state was asked for two blocks before (each call stalls on DRAM at its start otherwise:
 // a pool's blocks lie anywhere, and fn's own prefetches end at its block).
@@ -96,7 +96,7 @@ void codec_scores_per_block(const CodecBlocks *b, CodecStateScoresFn fn, CodecSt
                             const float *q, float *out, int n);
 void codec_mix_per_block(const CodecBlocks *b, CodecStateScoresFn fn, CodecStateAheadFn ahead, int head_dim, int head,
                          const float *p, float *out, int n);
-// A stream read back token by token, each token from its block (head_dim <= 1024):
+// A stream read back token by token, each token from its block (head_dim <= MICRO_MAX_WIDTH):
 // out[j] = Σ_d q[d] · x̂_j[d] in order of d, or out[d] = Σ_j p[j] · x̂_j[d] in order of j.
 void codec_scores_by_read(const CodecBlocks *b, CodecReadFn read, int head_dim, int head, const float *q, float *out,
                           int n);

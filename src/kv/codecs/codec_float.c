@@ -127,7 +127,8 @@ static void *float_create(const char *family, CodecSpec *spec, int n_heads, int 
     int qround = 0;
     if (f == FMT_FP16 && spec_choice(spec, "qround", (const char *const[]){"none", "f16", NULL}, &qround, err, errlen))
         return NULL;
-    if (f != FMT_FP32 && codec_check_shape(family, n_heads, head_dim, capacity, 2, err, errlen)) return NULL;
+    // fp32 takes any width its scratch holds; the narrower formats store pairs.
+    if (codec_check_shape(family, n_heads, head_dim, capacity, f == FMT_FP32 ? 1 : 2, err, errlen)) return NULL;
     const int is_key = !spec_is_value(spec), tiles = (capacity + TILE - 1) / TILE;
     const size_t codes = (size_t)n_heads * (size_t)(is_key ? tiles * TILE : capacity) * (size_t)head_dim *
                          (size_t)formats[f].bytes,
@@ -218,8 +219,8 @@ static void float_append(void *state, const float *vec) {
             }
             s->scales[float_slot(s, h, s->length)] = code;
         }
-        float v[1024];
-        uint32_t codes[1024];
+        float v[MICRO_MAX_WIDTH];
+        uint32_t codes[MICRO_MAX_WIDTH];
         for (int d = 0; d < hd; d++) {
             v[d] = x[d];
             if (s->scaled) { // divided by the rounded scale the extreme may pass max: saturate (NaN stays)
@@ -429,7 +430,7 @@ static ALWAYS_INLINE void float_score_tiles(const CodecBlocks *b, int head, cons
 static ALWAYS_INLINE void float_scores_keys(const CodecBlocks *b, int head, const float *q, float *out, int n,
                                             const int hd, const FloatFormat f) {
     const FloatState *s0 = b->states[0];
-    float scaled[1024];
+    float scaled[MICRO_MAX_WIDTH];
     const float *qu = NULL;
     if (float_fast(b, n, q, hd, f)) { // a format without a unit (fp32, bf16) takes the query itself
         for (int d = 0; d < hd && formats[f].unit != 1.0f; d++) scaled[d] = q[d] * formats[f].unit;
@@ -760,7 +761,7 @@ static void float_round_f16(const float *x, int n, float *out) {
 // Σ_j p̃_j · x̂_j in order of j, p̃_j = p_j rounded to fp16 (codec_mix_by_read's sum, qround=f16): the
 // mix of a latent (a key stream mixed, latent attention) and of values past the kernel's 64 numbers.
 static void float_mix_by_read_rounded(const CodecBlocks *b, int head, const float *p, float *out, int n) {
-    float x[1024];
+    float x[MICRO_MAX_WIDTH];
     memset(out, 0, sizeof(float) * (size_t)b->head_dim);
     for (int j = 0; j < n; j++) {
         int local;
@@ -775,7 +776,7 @@ static void float_mix_by_read_rounded(const CodecBlocks *b, int head, const floa
 // attention's mix of its latent: read back. The mix kernel's buffers hold head_dims up to 64.
 static void float_scores(const CodecBlocks *b, int head, const float *q, float *out, int n) {
     const FloatState *s = b->states[0];
-    float rounded[1024];
+    float rounded[MICRO_MAX_WIDTH];
     if (s->qround) {
         float_round_f16(q, s->head_dim, rounded);
         q = rounded;

@@ -584,7 +584,7 @@ static void round_query(const float *x, QueryBlock *y) {
 
 static void block_scores_qround(const void *state, int head, const float *q, float *out, int n) {
     const BlockState *s = state;
-    QueryBlock qb[1024 / QK];
+    QueryBlock qb[MICRO_MAX_WIDTH / QK];
     for (int i = 0; i < s->blocks; i++) round_query(q + i * QK, &qb[i]);
     for (int t = 0; t < n; t++) {
         float sum = 0.0f;

@@ -49,7 +49,7 @@ typedef struct {
     uint16_t *out_val;     // [token][slots] fp16
     uint8_t *out_idx;      // [token][slots][index_bytes]
     uint8_t *picked;       // [n] scratch of append
-    float scratch[1024];   // scratch of append (one head)
+    float scratch[MICRO_MAX_WIDTH];   // scratch of append (one head)
 } NuqState;
 
 static void nuq_destroy(void *state) {
@@ -136,8 +136,8 @@ static void nuq_append(void *state, const float *x) {
     NuqState *s = state;
     const int t = s->length, hd = s->head_dim;
     if (s->slots) (s->per_channel ? pick_key_outliers : pick_value_outliers)(s, t, x);
-    uint8_t codes[1024];
-    float xn[1024];
+    uint8_t codes[MICRO_MAX_WIDTH];
+    float xn[MICRO_MAX_WIDTH];
     for (int h = 0; h < s->n_heads; h++) {
         const float *v = x + h * hd;
         const uint8_t *pk = s->slots ? s->picked + h * hd : NULL;
@@ -182,7 +182,7 @@ static void nuq_token(const NuqState *s, int head, int t, uint8_t *codes, float 
 static void nuq_read(const void *state, int head, int t, float *out) {
     const NuqState *s = state;
     const int hd = s->head_dim;
-    uint8_t codes[1024];
+    uint8_t codes[MICRO_MAX_WIDTH];
     float z, r;
     nuq_token(s, head, t, codes, &z, &r);
     for (int d = 0; d < hd; d++) {
@@ -242,7 +242,7 @@ static void nuq_scores(const CodecBlocks *b, int head, const float *q, float *ou
     }
 #endif
     float table[1024 * 16];
-    uint8_t codes[1024];
+    uint8_t codes[MICRO_MAX_WIDTH];
     for (int d = 0; d < hd; d++)
         for (int c = 0; c < s0->n_levels; c++) table[d * s0->n_levels + c] = q[d] * s0->levels[c];
     for (int j = 0; j < n; j++) {
@@ -270,7 +270,7 @@ static void nuq_mix(const CodecBlocks *b, int head, const float *p, float *out, 
     }
     // Exact entries are kept per head (values: slots [head·per, (head+1)·per) hold this head's).
     const int per = s0->slots / s0->n_heads, k0 = head * per;
-    float acc[1024] __attribute__((aligned(64))) = {0}, zsum = 0.0f;
+    float acc[MICRO_MAX_WIDTH] __attribute__((aligned(64))) = {0}, zsum = 0.0f;
 #ifdef ROW_KERNELS
     if (hd == 32) { // the 32 sums in two vectors, token after token as below
         RowLevels rl;
@@ -303,7 +303,7 @@ static void nuq_mix(const CodecBlocks *b, int head, const float *p, float *out, 
         return;
     }
 #endif
-    uint8_t codes[1024];
+    uint8_t codes[MICRO_MAX_WIDTH];
     for (int j = 0; j < n; j++) {
         int t;
         const NuqState *s = codec_block(b, j, &t);
@@ -341,7 +341,7 @@ static int nuq_by_read(const void *state) {
 // exact entries (kvquant's, per channel) are read back.
 static void nuq_mirror_read(const void *state, int head, int token, float *x, float *factor, float *offset) {
     const NuqState *s = state;
-    uint8_t codes[1024];
+    uint8_t codes[MICRO_MAX_WIDTH];
     nuq_token(s, head, token, codes, offset, factor);
     for (int d = 0; d < s->head_dim; d++) x[d] = s->levels[codes[d]];
 }
@@ -349,7 +349,7 @@ static void nuq_mirror_read(const void *state, int head, int token, float *x, fl
 static void nuq_mirror_correction(const void *state, int head, int token, float *xc) {
     const NuqState *s = state;
     const int hd = s->head_dim, per = s->slots / s->n_heads;
-    uint8_t codes[1024];
+    uint8_t codes[MICRO_MAX_WIDTH];
     float z, r;
     nuq_token(s, head, token, codes, &z, &r);
     memset(xc, 0, sizeof(float) * (size_t)hd);

@@ -52,14 +52,14 @@ static void uniform_encode(const TqState *s, const float *x, uint8_t *row) {
     fmt_fp16_store(row, (hi - lo) / (float)top);
     fmt_fp16_store(row + 2, lo);
     const float scale = fmt_fp16_load(row), zero = fmt_fp16_load(row + 2);
-    uint8_t codes[1024];
+    uint8_t codes[MICRO_MAX_WIDTH];
     for (int i = 0; i < d; i++) codes[i] = (uint8_t)(scale > 0.0f ? quant_round_clamp((x[i] - zero) / scale, 0, top) : 0);
     quant_pack(row + 4, codes, (size_t)d, s->c.cbits);
 }
 
 static void uniform_decode(const TqState *s, const uint8_t *row, float *x) {
     const float scale = fmt_fp16_load(row), zero = fmt_fp16_load(row + 2);
-    uint8_t codes[1024];
+    uint8_t codes[MICRO_MAX_WIDTH];
     quant_unpack(row + 4, codes, (size_t)s->c.d, s->c.cbits);
     for (int i = 0; i < s->c.d; i++) x[i] = zero + (float)codes[i] * scale;
 }
@@ -115,8 +115,8 @@ static void tq_scores(const CodecBlocks *b, int head, const float *q, float *out
     }
     const int hd = b->head_dim;
     const float alpha = ((const TqState *)b->states[0])->alpha;
-    float qr[1024] __attribute__((aligned(64))), qs[1024];
-    uint8_t codes[1024];
+    float qr[MICRO_MAX_WIDTH] __attribute__((aligned(64))), qs[MICRO_MAX_WIDTH];
+    uint8_t codes[MICRO_MAX_WIDTH];
     tq_project(c->rot, hd, hd, q, qr);
     if (c->prod) tq_project(c->sketch, hd, hd, qr, qs);
 #ifdef ROW_KERNELS
@@ -191,8 +191,8 @@ static void tq_mix(const CodecBlocks *b, int head, const float *p, float *out, i
         tq_mix_uniform(b, head, p, out, n);
         return;
     }
-    uint8_t codes[1024];
-    float ay[1024] __attribute__((aligned(64))) = {0}, as[1024] __attribute__((aligned(64))) = {0}, back[1024];
+    uint8_t codes[MICRO_MAX_WIDTH];
+    float ay[MICRO_MAX_WIDTH] __attribute__((aligned(64))) = {0}, as[MICRO_MAX_WIDTH] __attribute__((aligned(64))) = {0}, back[MICRO_MAX_WIDTH];
     const int hd = b->head_dim;
     const float alpha = ((const TqState *)b->states[0])->alpha;
 #ifdef ROW_KERNELS
@@ -249,7 +249,7 @@ static void tq_mirror_read(const void *state, int head, int token, float *x, flo
         uniform_decode(s, row, x);
         return;
     }
-    uint8_t codes[1024];
+    uint8_t codes[MICRO_MAX_WIDTH];
     quant_unpack(row + tq_codes_at(), codes, (size_t)s->c.d, s->c.cbits);
     for (int d = 0; d < s->c.d; d++) x[d] = s->c.levels[codes[d]];
     *factor = fmt_fp16_load(row);
@@ -268,7 +268,7 @@ static void tq_mirror_post(const CodecBlocks *b, int head, const float *p, const
         tq_project_back(s->c.rot, s->c.d, s->c.d, acc, out);
         return;
     }
-    float back[1024], sum[1024];
+    float back[MICRO_MAX_WIDTH], sum[MICRO_MAX_WIDTH];
     tq_project_back(s->c.sketch, s->c.d, s->c.d, acc2, back);
     for (int d = 0; d < s->c.d; d++) sum[d] = acc[d] + back[d];
     tq_project_back(s->c.rot, s->c.d, s->c.d, sum, out);
@@ -296,7 +296,7 @@ static void tq_value_read2(const void *state, int head, int token, float *x2, fl
 
 static void tq_mirror_query2(const void *state, const float *q, float *out) {
     const TqState *s = state;
-    float qr[1024];
+    float qr[MICRO_MAX_WIDTH];
     tq_project(s->c.rot, s->c.d, s->c.d, q, qr);
     tq_project(s->c.sketch, s->c.d, s->c.d, qr, out);
 }

@@ -402,8 +402,8 @@ size_t tq_row_bytes(const TqCoder *c) { return c->prod ? tq_signs_at(c) + (size_
 
 void tq_decode(const TqCoder *c, const uint8_t *row, float *x) {
     const int d = c->d;
-    float y[1024], pm[1024], back[1024];
-    uint8_t codes[1024];
+    float y[MICRO_MAX_WIDTH], pm[MICRO_MAX_WIDTH], back[MICRO_MAX_WIDTH];
+    uint8_t codes[MICRO_MAX_WIDTH];
     quant_unpack(row + tq_codes_at(), codes, (size_t)d, c->cbits);
     for (int i = 0; i < d; i++) y[i] = c->levels[codes[i]];
     if (c->prod) {

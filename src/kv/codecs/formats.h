@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "max_width.h"
 #include "quant.h"
 
 // ---- MX elements ----------------------------------------------------------------------------
@@ -214,9 +215,9 @@ static inline void tq_sum_rows_side(const float *rows, size_t stride, const floa
 // nv <= TQ_SIDE vectors' rows (x_v `d` apart): tq_encode's steps, each a stage for all of them.
 static inline void tq_encode_side(const TqCoder *c, const float *x, int nv, uint8_t *const *rows) {
     const int d = c->d, n = 1 << c->cbits;
-    const size_t D = 1024;
-    float u[TQ_SIDE * 1024], y[TQ_SIDE * 1024], sr[TQ_SIDE * 1024], norm[TQ_SIDE], len[TQ_SIDE];
-    uint8_t codes[TQ_SIDE * 1024];
+    const size_t D = MICRO_MAX_WIDTH;
+    float u[TQ_SIDE * MICRO_MAX_WIDTH], y[TQ_SIDE * MICRO_MAX_WIDTH], sr[TQ_SIDE * MICRO_MAX_WIDTH], norm[TQ_SIDE], len[TQ_SIDE];
+    uint8_t codes[TQ_SIDE * MICRO_MAX_WIDTH];
     tq_norms(x, (size_t)d, nv, d, norm);
     u[0] = 0.0f; // written below (nv, d >= 1), which gcc 12's check of a pointer to const cannot see
     for (int v = 0; v < nv; v++) {
