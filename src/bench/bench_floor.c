@@ -68,7 +68,7 @@ int attention_in_cache(const Model *m, const KVRecording *rec, const CodecSpec *
     const size_t att_n = (size_t)(H > 2 ? H : 2) * n, q_n = (size_t)H * hd > (size_t)model_qk_dim(c) ? (size_t)H * hd : (size_t)model_qk_dim(c);
     float *att = malloc(sizeof(float) * att_n), *out = malloc(sizeof(float) * (size_t)H * hd);
     float *q_all = malloc(sizeof(float) * q_n), *scratch = malloc(sizeof(float) * (2 * (size_t)lat + 1));
-    int rc = batch_init(&fwd, m, 1, c->max_seq_len, 1, err, errlen);
+    int rc = batch_init(&fwd, m, 1, n > 0 ? n : 1, 1, err, errlen); // tables for the n positions read
     if (!rc && (!att || !out || !q_all || !scratch)) {
         snprintf(err, errlen, "out of memory");
         rc = -1;

@@ -152,7 +152,7 @@ int serve_held_decode(const Model *m, KVPool *pool, const KVRecording *rec, int 
         pool_run_tasks(fillers, out->held, held_fill, &fill);
         pool_destroy(fillers);
     }
-    if (batch_init(&fwd, m, out->held, m->config.max_seq_len, n_threads, err, errlen)) goto done;
+    if (batch_init(&fwd, m, out->held, hi, n_threads, err, errlen)) goto done; // positions below hi, no more
     fwd.track_top = 0;
     double bytes = 0, attended = 0;
     for (int s = 0; s < steps; s++) {

@@ -136,8 +136,12 @@ int cmd_generate(int argc, char **argv) {
         model_free(&m);
         return cli_error("the prompt has %zu bytes; the context holds %d tokens with BOS", plen, ctx);
     }
+    // The cache and the forward's buffers for the positions this run can reach (BOS, the prompt, n
+    // bytes and the up to three that finish a character), not the context the file declares.
+    const long reach = (long)plen + n + 4;
     Decoder d;
-    if (decoder_init(&d, &m, cli_spec(o.k_spec), cli_spec(o.v_spec), ctx, threads, err, sizeof err)) {
+    if (decoder_init(&d, &m, cli_spec(o.k_spec), cli_spec(o.v_spec), reach < ctx ? (int)reach : ctx, threads, err,
+                     sizeof err)) {
         model_free(&m);
         return cli_error("%s", err);
     }

@@ -21,6 +21,7 @@
 #include "figure.h"
 #include "figure_csv.h"
 #include "held_decode.h"
+#include "kvpool.h"
 #include "model_file.h"
 #include "msgtext.h"
 #include "peak.h"
@@ -107,6 +108,12 @@ static const PlateScheme schemes[] = {
 int plate_loss_runs(void) { return 1 + N_SCHEMES; }
 #define N_TEXTS 2
 
+// The plate keys its texts by role, English then Chinese, not by file name: its CSV's and JSON's
+// rows and its figures find them so whatever --en and --zh are called.
+static void name_by_role(Text *texts) {
+    for (int t = 0; t < N_TEXTS; t++) snprintf(texts[t].name, sizeof texts[t].name, "%s", t ? "zh" : "en");
+}
+
 // The plate's capacity figures: Llama 3 8B at these widths, scales ignored, then with each
 // scheme's real metadata at head_dim 128.
 static const int capacity_bits[] = {16, 8, 4, 3, 2};
@@ -128,6 +135,10 @@ static const ServeScheme serve_schemes[] = {
 #define N_SERVE (int)(sizeof serve_schemes / sizeof serve_schemes[0])
 #define SERVE_BLOCK 32
 #define SERVE_STEPS 4
+// Panel (d)'s conversations by default: the model's context, at most this many tokens. Its memory and
+// time grow with the length (the recording, every scheme's pool), so a file that declares a context
+// of a million does not size the run; --serve-length asks for more.
+#define SERVE_LENGTH_DEFAULT 2048
 #define SERVE_ROUNDS 5
 
 typedef struct {
@@ -156,6 +167,7 @@ static double cap_arch_numbers(const CapacityModel *m, int a) {
                   : a == 1 ? 2.0 * CAP_Q_HEADS * m->head_dim : 4.0 * m->head_dim + m->head_dim / 2.0;
 }
 #define N_CAP_SCHEMES PLATE_CAPACITY_SCHEMES
+#define SKIP_REASON 300
 
 typedef struct {
     const Model *model;
@@ -163,6 +175,11 @@ typedef struct {
     EvalTrace traces[N_TEXTS];      // the fp32 runs, every scheme is compared against
     EvalResult reference[N_TEXTS];  // fp32
     EvalResult results[N_SCHEMES][N_TEXTS];
+    // Why a scheme or a panel (d) scheme is not run on this model ("" when it is): the model's shape
+    // cannot hold it (a 16-number RoPE key and q4_0's blocks of 32) or it needs what the model lacks
+    // (kvquant's calibration). Found before any work; each panel notes its skipped rows.
+    char skipped[N_SCHEMES][SKIP_REASON];
+    char serve_skipped[N_SERVE][SKIP_REASON];
     ServeRow serve[N_SERVE];
     ArchPanel arch; // panel (g)
     double loss_seconds; // wall time of the loss runs (the fp32 references and every scheme)
@@ -186,6 +203,29 @@ static void fail_run(PlateRun *r, const char *text, const char *err, int code) {
     pthread_mutex_unlock(&r->err_lock);
 }
 
+// Every scheme a panel will run, checked against the model before any work: the loss panels' specs
+// on the model's two cache slots (kv_layout_check_specs), panel (d)'s as the pool it fills (blocks
+// of SERVE_BLOCK tokens, conversations of serve_context). What the model cannot take is skipped, its
+// reason kept for the panel's note.
+static void find_skipped(PlateRun *r, const ModelConfig *c, int serve) {
+    for (int s = 0; s < N_SCHEMES; s++)
+        if (!kv_layout_check_specs(c, schemes[s].k_spec, schemes[s].v_spec, r->skipped[s], SKIP_REASON))
+            r->skipped[s][0] = 0;
+    for (int i = 0; i < N_SERVE && serve; i++) {
+        KVPool pool;
+        if (!kvpool_init_model(&pool, c, SERVE_BLOCK, r->serve_context, SIZE_MAX / 2, cli_spec(serve_schemes[i].spec),
+                               cli_spec(serve_schemes[i].spec), r->serve_skipped[i], SKIP_REASON)) {
+            kvpool_free(&pool);
+            r->serve_skipped[i][0] = 0;
+        }
+    }
+}
+
+// A panel's rows the model could not take, one line each.
+static void print_skipped(const char *label, const char *why) {
+    printf("  not run on this model: %s (%s)\n", label, why);
+}
+
 // Phase 1: the fp32 reference of each text. Phase 2: every scheme on every text. Each task has its
 // own single-threaded decoder and writes only its own result, so the order tasks finish in changes
 // nothing.
@@ -206,6 +246,7 @@ static void scheme_task(void *arg, int j, int thread) {
     PlateRun *r = arg;
     const PlateScheme *s = &schemes[j / N_TEXTS];
     int t = j % N_TEXTS;
+    if (r->skipped[j / N_TEXTS][0]) return;
     char err[512];
     const double t0 = seconds_now();
     int rc = atomic_load(&r->failed) ? 0
@@ -259,6 +300,7 @@ static int run_serve_panel(PlateRun *r, const Model *m, const uint8_t *text, siz
     for (int round = 0; round < SERVE_ROUNDS * N_SERVE && !rc; round++) {
         const int i = round % N_SERVE;
         ServeRow *row = &r->serve[i];
+        if (r->serve_skipped[i][0]) continue;
         KVPool pool;
         if ((rc = kvpool_init_model(&pool, c, SERVE_BLOCK, n, (size_t)r->serve_budget,
                               cli_spec(serve_schemes[i].spec), cli_spec(serve_schemes[i].spec), err, errlen)))
@@ -305,7 +347,7 @@ static void print_scheme_table(const PlateRun *r, const char *panel, int with_pu
     printf("%-24s %6s | %8.4f %18s %6s %8s | %8.4f %18s %6s %8s%s\n", "fp32 (reference)", "32.00", r->reference[0].loss,
            "", "", "", r->reference[1].loss, "", "", "", with_published ? " |" : "");
     for (int s = 0; s < N_SCHEMES; s++) {
-        if (strcmp(schemes[s].panel, panel) != 0) continue;
+        if (strcmp(schemes[s].panel, panel) != 0 || r->skipped[s][0]) continue;
         // Bits per element differ slightly between texts only for KIVI (its residual); show English's.
         printf("%-24s %6.2f", schemes[s].label, r->results[s][0].bits_per_element);
         for (int t = 0; t < N_TEXTS; t++) {
@@ -322,6 +364,8 @@ static void print_scheme_table(const PlateRun *r, const char *panel, int with_pu
         }
         printf("\n");
     }
+    for (int s = 0; s < N_SCHEMES; s++)
+        if (strcmp(schemes[s].panel, panel) == 0 && r->skipped[s][0]) print_skipped(schemes[s].label, r->skipped[s]);
 }
 
 static void print_serve_panel(const PlateRun *r) {
@@ -336,13 +380,18 @@ static void print_serve_panel(const PlateRun *r) {
            "x fp16", "KB/token/step", "x fewer");
     for (int i = 0; i < N_SERVE; i++) {
         const ServeRow *row = &r->serve[i];
+        if (r->serve_skipped[i][0]) continue;
         printf("%-16s %6.2f %6d %9.1f %8.1f | %10.0f %9.2fx | %12.1f %9.2fx\n", serve_schemes[i].label, row->bits,
                row->held, row->plain, row->meta, row->tokens_per_s, row->tokens_per_s / ref->tokens_per_s,
                row->bytes_per_token / 1e3, ref->bytes_per_token / row->bytes_per_token);
     }
+    for (int i = 0; i < N_SERVE; i++)
+        if (r->serve_skipped[i][0]) print_skipped(serve_schemes[i].label, r->serve_skipped[i]);
     printf("x fp16: tokens/s gained; x fewer: cache bytes a conversation's decode step reads, saved (both against fp16)\n");
     // The targets (docs/performance.md): fewer bytes never decode slower within a family, fp16 within
     // 10% of bf16, and the plate's scheme at 8, 4 and 2 bits in that order.
+    for (int i = 0; i <= 5; i++)
+        if (r->serve_skipped[i][0]) return; // a target's rows not run: no verdict on this model
     const ServeRow *bf16 = &r->serve[1], *i8 = &r->serve[2], *i4 = &r->serve[3], *i2 = &r->serve[5];
     const double fp16_bf16 = ref->tokens_per_s / bf16->tokens_per_s;
     const int ordered = i4->tokens_per_s >= i8->tokens_per_s && i2->tokens_per_s >= i4->tokens_per_s;
@@ -361,7 +410,9 @@ static void print_loss_time(const PlateRun *r, int threads) {
     const long online = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
     const int cores = threads < online ? threads : (int)online;
     const char *form, *apart_form;
-    const double work = eval_text_multiply_adds(c, tokens, N_TEXTS, plate_loss_runs());
+    int runs = 1; // fp32 and the schemes run on this model
+    for (int s = 0; s < N_SCHEMES; s++) runs += !r->skipped[s][0];
+    const double work = eval_text_multiply_adds(c, tokens, N_TEXTS, runs);
     const double peak = peak_multiply_adds(&form); // measured once, for these lines and each text's floor below
     const double floor = work / (peak * cores);
     const double floor_apart = work / (peak_multiply_then_add(&apart_form) * cores);
@@ -370,7 +421,7 @@ static void print_loss_time(const PlateRun *r, int threads) {
            "%.1fx the arithmetic's floor on %d core%s (%.2f s at this machine's peak, %s,\n"
            "measured now; target: within 3x): %s. At the rate of a multiply, then an add (every kernel set's\n"
            "arithmetic: %s): %.2f s, %.1fx\n",
-           plate_loss_runs(), work * 1e-9, cli_kernels(), r->loss_seconds, threads, threads == 1 ? "" : "s", ratio,
+           runs, work * 1e-9, cli_kernels(), r->loss_seconds, threads, threads == 1 ? "" : "s", ratio,
            cores, cores == 1 ? "" : "s", floor, form, ratio <= 3 ? "met" : "not met", apart_form, floor_apart,
            r->loss_seconds / floor_apart);
     // Where the time went: each run on its thread against its own floor on one core. The fp32
@@ -386,6 +437,7 @@ static void print_loss_time(const PlateRun *r, int threads) {
     int worst[5] = {-1, -1, -1, -1, -1}, best = 1;
     double worst_s[5] = {0}, best_s = INFINITY;
     for (int s = 1; s <= N_SCHEMES; s++) {
+        if (r->skipped[s - 1][0]) continue;
         double sec = 0;
         for (int t = 0; t < N_TEXTS; t++) sec += r->run_seconds[s][t];
         all += sec;
@@ -401,7 +453,7 @@ static void print_loss_time(const PlateRun *r, int threads) {
     printf("each run on its own thread against its floor on one core: the fastest scheme, %s, %.1fx; the\n"
            "fp32 references %.1fx (the first runs on each thread); the schemes %.1fx on\n"
            "average; the slowest (their codecs' work: encoding, own kernels, the mirror's extra sums):\n ",
-           schemes[best - 1].label, best_s / total_floor, ref / total_floor, all / (total_floor * N_SCHEMES));
+           schemes[best - 1].label, best_s / total_floor, ref / total_floor, all / (total_floor * (runs - 1)));
     for (int w = 0; w < 5 && worst[w] > 0; w++)
         printf("%s %s %.1fx", w ? "," : "", schemes[worst[w] - 1].label, worst_s[w] / total_floor);
     printf("\n");
@@ -412,13 +464,13 @@ static void print_loss_time(const PlateRun *r, int threads) {
 static void print_bars(const PlateRun *r) {
     double top = 1e-3;
     for (int s = 0; s < N_SCHEMES; s++)
-        for (int t = 0; t < N_TEXTS; t++) top = fmax(top, delta_of(r, s, t));
+        for (int t = 0; t < N_TEXTS && !r->skipped[s][0]; t++) top = fmax(top, delta_of(r, s, t));
     const double floor_delta = 1e-4;
     const int width = 40;
     printf("increase over the fp32 cache, nats/token (log scale: the left edge is %.0e, the full bar %.2f)\n", floor_delta,
            top);
     for (int s = 0; s < N_SCHEMES; s++) {
-        for (int t = 0; t < N_TEXTS; t++) {
+        for (int t = 0; t < N_TEXTS && !r->skipped[s][0]; t++) {
             double d = delta_of(r, s, t);
             int n = d <= floor_delta ? 0 : (int)lround(width * log(d / floor_delta) / log(top / floor_delta));
             printf("%-24s %s |", t == 0 ? schemes[s].label : "", t == 0 ? "en" : "zh");
@@ -435,7 +487,8 @@ static void print_frontier(const PlateRun *r) {
     printf("\n(f) the frontier: the schemes of (a) and (b) that no other beats at fewer or equal bits\n");
     for (int t = 0; t < N_TEXTS; t++) {
         int order[N_SCHEMES], n = 0;
-        for (int s = 0; s < N_SCHEMES; s++) order[n++] = s;
+        for (int s = 0; s < N_SCHEMES; s++)
+            if (!r->skipped[s][0]) order[n++] = s;
         for (int i = 1; i < n; i++) // insertion sort: a few dozen schemes
             for (int j = i; j > 0; j--) {
                 const double ba = r->results[order[j - 1]][t].bits_per_element, bb = r->results[order[j]][t].bits_per_element;
@@ -478,7 +531,7 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
                 e->loss, e->bits_per_element, e->cache_bytes);
     }
     for (int s = 0; s < N_SCHEMES; s++) {
-        if (r->long_run && strcmp(schemes[s].panel, "loss") != 0) continue;
+        if ((r->long_run && strcmp(schemes[s].panel, "loss") != 0) || r->skipped[s][0]) continue;
         for (int t = 0; t < N_TEXTS; t++) {
             const EvalResult *e = &r->results[s][t];
             fprintf(out, "%s,", schemes[s].panel);
@@ -516,6 +569,7 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
     // decode step reads (the same as cache_bytes_per_token_step, kept for the capacity rows' meaning).
     for (int i = 0; i < N_SERVE && !r->long_run; i++) {
         const ServeRow *row = &r->serve[i];
+        if (r->serve_skipped[i][0]) continue;
         fprintf(out, "serve,%s,,", serve_schemes[i].label);
         csv_field_to(out, serve_schemes[i].spec);
         fputc(',', out);
@@ -534,6 +588,12 @@ static void print_json(FILE *out, const PlateRun *r, const CapacityModel *cap, c
     for (int s = 0; s < N_SCHEMES; s++) {
         fprintf(out, "    {\"panel\": \"%s\", \"label\": ", schemes[s].panel);
         json_string_to(out, schemes[s].label);
+        if (r->skipped[s][0]) { // not run on this model: why, in place of its figures
+            fprintf(out, ", \"skipped\": ");
+            json_string_to(out, r->skipped[s]);
+            fprintf(out, "}%s\n", s + 1 < N_SCHEMES ? "," : "");
+            continue;
+        }
         fprintf(out, ", \"k_cache\": ");
         json_string_to(out, r->results[s][0].k_spec);
         fprintf(out, ", \"v_cache\": ");
@@ -579,6 +639,12 @@ static void print_json(FILE *out, const PlateRun *r, const CapacityModel *cap, c
         json_string_to(out, serve_schemes[i].label);
         fprintf(out, ", \"spec\": ");
         json_string_to(out, serve_schemes[i].spec);
+        if (r->serve_skipped[i][0]) {
+            fprintf(out, ", \"skipped\": ");
+            json_string_to(out, r->serve_skipped[i]);
+            fprintf(out, "}%s\n", i + 1 < N_SERVE ? "," : "");
+            continue;
+        }
         fprintf(out, ", \"bits_per_element\": %.4f, \"held\": %d, \"predicted_plain\": %.2f, \"predicted_metadata\": %.2f, "
                 "\"tokens_per_s\": %.1f, \"cache_bytes_per_token_step\": %.1f}%s\n",
                 row->bits, row->held, row->plain, row->meta, row->tokens_per_s, row->bytes_per_token,
@@ -621,7 +687,8 @@ static const char *plate_usage =
     "                    disk): both panels, continuations at each width, the attention picture\n"
     "  --no-files        write nothing\n"
     "  --serve-fp16 N    panel (d)'s pool holds N fp16 conversations (default 16)\n"
-    "  --serve-length N  panel (d)'s conversations, tokens: 6..context (default the model's context)\n"
+    "  --serve-length N  panel (d)'s conversations, tokens: 6..context (default the model's context,\n"
+    "                    at most 2048)\n"
     "  -h, --help        this help\n";
 
 // What the printers need, for safe_write's callbacks.
@@ -730,7 +797,8 @@ static int write_page(const PlateRun *r, const Model *m, const CapacityModel *ca
     PageWidth widths[N_SCHEMES];
     int n = 0;
     for (int s = 0; s < N_SCHEMES; s++)
-        if (strcmp(schemes[s].panel, "loss") == 0) widths[n].label = schemes[s].label, widths[n++].spec = schemes[s].k_spec;
+        if (strcmp(schemes[s].panel, "loss") == 0 && !r->skipped[s][0])
+            widths[n].label = schemes[s].label, widths[n++].spec = schemes[s].k_spec;
     const double t0 = seconds_now();
     const PlatePage page = {m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), cli_kernels(), r->texts,
                             widths, n, json, json_len, out_dir};
@@ -753,7 +821,7 @@ static void long_task(void *arg, int t, int thread) {
     const CodecSpec *k[N_SCHEMES], *v[N_SCHEMES];
     int index[N_SCHEMES], n = 0;
     for (int s = 0; s < N_SCHEMES; s++)
-        if (strcmp(schemes[s].panel, "loss") == 0)
+        if (strcmp(schemes[s].panel, "loss") == 0 && !r->skipped[s][0])
             index[n] = s, k[n] = cli_spec(schemes[s].k_spec), v[n++] = cli_spec(schemes[s].v_spec);
     EvalResult out[N_SCHEMES];
     const int rc = eval_windows(r->model, r->texts[t].tokens, r->texts[t].n_tokens, r->model->config.max_seq_len, k, v,
@@ -779,8 +847,10 @@ static int plate_long(const PlateOptions *o, PlateRun *r) {
                              "scripts/corpus (or run scripts/run --long)", arg);
         if (text_load(&r->texts[t], arg, INT32_MAX, err, sizeof err)) return cli_error("%s", err);
     }
+    name_by_role(r->texts);
     Model m = {0};
     if (cli_load_model(&m, o->model_path, o->calib_path, err, sizeof err)) return cli_error("%s", err);
+    find_skipped(r, &m.config, 0);
     ThreadPool *pool = pool_create(o->threads);
     if (!pool) {
         model_free(&m);
@@ -892,11 +962,19 @@ int cmd_plate(int argc, char **argv) {
     const char *text_args[N_TEXTS] = {en ? en : en_arg, zh ? zh : zh_arg};
     for (int t = 0; t < N_TEXTS && !status; t++)
         if (text_load(&r->texts[t], text_args[t], INT32_MAX, err, sizeof err)) status = cli_error("%s", err);
+    name_by_role(r->texts);
     if (!status && cli_load_model(&m, model_path, o.calib_path, err, sizeof err))
         status = cli_error("%s", err);
-    if (!status && o.serve_length > m.config.max_seq_len) // before any work
-        status = cli_error("--serve-length %d is outside %d..%d (the model's context)", o.serve_length, SERVE_STEPS + 2,
-                           m.config.max_seq_len);
+    if (!status) { // before any work
+        r->serve_context = o.serve_length                                ? o.serve_length
+                           : m.config.max_seq_len < SERVE_LENGTH_DEFAULT ? m.config.max_seq_len
+                                                                         : SERVE_LENGTH_DEFAULT;
+        if (r->serve_context > m.config.max_seq_len || r->serve_context <= SERVE_STEPS + 1)
+            status = cli_error("--serve-length %d is outside %d..%d (the model's context)", r->serve_context,
+                               SERVE_STEPS + 2, m.config.max_seq_len);
+        else
+            find_skipped(r, &m.config, 1);
+    }
     for (int t = 0; t < N_TEXTS && !status; t++) {
         if (r->texts[t].n_tokens > m.config.max_seq_len) {
             text_context_error(r->texts[t].path, (size_t)r->texts[t].n_tokens, m.config.max_seq_len, err, sizeof err);
@@ -939,13 +1017,7 @@ int cmd_plate(int argc, char **argv) {
         uint8_t *text = malloc(en_len + zh_len);
         r->threads = 1;
         r->serve_fp16 = o.serve_fp16;
-        r->serve_context = o.serve_length ? o.serve_length : m.config.max_seq_len;
-        if (r->serve_context > m.config.max_seq_len || r->serve_context <= SERVE_STEPS + 1) {
-            free(text);
-            text = NULL;
-            status = cli_error("--serve-length %d is outside %d..%d (the model's context)", r->serve_context,
-                               SERVE_STEPS + 2, m.config.max_seq_len);
-        } else if (!text) {
+        if (!text) {
             status = cli_error("out of memory");
         } else {
             memcpy(text, r->texts[0].tokens + 1, en_len);

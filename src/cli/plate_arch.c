@@ -36,6 +36,9 @@ static const struct {
 
 const char *arch_label(int arch) { return archs[arch].label; }
 
+// Which of archs[] a model's attention is: latent, grouped-query (fewer key/value heads) or multi-head.
+static int attention_of(const ModelConfig *c) { return c->latent_dim > 0 ? 2 : c->n_kv_heads < c->n_heads ? 1 : 0; }
+
 static const char *row_v_spec(const ArchRow *r) { return r->rope_fp16 ? "fp16" : arch_schemes[r->scheme].spec; }
 
 // The row's label: "GQA int 4", "MLA int 4, RoPE key fp16".
@@ -168,17 +171,30 @@ int arch_panel_run(ArchPanel *p, const char *model_path, const Text *texts, int 
     const char *micro = cli_default_path(model_path, "models/micro.bin", given, sizeof given);
     const char *slash = strrchr(micro, '/');
     const int dir_len = slash ? (int)(slash - micro) : 0;
+    const char *base = slash ? slash + 1 : micro;
     for (int a = 0; a < ARCH_MAX; a++) {
-        if (a == 0)
-            snprintf(p->path[a], sizeof p->path[a], "%s", micro);
-        else
-            snprintf(p->path[a], sizeof p->path[a], "%.*s%s%s", dir_len, micro, slash ? "/" : "", archs[a].file);
+        snprintf(p->path[a], sizeof p->path[a], "%.*s%s%s", dir_len, micro, slash ? "/" : "", archs[a].file);
+        const int sibling_given = a == 0 && (!strcmp(base, archs[1].file) || !strcmp(base, archs[2].file)) &&
+                                  access(p->path[a], F_OK) == 0;
+        if (a == 0 && !sibling_given) snprintf(p->path[a], sizeof p->path[a], "%s", micro);
         if (a > 0 && access(p->path[a], F_OK) != 0) continue; // not shipped beside micro
         char err[600];
         if (model_load(&p->models[a], p->path[a], err, sizeof err)) {
             snprintf(p->err, sizeof p->err, "panel (g): %s", err);
             arch_panel_free(p);
             return 2;
+        }
+        const int kind = attention_of(&p->models[a].config);
+        if (kind != a) { // the label must be what the file holds
+            char shown[MSG_TEXT];
+            msg_text(p->path[a], shown, sizeof shown);
+            model_free(&p->models[a]);
+            memset(&p->models[a], 0, sizeof p->models[a]);
+            if (a > 0) continue; // left out, as a missing file
+            snprintf(p->left_out, sizeof p->left_out, "%s has %s; the panel sets its siblings beside micro's %s",
+                     shown, archs[kind].what, archs[0].what);
+            arch_panel_free(p);
+            return 0;
         }
         p->present[a] = 1;
         const KVLayout l = kv_layout_of(&p->models[a].config);
@@ -269,13 +285,18 @@ static int frontier(const ArchPanel *p, int t, int *out) {
 }
 
 void arch_panel_print(const ArchPanel *p) {
+    if (p->left_out[0]) {
+        printf("\n(g) architecture x cache: left out: %s\n", p->left_out);
+        return;
+    }
     printf("\n(g) architecture x cache: micro's multi-head attention beside grouped-query and latent attention,\n"
            "trained in the same budget; numbers cached per token and layer:");
     for (int a = 0; a < ARCH_MAX; a++)
         if (p->present[a]) printf("%s %s %d", a ? "," : "", archs[a].label, p->numbers[a]);
     printf("\n");
     for (int a = 1; a < ARCH_MAX; a++)
-        if (!p->present[a]) printf("(%s: %s not found beside micro, left out)\n", archs[a].label, p->path[a]);
+        if (!p->present[a]) printf("(%s: %s not found beside micro or not %s, left out)\n", archs[a].label, p->path[a],
+                                   archs[a].what);
     for (int t = 0; t < ARCH_TEXTS; t++) {
         printf("%-32s %11s %8s  %-29s %-29s\n", t ? "Chinese" : "English", "bytes/token", "loss", "over its fp32 [95%]",
                "over micro's fp32 [95%]");

@@ -44,10 +44,14 @@ typedef struct {
     double seconds; // the panel's wall time
     int failed;     // eval's status of the first failure (its message in err)
     char err[1200];
+    char left_out[600]; // why the panel was not run (the first model is not multi-head), else ""
 } ArchPanel;
 
 // Runs the panel on the plate's two texts: micro is model_path (NULL: models/micro.bin), its
-// siblings micro-gqa.bin and micro-mla.bin beside it. An architecture whose file is missing is left
+// siblings micro-gqa.bin and micro-mla.bin beside it; when model_path is one of those siblings,
+// micro.bin beside it (the same panel whichever of the three is given). Each file must hold the
+// attention its place names: a sibling that does not is left out, and a first model that is not
+// multi-head leaves the panel out (left_out says why). An architecture whose file is missing is left
 // out (present[] says which). 0, or eval's status with one line in p->err. `windowed`: texts of any
 // length (the corpus's validation split), each document in windows of the model's context.
 int arch_panel_run(ArchPanel *p, const char *model_path, const Text *texts, int threads, int decode, int windowed);

@@ -294,7 +294,7 @@ int cmd_serve_bench(int argc, char **argv) {
     if (budget == 0) { // what pool_fp16 fp16 conversations of `length` tokens hold, with multi-head attention
         KVPool fp16;
         const KVLayout mha = kv_layout_multi_head(c);
-        if (kvpool_init_layout(&fp16, c->n_layers, &mha, o.block, c->max_seq_len, SIZE_MAX / 2, cli_spec("fp16"),
+        if (kvpool_init_layout(&fp16, c->n_layers, &mha, o.block, o.length, SIZE_MAX / 2, cli_spec("fp16"),
                                cli_spec("fp16"), err, sizeof err))
             goto fail;
         // and the block set a step takes before the previous one's tokens settle, so that one
@@ -310,8 +310,9 @@ int cmd_serve_bench(int argc, char **argv) {
         goto fail;
     }
     // Every scheme's pool before anything is measured or printed: bad input gets its one line at once.
+    // A pool's sequences are the workload's conversations, at most --length tokens (not the context).
     for (; n_pools < o.n_schemes; n_pools++) {
-        if (kvpool_init_model(&pools[n_pools], c, o.block, c->max_seq_len,
+        if (kvpool_init_model(&pools[n_pools], c, o.block, o.length,
                         (size_t)budget, cli_spec(o.k_specs[n_pools]), cli_spec(o.v_specs[n_pools]), err, sizeof err))
             goto fail;
         if (serve_fits(&pools[n_pools], &w, err, sizeof err)) {

@@ -111,12 +111,17 @@ static void preempt_newest(Scheduler *s, long *preemptions) {
     (*preemptions)++;
 }
 
-int serve_fits(const KVPool *pool, const Workload *w, char *err, size_t errlen) {
+static int workload_longest(const Workload *w) {
     int longest = 0;
     for (int i = 0; i < w->n; i++) {
         const int total = w->conversations[i].prompt + w->conversations[i].reply;
         longest = total > longest ? total : longest;
     }
+    return longest;
+}
+
+int serve_fits(const KVPool *pool, const Workload *w, char *err, size_t errlen) {
+    const int longest = workload_longest(w);
     if (longest > pool->context) {
         snprintf(err, errlen, "a conversation of %d tokens is longer than the model's context (%d)", longest,
                  pool->context);
@@ -142,7 +147,9 @@ int serve_run(const Model *m, KVPool *pool, const Workload *w, const ServeConfig
     if (serve_fits(pool, w, err, errlen)) return -1;
     BatchForward fwd;
     const int max_batch = cfg->max_batch < n ? cfg->max_batch : n > 0 ? n : 1;
-    if (batch_init(&fwd, m, max_batch, m->config.max_seq_len, cfg->n_threads, err, errlen)) return -1;
+    // The forward's buffers for the longest conversation (serve_fits: within the context), not the context.
+    const int longest = workload_longest(w);
+    if (batch_init(&fwd, m, max_batch, longest > 0 ? longest : 1, cfg->n_threads, err, errlen)) return -1;
     fwd.track_top = 0;
     Scheduler s = {0};
     s.seqs = calloc((size_t)(n > 0 ? n : 1), sizeof *s.seqs);
