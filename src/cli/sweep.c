@@ -120,6 +120,7 @@ int cmd_sweep(int argc, char **argv) {
     int status = 0;
     for (size_t i = 0; o.preset_all && i < sizeof preset_all / sizeof preset_all[0] && !status; i++)
         if (grid_expand(preset_all[i], &specs, err, sizeof err)) status = cli_error("%s", err);
+    const int n_preset = specs.n; // the preset's specs come first: a model's shape may skip them
     for (int i = 0; i < o.n_grids && !status; i++)
         if (grid_expand(o.grids[i], &specs, err, sizeof err)) status = cli_error("--grid: %s", err);
     // Every spec's form before any work, so that a typo in the 40th does not cost the first 39.
@@ -136,8 +137,21 @@ int cmd_sweep(int argc, char **argv) {
         if (text_load(&texts[i], o.texts[i], INT_MAX, err, sizeof err)) status = cli_error("%s", err);
     Model m = {0};
     if (!status && cli_load_model(&m, o.model_path, o.calib_path, err, sizeof err)) status = cli_error("%s", err);
-    for (int i = 0; i < specs.n && !status; i++)
-        if (cmd_check_specs_for_model(&m, specs.specs[i], specs.specs[i], err, sizeof err)) status = cli_error("%s", err);
+    // A spec the user named must fit the model; one of the preset's that does not is left out with a
+    // note (a grouped-query or latent model cannot take every width of every family).
+    int kept = 0;
+    for (int i = 0; i < specs.n; i++) {
+        if (status || !cmd_check_specs_for_model(&m, specs.specs[i], specs.specs[i], err, sizeof err)) {
+            specs.specs[kept++] = specs.specs[i];
+        } else if (i < n_preset) {
+            fprintf(stderr, "micro: sweep --preset all: not run on this model: %s (%s)\n", specs.specs[i], err);
+            free(specs.specs[i]);
+        } else {
+            status = cli_error("%s", err);
+            specs.specs[kept++] = specs.specs[i];
+        }
+    }
+    specs.n = kept;
     for (int i = 0; i < o.n_texts && !status; i++)
         if (texts[i].n_tokens > m.config.max_seq_len) {
             text_context_error(texts[i].path, (size_t)texts[i].n_tokens, m.config.max_seq_len, err, sizeof err);
