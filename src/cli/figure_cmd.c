@@ -14,10 +14,16 @@ static const char *figure_usage =
     "  Draws the figures from a CSV micro wrote, with gnuplot: micro plate's (DIR/plate, serve and\n"
     "  frontier, .svg and .png) or micro sweep's (DIR/frontier.svg and .png: real bits against the\n"
     "  increase, the Pareto frontier drawn), and prints each text's frontier.\n"
+    "  Limits (a CSV beyond one is refused in one line, nothing drawn): 64 MiB, 100,000 rows, 16 texts,\n"
+    "  64 families (k_cache/v_cache pairs; panel (g)'s architectures), 64 capacity and 64 serve rows.\n"
     "options:\n"
     "  --csv FILE    the CSV (default out/plate.csv)\n"
     "  --out DIR     folder for the figures, made when missing (default out)\n"
     "  -h, --help    this help\n";
+
+_Static_assert(FIGURE_CSV_MAX_BYTES == 64ll << 20 && FIGURE_CSV_MAX_ROWS == 100000 && FIGURE_MAX_TEXTS == 16 &&
+                   FIGURE_MAX_FAMILIES == 64 && FIGURE_MAX_BARS == 64,
+               "figure_usage states the limits");
 
 static int figure_parse(int argc, char **argv, const char **csv, const char **out, char *err, size_t errlen) {
     *csv = "out/plate.csv", *out = "out";

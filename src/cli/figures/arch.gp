@@ -3,8 +3,8 @@
 # frontier over all of them as a line: what each byte of cache buys, whatever the attention.
 # ARG1: the output; ARG2: the data folder; ARG3: how many texts; ARG4: how many architectures.
 # The data folder holds arch_texts and archs (one name a line, read as data) and arch.dat: per text (from
-# 1) na + 1 blocks of "bytes increase" lines, its frontier and then each architecture's points, block
-# (t - 1) * (na + 1) + a for architecture a.
+# 1) two blocks, its frontier ("bytes increase" lines, block 2t - 2) and its points ("bytes increase
+# pointtype linecolor" lines, block 2t - 1, each architecture's marker as its key entry draws it).
 D = ARG2
 nt = int(ARG3)
 na = int(ARG4)
@@ -27,7 +27,8 @@ set ylabel "increase over micro's fp32 cache, nats/token (bottom edge: 1e-4 or l
 set key top right font ",9"
 do for [t = 1:nt] {
     set title texts[t]
-    plot D."/arch.dat" index ((t - 1) * (na + 1)) using 1:2 with lines lw 2 lc rgb "black" title "frontier", \
-         for [a = 1:na] D."/arch.dat" index ((t - 1) * (na + 1) + a) using 1:2 with points pt (a * 2 + 3) ps 1.4 lc a title archs[a]
+    plot D."/arch.dat" index (2 * t - 2) using 1:2 with lines lw 2 lc rgb "black" title "frontier", \
+         D."/arch.dat" index (2 * t - 1) using 1:2:3:4 with points pt variable ps 1.4 lc variable notitle, \
+         for [a = 1:na] keyentry with points pt (a * 2 + 3) ps 1.4 lc a title archs[a]
 }
 unset multiplot
