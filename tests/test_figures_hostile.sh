@@ -21,17 +21,24 @@ mkdir "$TMPDIR"
 pwned() { [ -n "$(find "$tmp" "$root" -maxdepth 3 -name 'PWNED*' 2>/dev/null)" ]; }
 leftovers() { find "$1" "$TMPDIR" -mindepth 1 \( -name '*.tmp-*' -o -name 'micro-figure-*' \) 2>/dev/null; }
 plate_small=(--en data/plates/en.txt:20 --zh data/plates/zh.txt:5 --serve-length 64 --serve-fp16 2)
+# The plates under other names: the plate keys its rows by role, so its figures find them still.
+cp data/plates/en.txt "$tmp/english.txt" && cp data/plates/zh.txt "$tmp/chinese.txt"
+plate_named=(--en "$tmp/english.txt:20" --zh "$tmp/chinese.txt:5" --serve-length 64 --serve-fp16 2)
 
 # --- 1. a path is never code: every path option of every command that draws ----------------------
 names=($'nl\n!touch PWNED #' "ap'!touch PWNED" 'dq"!touch PWNED' 'sub$(touch PWNED)' 'bq`touch PWNED`' 'semi;touch PWNED;')
-# plate (the slowest to run) with every name at once, which begins with the first as reported.
+# plate (the slowest to run) with every name at once, which begins with the first as reported, and
+# its texts in files not called en.* and zh.*.
 every=$(printf '%s' "${names[@]}")
 shown=$(printf '%q' "$every")
-(cd "$work" && "$micro" plate --model "$root/models/micro.bin" "${plate_small[@]/#data/$root/data}" --out "$tmp/$every") \
+(cd "$work" && "$micro" plate --model "$root/models/micro.bin" "${plate_named[@]}" --out "$tmp/$every") \
     >"$tmp/out" 2>&1
 st=$?
 [ $st -eq 0 ] && [ -s "$tmp/$every/plate.svg" ] && [ -s "$tmp/$every/plate.png" ] && [ -s "$tmp/$every/serve.png" ] &&
-    [ -s "$tmp/$every/frontier.svg" ] && ok "plate --out $shown: drawn" || bad "plate --out $shown: exit $st, $(tail -2 "$tmp/out")"
+    [ -s "$tmp/$every/frontier.svg" ] && ok "plate --out $shown --en english.txt --zh chinese.txt: drawn" ||
+    bad "plate --out $shown --en english.txt: exit $st, $(tail -2 "$tmp/out")"
+grep -q '^reference,fp32,en,' "$tmp/$every/plate.csv" && grep -q '^reference,fp32,zh,' "$tmp/$every/plate.csv" &&
+    ok "plate.csv keys the texts by role (en, zh), not by file name" || bad "plate.csv: $(grep '^reference' "$tmp/$every/plate.csv")"
 # attention and inspect draw as plate does, with the first name and with every one; each name alone
 # is a text and a figure folder that micro figure refuses (no model run).
 for name in "${names[@]}" "$every"; do
@@ -176,6 +183,44 @@ os.execv(sys.argv[2], sys.argv[2:])' $sig "$micro" figure --csv "$base/plate.csv
         [ -n "$helper" ] && kill "$helper" 2>/dev/null
     fi
 done
+
+# --- 3b. figure's CSV bounded: texts, families, rows, bars; memory by the columns it reads -----------
+# Each refused in one line before gnuplot runs, nothing drawn; within the limits, drawn in moments.
+eval_header=text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes,top1_agree,kl,delta_lo,delta_hi
+# figure_bound LABEL NEEDLE CSV [WRAPPER...]: refused in one line, at once, the folder left empty.
+figure_bound() {
+    local start=$SECONDS
+    rm -rf "$tmp/bound"
+    expect 2 "$2" "figure --csv $1: refused" -- "${@:4}" "$micro" figure --csv "$3" --out "$tmp/bound"
+    [ $((SECONDS - start)) -lt 10 ] || bad "figure --csv $1 took $((SECONDS - start)) s"
+    [ -z "$(ls -A "$tmp/bound" 2>/dev/null)" ] && [ ! -s "$tmp/out" ] || bad "figure --csv $1 wrote: $(ls -A "$tmp/bound")"
+}
+{ echo "$eval_header"; for i in $(seq 300); do echo "t$i,f$i:a,f$i:a,10,1,0.1,4,1,1,0,0,0"; done; } >"$tmp/texts.csv"
+figure_bound "300 texts" "300 texts, more than the 16" "$tmp/texts.csv"
+{ echo "$eval_header"; for i in $(seq 65); do echo "t,f$i:a,f$i:a,10,1,0.$i,$((i % 16 + 1)),1,1,0,0,0"; done; } >"$tmp/fams.csv"
+figure_bound "65 families" "65 families (k_cache/v_cache), more than the 64" "$tmp/fams.csv"
+{ cat "$base/plate.csv"; for i in $(seq 200); do echo "arch,A$i fp32,en,fp32,fp32,20,1,0,32,100,1,0,,,,$((10 + i)),,,,,,,,A$i,64,0.0$i,0,0"; done; } >"$tmp/arch.csv"
+figure_bound "plate's, 200 architectures" "architectures in panel (g), more than the 64" "$tmp/arch.csv"
+{ cat "$base/plate.csv"; for i in $(seq 65); do echo "serve,S$i,,fp16,fp16,64,,,16,,,,,micro,$i,100.0,3.00,3.00,1000.0,100.0,10000,,,,,,,"; done; } >"$tmp/bars.csv"
+figure_bound "plate's, 65 more serve rows" "serve rows, more than the 64 bars" "$tmp/bars.csv"
+# A 64-column header and 8 MB of rows of x kept a pointer per column per row (2 GB): refused at the
+# row limit, its peak memory the file and the columns read.
+{ printf 'c%d,' $(seq 63); echo c64; yes x | head -c 8000000; } >"$tmp/wide.csv"
+peak_of=(python3 -c 'import resource, subprocess, sys
+status = subprocess.run(sys.argv[2:]).returncode
+open(sys.argv[1], "w").write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
+sys.exit(status)' "$tmp/peak") # runs a command, its peak memory (kB) to $tmp/peak
+figure_bound "64 columns, 4,000,000 rows of x" "more than 100000 rows" "$tmp/wide.csv" "${peak_of[@]}"
+peak=$(cat "$tmp/peak" 2>/dev/null)
+[ "${peak:-999999999}" -lt 300000 ] && ok "figure --csv of 8 MB in 64 columns: peak $((peak / 1024)) MB" ||
+    bad "figure --csv of 8 MB in 64 columns: peak ${peak:-?} kB"
+rm -f "$tmp/wide.csv"
+# 300 rows of 64 families (the limit) on 4 texts, drawn in moments (300 texts and families took 600 s).
+{ echo "$eval_header"; for i in $(seq 0 299); do echo "t$((i % 4)),f$((i % 64)):a,f$((i % 64)):a,10,1,0.$((i % 97 + 1)),$((i % 15 + 1)).5,1,1,0,0,0"; done; } >"$tmp/full.csv"
+start=$SECONDS
+expect 0 "" "figure --csv with 64 families: drawn" -- "$micro" figure --csv "$tmp/full.csv" --out "$tmp/full"
+[ -s "$tmp/full/frontier.png" ] && [ "$(grep -c '^frontier, t' "$tmp/out")" = 4 ] && [ $((SECONDS - start)) -lt 20 ] &&
+    ok "300 rows, 64 families: 4 frontiers in $((SECONDS - start)) s" || bad "300 rows, 64 families: $(head -c 300 "$tmp/out")"
 
 # --- 4. the grid parser: any command line, one line and exit 2, in moments --------------------------
 grid_bomb() { # LABEL NEEDLE PATTERN
