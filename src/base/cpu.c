@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "msgtext.h"
+
 static const char *const names[] = {"portable", "avx2", "avx512"};
 
 #if defined(__x86_64__)
@@ -67,7 +69,8 @@ const char *cpu_isa_name(Isa isa) { return names[isa]; }
 int cpu_isa_check_env(char *err, size_t errlen) {
     const int want = asked();
     if (want == -2) {
-        snprintf(err, errlen, "MICRO_ISA: '%.40s' is not portable, avx2 or avx512", getenv("MICRO_ISA"));
+        char shown[MSG_TEXT]; // the environment is user text: shortened and escaped as every message's
+        snprintf(err, errlen, "MICRO_ISA: '%s' is not portable, avx2 or avx512", msg_text(getenv("MICRO_ISA"), shown, sizeof shown));
         return -1;
     }
     if (want > (int)cpu_isa_supported()) {

@@ -158,6 +158,28 @@ static int open_regular(const char *path, long long *size, char *err, size_t err
     return -1;
 }
 
+// The folder a path's last name sits in, by its device and inode.
+static int stat_folder(const char *path, struct stat *st) {
+    char *dir = folder_of(path);
+    const int rc = dir ? stat(dir, st) : -1;
+    free(dir);
+    return rc;
+}
+
+int safe_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    const int has_a = stat(a, &sa) == 0, has_b = stat(b, &sb) == 0;
+    if (has_a && has_b) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (has_a || has_b) return 0;
+    // Neither written yet: the same name in the same folder, however each path spells it.
+    char *ca = strdup(a), *cb = strdup(b);
+    int same = 0;
+    if (ca && cb && !strcmp(basename(ca), basename(cb)) && stat_folder(a, &sa) == 0 && stat_folder(b, &sb) == 0)
+        same = sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    free(ca), free(cb);
+    return same;
+}
+
 int safe_check_input(const char *path, char *err, size_t errlen) {
     if (!path || !*path) {
         snprintf(err, errlen, "an input path is empty");

@@ -23,6 +23,10 @@ typedef struct {
 // An output path micro may write: not empty, and if it exists a regular file (a device node, FIFO
 // or folder is refused rather than replaced); its folder must exist. 0, or -1 with err set.
 int safe_check_output(const char *path, char *err, size_t errlen);
+// Whether two paths name one file: the same device and inode where both exist; where neither does
+// yet, the same last name in the same folder (so "m.bin" and "./m.bin" are one output). An output
+// is checked against the inputs and the other outputs with it, never by comparing the strings.
+int safe_same_file(const char *a, const char *b);
 // An input path: it must name a regular file (a FIFO would block forever, a folder has no size).
 int safe_check_input(const char *path, char *err, size_t errlen);
 // Opens an input after the same check, without blocking on a FIFO even if one is swapped in

@@ -85,18 +85,26 @@ typedef struct {
 } Provenance;
 
 static int write_provenance(FILE *f, void *ctx, char *why, size_t whylen) {
-    (void)why, (void)whylen;
     const Provenance *p = ctx;
     const Kvq *k = p->k;
     fprintf(f, "{\n  \"kvq\": ");
     json_string_to(f, p->kvq_path);
     // The command that makes this file again, every option spelled out (the defaults included).
-    char command[1024];
-    snprintf(command, sizeof command, "build/micro calibrate --model %s --out %s --corpus %s --sequences %u --length %u --seed %llu --threads %d",
-             p->model_path, p->kvq_path, p->o->corpus ? p->o->corpus : "data/corpus", k->sequences, k->length,
-             (unsigned long long)k->seed, p->threads);
+    // As long as its paths make it: written to memory, never cut.
+    char *command = NULL;
+    size_t command_len = 0;
+    FILE *m = open_memstream(&command, &command_len);
+    if (m) fprintf(m, "build/micro calibrate --model %s --out %s --corpus %s --sequences %u --length %u --seed %llu --threads %d",
+                   p->model_path, p->kvq_path, p->o->corpus ? p->o->corpus : "data/corpus", k->sequences, k->length,
+                   (unsigned long long)k->seed, p->threads);
+    if (!m || fclose(m) != 0) {
+        free(command);
+        snprintf(why, whylen, "out of memory");
+        return -1;
+    }
     fprintf(f, ",\n  \"command\": ");
     json_string_to(f, command);
+    free(command);
     fprintf(f, ",\n  \"format\": \"docs/kvq-format.md, version %u\",\n  \"model\": {\"path\": ", KVQ_VERSION);
     json_string_to(f, p->model_path);
     fprintf(f, ", \"payload_fnv1a64\": \"%016llx\", \"n_layers\": %d, \"n_kv_heads\": %d, \"head_dim\": %d},\n",
@@ -164,9 +172,15 @@ int cmd_calibrate(int argc, char **argv) {
         return cli_error("--out: path too long");
     if (safe_check_output(out, err, sizeof err) || safe_check_output(json, err, sizeof err))
         return cli_error("%s", err);
-    struct stat ms, os;
-    if (stat(model_path, &ms) == 0 && stat(out, &os) == 0 && ms.st_dev == os.st_dev && ms.st_ino == os.st_ino)
-        return cli_error("--out %s is the model itself", msg_text(out, shown, sizeof shown));
+    {   // the outputs against the model and the corpus's training split, which the run reads
+        const char *dir = o.corpus ? o.corpus : "data/corpus";
+        char en[4200], zh[4200];
+        snprintf(en, sizeof en, "%s/en.train.txt", dir);
+        snprintf(zh, sizeof zh, "%s/zh.train.txt", dir);
+        const CliFile outputs[2] = {{"--out", out}, {"its record (--out's .json)", json}},
+                      inputs[3] = {{"--model", model_path}, {"the corpus", en}, {"the corpus", zh}};
+        if (cli_check_distinct(outputs, 2, inputs, 3, err, sizeof err)) return cli_error("%s", err);
+    }
     Model m;
     if (model_load(&m, model_path, err, sizeof err)) return cli_error("%s", err);
     int len = o.length ? o.length : (m.config.max_seq_len < DEFAULT_LENGTH ? m.config.max_seq_len : DEFAULT_LENGTH);

@@ -20,7 +20,9 @@
 #include "model_file.h"
 #include "msgtext.h"
 #include "opts.h"
+#include "safe_file.h"
 #include "text.h"
+#include "utf8.h"
 
 #ifndef MICRO_DATADIR
 #define MICRO_DATADIR "/usr/local/share/micro"
@@ -111,12 +113,39 @@ int cmd_text_option(Opts *p, const char **texts, int *n, int max) {
     return 0;
 }
 
+int cli_check_distinct(const CliFile *outputs, int n_outputs, const CliFile *inputs, int n_inputs, char *err,
+                       size_t errlen) {
+    for (int i = 0; i < n_outputs; i++) {
+        if (!outputs[i].path) continue;
+        for (int j = 0; j < n_outputs + n_inputs; j++) {
+            const CliFile *other = j < n_outputs ? &outputs[j] : &inputs[j - n_outputs];
+            if (j == i || (j < i && j < n_outputs) || !other->path || !safe_same_file(outputs[i].path, other->path))
+                continue;
+            char shown[MSG_TEXT];
+            snprintf(err, errlen, "%s %s names the same file as %s%s", outputs[i].option,
+                     msg_text(outputs[i].path, shown, sizeof shown), other->option,
+                     j < n_outputs ? ": two outputs cannot share a file" : ", which it would replace");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 void json_bytes_to(FILE *out, const uint8_t *text, size_t n) {
     fputc('"', out);
-    for (size_t i = 0; i < n; i++) {
-        if (text[i] == '"' || text[i] == '\\') fprintf(out, "\\%c", text[i]);
-        else if (text[i] < 0x20) fprintf(out, "\\u%04x", text[i]);
-        else fputc(text[i], out);
+    for (size_t i = 0; i < n;) {
+        const int len = utf8_char_len(text + i, n - i);
+        if (len == 0) { // JSON is UTF-8: a byte that begins no valid sequence becomes U+FFFD
+            fputs("\\ufffd", out);
+            i++;
+        } else if (text[i] == '"' || text[i] == '\\') {
+            fprintf(out, "\\%c", text[i++]);
+        } else if (text[i] < 0x20) {
+            fprintf(out, "\\u%04x", text[i++]);
+        } else {
+            fwrite(text + i, 1, (size_t)len, out);
+            i += (size_t)len;
+        }
     }
     fputc('"', out);
 }

@@ -33,6 +33,15 @@ int cli_out_dir(const char *dir);
 // does not parse gives a spec of no family, which the cache refuses in one line where it is used.
 const CodecSpec *cli_spec(const char *text);
 
+// A file a command names: its option and its path (NULL: not given, skipped).
+typedef struct {
+    const char *option, *path;
+} CliFile;
+// Each output against the inputs and the other outputs, by what the paths name (safe_same_file), not
+// by their spelling: 0, or -1 with one line in err naming both options.
+int cli_check_distinct(const CliFile *outputs, int n_outputs, const CliFile *inputs, int n_inputs, char *err,
+                       size_t errlen);
+
 // After a command's parse function (cmd_options.h): -1 to go on; else the exit status, after printing
 // the usage to stdout (--help, 0) or the error line and, for an unknown option, the usage (2).
 int cli_after_parse(int status, const char *err, const char *usage);
@@ -41,7 +50,8 @@ int cli_after_parse(int status, const char *err, const char *usage);
 // (normalised specs such as int:bits=4,levels=sym,scale=fp16 do).
 void csv_field(const char *text);
 void csv_field_to(FILE *out, const char *text);
-// A JSON string literal of text (quotes and backslashes escaped; control bytes as \u00XX).
+// A JSON string literal of text (quotes and backslashes escaped; control bytes as \u00XX; each byte
+// that begins no valid UTF-8 sequence as \ufffd, so that a file name in any encoding gives JSON).
 void json_string_to(FILE *out, const char *text);
 // The same for n bytes of UTF-8 that need not end in a NUL (a generated text, a plate's prefix).
 void json_bytes_to(FILE *out, const uint8_t *text, size_t n);

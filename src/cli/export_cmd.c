@@ -11,6 +11,7 @@
 #include "export_gguf.h"
 #include "export_llama2c.h"
 #include "model_file.h"
+#include "msgtext.h"
 #include "safe_file.h"
 
 static const char *export_usage =
@@ -46,10 +47,20 @@ int cmd_export(int argc, char **argv) {
     char err[512], path[4096];
     int done = cli_after_parse(export_parse(argc, argv, &o, err, sizeof err), err, export_usage);
     if (done >= 0) return done;
-    if (safe_check_output(o.llama2c ? o.llama2c : o.gguf, err, sizeof err)) return cli_error("%s", err); // before any work
+    const char *model_path = cli_default_path(o.model_path, "models/micro.bin", path, sizeof path);
+    const CliFile out = {o.llama2c ? "--llama2c" : "--gguf", o.llama2c ? o.llama2c : o.gguf},
+                  model = {"--model", model_path};
+    if (safe_check_output(out.path, err, sizeof err) || cli_check_distinct(&out, 1, &model, 1, err, sizeof err))
+        return cli_error("%s", err); // before any work
     Model m;
-    if (model_load(&m, cli_default_path(o.model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
-        return cli_error("%s", err);
+    if (model_load(&m, model_path, err, sizeof err)) return cli_error("%s", err);
+    if (o.llama2c && m.config.latent_dim > 0) { // bad input, before anything is written
+        char shown[MSG_TEXT];
+        const int latent = m.config.latent_dim;
+        model_free(&m);
+        return cli_error("--llama2c: llama2.c's checkpoint has no latent attention (%s has a latent of %d)",
+                         msg_text(model_path, shown, sizeof shown), latent);
+    }
     int status = 0;
     if (o.llama2c ? llama2c_save(&m, o.llama2c, err, sizeof err) : gguf_save(&m, o.gguf, err, sizeof err)) {
         fprintf(stderr, "micro: %s\n", err);

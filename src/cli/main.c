@@ -83,7 +83,18 @@ static int dispatch(int argc, char **argv) {
         return 0;
     }
     for (int i = 0; i < N_COMMANDS; i++)
-        if (!strcmp(cmd, commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+        if (!strcmp(cmd, commands[i].name)) {
+            // A kernel set the environment asks for and this CPU cannot run is refused before any
+            // work; help is printed whatever the environment says.
+            char err[256];
+            int help = 0;
+            for (int a = 2; a < argc; a++) help |= !strcmp(argv[a], "-h") || !strcmp(argv[a], "--help");
+            if (!help && cpu_isa_check_env(err, sizeof err)) {
+                fprintf(stderr, "micro: %s\n", err);
+                return 2;
+            }
+            return commands[i].run(argc - 1, argv + 1);
+        }
     char shown[MSG_TEXT];
     fprintf(stderr, "micro: unknown command '%s'\n", msg_text(cmd, shown, sizeof shown));
     usage(stderr);
@@ -106,10 +117,6 @@ int main(int argc, char **argv) {
     // No temporary outlives micro, and no figure helper either, when it is interrupted or killed.
     safe_cleanup_on_signals();
     char err[256];
-    if (cpu_isa_check_env(err, sizeof err)) {
-        fprintf(stderr, "micro: %s\n", err);
-        return 2;
-    }
     int status = dispatch(argc, argv);
     // A result that never reached standard output (a full disk, /dev/full) is a failure, not a
     // success: every command ends here, so none can forget to check.

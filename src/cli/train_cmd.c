@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "train.h"
 
 #include "cli.h"
@@ -62,7 +63,7 @@ int train_parse(int argc, char **argv, TrainOptions *o, char *err, size_t errlen
         else if (opts_is(&p, "--checkpoint")) bad = opts_path(&p, &o->checkpoint);
         else if (opts_is(&p, "--resume")) bad = opts_path(&p, &o->resume);
         else if (opts_is(&p, "--checkpoint-every")) bad = opts_int(&p, 0, 1 << 30, &o->checkpoint_every);
-        else if (opts_is(&p, "--steps")) bad = opts_int(&p, 1, 1 << 24, &o->steps);
+        else if (opts_is(&p, "--steps")) bad = opts_int(&p, 1, CKPT_MAX_STEPS, &o->steps);
         else if (opts_is(&p, "--batch")) bad = opts_int(&p, 1, 4096, &o->batch);
         else if (opts_is(&p, "--seq")) bad = opts_int(&p, 1, 1 << 16, &o->seq);
         else if (opts_is(&p, "--lr")) bad = opts_double(&p, 1e-8, 1.0, &o->lr);
@@ -112,5 +113,19 @@ int cmd_train(int argc, char **argv) {
     char err[512];
     int done = cli_after_parse(train_parse(argc, argv, &o, err, sizeof err), err, usage);
     if (done >= 0) return done;
+    // No output may be another output or a file the run reads: the corpus, and the checkpoint it
+    // resumes from for the model and the record (the checkpoint itself is rewritten as it goes on).
+    const char *dir = o.corpus ? o.corpus : "data/corpus";
+    static const char *const split[4] = {"en.train.txt", "zh.train.txt", "en.val.txt", "zh.val.txt"};
+    char corpus[4][4200];
+    CliFile inputs[5] = {{"--resume", o.resume}};
+    for (int i = 0; i < 4; i++) {
+        snprintf(corpus[i], sizeof corpus[i], "%s/%s", dir, split[i]);
+        inputs[1 + i] = (CliFile){"the corpus", corpus[i]};
+    }
+    const CliFile outputs[3] = {{"--out", o.out}, {"--json", o.json}, {"--checkpoint", o.checkpoint}};
+    if (cli_check_distinct(outputs, 2, inputs, 5, err, sizeof err) ||
+        cli_check_distinct(outputs, 3, inputs + 1, 4, err, sizeof err))
+        return cli_error("%s", err);
     return train_run(&o);
 }

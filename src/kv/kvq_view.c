@@ -52,9 +52,13 @@ static int loaded_for(const char *who, int layer, int n_heads, int head_dim, cha
     pthread_mutex_lock(&lock);
     load_locked();
     const int ok = state > 0;
-    if (!ok)
-        snprintf(err, errlen, "%s needs a calibration: %s (micro calibrate writes models/micro.kvq; --calib FILE)", who,
-                 load_error);
+    // The hint names a way that works: a command without a model has no calibration to take, and
+    // micro calibrate does not calibrate latent attention.
+    const char *hint = !calib_path ? " (this command takes no model or calibration)"
+                       : calib_model && calib_model->config.latent_dim > 0
+                           ? " (micro calibrate takes multi-head and grouped-query models, not latent attention)"
+                           : " (micro calibrate --model MODEL writes one beside the model; --calib FILE names another)";
+    if (!ok) snprintf(err, errlen, "%s needs a calibration: %s%s", who, load_error, hint);
     pthread_mutex_unlock(&lock);
     if (!ok) return -1;
     // Loaded once and never changed while caches use it: read without the lock.
