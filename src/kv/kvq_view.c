@@ -54,7 +54,7 @@ static int loaded_for(const char *who, int layer, int n_heads, int head_dim, cha
     const int ok = state > 0;
     // The hint names a way that works: a command without a model has no calibration to take, and
     // micro calibrate does not calibrate latent attention.
-    const char *hint = !calib_path ? " (this command takes no model or calibration)"
+    const char *hint = !calib_path && !calib_model ? " (this command takes no model or calibration)"
                        : calib_model && calib_model->config.latent_dim > 0
                            ? " (micro calibrate takes multi-head and grouped-query models, not latent attention)"
                            : " (micro calibrate --model MODEL writes one beside the model; --calib FILE names another)";
