@@ -120,7 +120,7 @@ expect 2 "not a folder" "long --out that is a file keeps the reason" -- "$micro"
 for f in en.train en.val zh.train zh.val; do # the checkpoint is read after the corpus (a clone has none)
     { printf '\001'; head -c 4000 data/plates/en.txt | iconv -c -f utf-8 -t utf-8; } >"$tmp/small-corpus/$f.txt"
 done
-expect 2 "is unreadable or too short" "long --resume keeps the reason" -- "$micro" train --corpus "$tmp/small-corpus" \
+expect 2 ": is empty" "long --resume keeps the reason" -- "$micro" train --corpus "$tmp/small-corpus" \
     --seq 64 --batch 1 --steps 1 --resume "$long/ckpt"
 expect 2 "unknown command 'ab\\\\x0Acd'" "a newline in a command name is escaped" -- "$micro" $'ab\ncd'
 

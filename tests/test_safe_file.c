@@ -55,9 +55,16 @@ static char *slurp(const char *path, long *len) {
 }
 
 // A checkpoint of n parameters whose values depend on seed.
+// A checkpoint the loader accepts: a run of a model of about n parameters.
 static Checkpoint make_checkpoint(int64_t n, float seed) {
     Checkpoint c;
     memset(&c, 0, sizeof c);
+    ModelConfig cfg = model_config_micro();
+    cfg.dim = 64, cfg.n_heads = cfg.n_kv_heads = 2, cfg.head_dim = 32, cfg.n_layers = 1, cfg.max_seq_len = 64;
+    cfg.hidden_dim = (int)((n - 260 * 64 - 4 * 64 * 64) / (3 * 64)); // the rest in the feed-forward
+    n = (int64_t)model_param_count(&cfg);
+    checkpoint_ident_model(&c.id, &cfg);
+    c.id.batch = c.id.seq = c.id.val_windows = 1;
     c.id.steps = 10;
     c.pr.n_params = n;
     c.pr.step = 3;

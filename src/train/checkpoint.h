@@ -6,8 +6,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model.h"
+
 #define CKPT_MAGIC "MICROCKP"
 #define CKPT_VERSION 2u // 2 added latent_dim and rope_dim to RunIdent; version 1 still loads (both 0)
+#define CKPT_MAX_STEPS (1 << 24) // --steps' limit: a checkpoint's train-loss history holds at most this many
 
 // What must match for a resume to continue the same run (all 8-byte fields: no padding).
 typedef struct {
@@ -45,8 +48,21 @@ typedef struct {
 } Checkpoint;
 
 int checkpoint_save(const char *path, const Checkpoint *c, char *err, size_t errlen);
-// Reads and verifies (magic, version, length, checksum) path; one line in err on failure.
+// Reads and verifies path as the model loader does a model: the header first (magic, version, the
+// run's model and every count against its limit), the exact length it gives against the file's
+// before any payload is read or allocated, then the checksum and every value (finite; AdamW's v not
+// negative; the validation records in step order, none past the checkpoint's step). With `want`,
+// the header's run must also be that one (the first field that differs is named), so a checkpoint
+// can make micro allocate no more than the run itself needs. -1 and one line in err on failure.
+int checkpoint_load_run(const char *path, const RunIdent *want, Checkpoint *c, char *err, size_t errlen);
+// The same checks without a run to match (tests, the fuzzer).
 int checkpoint_load(const char *path, Checkpoint *c, char *err, size_t errlen);
 void checkpoint_free_arrays(Checkpoint *c);
+// The checksum a checkpoint ends with: 64-bit FNV-1a over every byte before it.
+uint64_t checkpoint_checksum(const void *bytes, size_t n);
+// Fills the model fields of id from c (the rest of id is left as it is).
+void checkpoint_ident_model(RunIdent *id, const ModelConfig *c);
+// The first field where two runs differ, by name, or NULL.
+const char *checkpoint_ident_mismatch(const RunIdent *a, const RunIdent *b);
 
 #endif

@@ -19,12 +19,15 @@
 // Elementwise helpers
 
 // exp(x) for any float, vectorisable (Cephes' expf: range reduction by ln 2, degree-5 polynomial,
-// about 1 ulp). Softmax, attention and SiLU all use it, forward and backward alike.
+// about 1 ulp). Softmax, attention and SiLU all use it, forward and backward alike. NaN gives NaN.
 static inline float fexp(float x) {
     x = x > 88.0f ? 88.0f : x; // keeps 2^n finite
     x = x < -87.3365447504f ? -87.3365447504f : x;
     // n = round(x / ln 2): adding 1.5 * 2^23 rounds to an integer (exact, no libm call, vectorises)
     float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    // A NaN passes both clamps; its n would make the conversion below undefined. The polynomial
+    // keeps the NaN, so any n in range gives the same NaN result.
+    n = n == n ? n : 0.0f;
     float r = x - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
     float y = 1.9875691500e-4f;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "model_file.h"
+#include "msgtext.h"
 #include "safe_file.h"
 #include "adamw.h"
 #include "checkpoint.h"
@@ -48,19 +49,7 @@ static double now_seconds(void) {
 
 static void run_ident(const TrainOptions *o, const Corpus *corpus, RunIdent *id) {
     memset(id, 0, sizeof *id);
-    const ModelConfig *c = &o->config;
-    id->dim = c->dim;
-    id->n_layers = c->n_layers;
-    id->n_heads = c->n_heads;
-    id->n_kv_heads = c->n_kv_heads;
-    id->head_dim = c->head_dim;
-    id->hidden_dim = c->hidden_dim;
-    id->vocab_size = c->vocab_size;
-    id->max_seq_len = c->max_seq_len;
-    id->rope_theta = c->rope_theta;
-    id->norm_eps = c->norm_eps;
-    id->latent_dim = c->latent_dim;
-    id->rope_dim = c->rope_dim;
+    checkpoint_ident_model(id, &o->config);
     id->batch = o->batch;
     id->seq = o->seq;
     id->steps = o->steps;
@@ -75,19 +64,6 @@ static void run_ident(const TrainOptions *o, const Corpus *corpus, RunIdent *id)
     id->adam_eps = o->adam_eps;
     id->seed = o->seed;
     memcpy(id->corpus_sha256, corpus->sha256, 65);
-}
-
-// Names the first field where a checkpoint's run differs from this one, or NULL.
-static const char *ident_mismatch(const RunIdent *a, const RunIdent *b) {
-#define CMP(f)                            \
-    if (memcmp(&a->f, &b->f, sizeof a->f)) \
-        return #f;
-    CMP(dim) CMP(n_layers) CMP(n_heads) CMP(n_kv_heads) CMP(head_dim) CMP(hidden_dim) CMP(vocab_size)
-    CMP(max_seq_len) CMP(rope_theta) CMP(norm_eps) CMP(batch) CMP(seq) CMP(steps) CMP(warmup) CMP(val_windows)
-    CMP(lr) CMP(min_lr_frac) CMP(weight_decay) CMP(grad_clip) CMP(beta1) CMP(beta2) CMP(adam_eps) CMP(seed)
-    CMP(corpus_sha256) CMP(latent_dim) CMP(rope_dim)
-#undef CMP
-    return NULL;
 }
 
 typedef struct {
@@ -259,15 +235,13 @@ int train_run(const TrainOptions *o) {
         goto done;
     }
     size_t n = model.n_params, BT = (size_t)o->batch * o->seq;
-    int max_val = o->eval_every > 0 ? o->steps / o->eval_every + 2 : 2;
     inputs = malloc(BT * sizeof(int));
     targets = malloc(BT * sizeof(int));
     vs.inputs = malloc(BT * sizeof(int));
     vs.targets = malloc(BT * sizeof(int));
     loss_hist = calloc((size_t)o->steps + 1, sizeof(float));
-    val_hist = calloc((size_t)max_val, sizeof(ValRecord));
     for (int l = 0; l < 2; l++) vs.starts[l] = calloc((size_t)o->val_windows + 1, sizeof(size_t));
-    if (!inputs || !targets || !vs.inputs || !vs.targets || !loss_hist || !val_hist || !vs.starts[0] || !vs.starts[1]) {
+    if (!inputs || !targets || !vs.inputs || !vs.targets || !loss_hist || !vs.starts[0] || !vs.starts[1]) {
         fprintf(stderr, "micro: out of memory\n");
         goto done;
     }
@@ -289,42 +263,47 @@ int train_run(const TrainOptions *o) {
     uint64_t tokens_seen = 0;
     double wall_before = 0.0;
     int n_val = 0;
+    Checkpoint in;
+    memset(&in, 0, sizeof in);
     if (o->resume) {
-        Checkpoint in;
-        if (checkpoint_load(o->resume, &in, err, sizeof err)) {
+        // The checkpoint's run is matched against this one before its payload is read.
+        if (checkpoint_load_run(o->resume, &id, &in, err, sizeof err)) {
             fprintf(stderr, "micro: %s\n", err);
             status = 2;
             goto done;
         }
-        const char *diff = ident_mismatch(&in.id, &id);
-        if (!diff && (size_t)in.pr.n_params != n) diff = "n_params";
-        if (diff || in.pr.n_val > max_val) {
-            fprintf(stderr, "micro: checkpoint %s is from a different run (%s differs); use the same options\n",
-                    o->resume, diff ? diff : "eval_every");
-            checkpoint_free_arrays(&in);
-            status = 2;
-            goto done;
-        }
+        char shown[MSG_TEXT], theirs[MSG_TEXT];
+        msg_text(o->resume, shown, sizeof shown);
         if (strncmp(in.pr.blas_core, core, sizeof in.pr.blas_core - 1) != 0)
             fprintf(stderr, "micro: warning: checkpoint was written with OpenBLAS core %s, now %s: the continuation "
                             "will not be bit-identical\n",
-                    in.pr.blas_core, core);
+                    msg_text(in.pr.blas_core, theirs, sizeof theirs), core);
         memcpy(model.params, in.params, n * sizeof(float));
         memcpy(opt.m, in.m, n * sizeof(float));
         memcpy(opt.v, in.v, n * sizeof(float));
         memcpy(loss_hist, in.train_loss, (size_t)o->steps * sizeof(float));
-        memcpy(val_hist, in.val, (size_t)in.pr.n_val * sizeof(ValRecord));
         n_val = (int)in.pr.n_val;
         start = (int)in.pr.step;
         rng.state = in.pr.rng_state;
         tokens_seen = in.pr.tokens_seen;
         wall_before = in.pr.wall_seconds;
-        checkpoint_free_arrays(&in);
-        fprintf(stderr, "micro: resuming from %s at step %d/%d\n", o->resume, start, o->steps);
+        fprintf(stderr, "micro: resuming from %s at step %d/%d\n", shown, start, o->steps);
     } else {
         train_init_weights(&model, o->seed);
         rng_seed(&rng, o->seed);
     }
+    // Room for the records so far and every one the rest of the run can add: one at each multiple of
+    // eval_every from `start` to the end, and the last step's. eval_every is not part of the run (a
+    // resume may change it), so the room is counted from the records the checkpoint holds.
+    val_hist = calloc((size_t)n_val + (o->eval_every > 0 ? (size_t)((o->steps - start) / o->eval_every) : 0) + 2,
+                      sizeof(ValRecord));
+    if (!val_hist) {
+        checkpoint_free_arrays(&in);
+        fprintf(stderr, "micro: out of memory\n");
+        goto done;
+    }
+    if (n_val > 0) memcpy(val_hist, in.val, (size_t)n_val * sizeof(ValRecord));
+    checkpoint_free_arrays(&in);
     fprintf(stderr,
             "micro: training %zu parameters, %d layers x dim %d; batch %d x seq %d = %zu tokens/step, %d steps; "
             "lr %g (warm-up %d, cosine to %g); %d threads; OpenBLAS %s\n",
