@@ -3,7 +3,12 @@
 // (finite values) instead of all stopping at it. A load either fails with one line or gives a model
 // whose every size agrees with its header.
 #include "fuzz.h"
+#include "le_bytes.h"
 #include "model_file.h"
+
+static size_t header_bytes(const uint8_t *data, size_t size) {
+    return size >= 12 ? model_file_header_bytes_of(le_get_u32(data + 8)) : 0;
+}
 
 static void load(const uint8_t *data, size_t size) {
     Model m;
@@ -13,7 +18,7 @@ static void load(const uint8_t *data, size_t size) {
         FUZZ_REQUIRE(m.params == NULL);
         return;
     }
-    FUZZ_REQUIRE(size == model_file_header_bytes(&m.config) + m.n_params * sizeof(float));
+    FUZZ_REQUIRE(size == header_bytes(data, size) + m.n_params * sizeof(float));
     FUZZ_REQUIRE(m.n_params == model_param_count(&m.config));
     FUZZ_REQUIRE(model_config_validate(&m.config, err, sizeof err) == 0);
     // The weights' pointers cover the buffer exactly: the last tensor ends at its end.
@@ -22,9 +27,20 @@ static void load(const uint8_t *data, size_t size) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    // A latent-attention file's payload starts after its longer header.
-    const size_t from = size >= 12 && data[8] == MODEL_FILE_VERSION_LATENT ? MODEL_FILE_HEADER_BYTES_LATENT
-                                                                           : MODEL_FILE_HEADER_BYTES;
-    fuzz_as_is_and_resummed(data, size, from, 60, load);
+    const size_t from = header_bytes(data, size);
+    if (size >= 12 && le_get_u32(data + 8) == MODEL_FILE_VERSION_WHOLE) {
+        // Version 3's checksum covers the header too: recomputed over both.
+        load(data, size);
+        if (size < from) return 0;
+        uint8_t *copy = malloc(size);
+        if (!copy) return 0;
+        memcpy(copy, data, size);
+        le_put_u64(copy + MODEL_FILE_CHECKSUM_AT, model_file_checksum(copy, copy + from, size - from));
+        load(copy, size);
+        free(copy);
+        return 0;
+    }
+    // Versions 1 and 2: over the payload, which starts after the header (a latent file's is longer).
+    fuzz_as_is_and_resummed(data, size, from ? from : MODEL_FILE_HEADER_BYTES, MODEL_FILE_CHECKSUM_AT, load);
     return 0;
 }

@@ -46,12 +46,52 @@ static void put_u64(unsigned char *p, uint64_t v) {
     put_u32(p + 4, (uint32_t)(v >> 32));
 }
 
-// Recomputes the header checksum so that a corruption reaches the check it is aimed at.
+// Recomputes the header checksum so that a corruption reaches the check it is aimed at: version 3's
+// over the header and the payload, versions 1 and 2's over the payload.
 static void fix_checksum(unsigned char *b, size_t n) {
-    if (n >= MODEL_FILE_HEADER_BYTES) put_u64(b + 60, model_checksum(b + MODEL_FILE_HEADER_BYTES, n - MODEL_FILE_HEADER_BYTES));
+    const size_t h = model_file_header_bytes_of(b[8]);
+    if (b[8] == MODEL_FILE_VERSION_WHOLE && n >= h) put_u64(b + 60, model_file_checksum(b, b + h, n - h));
+    else if (h && n >= h) put_u64(b + 60, model_checksum(b + h, n - h));
 }
 
-static char messages[32][512];
+// The same model in version 1 or 2's layout (the header the writer used before version 3) from a
+// version 3 file: into out, returning its length.
+static size_t legacy_file(const unsigned char *v3, size_t n, unsigned version, unsigned char *out) {
+    const size_t h = model_file_header_bytes_of(version);
+    memcpy(out, v3, MODEL_FILE_HEADER_BYTES);
+    if (h > MODEL_FILE_HEADER_BYTES) memcpy(out + MODEL_FILE_HEADER_BYTES, v3 + MODEL_FILE_HEADER_BYTES, h - MODEL_FILE_HEADER_BYTES);
+    memcpy(out + h, v3 + MODEL_FILE_HEADER_BYTES_LATENT, n - MODEL_FILE_HEADER_BYTES_LATENT);
+    put_u32(out + 8, version);
+    fix_checksum(out, h + n - MODEL_FILE_HEADER_BYTES_LATENT);
+    return h + n - MODEL_FILE_HEADER_BYTES_LATENT;
+}
+
+// Loads b (n bytes) from a file and compares it with m: 0 when the config and every parameter match.
+static int loads_as(const char *label, const unsigned char *b, size_t n, const Model *m) {
+    char path[256], err[512] = "";
+    snprintf(path, sizeof path, "%s/%s.bin", dir, label);
+    write_bytes(path, b, n);
+    Model back;
+    int rc = model_load(&back, path, err, sizeof err);
+    remove(path);
+    if (rc) {
+        printf("FAIL %s: %s\n", label, err);
+        failures++;
+        return -1;
+    }
+    rc = back.n_params != m->n_params || memcmp(back.params, m->params, m->n_params * sizeof(float)) != 0 ||
+         memcmp(&back.config, &m->config, sizeof m->config) != 0;
+    model_free(&back);
+    if (rc) {
+        printf("FAIL %s: loads as another model\n", label);
+        failures++;
+        return -1;
+    }
+    printf("ok   %-22s loads bit for bit\n", label);
+    return 0;
+}
+
+static char messages[48][512];
 static int n_messages = 0;
 
 // Expects refusal with a message containing `needle`, distinct from every earlier message.
@@ -118,6 +158,35 @@ int main(void) {
     size_t n;
     unsigned char *orig = read_all(good, &n), *b = malloc(n + 64);
 #define RESET() memcpy(b, orig, n)
+    // The writer writes version 3: every model in the 76-byte header, its checksum over the header too.
+    if (n != MODEL_FILE_HEADER_BYTES_LATENT + m.n_params * sizeof(float) || orig[8] != MODEL_FILE_VERSION_WHOLE) {
+        printf("FAIL the writer wrote version %u, %zu bytes\n", orig[8], n);
+        failures++;
+    }
+    // A header field the parameter count does not see (the context), changed: version 3's checksum
+    // refuses it, where versions 1 and 2 (payload only) take the other context.
+    RESET();
+    put_u32(b + 40, 4096);
+    char path3[300];
+    snprintf(path3, sizeof path3, "%s/context.bin", dir);
+    write_bytes(path3, b, n);
+    Model other;
+    if (model_load(&other, path3, err, sizeof err) == 0 || !strstr(err, "header or the payload") || strchr(err, '\n')) {
+        printf("FAIL version 3 with another context: %s\n", err);
+        failures++;
+    } else {
+        printf("ok   %-22s %s\n", "v3_context_changed", err);
+    }
+    remove(path3);
+    // Version 1 still loads as it did (version 2, latent attention's, below).
+    unsigned char *old = malloc(n + 64);
+    size_t n1 = legacy_file(orig, n, MODEL_FILE_VERSION, old);
+    loads_as("version_1", old, n1, &m);
+    put_u32(old + 40, 4096); // the same change, unseen by version 1's checksum
+    Model wide = m;
+    wide.config.max_seq_len = 4096;
+    loads_as("version_1_context", old, n1, &wide);
+    free(old);
 
     expect_refused("empty", b, 0, "empty file");
     RESET();
@@ -130,8 +199,8 @@ int main(void) {
     b[0] = 'X';
     expect_refused("bad_magic", b, n, "bad magic");
     RESET();
-    put_u32(b + 8, 3);
-    expect_refused("future_version", b, n, "version 3");
+    put_u32(b + 8, 4);
+    expect_refused("future_version", b, n, "version 4");
     RESET();
     put_u32(b + 12, 0);
     expect_refused("zero_dim", b, n, "dim = 0");
@@ -162,7 +231,7 @@ int main(void) {
     expect_refused("checksum", b, n, "checksum mismatch");
     RESET();
     float nan = NAN;
-    memcpy(b + MODEL_FILE_HEADER_BYTES + 4 * 100, &nan, 4);
+    memcpy(b + MODEL_FILE_HEADER_BYTES_LATENT + 4 * 100, &nan, 4);
     fix_checksum(b, n);
     expect_refused("nan_weight", b, n, "non-finite value at element 100");
     RESET();
@@ -180,7 +249,7 @@ int main(void) {
     put_u32(b + 36, 1000);
     expect_refused("vocab", b, n, "vocab_size = 1000");
 
-    // Latent attention (version 2: the header ends with latent_dim and rope_dim).
+    // Latent attention (the header's last two fields: latent_dim and rope_dim).
     ModelConfig lc = tiny();
     lc.n_kv_heads = 1, lc.latent_dim = 6, lc.rope_dim = 4;
     Model lm;
@@ -201,7 +270,13 @@ int main(void) {
     size_t ln;
     unsigned char *lorig = read_all(latent, &ln), *lb = malloc(ln + 64);
     memcpy(lb, lorig, ln);
-    expect_refused("latent_truncated_header", lb, 72, "a version 2 header needs 76");
+    expect_refused("latent_truncated_header", lb, 72, "a version 3 header needs 76");
+    unsigned char *lold = malloc(ln + 64);
+    loads_as("latent_version_2", lold, legacy_file(lorig, ln, MODEL_FILE_VERSION_LATENT, lold), &lm);
+    free(lold);
+    unsigned char *mha2 = malloc(n + 64); // version 2 was latent attention's alone
+    expect_refused("version_2_not_latent", mha2, legacy_file(orig, n, MODEL_FILE_VERSION_LATENT, mha2), "latent_dim = 0");
+    free(mha2);
     memcpy(lb, lorig, ln);
     put_u32(lb + 24, 2); // n_kv_heads 2 beside a latent
     expect_refused("latent_kv_heads", lb, ln, "under latent attention");

@@ -18,14 +18,23 @@
 #error "the payload is read as little-endian fp32 in place; add byte swapping for this host"
 #endif
 
-unsigned long long model_checksum(const void *bytes, size_t n) {
+#define FNV_BASIS 1469598103934665603ull
+
+static uint64_t fnv(uint64_t h, const void *bytes, size_t n) {
     const unsigned char *p = bytes;
-    uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < n; i++) {
         h ^= p[i];
         h *= 1099511628211ull;
     }
     return h;
+}
+
+unsigned long long model_checksum(const void *bytes, size_t n) { return fnv(FNV_BASIS, bytes, n); }
+
+unsigned long long model_file_checksum(const unsigned char *header, const void *payload, size_t payload_bytes) {
+    uint64_t h = fnv(FNV_BASIS, header, MODEL_FILE_CHECKSUM_AT);
+    h = fnv(h, header + MODEL_FILE_CHECKSUM_AT + 8, MODEL_FILE_HEADER_BYTES_LATENT - MODEL_FILE_CHECKSUM_AT - 8);
+    return fnv(h, payload, payload_bytes);
 }
 
 // Config fields in header order, as offsets of ModelConfig's int members.
@@ -44,26 +53,24 @@ static const struct {
 };
 #define N_INT_FIELDS (sizeof int_fields / sizeof int_fields[0])
 
-static void encode_header(const Model *m, uint64_t checksum, unsigned char h[MODEL_FILE_HEADER_BYTES_LATENT]) {
+// Version 3's header, its checksum over the header and the payload.
+static void encode_header(const Model *m, unsigned char h[MODEL_FILE_HEADER_BYTES_LATENT]) {
     memcpy(h, MODEL_FILE_MAGIC, 8);
-    const int latent = m->config.latent_dim > 0;
-    le_put_u32(h + 8, latent ? MODEL_FILE_VERSION_LATENT : MODEL_FILE_VERSION);
+    le_put_u32(h + 8, MODEL_FILE_VERSION_WHOLE);
     for (size_t i = 0; i < N_INT_FIELDS; i++)
         le_put_u32(h + 12 + 4 * i, (uint32_t) * (const int *)((const char *)&m->config + int_fields[i].offset));
     le_put_f32(h + 44, m->config.rope_theta);
     le_put_f32(h + 48, m->config.norm_eps);
     le_put_u64(h + 52, m->n_params);
-    le_put_u64(h + 60, checksum);
-    if (latent) {
-        le_put_u32(h + 68, (uint32_t)m->config.latent_dim);
-        le_put_u32(h + 72, (uint32_t)m->config.rope_dim);
-    }
+    le_put_u32(h + 68, (uint32_t)m->config.latent_dim);
+    le_put_u32(h + 72, (uint32_t)m->config.rope_dim);
+    le_put_u64(h + MODEL_FILE_CHECKSUM_AT, model_file_checksum(h, m->params, m->n_params * sizeof(float)));
 }
 
 int model_save(const Model *m, const char *path, char *err, size_t errlen) {
     unsigned char header[MODEL_FILE_HEADER_BYTES_LATENT];
-    const size_t payload = m->n_params * sizeof(float), header_bytes = model_file_header_bytes(&m->config);
-    encode_header(m, model_checksum(m->params, payload), header);
+    const size_t payload = m->n_params * sizeof(float), header_bytes = sizeof header;
+    encode_header(m, header);
     SafeFile out;
     if (safe_open(&out, path, err, errlen)) return -1;
     // A short fwrite leaves the stream's error flag, which safe_commit reports with its reason.
@@ -85,13 +92,13 @@ static int check_header(const unsigned char *h, uint64_t file_bytes, const char 
              MODEL_FILE_HEADER_BYTES);
     if (memcmp(h, MODEL_FILE_MAGIC, 8) != 0) FAIL("not a micro model file (bad magic)");
     uint32_t version = le_get_u32(h + 8);
-    if (version != MODEL_FILE_VERSION && version != MODEL_FILE_VERSION_LATENT)
-        FAIL("format version %u is not supported (this build reads versions %u and %u)", version, MODEL_FILE_VERSION,
-             MODEL_FILE_VERSION_LATENT);
-    const int latent = version == MODEL_FILE_VERSION_LATENT;
-    if (latent && file_bytes < MODEL_FILE_HEADER_BYTES_LATENT)
-        FAIL("truncated header: %llu bytes, a version %u header needs %d", (unsigned long long)file_bytes, version,
-             MODEL_FILE_HEADER_BYTES_LATENT);
+    const size_t header_bytes = model_file_header_bytes_of(version);
+    if (header_bytes == 0)
+        FAIL("format version %u is not supported (this build reads versions %u to %u)", version, MODEL_FILE_VERSION,
+             MODEL_FILE_VERSION_WHOLE);
+    if (file_bytes < header_bytes)
+        FAIL("truncated header: %llu bytes, a version %u header needs %zu", (unsigned long long)file_bytes, version,
+             header_bytes);
     memset(c, 0, sizeof *c);
     for (size_t i = 0; i < N_INT_FIELDS; i++) {
         uint32_t v = le_get_u32(h + 12 + 4 * i);
@@ -100,9 +107,11 @@ static int check_header(const unsigned char *h, uint64_t file_bytes, const char 
     }
     c->rope_theta = le_get_f32(h + 44);
     c->norm_eps = le_get_f32(h + 48);
-    if (latent) {
+    if (header_bytes == MODEL_FILE_HEADER_BYTES_LATENT) {
         const uint32_t lat = le_get_u32(h + 68), rope = le_get_u32(h + 72);
-        if (lat > INT32_MAX || lat == 0) FAIL("latent_dim = %u is out of range", lat);
+        // Version 2 is latent attention's alone; version 3 holds every model (0 and 0 without it).
+        if (lat > INT32_MAX || (lat == 0 && version == MODEL_FILE_VERSION_LATENT))
+            FAIL("latent_dim = %u is out of range", lat);
         if (rope > INT32_MAX) FAIL("rope_dim = %u is out of range", rope);
         c->latent_dim = (int)lat, c->rope_dim = (int)rope;
     }
@@ -113,7 +122,7 @@ static int check_header(const unsigned char *h, uint64_t file_bytes, const char 
     if (stored_params != n_params)
         FAIL("header says %llu parameters but its dimensions give %zu", (unsigned long long)stored_params, n_params);
     if (__builtin_mul_overflow((uint64_t)n_params, (uint64_t)sizeof(float), expected) ||
-        __builtin_add_overflow(*expected, (uint64_t)model_file_header_bytes(c), expected))
+        __builtin_add_overflow(*expected, (uint64_t)header_bytes, expected))
         FAIL("parameter count overflows the file size");
     // The payload is allocated only once the length matches, so a header cannot ask for more memory
     // than the file (or buffer) it came in.
@@ -129,8 +138,13 @@ fail:
 
 // The payload checks both loaders share: checksum, then finite values.
 static int check_payload(const Model *m, const unsigned char *h, const char *name, char *err, size_t errlen) {
-    if (model_checksum(m->params, m->n_params * sizeof(float)) != le_get_u64(h + 60))
+    const size_t payload = m->n_params * sizeof(float);
+    if (le_get_u32(h + 8) == MODEL_FILE_VERSION_WHOLE) {
+        if (model_file_checksum(h, m->params, payload) != le_get_u64(h + MODEL_FILE_CHECKSUM_AT))
+            FAIL("checksum mismatch: the header or the payload is corrupt");
+    } else if (model_checksum(m->params, payload) != le_get_u64(h + MODEL_FILE_CHECKSUM_AT)) {
         FAIL("checksum mismatch: the payload is corrupt");
+    }
     TensorInfo info[MODEL_N_TENSORS];
     model_tensor_infos(&m->config, info);
     const float *p = m->params;
@@ -153,7 +167,7 @@ int model_load_bytes(Model *m, const void *bytes, size_t n, const char *label, c
     uint64_t expected;
     if (check_header(b, n, name, &c, &expected, err, errlen)) return -1;
     if (model_alloc(m, &c)) FAIL("out of memory for %zu parameters", model_param_count(&c));
-    memcpy(m->params, b + model_file_header_bytes(&c), m->n_params * sizeof(float));
+    memcpy(m->params, b + model_file_header_bytes_of(le_get_u32(b + 8)), m->n_params * sizeof(float));
     if (check_payload(m, b, name, err, errlen)) goto fail;
     return 0;
 fail:
@@ -178,7 +192,7 @@ int model_load(Model *m, const char *path, char *err, size_t errlen) {
     if (check_header(h, file_bytes, name, &c, &expected, err, errlen)) goto fail;
     if (model_alloc(m, &c)) FAIL("out of memory for %zu parameters", model_param_count(&c));
     size_t payload = m->n_params * sizeof(float);
-    if (fseek(f, (long)model_file_header_bytes(&c), SEEK_SET) != 0) FAIL("seek error after the header");
+    if (fseek(f, (long)model_file_header_bytes_of(le_get_u32(h + 8)), SEEK_SET) != 0) FAIL("seek error after the header");
     if (fread(m->params, 1, payload, f) != payload) FAIL("read error in the payload");
     if (check_payload(m, h, name, err, errlen)) goto fail;
     fclose(f);
