@@ -21,7 +21,7 @@ expect 2 "out of range" "calibrate --sequences 0" -- "$micro" calibrate --sequen
 expect 2 "exceeds the model's context" "calibrate --length beyond the context" -- "$micro" calibrate --length 4096 --out "$tmp/c.kvq"
 expect 2 "is a directory" "calibrate --out a folder" -- "$micro" calibrate --out "$tmp"
 cp models/micro.bin "$tmp/m.bin"
-expect 2 "is the model itself" "calibrate --out over the model" -- "$micro" calibrate --model "$tmp/m.bin" --out "$tmp/m.bin"
+expect 2 "names the same file as --model" "calibrate --out over the model" -- "$micro" calibrate --model "$tmp/m.bin" --out "$tmp/m.bin"
 cmp -s models/micro.bin "$tmp/m.bin" && ok "calibrate left the model alone" || bad "calibrate changed the model"
 if [ -f data/corpus/en.train.txt ]; then
     # A small calibration, on 1 and 2 threads: the same bytes; the file holds the model's checksum.
