@@ -2,6 +2,7 @@
 // version, every field's range, sizes that multiply without overflow, the exact length, the
 // checksum and finite values, in that order, so each bad file gets its own one-line reason.
 #include "model_file.h"
+#include "gguf_model.h"
 
 #include <errno.h>
 #include <math.h>
@@ -163,6 +164,7 @@ int model_load_bytes(Model *m, const void *bytes, size_t n, const char *label, c
     char shown[MSG_TEXT];
     const char *name = msg_text(label, shown, sizeof shown);
     const unsigned char *b = bytes;
+    if (n >= 4 && memcmp(b, "GGUF", 4) == 0) return gguf_model_from_bytes(m, b, n, name, err, errlen);
     ModelConfig c;
     uint64_t expected;
     if (check_header(b, n, name, &c, &expected, err, errlen)) return -1;
@@ -187,6 +189,10 @@ int model_load(Model *m, const char *path, char *err, size_t errlen) {
     unsigned char h[MODEL_FILE_HEADER_BYTES_LATENT] = {0};
     const size_t head = file_bytes < sizeof h ? (size_t)file_bytes : sizeof h;
     if (file_bytes >= MODEL_FILE_HEADER_BYTES && fread(h, 1, head, f) != head) FAIL("read error in the header");
+    if (file_bytes >= 4 && memcmp(h, "GGUF", 4) == 0) { // the model the user brings, by its magic
+        fclose(f);
+        return gguf_model_load(m, path, err, errlen);
+    }
     ModelConfig c;
     uint64_t expected;
     if (check_header(h, file_bytes, name, &c, &expected, err, errlen)) goto fail;

@@ -1,0 +1,211 @@
+// A model from a GGUF file (gguf_model.h): what the file's architecture means described in one table,
+// every key and tensor checked against it before a weight is decoded, the weights decoded to fp32
+// (ggml_types.h) into micro's own layout. This step reads the llama architecture with micro's byte
+// vocabulary (what `micro export --gguf` writes); docs/models.md says what is refused and why.
+#include "gguf_model.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gguf.h"
+#include "msgtext.h"
+
+// One architecture: its name and the features micro's forward pass has for it. An architecture not
+// listed is refused by name; one listed reads its keys under its own name ("llama.block_count").
+typedef struct {
+    const char *name;
+} GgufArch;
+static const GgufArch archs[] = {{"llama"}};
+
+// A tensor of every layer (blk.N.SUFFIX.weight) or of the model, and where micro keeps it.
+typedef struct {
+    const char *suffix;
+    float **slot;       // the ModelWeights member (all layers, one after another)
+    uint64_t dims[2];   // ggml's {inner, outer}; outer 0 for a vector
+} TensorPlace;
+
+// The GGUF name of the i-th tensor micro reads: the model's first, then each layer's.
+static const TensorPlace *tensor_at(size_t i, const TensorPlace *whole, size_t n_whole, const TensorPlace *per_layer,
+                                    size_t n_per, int *layer, char *key, size_t n) {
+    *layer = i < n_whole ? -1 : (int)((i - n_whole) / n_per);
+    const TensorPlace *p = i < n_whole ? &whole[i] : &per_layer[(i - n_whole) % n_per];
+    if (*layer < 0) snprintf(key, n, "%s.weight", p->suffix);
+    else snprintf(key, n, "blk.%d.%s.weight", *layer, p->suffix);
+    return p;
+}
+
+#define FAIL(...)                                                                   \
+    do {                                                                            \
+        int n_ = snprintf(err, errlen, "%s: ", label);                              \
+        if (n_ >= 0 && (size_t)n_ < errlen) snprintf(err + n_, errlen - (size_t)n_, __VA_ARGS__); \
+        goto fail;                                                                  \
+    } while (0)
+
+// The vocabulary micro reads so far: llama's SentencePiece form with 256 byte tokens <0x00>..<0xFF>
+// in order, token b the byte b (what export --gguf writes). Others are named in the refusal.
+static int check_vocabulary(const Gguf *g, char *why, size_t n) {
+    GgufString model = {(const uint8_t *)"", 0};
+    if (gguf_get_string(g, "tokenizer.ggml.model", &model, why, n) < 0) return -1;
+    const GgufKv *tokens = gguf_find(g, "tokenizer.ggml.tokens");
+    int bytes = gguf_string_is(model, "llama") && tokens && tokens->type == 9 /* array */ &&
+                tokens->array_type == GGUF_STRING && tokens->count == 256;
+    const uint8_t *at = bytes ? tokens->at : NULL;
+    for (int b = 0; b < 256 && bytes; b++) {
+        char want[8];
+        snprintf(want, sizeof want, "<0x%02X>", b);
+        bytes = gguf_string_is(gguf_next_string(&at), want);
+    }
+    if (bytes) return 0;
+    char shown[40] = "";
+    for (uint64_t i = 0; i < model.len && i + 1 < sizeof shown; i++)
+        shown[i] = model.ptr[i] >= 0x20 && model.ptr[i] < 0x7f ? (char)model.ptr[i] : '?';
+    snprintf(why, n, "tokenizer '%s'%s: micro reads only a byte vocabulary so far (256 tokens <0x00>..<0xFF>, "
+             "as micro export --gguf writes)", shown, tokens ? "" : " without tokens");
+    return -1;
+}
+
+int gguf_model_from_bytes(Model *m, const uint8_t *data, size_t size, const char *label, char *err, size_t errlen) {
+    memset(m, 0, sizeof *m);
+    Gguf g;
+    if (gguf_parse(&g, data, size, label, err, errlen)) return -1;
+    char why[400], key[96];
+    GgufString arch_name;
+    if (gguf_get_string(&g, "general.architecture", &arch_name, why, sizeof why)) FAIL("no general.architecture string");
+    const GgufArch *arch = NULL;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        if (gguf_string_is(arch_name, archs[i].name)) arch = &archs[i];
+    if (!arch) {
+        char shown[40] = "";
+        for (uint64_t i = 0; i < arch_name.len && i + 1 < sizeof shown; i++)
+            shown[i] = arch_name.ptr[i] >= 0x20 && arch_name.ptr[i] < 0x7f ? (char)arch_name.ptr[i] : '?';
+        FAIL("architecture '%s': micro reads llama so far", shown);
+    }
+    if (check_vocabulary(&g, why, sizeof why)) FAIL("%s", why);
+    // The shape from the architecture's keys: each required, in range, or refused by name.
+    static const struct {
+        const char *key;
+        uint64_t lo, hi;
+        int required;
+    } shape_keys[] = {{"embedding_length", 1, 65536, 1}, {"block_count", 1, 1024, 1},  {"feed_forward_length", 1, 1 << 20, 1},
+                      {"attention.head_count", 1, 4096, 1}, {"attention.head_count_kv", 1, 4096, 0},
+                      {"context_length", 1, 1 << 20, 1}, {"attention.key_length", 1, MICRO_MAX_WIDTH, 0},
+                      {"attention.value_length", 1, MICRO_MAX_WIDTH, 0}, {"rope.dimension_count", 1, MICRO_MAX_WIDTH, 0},
+                      {"vocab_size", 1, 1 << 24, 0}};
+    uint64_t v[sizeof shape_keys / sizeof shape_keys[0]] = {0};
+    for (size_t i = 0; i < sizeof shape_keys / sizeof shape_keys[0]; i++) {
+        snprintf(key, sizeof key, "%s.%s", arch->name, shape_keys[i].key);
+        const int r = gguf_get_uint(&g, key, shape_keys[i].lo, shape_keys[i].hi, &v[i], why, sizeof why);
+        if (r < 0) FAIL("%s", why);
+        if (r > 0 && shape_keys[i].required) FAIL("no %s", key);
+    }
+    ModelConfig c = model_config_micro();
+    c.dim = (int)v[0], c.n_layers = (int)v[1], c.hidden_dim = (int)v[2], c.n_heads = (int)v[3];
+    c.n_kv_heads = v[4] ? (int)v[4] : c.n_heads;
+    c.max_seq_len = (int)v[5];
+    c.head_dim = c.dim % c.n_heads == 0 ? c.dim / c.n_heads : 0;
+    // micro's attention has one width per head for queries, keys and values, all of it rotated.
+    if ((v[6] && v[6] != (uint64_t)c.head_dim) || (v[7] && v[7] != (uint64_t)c.head_dim))
+        FAIL("heads of %llu / %llu numbers beside embedding_length / head_count = %d: micro's heads are that width",
+             (unsigned long long)v[6], (unsigned long long)v[7], c.head_dim);
+    if (v[8] && v[8] != (uint64_t)c.head_dim)
+        FAIL("RoPE on %llu of a head's %d numbers: micro rotates the whole head", (unsigned long long)v[8], c.head_dim);
+    snprintf(key, sizeof key, "%s.rope.freq_base", arch->name);
+    if (gguf_get_float(&g, key, &c.rope_theta, why, sizeof why) < 0) FAIL("%s", why);
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch->name);
+    const int eps = gguf_get_float(&g, key, &c.norm_eps, why, sizeof why);
+    if (eps) FAIL("%s", eps < 0 ? why : "no attention.layer_norm_rms_epsilon (micro's blocks are RMSNorm)");
+    GgufString scaling;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch->name);
+    const int sc = gguf_get_string(&g, key, &scaling, why, sizeof why);
+    if (sc < 0) FAIL("%s", why);
+    if (sc == 0 && !gguf_string_is(scaling, "none")) FAIL("%s is not none: micro does not scale RoPE yet", key);
+    const GgufTensor *embd = gguf_tensor(&g, "token_embd.weight");
+    if (!embd || embd->n_dims != 2) FAIL("no two-dimensional token_embd.weight");
+    c.vocab_size = embd->dims[1] <= (1u << 24) ? (int)embd->dims[1] : -1;
+    if (v[9] && v[9] != (uint64_t)c.vocab_size) FAIL("vocab_size %llu beside a token_embd.weight of %d rows", (unsigned long long)v[9], c.vocab_size);
+    if (model_config_validate(&c, why, sizeof why)) FAIL("%s", why);
+    if (model_alloc(m, &c)) FAIL("out of memory for %zu parameters", model_param_count(&c));
+    ModelWeights *w = &m->w;
+    const uint64_t d = (uint64_t)c.dim, q = (uint64_t)c.n_heads * (uint64_t)c.head_dim,
+                   kv = (uint64_t)c.n_kv_heads * (uint64_t)c.head_dim, h = (uint64_t)c.hidden_dim;
+    const TensorPlace per_layer[] = {
+        {"attn_norm", &w->attn_norm, {d, 0}}, {"attn_q", &w->wq, {d, q}},       {"attn_k", &w->wk, {d, kv}},
+        {"attn_v", &w->wv, {d, kv}},          {"attn_output", &w->wo, {q, d}},  {"ffn_norm", &w->ffn_norm, {d, 0}},
+        {"ffn_gate", &w->w1, {d, h}},         {"ffn_down", &w->w2, {h, d}},     {"ffn_up", &w->w3, {d, h}},
+    };
+    const TensorPlace whole[] = {{"token_embd", &w->token_embedding, {d, (uint64_t)c.vocab_size}},
+                                 {"output_norm", &w->final_norm, {d, 0}}};
+    const size_t n_per = sizeof per_layer / sizeof per_layer[0], n_whole = sizeof whole / sizeof whole[0];
+    uint64_t used = 0;
+    const size_t n_read = n_whole + (size_t)c.n_layers * n_per;
+    for (size_t i = 0; i < n_read; i++) {
+        int layer;
+        const TensorPlace *p = tensor_at(i, whole, n_whole, per_layer, n_per, &layer, key, sizeof key);
+        const GgufTensor *t = gguf_tensor(&g, key);
+        if (!t) FAIL("no tensor %s", key);
+        const int dims = p->dims[1] ? 2 : 1;
+        if (t->n_dims != dims || t->dims[0] != p->dims[0] || (dims == 2 && t->dims[1] != p->dims[1]))
+            FAIL("tensor %s is {%llu%s%llu}, not {%llu%s%llu}", key, (unsigned long long)t->dims[0], t->n_dims > 1 ? ", " : "",
+                 t->n_dims > 1 ? (unsigned long long)t->dims[1] : 0ull, (unsigned long long)p->dims[0], dims > 1 ? ", " : "",
+                 dims > 1 ? (unsigned long long)p->dims[1] : 0ull);
+        float *dst = *p->slot + (layer < 0 ? 0 : (size_t)layer * (size_t)t->n_elements);
+        t->type->decode(t->data, dst, (size_t)(t->n_elements / (uint64_t)t->type->block));
+        for (uint64_t e = 0; e < t->n_elements; e++)
+            if (!isfinite(dst[e])) FAIL("tensor %s: a non-finite value at element %llu", key, (unsigned long long)e);
+        used++;
+    }
+    // A tensor micro does not read would be a part of the model it leaves out: refused by name
+    // (output.weight, a separate classifier; rope_freqs, Llama 3's RoPE scaling; biases).
+    if (used != g.n_tensors)
+        for (uint64_t i = 0; i < g.n_tensors; i++) {
+            int known = 0;
+            for (size_t j = 0; j < n_read && !known; j++) {
+                int layer;
+                tensor_at(j, whole, n_whole, per_layer, n_per, &layer, key, sizeof key);
+                known = gguf_string_is(g.tensors[i].name, key);
+            }
+            if (!known) {
+                char shown[70] = "";
+                const GgufString s = g.tensors[i].name;
+                for (uint64_t k = 0; k < s.len && k + 1 < sizeof shown; k++)
+                    shown[k] = s.ptr[k] >= 0x20 && s.ptr[k] < 0x7f ? (char)s.ptr[k] : '?';
+                FAIL("tensor %s: micro's %s has no such part yet", shown, arch->name);
+            }
+        }
+    gguf_free(&g);
+    return 0;
+fail:
+    gguf_free(&g);
+    if (m->params) model_free(m);
+    memset(m, 0, sizeof *m);
+    return -1;
+}
+
+int gguf_model_load(Model *m, const char *path, char *err, size_t errlen) {
+    char shown[MSG_TEXT];
+    const char *label = msg_text(path, shown, sizeof shown);
+    memset(m, 0, sizeof *m);
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
+        if (fd >= 0) close(fd);
+        snprintf(err, errlen, "%s: cannot read it as a GGUF file", label);
+        return -1;
+    }
+    // Mapped, not read: the weights are decoded straight from the file into micro's buffer.
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) {
+        snprintf(err, errlen, "%s: cannot map it", label);
+        return -1;
+    }
+    const int rc = gguf_model_from_bytes(m, map, (size_t)st.st_size, label, err, errlen);
+    munmap(map, (size_t)st.st_size);
+    return rc;
+}
