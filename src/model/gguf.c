@@ -121,14 +121,11 @@ int gguf_parse(Gguf *g, const uint8_t *data, size_t size, const char *label, cha
     if (a < 0) FAIL("%s", why);
     if (alignment & (alignment - 1)) FAIL("general.alignment %llu is not a power of two", (unsigned long long)alignment);
     g->alignment = (uint32_t)alignment;
-    uint64_t *offsets = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *offsets);
-    if (!offsets) FAIL("out of memory");
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         GgufTensor *t = &g->tensors[i];
         t->name = take_string(&c, 64); // GGUF_MAX_TENSOR_NAME in ggml
         t->n_dims = (int)take_u32(&c);
         if (c.bad || t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS) {
-            free(offsets);
             FAIL("tensor %llu: its name or dimension count (1..%d) is bad or cut short", (unsigned long long)i, GGUF_MAX_DIMS);
         }
         t->n_elements = 1;
@@ -136,31 +133,26 @@ int gguf_parse(Gguf *g, const uint8_t *data, size_t size, const char *label, cha
             t->dims[d] = take_u64(&c);
             // Every product stays below 2^48: far beyond any model, far from overflow.
             if (t->dims[d] == 0 || t->dims[d] >= (1ull << 48) / t->n_elements) {
-                free(offsets);
-                FAIL("tensor %s: a dimension of 0 or a size beyond 2^48 numbers", shown_key(t->name, key, sizeof key));
+                    FAIL("tensor %s: a dimension of 0 or a size beyond 2^48 numbers", shown_key(t->name, key, sizeof key));
             }
             t->n_elements *= t->dims[d];
         }
         const uint32_t type = take_u32(&c);
-        offsets[i] = take_u64(&c);
+        t->offset = take_u64(&c);
         if (c.bad) {
-            free(offsets);
             FAIL("tensor %llu: its description is cut short", (unsigned long long)i);
         }
         for (uint64_t j = 0; j < i; j++)
             if (same_string(g->tensors[j].name, t->name)) {
-                free(offsets);
-                FAIL("tensor %s is given twice", shown_key(t->name, key, sizeof key));
+                    FAIL("tensor %s is given twice", shown_key(t->name, key, sizeof key));
             }
         if (!(t->type = ggml_type_of(type))) {
             const char *name = ggml_type_unread_name(type);
-            free(offsets);
             if (name) FAIL("tensor %s is of type %s, which micro does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
                            "Q5_1, Q4_K, Q5_K and Q6_K)", shown_key(t->name, key, sizeof key), name);
             FAIL("tensor %s has type %u, which ggml does not define", shown_key(t->name, key, sizeof key), type);
         }
         if (t->dims[0] % (uint64_t)t->type->block) {
-            free(offsets);
             FAIL("tensor %s: rows of %llu numbers do not divide into %s's blocks of %d", shown_key(t->name, key, sizeof key),
                  (unsigned long long)t->dims[0], t->type->name, t->type->block);
         }
@@ -169,19 +161,16 @@ int gguf_parse(Gguf *g, const uint8_t *data, size_t size, const char *label, cha
     // The data section starts at the next multiple of the alignment; each tensor within it, aligned.
     const uint64_t here = (uint64_t)(c.p - data), start = (here + alignment - 1) / alignment * alignment;
     if (start > size) {
-        free(offsets);
         FAIL("the file ends before its tensor data");
     }
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         GgufTensor *t = &g->tensors[i];
-        if (offsets[i] % alignment || offsets[i] > size - start || t->bytes > size - start - offsets[i]) {
-            free(offsets);
+        if (t->offset % alignment || t->offset > size - start || t->bytes > size - start - t->offset) {
             FAIL("tensor %s: its data (offset %llu, %llu bytes) is unaligned or past the end of the file",
-                 shown_key(t->name, key, sizeof key), (unsigned long long)offsets[i], (unsigned long long)t->bytes);
+                 shown_key(t->name, key, sizeof key), (unsigned long long)t->offset, (unsigned long long)t->bytes);
         }
-        t->data = data + start + offsets[i];
+        t->data = data + start + t->offset;
     }
-    free(offsets);
     return 0;
 }
 

@@ -41,6 +41,7 @@ typedef struct {
     uint64_t dims[GGUF_MAX_DIMS]; // innermost first, as ggml lists them
     uint64_t n_elements;
     const GgmlType *type;
+    uint64_t offset; // in the data section, as the file gives it
     const uint8_t *data;
     uint64_t bytes;
 } GgufTensor;
