@@ -89,6 +89,11 @@ expect 2 "names the same file as the corpus" "train --checkpoint over the corpus
 cmp -s <({ printf '\001'; head -c 3000 data/plates/en.txt; }) "$C/en.train.txt" && ok "the corpus kept" || bad "corpus replaced"
 expect 2 "names the same file as --model" "calibrate --out over the model" -- \
     "$micro" calibrate --model "$tmp/m.bin" --out "$tmp/../$(basename "$tmp")/m.bin" --corpus "$C"
+mkdir -p "$tmp/po"
+head -c 300 data/plates/en.txt >"$tmp/po/plate.csv"
+expect 2 "names the same file as --en" "plate --en a file its --out would replace" -- \
+    "$micro" plate --en "$tmp/po/plate.csv" --out "$tmp/po/."
+cmp -s <(head -c 300 data/plates/en.txt) "$tmp/po/plate.csv" && ok "the plate's text kept" || bad "plate replaced its text"
 expect 2 "has no latent attention" "export --llama2c of a latent model: bad input" -- \
     "$micro" export --llama2c "$tmp/l.bin" --model models/micro-mla.bin
 expect 2 "is not portable, avx2 or avx512" "MICRO_ISA refused on one line" -- env MICRO_ISA=$'a\nb\e[31m' "$micro" eval --text "$text"

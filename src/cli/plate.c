@@ -927,6 +927,27 @@ int plate_parse(int argc, char **argv, PlateOptions *o, char *err, size_t errlen
     return OPTS_RUN;
 }
 
+// No file the plate writes into --out may be one it reads (a text, the model, the calibration),
+// however the paths spell it.
+static int check_inputs_kept(const PlateOptions *o, char *err, size_t errlen) {
+    static const char *const written[] = {"plate.csv", "plate.json", "plate.html", "plate.svg", "plate.png", "serve.svg",
+                                          "serve.png", "frontier.svg", "frontier.png", "arch.svg", "arch.png"};
+    enum { N_WRITTEN = sizeof written / sizeof written[0] };
+    char paths[N_WRITTEN][4200], en[4096] = "", zh[4096] = "";
+    CliFile outputs[N_WRITTEN];
+    for (int i = 0; i < N_WRITTEN; i++) {
+        snprintf(paths[i], sizeof paths[i], "%s/%s", o->out_dir, written[i]);
+        outputs[i] = (CliFile){"--out", paths[i]};
+    }
+    long chars;
+    char why[256];
+    if (o->en) text_split_arg(o->en, en, sizeof en, &chars, why, sizeof why);
+    if (o->zh) text_split_arg(o->zh, zh, sizeof zh, &chars, why, sizeof why);
+    const CliFile inputs[] = {{"--en", o->en ? en : NULL}, {"--zh", o->zh ? zh : NULL}, {"--model", o->model_path},
+                              {"--calib", o->calib_path}};
+    return cli_check_distinct(outputs, N_WRITTEN, inputs, 4, err, errlen);
+}
+
 int cmd_plate(int argc, char **argv) {
     PlateOptions o;
     char err[512];
@@ -935,7 +956,8 @@ int cmd_plate(int argc, char **argv) {
     const char *model_path = o.model_path, *en = o.en, *zh = o.zh, *out_dir = o.out_dir;
     const int threads = o.threads, csv = o.csv, json = o.json, files = o.files;
     char out_err[600];
-    if (files && check_out_dir(out_dir, 1, out_err, sizeof out_err)) return cli_error("%s", out_err);
+    if (files && (check_out_dir(out_dir, 1, out_err, sizeof out_err) || check_inputs_kept(&o, out_err, sizeof out_err)))
+        return cli_error("%s", out_err);
 
     if (o.long_run) {
         PlateRun *lr = calloc(1, sizeof *lr);
