@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "spec_text.h"
@@ -36,6 +37,22 @@ static inline double check_uniform(uint64_t *state) { return (double)(check_next
 // Whether two float arrays are the same to the bit (NaN payloads and signed zeros included).
 static inline int check_same_bits(const float *a, const float *b, int n) {
     return memcmp(a, b, sizeof(float) * (size_t)n) == 0;
+}
+
+// A whole file in memory, with 64 bytes to spare (tests append to copies); exits when it cannot.
+static inline unsigned char *check_read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        perror(path);
+        exit(1);
+    }
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(*n + 64);
+    if (!b || fread(b, 1, *n, f) != *n) exit(1);
+    fclose(f);
+    return b;
 }
 
 #endif

@@ -13,21 +13,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "checkpoint.h"
 #include "train.h"
 
-static int failures = 0;
 static char dir[] = "/tmp/micro-test-ckpt-XXXXXX";
-
-#define CHECK(cond, ...)              \
-    do {                              \
-        if (!(cond)) {                \
-            printf("FAIL ");          \
-            printf(__VA_ARGS__);      \
-            printf("\n");             \
-            failures++;               \
-        }                             \
-    } while (0)
 
 // Where each field sits in a version 2 file.
 #define ID(f) (12 + offsetof(RunIdent, f))
@@ -40,21 +30,6 @@ static void write_bytes(const char *path, const void *b, size_t n) {
         perror(path);
         exit(1);
     }
-}
-
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        perror(path);
-        exit(1);
-    }
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(*n + 64);
-    if (!b || fread(b, 1, *n, f) != *n) exit(1);
-    fclose(f);
-    return b;
 }
 
 static void put_i64(unsigned char *b, size_t at, int64_t v) { memcpy(b + at, &v, 8); }
@@ -150,7 +125,7 @@ int main(void) {
     snprintf(again, sizeof again, "%s/again.ckpt", dir);
     CHECK(checkpoint_save(again, &c, err, sizeof err) == 0, "save: %s", err);
     size_t n, n2;
-    unsigned char *orig = read_all(ckpt, &n), *back = read_all(again, &n2);
+    unsigned char *orig = check_read_all(ckpt, &n), *back = check_read_all(again, &n2);
     CHECK(n == n2 && !memcmp(orig, back, n), "a loaded checkpoint saved again differs");
     printf("ok   round trip of %zu bytes\n", n);
     free(back);

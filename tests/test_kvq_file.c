@@ -21,18 +21,6 @@ static void fix_checksum(unsigned char *b, size_t n) {
     le_put_u64(b + 88, model_checksum(b + KVQ_HEADER_BYTES, n - KVQ_HEADER_BYTES));
 }
 
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) exit(1);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(*n + 64);
-    if (!b || fread(b, 1, *n, f) != *n) exit(1);
-    fclose(f);
-    return b;
-}
-
 // A valid calibration for model m's shape: thresholds nested around 0, codebooks spread evenly.
 static void fill(Kvq *k, const Model *m) {
     static const uint32_t percents[] = {0, 100}, bits[] = {1, 2, 3, 4};
@@ -114,7 +102,7 @@ int main(void) {
     kvq_free(&back);
 
     size_t n;
-    unsigned char *good = read_all(path, &n), *b = malloc(n + 8);
+    unsigned char *good = check_read_all(path, &n), *b = malloc(n + 8);
     CHECK(n == kvq_file_bytes(&k), "file is %zu bytes, expected %zu", n, kvq_file_bytes(&k));
     size_t tables = KVQ_HEADER_BYTES + 4 * 6, cb0 = tables + 4 * k.n_ranges;
 #define CASE(label, len, needle, model, ...) \
@@ -167,7 +155,7 @@ int main(void) {
               "version 1 read back");
         CHECK(kvq_file_bytes(&v1) == n1 && kvq_save(&v1, path, err, sizeof err) == 0, "version 1 saved: %s", err);
         size_t n1b;
-        unsigned char *again = read_all(path, &n1b);
+        unsigned char *again = check_read_all(path, &n1b);
         CHECK(n1b == n1 && memcmp(again, b, n1) == 0, "version 1 written back differs");
         free(again);
         kvq_free(&v1);

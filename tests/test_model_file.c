@@ -7,9 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "model_file.h"
 
-static int failures = 0;
 static char dir[] = "/tmp/micro-test-model-XXXXXX";
 
 static ModelConfig tiny(void) {
@@ -25,17 +25,6 @@ static void write_bytes(const char *path, const unsigned char *b, size_t n) {
         exit(1);
     }
     fclose(f);
-}
-
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(*n + 64);
-    if (fread(b, 1, *n, f) != *n) exit(1);
-    fclose(f);
-    return b;
 }
 
 static void put_u32(unsigned char *p, uint32_t v) {
@@ -156,7 +145,7 @@ int main(void) {
     }
 
     size_t n;
-    unsigned char *orig = read_all(good, &n), *b = malloc(n + 64);
+    unsigned char *orig = check_read_all(good, &n), *b = malloc(n + 64);
 #define RESET() memcpy(b, orig, n)
     // The writer writes version 3: every model in the 76-byte header, its checksum over the header too.
     if (n != MODEL_FILE_HEADER_BYTES_LATENT + m.n_params * sizeof(float) || orig[8] != MODEL_FILE_VERSION_WHOLE) {
@@ -268,7 +257,7 @@ int main(void) {
         model_free(&lback);
     }
     size_t ln;
-    unsigned char *lorig = read_all(latent, &ln), *lb = malloc(ln + 64);
+    unsigned char *lorig = check_read_all(latent, &ln), *lb = malloc(ln + 64);
     memcpy(lb, lorig, ln);
     expect_refused("latent_truncated_header", lb, 72, "a version 3 header needs 76");
     unsigned char *lold = malloc(ln + 64);
