@@ -73,16 +73,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int max_tokens = 1 + (int)(size % 64) * 8;
     if (text_from_bytes(&t, bytes, n, limit, max_tokens, err, sizeof err)) {
         fuzz_check_message(err, sizeof err);
-        FUZZ_REQUIRE(t.tokens == NULL);
+        FUZZ_REQUIRE(t.tokens == NULL && t.bytes == NULL);
         return 0;
     }
     FUZZ_REQUIRE(bad < 0);
     FUZZ_REQUIRE(t.tokens[0] == 1 && t.n_tokens <= max_tokens);
+    for (int i = 0; i < t.n_tokens; i++) FUZZ_REQUIRE(t.tokens[i] == t.bytes[i]); // micro's byte vocabulary
     if (n > 0 && bytes[0] == 1) { // the corpus's form: documents each after a 0x01, the tokens the bytes
         const size_t cut = (size_t)t.n_tokens;
         int documents = 0;
         for (size_t i = 0; i < cut; i++) documents += t.tokens[i] == 1;
-        FUZZ_REQUIRE(cut >= 2 && cut <= n && memcmp(t.tokens, bytes, cut) == 0 && t.documents == documents);
+        FUZZ_REQUIRE(cut >= 2 && cut <= n && memcmp(t.bytes, bytes, cut) == 0 && t.documents == documents);
         FUZZ_REQUIRE(t.chars > 0 && (limit <= 0 || t.chars <= limit));
         if (cut < n) FUZZ_REQUIRE(limit > 0 && t.chars == limit);
         text_free(&t);
@@ -90,9 +91,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     size_t cut = (size_t)t.n_tokens - 1;
     FUZZ_REQUIRE(t.documents == 1);
-    FUZZ_REQUIRE(cut > 0 && cut <= n && memcmp(t.tokens + 1, bytes, cut) == 0);
-    FUZZ_REQUIRE(utf8_first_invalid(t.tokens + 1, cut) < 0);
-    FUZZ_REQUIRE(memchr(t.tokens + 1, 1, cut) == NULL);
+    FUZZ_REQUIRE(cut > 0 && cut <= n && memcmp(t.bytes + 1, bytes, cut) == 0);
+    FUZZ_REQUIRE(utf8_first_invalid(t.bytes + 1, cut) < 0);
+    FUZZ_REQUIRE(memchr(t.bytes + 1, 1, cut) == NULL);
     FUZZ_REQUIRE(t.chars > 0 && (limit <= 0 || t.chars <= limit));
     // A cut shorter than the text stopped because it had its CHARS characters.
     if (cut < n) FUZZ_REQUIRE(limit > 0 && t.chars == limit);

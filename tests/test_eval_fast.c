@@ -44,7 +44,7 @@ static const char *const extra[][2] = {{"kivi:bits=2", "kivi:bits=2"},
 #define N_EXTRA (int)(sizeof extra / sizeof extra[0])
 
 // One way of evaluating: its per-token losses and most-attended positions (the trace), and results.
-static int run(const Model *m, const uint8_t *text, const char *const spec[2], int threads, int decode,
+static int run(const Model *m, const int32_t *text, const char *const spec[2], int threads, int decode,
                const EvalTrace *ref, EvalTrace *trace, EvalResult *out) {
     char err[256];
     if (eval_trace_alloc(trace, m, T)) return -1;
@@ -56,7 +56,7 @@ static int run(const Model *m, const uint8_t *text, const char *const spec[2], i
 // Every pair of the catalog (spec_catalog.h), then the extra one, fast against decoding. Under
 // latent attention each pair's key spec holds the latent and the RoPE key takes it too (where it
 // can hold the key's width) and fp16; the calibrated codecs are for multi-head caches only.
-static void check_model(const Model *m, const uint8_t *text, int calibrated) {
+static void check_model(const Model *m, const int32_t *text, int calibrated) {
     const ModelConfig c = m->config;
     const int latent = c.latent_dim > 0;
     EvalTrace ref;
@@ -123,10 +123,10 @@ int main(void) {
     ModelConfig c = small_config();
     Model m;
     random_model(&m, &c, 23);
-    uint8_t text[T];
+    int32_t text[T];
     uint64_t rng = 9;
     text[0] = MICRO_BOS;
-    for (int t = 1; t < T; t++) text[t] = (uint8_t)(2 + check_next(&rng) % (VOCAB - 2));
+    for (int t = 1; t < T; t++) text[t] = (int32_t)(2 + check_next(&rng) % (VOCAB - 2));
     char dir[] = "/tmp/micro-test-eval-fast-XXXXXX", calib[256];
     int ids[T];
     for (int t = 0; t < T; t++) ids[t] = text[t];

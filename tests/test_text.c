@@ -84,7 +84,7 @@ int main(void) {
         CHECK(rc == 0, "zh plate: %s", err);
         if (rc == 0) {
             CHECK(t.chars == 500 && t.tokens[0] == MICRO_BOS && strcmp(t.name, "zh") == 0, "zh plate cut");
-            CHECK(utf8_first_invalid(t.tokens + 1, (size_t)t.n_tokens - 1) == -1, "zh cut is valid UTF-8");
+            CHECK(utf8_first_invalid(t.bytes + 1, (size_t)t.n_tokens - 1) == -1, "zh cut is valid UTF-8");
             printf("zh plate: 500 characters = %d tokens with BOS\n", t.n_tokens);
             text_free(&t);
         }

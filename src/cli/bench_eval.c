@@ -26,7 +26,7 @@ static double now(void) {
 }
 
 // The window: BOS, then the two plates' bytes over and over (no BOS inside) up to n tokens.
-static uint8_t *plate_window(int n, char *err, size_t errlen) {
+static int32_t *plate_window(int n, char *err, size_t errlen) {
     Text en, zh;
     char path_en[4096], path_zh[4096];
     if (text_load(&en, cli_default_path(NULL, "data/plates/en.txt", path_en, sizeof path_en), INT32_MAX, err, errlen))
@@ -35,7 +35,7 @@ static uint8_t *plate_window(int n, char *err, size_t errlen) {
         text_free(&en);
         return NULL;
     }
-    uint8_t *w = malloc((size_t)n);
+    int32_t *w = malloc(sizeof(int32_t) * (size_t)n);
     const int len_en = en.n_tokens - 1, len = len_en + zh.n_tokens - 1;
     if (w) {
         w[0] = MICRO_BOS;
@@ -118,7 +118,7 @@ static void print_floor(const ModelConfig *c, int n, int threads, double decode_
 
 int bench_eval(const Model *m, const char *k_spec, const char *v_spec, int n, int threads, int repeat, char *err,
                size_t errlen) {
-    uint8_t *window = plate_window(n, err, errlen);
+    int32_t *window = plate_window(n, err, errlen);
     if (!window) return -1;
     printf("micro bench --eval: one window of %d tokens (the plates' bytes, repeated), %d thread%s, best of %d; "
            "kernels: %s\n", n, threads, threads == 1 ? "" : "s", repeat, cli_kernels());

@@ -1042,8 +1042,8 @@ int cmd_plate(int argc, char **argv) {
         if (!text) {
             status = cli_error("out of memory");
         } else {
-            memcpy(text, r->texts[0].tokens + 1, en_len);
-            memcpy(text + en_len, r->texts[1].tokens + 1, zh_len);
+            memcpy(text, r->texts[0].bytes + 1, en_len);
+            memcpy(text + en_len, r->texts[1].bytes + 1, zh_len);
             // One thread: a timing, which a second thread spinning on a shared core would only blur.
             // The pools are filled on --threads.
             if (run_serve_panel(r, &m, text, en_len + zh_len, 1, threads, err, sizeof err))

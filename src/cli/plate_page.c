@@ -41,7 +41,7 @@ static void base64_to(FILE *f, const uint8_t *b, size_t n) {
 static size_t prefix_bytes(const Text *t, int chars) {
     size_t n = 0;
     const size_t len = (size_t)t->n_tokens - 1;
-    const uint8_t *s = t->tokens + 1;
+    const uint8_t *s = t->bytes + 1;
     for (int c = 0; c < chars && n < len; c++)
         do n++;
         while (n < len && (s[n] & 0xC0) == 0x80);
@@ -65,7 +65,7 @@ static int write_breaks(FILE *f, const PlatePage *p, int t, char *err, size_t er
         return -1;
     }
     fprintf(f, "{\"text\": \"%s\", \"bytes\": %d, \"prompt\": ", t == 0 ? "en" : "zh", n);
-    json_bytes_to(f, text->tokens + 1, plen);
+    json_bytes_to(f, text->bytes + 1, plen);
     fprintf(f, ", \"runs\": [");
     int status = 0;
     for (int w = 0; w < p->n_widths && !status; w++) {
@@ -78,7 +78,7 @@ static int write_breaks(FILE *f, const PlatePage *p, int t, char *err, size_t er
         unsigned long long rng = 1;
         size_t got = 0;
         int bad_pos = 0;
-        if (generate_continue(&d, text->tokens + 1, plen, n, 0, &rng, NULL, out, &got, &bad_pos)) {
+        if (generate_continue(&d, text->bytes + 1, plen, n, 0, &rng, NULL, out, &got, &bad_pos)) {
             snprintf(err, errlen, "the logits of %s at position %d are not finite", p->widths[w].spec, bad_pos);
             status = -1;
         }
@@ -142,13 +142,13 @@ static int write_attention(FILE *f, const PlatePage *p, char *err, size_t errlen
     }
     if (!status) {
         long chars = 0; // what --text FILE:CHARS needs to give these tokens
-        for (int i = 1; i < tokens; i++) chars += (text->tokens[i] & 0xC0) != 0x80;
+        for (int i = 1; i < tokens; i++) chars += (text->bytes[i] & 0xC0) != 0x80;
         fprintf(f, "{\"tokens\": %d, \"from\": %d, \"chars\": %ld, \"layers\": %d, \"heads\": %d, \"layer\": 0, "
                    "\"head\": 0, \"path\": ",
                 tokens, from, chars, layers, heads);
         json_string_to(f, text->path);
         fprintf(f, ", \"text\": ");
-        json_bytes_to(f, text->tokens + 1, (size_t)tokens - 1);
+        json_bytes_to(f, text->bytes + 1, (size_t)tokens - 1);
         fprintf(f, ", \"widths\": [{\"label\": \"fp32\", \"spec\": \"fp32\"}");
         for (int w = 0; w < p->n_widths; w++) {
             fprintf(f, ", {\"label\": ");

@@ -51,7 +51,7 @@ static void kl_rows(const EvalTrace *reference, int t0, int n, const double (*lp
             step[k] += pref[(size_t)k * VOCAB + v] * ((double)ref[(size_t)k * VOCAB + v] - (double)(float)lp[k][v]);
 }
 
-int eval_windows_steps(const uint8_t *tokens, int n) {
+int eval_windows_steps(const int32_t *tokens, int n) {
     int steps = 0;
     for (int i = 1; i < n; i++) steps += tokens[i] != tokens[0];
     return steps;
@@ -83,7 +83,7 @@ void eval_trace_free(EvalTrace *t) {
     memset(t, 0, sizeof *t);
 }
 
-int eval_tokens(const Model *m, const uint8_t *tokens, int n, const CodecSpec *k_spec, const CodecSpec *v_spec,
+int eval_tokens(const Model *m, const int32_t *tokens, int n, const CodecSpec *k_spec, const CodecSpec *v_spec,
                 int n_threads, int decode, EvalTrace *record, const EvalTrace *reference, EvalResult *out, char *err,
                 size_t errlen) {
     memset(out, 0, sizeof *out);
@@ -189,11 +189,11 @@ int eval_tokens(const Model *m, const uint8_t *tokens, int n, const CodecSpec *k
 // is predicted once; the loss, top-1 agreement and KL are means over all of them and the interval
 // comes from all their differences. The cache's bytes are those of the first window. A text that
 // fits one window gives exactly eval_tokens' results.
-int eval_windows(const Model *m, const uint8_t *tokens, int n, int window, const CodecSpec *const *k_specs,
+int eval_windows(const Model *m, const int32_t *tokens, int n, int window, const CodecSpec *const *k_specs,
                  const CodecSpec *const *v_specs, int n_specs, int threads, int decode, EvalResult *ref, EvalResult *out,
                  double *nll, char *err, size_t errlen) {
     const int per = window - 1;
-    uint8_t *buf = malloc((size_t)window);
+    int32_t *buf = malloc(sizeof(int32_t) * (size_t)window);
     double *diff = malloc(sizeof(double) * (size_t)n * (size_t)n_specs);
     double *sums = calloc((size_t)n_specs * 3 + 1, sizeof(double)); // [spec][nll, agree, kl], then fp32's nll
     if (!buf || !diff || !sums) {
@@ -208,7 +208,7 @@ int eval_windows(const Model *m, const uint8_t *tokens, int n, int window, const
         for (int start = doc + 1; start < end && !rc; start += per) {
             const int len = end - start < per ? end - start : per, wn = len + 1;
             buf[0] = tokens[0];
-            memcpy(buf + 1, tokens + start, (size_t)len);
+            memcpy(buf + 1, tokens + start, sizeof(int32_t) * (size_t)len);
             EvalTrace tr = {0}, ts = {0};
             EvalResult r_ref, r;
             if (eval_trace_alloc(&tr, m, wn) || eval_trace_alloc(&ts, m, wn)) {

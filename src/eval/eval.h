@@ -40,7 +40,7 @@ typedef struct {
 // server decodes. The two give the same bits (tests/test_eval_fast.c).
 // With `record`, fills it (eval_trace_alloc first); with `reference`, compares every step against it
 // (top1_agree, kl; both left at 1 and 0 without one).
-int eval_tokens(const Model *m, const uint8_t *tokens, int n, const CodecSpec *k_spec, const CodecSpec *v_spec,
+int eval_tokens(const Model *m, const int32_t *tokens, int n, const CodecSpec *k_spec, const CodecSpec *v_spec,
                 int n_threads, int decode, EvalTrace *record, const EvalTrace *reference, EvalResult *out, char *err,
                 size_t errlen);
 // A text of any length (tokens[0] is BOS; each further BOS starts a document, as the corpus's files):
@@ -49,11 +49,11 @@ int eval_tokens(const Model *m, const uint8_t *tokens, int n, const CodecSpec *k
 // and the interval are over all of them. One window: exactly eval_tokens' results. With `nll`
 // (n_specs + 1 rows of n), each predicted byte's NLL in text order: row 0 fp32's, row 1 + s scheme
 // s's (eval_windows_steps of them per row), for pairing runs on the same bytes.
-int eval_windows(const Model *m, const uint8_t *tokens, int n, int window, const CodecSpec *const *k_specs,
+int eval_windows(const Model *m, const int32_t *tokens, int n, int window, const CodecSpec *const *k_specs,
                  const CodecSpec *const *v_specs, int n_specs, int threads, int decode, EvalResult *ref, EvalResult *out,
                  double *nll, char *err, size_t errlen);
 // How many bytes eval_windows predicts in tokens[0..n): every token that is not a BOS.
-int eval_windows_steps(const uint8_t *tokens, int n);
+int eval_windows_steps(const int32_t *tokens, int n);
 int eval_trace_alloc(EvalTrace *t, const Model *m, int n_tokens);
 void eval_trace_free(EvalTrace *t);
 

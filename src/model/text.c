@@ -91,15 +91,19 @@ int text_from_bytes(Text *t, const uint8_t *bytes, size_t n, long limit, int max
     } else if (max_tokens < 1 || keep + !documents > (size_t)max_tokens) {
         text_context_error(t->path, keep + !documents, max_tokens, err, errlen);
     } else {
-        t->tokens = malloc(keep + 1);
-        if (!t->tokens) {
+        t->bytes = malloc(keep + 1);
+        t->tokens = malloc(sizeof(int32_t) * (keep + 1));
+        if (!t->bytes || !t->tokens) {
+            free(t->bytes), free(t->tokens);
+            t->bytes = NULL, t->tokens = NULL;
             snprintf(err, errlen, "out of memory");
             return -1;
         }
         t->chars = found;
         t->n_tokens = (int)keep + !documents;
-        t->tokens[0] = MICRO_BOS;
-        memcpy(t->tokens + !documents, bytes, keep);
+        t->bytes[0] = MICRO_BOS;
+        memcpy(t->bytes + !documents, bytes, keep);
+        for (int i = 0; i < t->n_tokens; i++) t->tokens[i] = t->bytes[i]; // micro's byte vocabulary
         t->documents = 1;
         for (size_t i = 1; documents && i < keep; i++) t->documents += bytes[i] == MICRO_BOS;
         return 0;
@@ -153,6 +157,7 @@ int text_load(Text *t, const char *arg, int max_tokens, char *err, size_t errlen
 }
 
 void text_free(Text *t) {
+    free(t->bytes);
     free(t->tokens);
     memset(t, 0, sizeof *t);
 }

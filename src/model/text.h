@@ -10,7 +10,11 @@ typedef struct {
     char path[4096];
     long chars;       // characters kept (the whole file when no limit was given)
     int n_tokens;     // BOS included
-    uint8_t *tokens;  // [n_tokens]: BOS, then the UTF-8 bytes
+    // [n_tokens]: BOS, then the UTF-8 bytes, as the text is shown (its characters, its continuations).
+    uint8_t *bytes;
+    // [n_tokens]: the ids the model reads, BOS first; with micro's byte vocabulary, bytes[i]. Ids,
+    // not bytes, are what a text carries into eval, the forward pass and the cache.
+    int32_t *tokens;
     int documents;    // 1; or, for a file in the corpus's form (each document after a 0x01 byte,
                       // the first at offset 0), its documents: tokens are the file's bytes, each
                       // 0x01 a document's BOS
