@@ -53,6 +53,10 @@ static void parse(const char *cmd, int argc, char **argv) {
         PlateOptions o;
         check_status(status = plate_parse(argc, argv, &o, err, sizeof err), err, sizeof err);
         if (status == OPTS_RUN) FUZZ_REQUIRE(o.threads >= 1 && o.threads <= 8 && !(o.csv && o.json));
+    } else if (!strcmp(cmd, "tokenize")) {
+        TokenizeOptions o;
+        check_status(status = tokenize_parse(argc, argv, &o, err, sizeof err), err, sizeof err);
+        if (status == OPTS_RUN) FUZZ_REQUIRE(o.text != NULL);
     } else if (!strcmp(cmd, "inspect")) {
         InspectOptions o;
         check_status(status = inspect_parse(argc, argv, &o, err, sizeof err), err, sizeof err);

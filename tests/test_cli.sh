@@ -214,4 +214,12 @@ else
     echo "skip model-dependent checks: models/micro.bin is absent"
 fi
 
+# micro tokenize: micro's byte vocabulary (its own file and its GGUF alike) gives BOS and the bytes.
+expect 2 "tokenize needs --text" "tokenize without a text" -- "$micro" tokenize
+"$micro" tokenize --text data/plates/en.txt:5 >"$tmp/tok.txt" && [ "$(tr '\n' ' ' <"$tmp/tok.txt")" = "1 87 104 101 110 32 " ] &&
+    ok "tokenize: BOS and the bytes" || bad "tokenize bytes: $(cat "$tmp/tok.txt")"
+"$micro" export --gguf "$tmp/m.gguf" && "$micro" tokenize --model "$tmp/m.gguf" --text data/plates/en.txt:5 | cmp -s - "$tmp/tok.txt" &&
+    ok "tokenize: the exported GGUF's byte vocabulary, the same ids" || bad "tokenize on the GGUF"
+"$micro" tokenize --text data/plates/en.txt:2 --csv | sed -n 2p | grep -qx '87,W' && ok "tokenize --csv: id,bytes" || bad "tokenize --csv"
+
 finish

@@ -17,7 +17,7 @@ need_packages() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 }
 
-BUILD_PACKAGES=(meson ninja-build pkg-config gcc libc6-dev libopenblas-dev libstb-dev)
+BUILD_PACKAGES=(meson ninja-build pkg-config gcc libc6-dev libopenblas-dev libstb-dev libpcre2-dev)
 
 # Configures (once) and builds a build directory: build_micro DIR [meson options...]
 build_micro() {

@@ -37,6 +37,12 @@ typedef struct {
 } ExportOptions;
 int export_parse(int argc, char **argv, ExportOptions *o, char *err, size_t errlen);
 
+typedef struct {
+    const char *text, *model_path;
+    int csv;
+} TokenizeOptions;
+int tokenize_parse(int argc, char **argv, TokenizeOptions *o, char *err, size_t errlen);
+
 #define BENCH_MAX_LIST 64
 typedef struct {
     const char *model_path, *calib_path, *k_spec, *v_spec;

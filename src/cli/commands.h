@@ -5,6 +5,7 @@
 int cmd_eval(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_capacity(int argc, char **argv);

@@ -41,6 +41,7 @@ static const struct {
     {"calibrate", cmd_calibrate, "KVQuant's calibration: key ranges, outlier thresholds and codebooks (.kvq)"},
     {"train", cmd_train, "train micro from the corpus (batched forward/backward, AdamW)"},
     {"export", cmd_export, "write llama2.c's legacy checkpoint or a GGUF model for llama.cpp"},
+    {"tokenize", cmd_tokenize, "a text's token ids as the model's own tokenizer gives them"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

@@ -58,6 +58,9 @@ typedef struct {
 // Parses size bytes at data; label names the file in messages. 0, or -1 with one line in err.
 int gguf_parse(Gguf *g, const uint8_t *data, size_t size, const char *label, char *err, size_t errlen);
 void gguf_free(Gguf *g);
+// A file's bytes, mapped read-only (a regular, non-empty file); 0, or -1 with one line in err.
+int gguf_map(const char *path, const uint8_t **data, size_t *size, char *err, size_t errlen);
+void gguf_unmap(const uint8_t *data, size_t size);
 
 // The pair with this key, or NULL.
 const GgufKv *gguf_find(const Gguf *g, const char *key);

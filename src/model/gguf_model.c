@@ -4,14 +4,10 @@
 // vocabulary (what `micro export --gguf` writes); docs/models.md says what is refused and why.
 #include "gguf_model.h"
 
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "gguf.h"
 #include "msgtext.h"
@@ -191,21 +187,10 @@ int gguf_model_load(Model *m, const char *path, char *err, size_t errlen) {
     char shown[MSG_TEXT];
     const char *label = msg_text(path, shown, sizeof shown);
     memset(m, 0, sizeof *m);
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
-        if (fd >= 0) close(fd);
-        snprintf(err, errlen, "%s: cannot read it as a GGUF file", label);
-        return -1;
-    }
-    // Mapped, not read: the weights are decoded straight from the file into micro's buffer.
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) {
-        snprintf(err, errlen, "%s: cannot map it", label);
-        return -1;
-    }
-    const int rc = gguf_model_from_bytes(m, map, (size_t)st.st_size, label, err, errlen);
-    munmap(map, (size_t)st.st_size);
+    const uint8_t *map;
+    size_t size;
+    if (gguf_map(path, &map, &size, err, errlen)) return -1;
+    const int rc = gguf_model_from_bytes(m, map, size, label, err, errlen);
+    gguf_unmap(map, size);
     return rc;
 }

@@ -1,0 +1,75 @@
+// A GGUF file's tokenizer (gguf_tokenizer.h), from its tokenizer.ggml.* keys as llama.cpp's
+// converter writes them.
+#include "gguf_tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// The strings of an array key, each a TokBytes into the file; NULL with one line in err.
+static TokBytes *string_array(const Gguf *g, const char *key, uint64_t *n, char *err, size_t errlen) {
+    const GgufKv *kv = gguf_find(g, key);
+    if (!kv || kv->type != GGUF_ARRAY || kv->array_type != GGUF_STRING || kv->count == 0 || kv->count > (1u << 24)) {
+        snprintf(err, errlen, "no array of strings %s", key);
+        return NULL;
+    }
+    TokBytes *out = malloc(sizeof *out * (size_t)kv->count);
+    if (!out) {
+        snprintf(err, errlen, "out of memory reading %s", key);
+        return NULL;
+    }
+    const uint8_t *at = kv->at;
+    for (uint64_t i = 0; i < kv->count; i++) {
+        const GgufString s = gguf_next_string(&at);
+        out[i] = (TokBytes){s.ptr, (size_t)s.len};
+    }
+    *n = kv->count;
+    return out;
+}
+
+int gguf_tokenizer(const Gguf *g, GgufTokenizer *t, char *err, size_t errlen) {
+    memset(t, 0, sizeof *t);
+    GgufString model, pre = {(const uint8_t *)"gpt2", 4};
+    char why[300];
+    if (gguf_get_string(g, "tokenizer.ggml.model", &model, why, sizeof why)) {
+        snprintf(err, errlen, "no tokenizer.ggml.model");
+        return -1;
+    }
+    if (!gguf_string_is(model, "gpt2")) {
+        snprintf(err, errlen, "tokenizer '%.*s': micro reads gpt2 (byte-level BPE) vocabularies so far",
+                 model.len < 40 ? (int)model.len : 40, (const char *)model.ptr);
+        return -1;
+    }
+    if (gguf_get_string(g, "tokenizer.ggml.pre", &pre, why, sizeof why) < 0) {
+        snprintf(err, errlen, "%s", why);
+        return -1;
+    }
+    char pre_name[64];
+    snprintf(pre_name, sizeof pre_name, "%.*s", pre.len < 63 ? (int)pre.len : 63, (const char *)pre.ptr);
+    uint64_t n_tokens = 0, n_merges = 0;
+    TokBytes *tokens = string_array(g, "tokenizer.ggml.tokens", &n_tokens, err, errlen);
+    TokBytes *merges = tokens ? string_array(g, "tokenizer.ggml.merges", &n_merges, err, errlen) : NULL;
+    if (tokens && merges) t->bpe = bpe_create(tokens, (int)n_tokens, merges, (int)n_merges, pre_name, err, errlen);
+    free(tokens);
+    free(merges);
+    if (!t->bpe) return -1;
+    t->n_tokens = (int)n_tokens;
+    uint64_t bos = 0;
+    int add_bos = 0;
+    const int has_bos = gguf_get_uint(g, "tokenizer.ggml.bos_token_id", 0, n_tokens - 1, &bos, why, sizeof why);
+    const int has_add = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos, why, sizeof why);
+    if (has_bos < 0 || has_add < 0) {
+        bpe_free(t->bpe);
+        t->bpe = NULL;
+        snprintf(err, errlen, "%s", why);
+        return -1;
+    }
+    // BOS as the file says: added only when add_bos_token is true and there is a BOS token.
+    t->bos = has_bos == 0 && has_add == 0 && add_bos ? (int32_t)bos : -1;
+    return 0;
+}
+
+void gguf_tokenizer_free(GgufTokenizer *t) {
+    bpe_free(t->bpe);
+    memset(t, 0, sizeof *t);
+}

@@ -1,0 +1,22 @@
+// The tokenizer a GGUF file describes (tokenizer.ggml.model gpt2: byte-level BPE, its pre-tokenizer
+// named by tokenizer.ggml.pre), and whether texts begin with its BOS (tokenizer.ggml.add_bos_token).
+#ifndef MICRO_GGUF_TOKENIZER_H
+#define MICRO_GGUF_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bpe.h"
+#include "gguf.h"
+
+typedef struct {
+    Bpe *bpe;
+    int n_tokens;
+    int32_t bos; // the id a text starts with, or -1 for none
+} GgufTokenizer;
+
+// 0, or -1 with one line in err (another tokenizer named; a key missing or of another type).
+int gguf_tokenizer(const Gguf *g, GgufTokenizer *t, char *err, size_t errlen);
+void gguf_tokenizer_free(GgufTokenizer *t);
+
+#endif
