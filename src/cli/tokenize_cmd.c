@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "cmd_options.h"
 #include "commands.h"
+#include "gguf_model.h"
 #include "gguf_tokenizer.h"
 #include "model_file.h"
 #include "msgtext.h"
@@ -80,9 +81,11 @@ int cmd_tokenize(int argc, char **argv) {
         if (gguf_map(model_path, &map, &size, err, sizeof err) ||
             gguf_parse(&g, map, size, msg_text(model_path, shown, sizeof shown), err, sizeof err))
             status = cli_error("%s", err);
-        else if (gguf_get_string(&g, "tokenizer.ggml.model", &model, err, sizeof err) == 0 && gguf_string_is(model, "gpt2") &&
-                 gguf_tokenizer(&g, &tok, err, sizeof err))
+        else if (gguf_get_string(&g, "tokenizer.ggml.model", &model, err, sizeof err) == 0 && gguf_string_is(model, "gpt2")) {
+            if (gguf_tokenizer(&g, &tok, err, sizeof err)) status = cli_error("%s: %s", shown, err);
+        } else if (gguf_byte_vocabulary(&g, err, sizeof err)) { // neither BPE nor micro's bytes
             status = cli_error("%s: %s", shown, err);
+        }
     } else {
         Model m; // micro's own file: checked as every command checks it
         if (model_load(&m, model_path, err, sizeof err)) status = cli_error("%s", err);

@@ -51,8 +51,7 @@ static uint64_t fixed_bytes(uint32_t type) {
 static const char *const type_names[GGUF_N_TYPES] = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32", "float32",
                                                      "bool",  "string", "array",  "uint64", "int64",  "float64"};
 
-// The key's text for a message: printable ASCII, at most 60 bytes, '?' for anything else.
-static const char *shown_key(GgufString k, char *buf, size_t n) {
+const char *gguf_shown(GgufString k, char *buf, size_t n) {
     size_t o = 0;
     for (uint64_t i = 0; i < k.len && o + 1 < n && i < 60; i++) buf[o++] = k.ptr[i] >= 0x20 && k.ptr[i] < 0x7f ? (char)k.ptr[i] : '?';
     buf[o] = 0;
@@ -94,19 +93,19 @@ int gguf_parse(Gguf *g, const uint8_t *data, size_t size, const char *label, cha
         kv->key = take_string(&c, 256);
         kv->type = take_u32(&c);
         if (c.bad) FAIL("metadata key %llu is cut short or longer than 256 bytes", (unsigned long long)i);
-        if (kv->type >= GGUF_N_TYPES) FAIL("key %s has value type %u, which GGUF does not define", shown_key(kv->key, key, sizeof key), kv->type);
+        if (kv->type >= GGUF_N_TYPES) FAIL("key %s has value type %u, which GGUF does not define", gguf_shown(kv->key, key, sizeof key), kv->type);
         for (uint64_t j = 0; j < i; j++)
-            if (same_string(g->kv[j].key, kv->key)) FAIL("key %s is given twice", shown_key(kv->key, key, sizeof key));
+            if (same_string(g->kv[j].key, kv->key)) FAIL("key %s is given twice", gguf_shown(kv->key, key, sizeof key));
         uint32_t elem = kv->type;
         kv->count = 1;
         if (kv->type == GGUF_ARRAY) {
             kv->array_type = elem = take_u32(&c);
             kv->count = take_u64(&c);
-            if (c.bad) FAIL("key %s: an array cut short", shown_key(kv->key, key, sizeof key));
+            if (c.bad) FAIL("key %s: an array cut short", gguf_shown(kv->key, key, sizeof key));
             if (elem >= GGUF_N_TYPES || elem == GGUF_ARRAY)
-                FAIL("key %s: an array of type %u (arrays of arrays are not read)", shown_key(kv->key, key, sizeof key), elem);
+                FAIL("key %s: an array of type %u (arrays of arrays are not read)", gguf_shown(kv->key, key, sizeof key), elem);
             if (kv->count > GGUF_MAX_ARRAY)
-                FAIL("key %s: an array of %llu elements, more than the %u micro reads", shown_key(kv->key, key, sizeof key),
+                FAIL("key %s: an array of %llu elements, more than the %u micro reads", gguf_shown(kv->key, key, sizeof key),
                      (unsigned long long)kv->count, GGUF_MAX_ARRAY);
         }
         kv->at = c.p;
@@ -115,10 +114,10 @@ int gguf_parse(Gguf *g, const uint8_t *data, size_t size, const char *label, cha
         } else {
             take(&c, fixed_bytes(elem) * kv->count);
         }
-        if (c.bad) FAIL("key %s: its value runs past the end of the file", shown_key(kv->key, key, sizeof key));
+        if (c.bad) FAIL("key %s: its value runs past the end of the file", gguf_shown(kv->key, key, sizeof key));
         if (elem == GGUF_BOOL)
             for (uint64_t j = 0; j < kv->count; j++)
-                if (kv->at[j] > 1) FAIL("key %s: a bool that is neither 0 nor 1", shown_key(kv->key, key, sizeof key));
+                if (kv->at[j] > 1) FAIL("key %s: a bool that is neither 0 nor 1", gguf_shown(kv->key, key, sizeof key));
     }
     uint64_t alignment = 32;
     char why[200];
@@ -138,7 +137,7 @@ int gguf_parse(Gguf *g, const uint8_t *data, size_t size, const char *label, cha
             t->dims[d] = take_u64(&c);
             // Every product stays below 2^48: far beyond any model, far from overflow.
             if (t->dims[d] == 0 || t->dims[d] >= (1ull << 48) / t->n_elements) {
-                    FAIL("tensor %s: a dimension of 0 or a size beyond 2^48 numbers", shown_key(t->name, key, sizeof key));
+                    FAIL("tensor %s: a dimension of 0 or a size beyond 2^48 numbers", gguf_shown(t->name, key, sizeof key));
             }
             t->n_elements *= t->dims[d];
         }
@@ -149,16 +148,16 @@ int gguf_parse(Gguf *g, const uint8_t *data, size_t size, const char *label, cha
         }
         for (uint64_t j = 0; j < i; j++)
             if (same_string(g->tensors[j].name, t->name)) {
-                    FAIL("tensor %s is given twice", shown_key(t->name, key, sizeof key));
+                    FAIL("tensor %s is given twice", gguf_shown(t->name, key, sizeof key));
             }
         if (!(t->type = ggml_type_of(type))) {
             const char *name = ggml_type_unread_name(type);
             if (name) FAIL("tensor %s is of type %s, which micro does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
-                           "Q5_1, Q4_K, Q5_K and Q6_K)", shown_key(t->name, key, sizeof key), name);
-            FAIL("tensor %s has type %u, which ggml does not define", shown_key(t->name, key, sizeof key), type);
+                           "Q5_1, Q4_K, Q5_K and Q6_K)", gguf_shown(t->name, key, sizeof key), name);
+            FAIL("tensor %s has type %u, which ggml does not define", gguf_shown(t->name, key, sizeof key), type);
         }
         if (t->dims[0] % (uint64_t)t->type->block) {
-            FAIL("tensor %s: rows of %llu numbers do not divide into %s's blocks of %d", shown_key(t->name, key, sizeof key),
+            FAIL("tensor %s: rows of %llu numbers do not divide into %s's blocks of %d", gguf_shown(t->name, key, sizeof key),
                  (unsigned long long)t->dims[0], t->type->name, t->type->block);
         }
         t->bytes = t->n_elements / (uint64_t)t->type->block * t->type->bytes;
@@ -172,7 +171,7 @@ int gguf_parse(Gguf *g, const uint8_t *data, size_t size, const char *label, cha
         GgufTensor *t = &g->tensors[i];
         if (t->offset % alignment || t->offset > size - start || t->bytes > size - start - t->offset) {
             FAIL("tensor %s: its data (offset %llu, %llu bytes) is unaligned or past the end of the file",
-                 shown_key(t->name, key, sizeof key), (unsigned long long)t->offset, (unsigned long long)t->bytes);
+                 gguf_shown(t->name, key, sizeof key), (unsigned long long)t->offset, (unsigned long long)t->bytes);
         }
         t->data = data + start + t->offset;
     }

@@ -66,6 +66,9 @@ void gguf_unmap(const uint8_t *data, size_t size);
 const GgufKv *gguf_find(const Gguf *g, const char *key);
 // The tensor of this name, or NULL.
 const GgufTensor *gguf_tensor(const Gguf *g, const char *name);
+// A string of the file as a message shows it: printable ASCII, at most 60 bytes, '?' for any other
+// byte; into buf (n bytes), which is returned.
+const char *gguf_shown(GgufString s, char *buf, size_t n);
 // Whether s holds exactly the text t.
 int gguf_string_is(GgufString s, const char *t);
 

@@ -45,11 +45,11 @@ static const TensorPlace *tensor_at(size_t i, const TensorPlace *whole, size_t n
 
 // The vocabulary micro reads so far: llama's SentencePiece form with 256 byte tokens <0x00>..<0xFF>
 // in order, token b the byte b (what export --gguf writes). Others are named in the refusal.
-static int check_vocabulary(const Gguf *g, char *why, size_t n) {
+int gguf_byte_vocabulary(const Gguf *g, char *why, size_t n) {
     GgufString model = {(const uint8_t *)"", 0};
     if (gguf_get_string(g, "tokenizer.ggml.model", &model, why, n) < 0) return -1;
     const GgufKv *tokens = gguf_find(g, "tokenizer.ggml.tokens");
-    int bytes = gguf_string_is(model, "llama") && tokens && tokens->type == 9 /* array */ &&
+    int bytes = gguf_string_is(model, "llama") && tokens && tokens->type == GGUF_ARRAY &&
                 tokens->array_type == GGUF_STRING && tokens->count == 256;
     const uint8_t *at = bytes ? tokens->at : NULL;
     for (int b = 0; b < 256 && bytes; b++) {
@@ -58,11 +58,9 @@ static int check_vocabulary(const Gguf *g, char *why, size_t n) {
         bytes = gguf_string_is(gguf_next_string(&at), want);
     }
     if (bytes) return 0;
-    char shown[40] = "";
-    for (uint64_t i = 0; i < model.len && i + 1 < sizeof shown; i++)
-        shown[i] = model.ptr[i] >= 0x20 && model.ptr[i] < 0x7f ? (char)model.ptr[i] : '?';
+    char shown[64];
     snprintf(why, n, "tokenizer '%s'%s: micro reads only a byte vocabulary so far (256 tokens <0x00>..<0xFF>, "
-             "as micro export --gguf writes)", shown, tokens ? "" : " without tokens");
+             "as micro export --gguf writes)", gguf_shown(model, shown, sizeof shown), tokens ? "" : " without tokens");
     return -1;
 }
 
@@ -77,12 +75,10 @@ int gguf_model_from_bytes(Model *m, const uint8_t *data, size_t size, const char
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
         if (gguf_string_is(arch_name, archs[i].name)) arch = &archs[i];
     if (!arch) {
-        char shown[40] = "";
-        for (uint64_t i = 0; i < arch_name.len && i + 1 < sizeof shown; i++)
-            shown[i] = arch_name.ptr[i] >= 0x20 && arch_name.ptr[i] < 0x7f ? (char)arch_name.ptr[i] : '?';
-        FAIL("architecture '%s': micro reads llama so far", shown);
+        char shown[64];
+        FAIL("architecture '%s': micro reads llama so far", gguf_shown(arch_name, shown, sizeof shown));
     }
-    if (check_vocabulary(&g, why, sizeof why)) FAIL("%s", why);
+    if (gguf_byte_vocabulary(&g, why, sizeof why)) FAIL("%s", why);
     // The shape from the architecture's keys: each required, in range, or refused by name.
     static const struct {
         const char *key;
@@ -167,11 +163,9 @@ int gguf_model_from_bytes(Model *m, const uint8_t *data, size_t size, const char
                 known = gguf_string_is(g.tensors[i].name, key);
             }
             if (!known) {
-                char shown[70] = "";
-                const GgufString s = g.tensors[i].name;
-                for (uint64_t k = 0; k < s.len && k + 1 < sizeof shown; k++)
-                    shown[k] = s.ptr[k] >= 0x20 && s.ptr[k] < 0x7f ? (char)s.ptr[k] : '?';
-                FAIL("tensor %s: micro's %s has no such part yet", shown, arch->name);
+                char shown[64];
+                FAIL("tensor %s: micro's %s has no such part yet", gguf_shown(g.tensors[i].name, shown, sizeof shown),
+                     arch->name);
             }
         }
     gguf_free(&g);

@@ -36,8 +36,9 @@ int gguf_tokenizer(const Gguf *g, GgufTokenizer *t, char *err, size_t errlen) {
         return -1;
     }
     if (!gguf_string_is(model, "gpt2")) {
-        snprintf(err, errlen, "tokenizer '%.*s': micro reads gpt2 (byte-level BPE) vocabularies so far",
-                 model.len < 40 ? (int)model.len : 40, (const char *)model.ptr);
+        char shown[64];
+        snprintf(err, errlen, "tokenizer '%s': micro reads gpt2 (byte-level BPE) vocabularies so far",
+                 gguf_shown(model, shown, sizeof shown));
         return -1;
     }
     if (gguf_get_string(g, "tokenizer.ggml.pre", &pre, why, sizeof why) < 0) {
@@ -45,7 +46,7 @@ int gguf_tokenizer(const Gguf *g, GgufTokenizer *t, char *err, size_t errlen) {
         return -1;
     }
     char pre_name[64];
-    snprintf(pre_name, sizeof pre_name, "%.*s", pre.len < 63 ? (int)pre.len : 63, (const char *)pre.ptr);
+    gguf_shown(pre, pre_name, sizeof pre_name); // a name with other bytes is no pre-tokenizer micro knows
     uint64_t n_tokens = 0, n_merges = 0;
     TokBytes *tokens = string_array(g, "tokenizer.ggml.tokens", &n_tokens, err, errlen);
     TokBytes *merges = tokens ? string_array(g, "tokenizer.ggml.merges", &n_merges, err, errlen) : NULL;
