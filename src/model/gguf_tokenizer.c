@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "le_bytes.h"
+
 // The strings of an array key, each a TokBytes into the file; NULL with one line in err.
 static TokBytes *string_array(const Gguf *g, const char *key, uint64_t *n, char *err, size_t errlen) {
     const GgufKv *kv = gguf_find(g, key);
@@ -50,7 +52,18 @@ int gguf_tokenizer(const Gguf *g, GgufTokenizer *t, char *err, size_t errlen) {
     uint64_t n_tokens = 0, n_merges = 0;
     TokBytes *tokens = string_array(g, "tokenizer.ggml.tokens", &n_tokens, err, errlen);
     TokBytes *merges = tokens ? string_array(g, "tokenizer.ggml.merges", &n_merges, err, errlen) : NULL;
-    if (tokens && merges) t->bpe = bpe_create(tokens, (int)n_tokens, merges, (int)n_merges, pre_name, err, errlen);
+    // User-defined tokens (token type 4, llama.cpp's USER_DEFINED) are read whole in a text.
+    int32_t *user = NULL;
+    int n_user = 0;
+    const GgufKv *types = gguf_find(g, "tokenizer.ggml.token_type");
+    if (types && types->type == GGUF_ARRAY && types->array_type == GGUF_INT32 && types->count == n_tokens) {
+        user = malloc(sizeof(int32_t) * (size_t)n_tokens);
+        for (uint64_t i = 0; user && i < n_tokens; i++)
+            if ((int32_t)le_get_u32(types->at + 4 * i) == 4) user[n_user++] = (int32_t)i;
+    }
+    if (tokens && merges)
+        t->bpe = bpe_create(tokens, (int)n_tokens, merges, (int)n_merges, user, n_user, pre_name, err, errlen);
+    free(user);
     free(tokens);
     free(merges);
     if (!t->bpe) return -1;

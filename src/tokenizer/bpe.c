@@ -28,6 +28,8 @@ struct Bpe {
     int n_tokens;
     pcre2_code *regex[MAX_REGEXES];
     int n_regex;
+    int32_t *whole;  // the user-defined tokens, longest text first
+    int n_whole;
 };
 
 // The pre-tokenizers as llama.cpp's llama-vocab.cpp runs them: each regular expression splits every
@@ -81,6 +83,7 @@ void bpe_free(Bpe *b) {
     for (int i = 0; i < b->n_regex; i++) pcre2_code_free(b->regex[i]);
     free(b->texts);
     free(b->arena);
+    free(b->whole);
     free(b);
 }
 
@@ -92,8 +95,18 @@ static const char *c_string(TokBytes t, char *buf, size_t cap) {
     return buf;
 }
 
-Bpe *bpe_create(const TokBytes *tokens, int n_tokens, const TokBytes *merges, int n_merges, const char *pre, char *err,
-                size_t errlen) {
+typedef struct {
+    size_t len;
+    int32_t id;
+} Whole;
+
+static int longer_first(const void *a, const void *b) {
+    const Whole *x = a, *y = b;
+    return x->len != y->len ? (x->len < y->len) - (x->len > y->len) : (x->id > y->id) - (x->id < y->id);
+}
+
+Bpe *bpe_create(const TokBytes *tokens, int n_tokens, const TokBytes *merges, int n_merges, const int32_t *user_defined,
+                int n_user, const char *pre, char *err, size_t errlen) {
     int which = -1;
     for (int i = 0; i < N_PRE; i++)
         if (!strcmp(pre, pre_tokenizers[i].name)) which = i;
@@ -133,6 +146,22 @@ Bpe *bpe_create(const TokBytes *tokens, int n_tokens, const TokBytes *merges, in
         }
         if (shgeti(b->ranks, k) < 0) shput(b->ranks, k, i);
     }
+    // The user-defined tokens, longest first (a longer text wins where two begin at one place), by id among equals.
+    b->whole = malloc(sizeof(int32_t) * (size_t)(n_user > 0 ? n_user : 1));
+    Whole *order = malloc(sizeof *order * (size_t)(n_user > 0 ? n_user : 1));
+    if (!b->whole || !order) {
+        free(order);
+        bpe_free(b);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    int n_order = 0;
+    for (int i = 0; i < n_user; i++)
+        if (user_defined[i] >= 0 && user_defined[i] < n_tokens && tokens[user_defined[i]].n > 0)
+            order[n_order++] = (Whole){tokens[user_defined[i]].n, user_defined[i]};
+    qsort(order, (size_t)n_order, sizeof *order, longer_first);
+    for (int i = 0; i < n_order; i++) b->whole[b->n_whole++] = order[i].id;
+    free(order);
     for (int r = 0; r < MAX_REGEXES && pre_tokenizers[which].regex[r]; r++) {
         int code;
         PCRE2_SIZE offset;
@@ -296,21 +325,15 @@ static void add_piece(Vec *v, size_t start, size_t len) {
     if (p) p[0] = start, p[1] = len;
 }
 
-int bpe_encode(const Bpe *b, const uint8_t *text, size_t n, int32_t **ids, size_t *n_ids, char *err, size_t errlen) {
-    for (size_t i = 0; i < n;) { // PCRE2 is told the text is valid: make sure
-        const int len = utf8_char_len(text + i, n - i);
-        if (!len) {
-            snprintf(err, errlen, "invalid UTF-8 at byte offset %zu", i);
-            return -1;
-        }
-        i += (size_t)len;
-    }
+// The ids of a text with no user-defined token in it, appended to *out: the pre-tokenizer's pieces,
+// each merged. 0, or -1 (out of memory, or PCRE2 failed).
+static int encode_raw(const Bpe *b, const uint8_t *text, size_t n, Vec *out) {
     // Pieces as (start, length), split by each expression in turn.
     Vec pieces = {NULL, 0, 0, 2 * sizeof(size_t), 0};
     size_t *first = vec_push(&pieces);
     if (first) first[0] = 0, first[1] = n;
     pcre2_match_data *md = pcre2_match_data_create(1, NULL);
-    Merger m = {b, NULL, NULL, {NULL, 0, 0, sizeof(Pair), 0}, NULL, {NULL, 0, 0, sizeof(int32_t), 0}, b->vocab, b->ranks};
+    Merger m = {b, NULL, NULL, {NULL, 0, 0, sizeof(Pair), 0}, NULL, *out, b->vocab, b->ranks};
     uint8_t *mapped = NULL;
     int rc = md && first ? 0 : -1;
     for (int r = 0; r < b->n_regex && !rc; r++) {
@@ -346,23 +369,73 @@ int bpe_encode(const Bpe *b, const uint8_t *text, size_t n, int32_t **ids, size_
         const size_t *p = (size_t *)pieces.at + 2 * k;
         if (p[1] > 0) rc = encode_piece(&m, text + p[0], p[1], mapped);
     }
-    if (!rc && m.out.n > 0) {
-        int32_t *grown = realloc(*ids, sizeof(int32_t) * (*n_ids + m.out.n));
-        if (!grown) rc = -1;
-        else {
-            memcpy(grown + *n_ids, m.out.at, sizeof(int32_t) * m.out.n);
-            *ids = grown;
-            *n_ids += m.out.n;
-        }
-    }
-    if (rc) snprintf(err, errlen, "out of memory or a PCRE2 failure tokenising %zu bytes", n);
-    free(m.out.at);
+    *out = m.out;
     free(pieces.at);
     free(m.heap.at);
     free(m.sym);
     free(m.key);
     free(mapped);
     if (md) pcre2_match_data_free(md);
+    return rc || out->failed ? -1 : 0;
+}
+
+int bpe_encode(const Bpe *b, const uint8_t *text, size_t n, int32_t **ids, size_t *n_ids, char *err, size_t errlen) {
+    for (size_t i = 0; i < n;) { // PCRE2 is told the text is valid: make sure
+        const int len = utf8_char_len(text + i, n - i);
+        if (!len) {
+            snprintf(err, errlen, "invalid UTF-8 at byte offset %zu", i);
+            return -1;
+        }
+        i += (size_t)len;
+    }
+    // Fragments (start, length, id): the user-defined tokens cut out, longest first, leftmost first,
+    // as llama.cpp partitions a text; id -1 for text still to encode.
+    Vec frags = {NULL, 0, 0, 3 * sizeof(size_t), 0}, out = {NULL, 0, 0, sizeof(int32_t), 0};
+    size_t *f0 = vec_push(&frags);
+    if (f0) f0[0] = 0, f0[1] = n, f0[2] = (size_t)-1;
+    for (int w = 0; w < b->n_whole && !frags.failed; w++) {
+        const TokBytes t = b->texts[b->whole[w]];
+        Vec next = {NULL, 0, 0, 3 * sizeof(size_t), 0};
+        for (size_t k = 0; k < frags.n; k++) {
+            const size_t *f = (size_t *)frags.at + 3 * k;
+            size_t at = f[0];
+            const size_t end = f[0] + f[1];
+            const uint8_t *hit;
+            while (f[2] == (size_t)-1 && at + t.n <= end && (hit = memmem(text + at, end - at, t.p, t.n))) {
+                size_t *p = vec_push(&next);
+                if (p && (size_t)(hit - text) > at) p[0] = at, p[1] = (size_t)(hit - text) - at, p[2] = (size_t)-1, p = vec_push(&next);
+                if (p) p[0] = (size_t)(hit - text), p[1] = t.n, p[2] = (size_t)b->whole[w];
+                at = (size_t)(hit - text) + t.n;
+            }
+            size_t *p = at < end || f[2] != (size_t)-1 ? vec_push(&next) : NULL;
+            if (p) p[0] = f[2] != (size_t)-1 ? f[0] : at, p[1] = f[2] != (size_t)-1 ? f[1] : end - at, p[2] = f[2];
+        }
+        free(frags.at);
+        frags = next;
+    }
+    int rc = frags.failed ? -1 : 0;
+    for (size_t k = 0; k < frags.n && !rc; k++) {
+        const size_t *f = (size_t *)frags.at + 3 * k;
+        if (f[2] != (size_t)-1) {
+            int32_t *slot = vec_push(&out);
+            if (slot) *slot = (int32_t)f[2];
+        } else {
+            rc = encode_raw(b, text + f[0], f[1], &out);
+        }
+    }
+    if (out.failed) rc = -1;
+    if (!rc && out.n > 0) {
+        int32_t *grown = realloc(*ids, sizeof(int32_t) * (*n_ids + out.n));
+        if (!grown) rc = -1;
+        else {
+            memcpy(grown + *n_ids, out.at, sizeof(int32_t) * out.n);
+            *ids = grown;
+            *n_ids += out.n;
+        }
+    }
+    if (rc) snprintf(err, errlen, "out of memory or a PCRE2 failure tokenising %zu bytes", n);
+    free(out.at);
+    free(frags.at);
     return rc;
 }
 

@@ -2,7 +2,9 @@
 // model's pre-tokenizer (its regular expressions, through PCRE2), each piece's bytes are written as
 // GPT-2's printable stand-in characters, and the piece's symbols are merged pair by pair, the pair
 // of lowest merge rank first, until no listed pair is left; each symbol is then a token of the
-// vocabulary. A text is data: no special or added token is recognised inside it.
+// vocabulary. A text is data: no control token is recognised inside it; a user-defined token (an
+// added token that is not special: Qwen's <think>) is, as llama.cpp and the models' own tokenizers
+// read it, its text cut out of the text before the pre-tokenizer runs on what is left.
 #ifndef MICRO_BPE_H
 #define MICRO_BPE_H
 
@@ -22,8 +24,9 @@ const char *const *bpe_pre_tokenizers(int *n);
 
 // A tokenizer of n_tokens tokens (token i's text, in GPT-2's stand-in characters) and n_merges
 // merges ("left right", rank = index), with pre-tokenizer `pre`. NULL with one line in err.
-Bpe *bpe_create(const TokBytes *tokens, int n_tokens, const TokBytes *merges, int n_merges, const char *pre, char *err,
-                size_t errlen);
+// user_defined: the ids of the tokens read whole wherever their text occurs (n_user of them).
+Bpe *bpe_create(const TokBytes *tokens, int n_tokens, const TokBytes *merges, int n_merges, const int32_t *user_defined,
+                int n_user, const char *pre, char *err, size_t errlen);
 void bpe_free(Bpe *b);
 
 // The ids of n bytes of valid UTF-8 (no BOS added), appended to *ids (a malloc'ed array of *n_ids,
