@@ -183,6 +183,10 @@ int cmd_calibrate(int argc, char **argv) {
     }
     Model m;
     if (model_load(&m, model_path, err, sizeof err)) return cli_error("%s", err);
+    if (cli_byte_vocabulary(&m, model_path, err, sizeof err)) {
+        model_free(&m);
+        return cli_error("%s", err);
+    }
     int len = o.length ? o.length : (m.config.max_seq_len < DEFAULT_LENGTH ? m.config.max_seq_len : DEFAULT_LENGTH);
     if (len > m.config.max_seq_len) {
         const int context = m.config.max_seq_len;

@@ -152,10 +152,22 @@ void json_bytes_to(FILE *out, const uint8_t *text, size_t n) {
 
 void json_string_to(FILE *out, const char *text) { json_bytes_to(out, (const uint8_t *)text, strlen(text)); }
 
-int cli_load_model(Model *m, const char *given, const char *calib, char *err, size_t errlen) {
+int cli_byte_vocabulary(const Model *m, const char *path, char *err, size_t errlen) {
+    if (!m->tokenizer) return 0;
+    char shown[MSG_TEXT];
+    snprintf(err, errlen, "%s: a byte-level BPE vocabulary of %d tokens: micro eval, sweep and tokenize read it so far, "
+             "this command micro's byte vocabulary", msg_text(path, shown, sizeof shown), m->config.vocab_size);
+    return -1;
+}
+
+static int load_model(Model *m, const char *given, const char *calib, int any_vocabulary, char *err, size_t errlen) {
     char path[4096], kvq[4200];
     const char *model_path = cli_default_path(given, "models/micro.bin", path, sizeof path);
     if (model_load(m, model_path, err, errlen)) return -1;
+    if (!any_vocabulary && cli_byte_vocabulary(m, model_path, err, errlen)) {
+        model_free(m);
+        return -1;
+    }
     if (kvq_default_path(calib, model_path, kvq, sizeof kvq)) {
         snprintf(err, errlen, "the calibration's path is too long");
         model_free(m);
@@ -165,6 +177,26 @@ int cli_load_model(Model *m, const char *given, const char *calib, char *err, si
         model_free(m);
         return -1;
     }
+    return 0;
+}
+
+int cli_load_model(Model *m, const char *given, const char *calib, char *err, size_t errlen) {
+    return load_model(m, given, calib, 0, err, errlen);
+}
+
+int cli_load_any_model(Model *m, const char *given, const char *calib, char *err, size_t errlen) {
+    return load_model(m, given, calib, 1, err, errlen);
+}
+
+int cli_tokenize_texts(const Model *m, Text *texts, int n, char *err, size_t errlen) {
+    if (!m->tokenizer) return 0; // micro's bytes: text_load's ids
+    if (m->bos < 0) {
+        snprintf(err, errlen, "the model's vocabulary adds no BOS (tokenizer.ggml.add_bos_token): micro scores a text from "
+                 "its BOS so far");
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (text_tokenize(&texts[i], m->tokenizer, m->bos, INT32_MAX, err, errlen)) return -1;
     return 0;
 }
 

@@ -9,6 +9,7 @@
 
 #include "kvcache.h"
 #include "model.h"
+#include "text.h"
 
 // Prints "micro: <message>" to stderr and returns 2 (for `return cli_error(...)`).
 // The kernel set this run uses, as every benchmark header names it: "avx2", or "portable (MICRO_ISA;
@@ -22,7 +23,15 @@ const char *cli_default_path(const char *given, const char *relative, char *buf,
 // Loads the model (`given`, else models/micro.bin as cli_default_path finds it) and points the
 // calibrated codecs at their calibration: `calib` (--calib FILE, loaded and checked now) or the
 // file beside the model (loaded when a kvquant cache first needs it). -1 with one line in err.
+// Loads a model for a command that reads micro's byte vocabulary: a model with a tokenizer of its own
+// is refused in one line (cli_byte_vocabulary).
 int cli_load_model(Model *m, const char *given, const char *calib, char *err, size_t errlen);
+// The same for the commands that read any vocabulary micro tokenizes (eval, sweep).
+int cli_load_any_model(Model *m, const char *given, const char *calib, char *err, size_t errlen);
+// 0 when m reads micro's byte vocabulary, else -1 with one line in err naming path.
+int cli_byte_vocabulary(const Model *m, const char *path, char *err, size_t errlen);
+// The texts' ids under the model's own tokenizer (nothing to do for micro's bytes). 0, or -1.
+int cli_tokenize_texts(const Model *m, Text *texts, int n, char *err, size_t errlen);
 
 // Makes the folder a figure goes to, or takes it as it is: 0, or 2 after one line when it is not a
 // folder that can be made.

@@ -89,7 +89,8 @@ int cmd_eval(int argc, char **argv) {
     for (int i = 0; i < n_texts && !status; i++)
         if (text_load(&loaded[i], texts[i], INT_MAX, err, sizeof err)) status = cli_error("%s", err);
     Model m = {0};
-    if (!status && cli_load_model(&m, model_path, o.calib_path, err, sizeof err))
+    if (!status && (cli_load_any_model(&m, model_path, o.calib_path, err, sizeof err) ||
+                    cli_tokenize_texts(&m, loaded, n_texts, err, sizeof err)))
         status = cli_error("%s", err);
     if (!status && cmd_check_specs_for_model(&m, k_spec, v_spec, err, sizeof err)) status = cli_error("%s", err);
     int window = o.window ? o.window : m.config.max_seq_len;

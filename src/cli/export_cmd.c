@@ -54,6 +54,10 @@ int cmd_export(int argc, char **argv) {
         return cli_error("%s", err); // before any work
     Model m;
     if (model_load(&m, model_path, err, sizeof err)) return cli_error("%s", err);
+    if (cli_byte_vocabulary(&m, model_path, err, sizeof err)) { // the files it writes hold byte vocabularies
+        model_free(&m);
+        return cli_error("%s", err);
+    }
     if (o.llama2c && m.config.latent_dim > 0) { // bad input, before anything is written
         char shown[MSG_TEXT];
         const int latent = m.config.latent_dim;

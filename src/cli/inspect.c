@@ -231,6 +231,10 @@ int cmd_inspect(int argc, char **argv) {
     Model m;
     if (model_load(&m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
         return cli_error("%s", err);
+    if (cli_byte_vocabulary(&m, path, err, sizeof err)) {
+        model_free(&m);
+        return cli_error("%s", err);
+    }
     const ModelConfig *p = &m.config;
     const int L = p->n_layers, H = kv_layout_of(p).n_heads[KV_ROLE_KEY];
     StreamView views[N_STREAMS];

@@ -1035,7 +1035,7 @@ int cmd_plate(int argc, char **argv) {
     if (!status && (status = arch_panel_run(&r->arch, model_path, r->texts, threads, o.decode, 0)) != 0)
         cli_error("%s", r->arch.err);
     if (!status) { // the prompts' text: both plates' bytes, one after the other
-        const size_t en_len = (size_t)r->texts[0].n_tokens - 1, zh_len = (size_t)r->texts[1].n_tokens - 1;
+        const size_t en_len = (size_t)r->texts[0].n_bytes - 1, zh_len = (size_t)r->texts[1].n_bytes - 1;
         uint8_t *text = malloc(en_len + zh_len);
         r->threads = 1;
         r->serve_fp16 = o.serve_fp16;

@@ -184,15 +184,15 @@ int arch_panel_run(ArchPanel *p, const char *model_path, const Text *texts, int 
             arch_panel_free(p);
             return 2;
         }
-        const int kind = attention_of(&p->models[a].config);
-        if (kind != a) { // the label must be what the file holds
+        const int kind = p->models[a].tokenizer ? -1 : attention_of(&p->models[a].config);
+        if (kind != a) { // the label must be what the file holds, and the texts its bytes
             char shown[MSG_TEXT];
             msg_text(p->path[a], shown, sizeof shown);
             model_free(&p->models[a]);
             memset(&p->models[a], 0, sizeof p->models[a]);
             if (a > 0) continue; // left out, as a missing file
             snprintf(p->left_out, sizeof p->left_out, "%s has %s; the panel sets its siblings beside micro's %s",
-                     shown, archs[kind].what, archs[0].what);
+                     shown, kind < 0 ? "a vocabulary of its own" : archs[kind].what, archs[0].what);
             arch_panel_free(p);
             return 0;
         }

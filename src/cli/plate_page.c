@@ -40,7 +40,7 @@ static void base64_to(FILE *f, const uint8_t *b, size_t n) {
 // its last space, "，" or "。" when that keeps more than half of them, so that no word is cut.
 static size_t prefix_bytes(const Text *t, int chars) {
     size_t n = 0;
-    const size_t len = (size_t)t->n_tokens - 1;
+    const size_t len = (size_t)t->n_bytes - 1;
     const uint8_t *s = t->bytes + 1;
     for (int c = 0; c < chars && n < len; c++)
         do n++;

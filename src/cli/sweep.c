@@ -136,7 +136,9 @@ int cmd_sweep(int argc, char **argv) {
     for (int i = 0; i < o.n_texts && !status; i++)
         if (text_load(&texts[i], o.texts[i], INT_MAX, err, sizeof err)) status = cli_error("%s", err);
     Model m = {0};
-    if (!status && cli_load_model(&m, o.model_path, o.calib_path, err, sizeof err)) status = cli_error("%s", err);
+    if (!status && (cli_load_any_model(&m, o.model_path, o.calib_path, err, sizeof err) ||
+                    cli_tokenize_texts(&m, texts, o.n_texts, err, sizeof err)))
+        status = cli_error("%s", err);
     // A spec the user named must fit the model; one of the preset's that does not is left out with a
     // note (a grouped-query or latent model cannot take every width of every family).
     int kept = 0;

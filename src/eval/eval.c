@@ -15,40 +15,40 @@
 
 // Rows a span's scoring takes side by side: each row's max, sum and KL run in order over the
 // vocabulary, one chain each, and the rows' chains overlap (one row's waited on each add).
-enum { SIDE = 8, VOCAB = 256 };
+enum { SIDE = 8 };
 
-// log softmax of n <= SIDE rows of logits (VOCAB apart) into out[k], in double so long sums do not
-// drift. The exponentials a row at a time (exp_fixed in the kernel set's vectors: the same bits
+// log softmax of n <= SIDE rows of logits (V apart) into out (rows V apart), in double so long sums
+// do not drift. The exponentials a row at a time (exp_fixed in the kernel set's vectors: the same bits
 // everywhere), each row's max and sum in order of i.
-static void log_softmax_rows(const float *logits, int n, double (*out)[VOCAB]) {
+static void log_softmax_rows(const float *logits, int n, size_t V, double *out) {
     float max[SIDE];
     double sum[SIDE] = {0};
-    for (int k = 0; k < n; k++) max[k] = logits[(size_t)k * VOCAB];
-    for (int i = 1; i < VOCAB; i++)
+    for (int k = 0; k < n; k++) max[k] = logits[(size_t)k * V];
+    for (size_t i = 1; i < V; i++)
         for (int k = 0; k < n; k++) {
-            const float x = logits[(size_t)k * VOCAB + i];
+            const float x = logits[(size_t)k * V + i];
             max[k] = x > max[k] ? x : max[k];
         }
     const ForwardKernels *fk = forward_kernels();
-    for (int k = 0; k < n; k++) fk->exp_shifted(out[k], logits + (size_t)k * VOCAB, max[k], VOCAB);
-    for (int i = 0; i < VOCAB; i++)
-        for (int k = 0; k < n; k++) sum[k] += out[k][i];
+    for (int k = 0; k < n; k++) fk->exp_shifted(out + (size_t)k * V, logits + (size_t)k * V, max[k], (int)V);
+    for (size_t i = 0; i < V; i++)
+        for (int k = 0; k < n; k++) sum[k] += out[(size_t)k * V + i];
     for (int k = 0; k < n; k++) {
-        const float *l = logits + (size_t)k * VOCAB;
+        const float *l = logits + (size_t)k * V;
         const double log_sum = log(sum[k]);
-        for (int i = 0; i < VOCAB; i++) out[k][i] = (double)l[i] - max[k] - log_sum;
+        for (size_t i = 0; i < V; i++) out[(size_t)k * V + i] = (double)l[i] - max[k] - log_sum;
     }
 }
 
 // KL(reference || this) of each of n rows (steps t0 .. t0 + n − 1), from the reference's stored
 // log-probabilities, each row's sum in order of v.
-static void kl_rows(const EvalTrace *reference, int t0, int n, const double (*lp)[VOCAB], double *step) {
+static void kl_rows(const EvalTrace *reference, int t0, int n, size_t V, const double *lp, double *step) {
     for (int k = 0; k < n; k++) step[k] = 0;
-    const float *ref = reference->log_probs + (size_t)t0 * VOCAB;
-    const double *pref = reference->probs + (size_t)t0 * VOCAB;
-    for (int v = 0; v < VOCAB; v++)
+    const float *ref = reference->log_probs + (size_t)t0 * V;
+    const double *pref = reference->probs + (size_t)t0 * V;
+    for (size_t v = 0; v < V; v++)
         for (int k = 0; k < n; k++)
-            step[k] += pref[(size_t)k * VOCAB + v] * ((double)ref[(size_t)k * VOCAB + v] - (double)(float)lp[k][v]);
+            step[k] += pref[(size_t)k * V + v] * ((double)ref[(size_t)k * V + v] - (double)(float)lp[(size_t)k * V + v]);
 }
 
 int eval_windows_steps(const int32_t *tokens, int n) {
@@ -92,10 +92,11 @@ int eval_tokens(const Model *m, const int32_t *tokens, int n, const CodecSpec *k
         return -1;
     }
     const int vocab = m->config.vocab_size, heads = m->config.n_layers * m->config.n_heads;
-    if (vocab != VOCAB) { // tokens are bytes (model_validate holds every model to it)
-        snprintf(err, errlen, "a vocabulary of %d, not the %d bytes", vocab, VOCAB);
-        return -1;
-    }
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= vocab) {
+            snprintf(err, errlen, "token %d at position %d is outside the model's vocabulary of %d", tokens[t], t, vocab);
+            return -1;
+        }
     if (reference && reference->steps != n - 1) {
         snprintf(err, errlen, "the reference trace has %d steps, the text %d", reference->steps, n - 1);
         return -1;
@@ -107,15 +108,18 @@ int eval_tokens(const Model *m, const int32_t *tokens, int n, const CodecSpec *k
         return -1;
     double *diff = reference ? malloc(sizeof(double) * (size_t)(n - 1)) : NULL;
     int *ids = malloc(sizeof(int) * (size_t)n);
-    if ((reference && !diff) || !ids) {
+    double *lp = malloc(sizeof(double) * SIDE * (size_t)vocab); // SIDE rows' log-probabilities
+    if ((reference && !diff) || !ids || !lp) {
         decoder_free(&d);
         free(diff);
         free(ids);
+        free(lp);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
     for (int t = 0; t < n; t++) ids[t] = tokens[t];
-    double total = 0, kl = 0, lp[SIDE][VOCAB], steps[SIDE];
+    double total = 0, kl = 0, steps[SIDE];
+    const size_t V = (size_t)vocab;
     long agree = 0;
     // Every token runs, the last too: its key and value are cached, so the cache's size is that of n.
     for (int t0 = 0; t0 < n; t0 += span) {
@@ -126,26 +130,28 @@ int eval_tokens(const Model *m, const int32_t *tokens, int n, const CodecSpec *k
             decoder_free(&d);
             free(diff);
             free(ids);
+            free(lp);
             return -1;
         }
         const int scored = t0 + rows < n ? rows : n - 1 - t0; // the last token predicts nothing
         for (int i0 = 0; i0 < scored; i0 += SIDE) {
             const int side = scored - i0 < SIDE ? scored - i0 : SIDE;
-            log_softmax_rows(logits + (size_t)i0 * vocab, side, lp);
+            log_softmax_rows(logits + (size_t)i0 * V, side, V, lp);
             // KL(reference || this), from the reference's stored log-probabilities; when the two
             // runs are the same the terms cancel exactly, so the fp32 cache gets exactly 0.
-            if (reference) kl_rows(reference, t0 + i0, side, (const double(*)[VOCAB])lp, steps);
+            if (reference) kl_rows(reference, t0 + i0, side, V, lp, steps);
             for (int k = 0; k < side; k++) {
                 const int i = i0 + k, t = t0 + i;
                 const int *top_position = d.fwd.top_position + (size_t)i * heads;
-                total -= lp[k][tokens[t + 1]];
-                if (record) record->nll[t] = -lp[k][tokens[t + 1]];
-                if (reference) diff[t] = -lp[k][tokens[t + 1]] - reference->nll[t];
+                const double *lpk = lp + (size_t)k * V;
+                total -= lpk[tokens[t + 1]];
+                if (record) record->nll[t] = -lpk[tokens[t + 1]];
+                if (reference) diff[t] = -lpk[tokens[t + 1]] - reference->nll[t];
                 if (record) {
                     memcpy(record->top_position + (size_t)t * heads, top_position, sizeof(int) * (size_t)heads);
                     float *lt = record->log_probs + (size_t)t * vocab;
                     double *pt = record->probs + (size_t)t * vocab;
-                    for (int v = 0; v < vocab; v++) lt[v] = (float)lp[k][v];
+                    for (size_t v = 0; v < V; v++) lt[v] = (float)lpk[v];
                     forward_kernels()->exp_shifted(pt, lt, 0.0f, vocab);
                 }
                 if (reference) {
@@ -157,6 +163,7 @@ int eval_tokens(const Model *m, const int32_t *tokens, int n, const CodecSpec *k
         }
     }
     free(ids);
+    free(lp);
     out->tokens = n;
     out->loss = total / (n - 1);
     out->top1_agree = reference ? (double)agree / ((double)(n - 1) * heads) : 1.0;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "gguf_tokenizer.h"
 #include "msgtext.h"
 
 // One architecture: its name and the features micro's forward pass has for it. An architecture not
@@ -67,6 +68,7 @@ int gguf_byte_vocabulary(const Gguf *g, char *why, size_t n) {
 int gguf_model_from_bytes(Model *m, const uint8_t *data, size_t size, const char *label, char *err, size_t errlen) {
     memset(m, 0, sizeof *m);
     Gguf g;
+    GgufTokenizer tok = {0}; // freed at fail: every path there has it set or empty
     if (gguf_parse(&g, data, size, label, err, errlen)) return -1;
     char why[400], key[96];
     GgufString arch_name;
@@ -78,7 +80,13 @@ int gguf_model_from_bytes(Model *m, const uint8_t *data, size_t size, const char
         char shown[64];
         FAIL("architecture '%s': micro reads llama so far", gguf_shown(arch_name, shown, sizeof shown));
     }
-    if (gguf_byte_vocabulary(&g, why, sizeof why)) FAIL("%s", why);
+    // The vocabulary: byte-level BPE (tokenizer.ggml.model gpt2), or micro's 256 byte tokens.
+    GgufString tok_model;
+    if (gguf_get_string(&g, "tokenizer.ggml.model", &tok_model, why, sizeof why) == 0 && gguf_string_is(tok_model, "gpt2")) {
+        if (gguf_tokenizer(&g, &tok, why, sizeof why)) FAIL("%s", why);
+    } else if (gguf_byte_vocabulary(&g, why, sizeof why)) {
+        FAIL("%s", why);
+    }
     // The shape from the architecture's keys: each required, in range, or refused by name.
     static const struct {
         const char *key;
@@ -121,8 +129,12 @@ int gguf_model_from_bytes(Model *m, const uint8_t *data, size_t size, const char
     if (!embd || embd->n_dims != 2) FAIL("no two-dimensional token_embd.weight");
     c.vocab_size = embd->dims[1] <= (1u << 24) ? (int)embd->dims[1] : -1;
     if (v[9] && v[9] != (uint64_t)c.vocab_size) FAIL("vocab_size %llu beside a token_embd.weight of %d rows", (unsigned long long)v[9], c.vocab_size);
+    if (tok.bpe && tok.n_tokens > c.vocab_size)
+        FAIL("a vocabulary of %d tokens beside a token_embd.weight of %d rows", tok.n_tokens, c.vocab_size);
     if (model_config_validate(&c, why, sizeof why)) FAIL("%s", why);
     if (model_alloc(m, &c)) FAIL("out of memory for %zu parameters", model_param_count(&c));
+    m->tokenizer = tok.bpe, m->bos = tok.bpe ? tok.bos : MICRO_BOS;
+    tok.bpe = NULL; // the model's now
     ModelWeights *w = &m->w;
     const uint64_t d = (uint64_t)c.dim, q = (uint64_t)c.n_heads * (uint64_t)c.head_dim,
                    kv = (uint64_t)c.n_kv_heads * (uint64_t)c.head_dim, h = (uint64_t)c.hidden_dim;
@@ -171,6 +183,7 @@ int gguf_model_from_bytes(Model *m, const uint8_t *data, size_t size, const char
     gguf_free(&g);
     return 0;
 fail:
+    gguf_tokenizer_free(&tok);
     gguf_free(&g);
     if (m->params) model_free(m);
     memset(m, 0, sizeof *m);

@@ -1,5 +1,6 @@
 // micro's configuration, tensor layout and the checks every config must pass.
 #include "model.h"
+#include "bpe.h"
 
 #include "calloc_lines.h"
 
@@ -80,7 +81,8 @@ int model_config_validate(const ModelConfig *c, char *err, size_t errlen) {
     CHECK_RANGE(n_kv_heads, 1, 4096);
     CHECK_RANGE(head_dim, 2, MICRO_MAX_WIDTH);
     CHECK_RANGE(hidden_dim, 1, 1 << 20);
-    CHECK_RANGE(vocab_size, 256, 256); // tokens are raw bytes
+    // micro's own models read bytes (256 tokens); a GGUF's vocabulary is its tokenizer's.
+    CHECK_RANGE(vocab_size, 256, 1 << 20);
     CHECK_RANGE(max_seq_len, 1, 1 << 20);
     if (c->dim % c->n_heads != 0) {
         snprintf(err, errlen, "dim %d is not divisible by n_heads %d", c->dim, c->n_heads);
@@ -143,5 +145,6 @@ int model_alloc(Model *m, const ModelConfig *c) {
 
 void model_free(Model *m) {
     free(m->params);
+    bpe_free(m->tokenizer);
     memset(m, 0, sizeof *m);
 }

@@ -64,11 +64,17 @@ typedef struct {
     int is_matrix; // weight decay applies to matrices only
 } TensorInfo;
 
+struct Bpe;
+
 typedef struct {
     ModelConfig config;
     ModelWeights w;
     float *params; // owns the buffer w points into
     size_t n_params;
+    // The model's own tokenizer when it is not micro's byte vocabulary (a GGUF's byte-level BPE),
+    // owned; NULL for bytes. bos: the id a text starts with under it, or -1 for none.
+    struct Bpe *tokenizer;
+    int32_t bos;
 } Model;
 
 ModelConfig model_config_micro(void);

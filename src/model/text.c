@@ -1,5 +1,6 @@
 // Plates and other texts: UTF-8 checking, the character cut that never splits a character, bytes→tokens.
 #include "text.h"
+#include "bpe.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -100,7 +101,7 @@ int text_from_bytes(Text *t, const uint8_t *bytes, size_t n, long limit, int max
             return -1;
         }
         t->chars = found;
-        t->n_tokens = (int)keep + !documents;
+        t->n_tokens = t->n_bytes = (int)keep + !documents;
         t->bytes[0] = MICRO_BOS;
         memcpy(t->bytes + !documents, bytes, keep);
         for (int i = 0; i < t->n_tokens; i++) t->tokens[i] = t->bytes[i]; // micro's byte vocabulary
@@ -154,6 +155,41 @@ int text_load(Text *t, const char *arg, int max_tokens, char *err, size_t errlen
     int status = text_from_bytes(t, bytes, got, limit, max_tokens, err, errlen);
     free(bytes);
     return status;
+}
+
+int text_tokenize(Text *t, const struct Bpe *bpe, int32_t bos, int max_tokens, char *err, size_t errlen) {
+    char shown[MSG_TEXT];
+    const char *path = msg_text(t->path, shown, sizeof shown);
+    if (t->documents != 1 || t->bytes[0] != MICRO_BOS) {
+        snprintf(err, errlen, "%s: a file of documents (each after a 0x01) is read in micro's byte vocabulary only", path);
+        return -1;
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (bos >= 0) {
+        ids = malloc(sizeof *ids);
+        if (!ids) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        ids[n++] = bos;
+    }
+    char why[256];
+    if (bpe_encode(bpe, t->bytes + 1, (size_t)t->n_bytes - 1, &ids, &n, why, sizeof why)) {
+        free(ids);
+        snprintf(err, errlen, "%s: %s", path, why);
+        return -1;
+    }
+    if (n > (size_t)max_tokens || n < 1) {
+        free(ids);
+        if (n < 1) snprintf(err, errlen, "%s: no tokens", path);
+        else text_context_error(t->path, n, max_tokens, err, errlen);
+        return -1;
+    }
+    free(t->tokens);
+    t->tokens = ids;
+    t->n_tokens = (int)n;
+    return 0;
 }
 
 void text_free(Text *t) {

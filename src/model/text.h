@@ -10,6 +10,7 @@ typedef struct {
     char path[4096];
     long chars;       // characters kept (the whole file when no limit was given)
     int n_tokens;     // BOS included
+    int n_bytes;      // BOS included (the same as n_tokens under micro's byte vocabulary)
     // [n_tokens]: BOS, then the UTF-8 bytes, as the text is shown (its characters, its continuations).
     uint8_t *bytes;
     // [n_tokens]: the ids the model reads, BOS first; with micro's byte vocabulary, bytes[i]. Ids,
@@ -38,6 +39,11 @@ int text_split_arg(const char *arg, char *path, size_t pathlen, long *chars, cha
 // characters (all when limit <= 0) and fills t's tokens; t->path and t->name are left as they are
 // (they name the text in messages). One line in err on failure.
 int text_from_bytes(Text *t, const uint8_t *bytes, size_t n, long limit, int max_tokens, char *err, size_t errlen);
+// The text's ids under a model's own tokenizer (text_load gives micro's bytes): bos (if >= 0), then
+// the tokenizer's ids of the bytes after BOS; at most max_tokens. A file in the corpus's form (its
+// documents each after a 0x01) is refused. 0, or -1 with one line in err.
+struct Bpe;
+int text_tokenize(Text *t, const struct Bpe *bpe, int32_t bos, int max_tokens, char *err, size_t errlen);
 // The one message for a text longer than the model's context.
 void text_context_error(const char *path, size_t tokens, int max_tokens, char *err, size_t errlen);
 
