@@ -79,8 +79,8 @@ int main(void) {
     expect(abc, "the lowest rank first: abc -> a|bc -> abc", "abc", (const int32_t[]){258}, 1);
     expect(abc, "ab alone", "ab", (const int32_t[]){257}, 1);
     // A space belongs to the word after it (" ?\p{L}+"), as its stand-in Ġ.
-    static const char *const space_tokens[] = {"\xc4\xa0" "a"};
-    static const char *const space_merges[] = {"\xc4\xa0 a"};
+    static const char *const space_tokens[] = {"\304\240a"};
+    static const char *const space_merges[] = {"\304\240 a"};
     Bpe *space = make("gpt2", space_tokens, 1, space_merges, 1);
     expect(space, "' a' is one token (Ġa)", "a a", (const int32_t[]){'a', 256}, 2);
     // A merge whose result is no token: its symbol falls back to the single-byte tokens of its text.
