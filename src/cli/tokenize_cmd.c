@@ -6,7 +6,6 @@
 #include "cli.h"
 #include "cmd_options.h"
 #include "commands.h"
-#include "gguf_model.h"
 #include "gguf_tokenizer.h"
 #include "model_file.h"
 #include "msgtext.h"
@@ -77,34 +76,27 @@ int cmd_tokenize(int argc, char **argv) {
     int status = 0;
     char shown[MSG_TEXT];
     if (is_gguf) {
-        GgufString model;
         if (gguf_map(model_path, &map, &size, err, sizeof err) ||
             gguf_parse(&g, map, size, msg_text(model_path, shown, sizeof shown), err, sizeof err))
             status = cli_error("%s", err);
-        else if (gguf_get_string(&g, "tokenizer.ggml.model", &model, err, sizeof err) == 0 && gguf_string_is(model, "gpt2")) {
-            if (gguf_tokenizer(&g, &tok, err, sizeof err)) status = cli_error("%s: %s", shown, err);
-        } else if (gguf_byte_vocabulary(&g, err, sizeof err)) { // neither BPE nor micro's bytes
+        else if (gguf_tokenizer(&g, &tok, err, sizeof err)) // byte-level BPE, or micro's bytes (tok.bpe NULL)
             status = cli_error("%s: %s", shown, err);
-        }
     } else {
         Model m; // micro's own file: checked as every command checks it
         if (model_load(&m, model_path, err, sizeof err)) status = cli_error("%s", err);
         else model_free(&m);
     }
-    if (!status && tok.bpe) {
-        int32_t *ids = NULL;
-        size_t n = 0;
-        if (bpe_encode(tok.bpe, text.bytes + 1, (size_t)text.n_tokens - 1, &ids, &n, err, sizeof err)) {
+    if (!status && tok.bpe) { // the ids eval reads (text_tokenize: BOS as the file says)
+        if (text_tokenize(&text, tok.bpe, tok.bos, INT32_MAX, err, sizeof err)) {
             status = cli_error("%s", err);
         } else {
             uint8_t bytes[1024];
-            if (tok.bos >= 0) print_token(tok.bos, NULL, 0, 0);
-            for (size_t i = 0; i < n; i++) {
-                const int nb = bpe_token_bytes(tok.bpe, ids[i], bytes, sizeof bytes);
-                print_token(ids[i], bytes, nb > 0 ? nb : 0, o.csv);
+            for (int i = 0; i < text.n_tokens; i++) {
+                const int bos = i == 0 && tok.bos >= 0;
+                const int nb = bos ? 0 : bpe_token_bytes(tok.bpe, text.tokens[i], bytes, sizeof bytes);
+                print_token(text.tokens[i], bytes, nb > 0 ? nb : 0, o.csv && !bos);
             }
         }
-        free(ids);
     } else if (!status) { // micro's byte vocabulary: BOS, then the bytes
         for (int i = 0; i < text.n_tokens; i++) print_token(text.tokens[i], text.bytes + i, i ? 1 : 0, o.csv && i);
     }

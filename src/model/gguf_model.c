@@ -44,26 +44,6 @@ static const TensorPlace *tensor_at(size_t i, const TensorPlace *whole, size_t n
         goto fail;                                                                  \
     } while (0)
 
-// The vocabulary micro reads so far: llama's SentencePiece form with 256 byte tokens <0x00>..<0xFF>
-// in order, token b the byte b (what export --gguf writes). Others are named in the refusal.
-int gguf_byte_vocabulary(const Gguf *g, char *why, size_t n) {
-    GgufString model = {(const uint8_t *)"", 0};
-    if (gguf_get_string(g, "tokenizer.ggml.model", &model, why, n) < 0) return -1;
-    const GgufKv *tokens = gguf_find(g, "tokenizer.ggml.tokens");
-    int bytes = gguf_string_is(model, "llama") && tokens && tokens->type == GGUF_ARRAY &&
-                tokens->array_type == GGUF_STRING && tokens->count == 256;
-    const uint8_t *at = bytes ? tokens->at : NULL;
-    for (int b = 0; b < 256 && bytes; b++) {
-        char want[8];
-        snprintf(want, sizeof want, "<0x%02X>", b);
-        bytes = gguf_string_is(gguf_next_string(&at), want);
-    }
-    if (bytes) return 0;
-    char shown[64];
-    snprintf(why, n, "tokenizer '%s'%s: micro reads only a byte vocabulary so far (256 tokens <0x00>..<0xFF>, "
-             "as micro export --gguf writes)", gguf_shown(model, shown, sizeof shown), tokens ? "" : " without tokens");
-    return -1;
-}
 
 int gguf_model_from_bytes(Model *m, const uint8_t *data, size_t size, const char *label, char *err, size_t errlen) {
     memset(m, 0, sizeof *m);
@@ -80,13 +60,7 @@ int gguf_model_from_bytes(Model *m, const uint8_t *data, size_t size, const char
         char shown[64];
         FAIL("architecture '%s': micro reads llama so far", gguf_shown(arch_name, shown, sizeof shown));
     }
-    // The vocabulary: byte-level BPE (tokenizer.ggml.model gpt2), or micro's 256 byte tokens.
-    GgufString tok_model;
-    if (gguf_get_string(&g, "tokenizer.ggml.model", &tok_model, why, sizeof why) == 0 && gguf_string_is(tok_model, "gpt2")) {
-        if (gguf_tokenizer(&g, &tok, why, sizeof why)) FAIL("%s", why);
-    } else if (gguf_byte_vocabulary(&g, why, sizeof why)) {
-        FAIL("%s", why);
-    }
+    if (gguf_tokenizer(&g, &tok, why, sizeof why)) FAIL("%s", why); // byte-level BPE, or micro's bytes
     // The shape from the architecture's keys: each required, in range, or refused by name.
     static const struct {
         const char *key;

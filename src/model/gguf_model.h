@@ -7,14 +7,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gguf.h"
 #include "model.h"
 
 // 0, or -1 with one line in err naming the file (label) and what is refused; m is left empty then.
 int gguf_model_from_bytes(Model *m, const uint8_t *data, size_t size, const char *label, char *err, size_t errlen);
 int gguf_model_load(Model *m, const char *path, char *err, size_t errlen);
-// Whether the file's vocabulary is micro's: llama's form with the 256 byte tokens <0x00>..<0xFF> in
-// order (what micro export --gguf writes). 0, or -1 with one line in why naming what it is instead.
-int gguf_byte_vocabulary(const Gguf *g, char *why, size_t n);
 
 #endif

@@ -29,17 +29,40 @@ static TokBytes *string_array(const Gguf *g, const char *key, uint64_t *n, char 
     return out;
 }
 
+// The vocabulary micro reads so far: llama's SentencePiece form with 256 byte tokens <0x00>..<0xFF>
+// in order, token b the byte b (what export --gguf writes). Others are named in the refusal.
+static int byte_vocabulary(const Gguf *g, char *why, size_t n) {
+    GgufString model = {(const uint8_t *)"", 0};
+    if (gguf_get_string(g, "tokenizer.ggml.model", &model, why, n) < 0) return -1;
+    const GgufKv *tokens = gguf_find(g, "tokenizer.ggml.tokens");
+    int bytes = gguf_string_is(model, "llama") && tokens && tokens->type == GGUF_ARRAY &&
+                tokens->array_type == GGUF_STRING && tokens->count == 256;
+    const uint8_t *at = bytes ? tokens->at : NULL;
+    for (int b = 0; b < 256 && bytes; b++) {
+        char want[8];
+        snprintf(want, sizeof want, "<0x%02X>", b);
+        bytes = gguf_string_is(gguf_next_string(&at), want);
+    }
+    if (bytes) return 0;
+    char shown[64];
+    snprintf(why, n, "tokenizer '%s'%s: micro reads only a byte vocabulary so far (256 tokens <0x00>..<0xFF>, "
+             "as micro export --gguf writes)", gguf_shown(model, shown, sizeof shown), tokens ? "" : " without tokens");
+    return -1;
+}
+
 int gguf_tokenizer(const Gguf *g, GgufTokenizer *t, char *err, size_t errlen) {
     memset(t, 0, sizeof *t);
+    t->bos = -1;
     GgufString model, pre = {(const uint8_t *)"gpt2", 4};
     char why[300];
     if (gguf_get_string(g, "tokenizer.ggml.model", &model, why, sizeof why)) {
         snprintf(err, errlen, "no tokenizer.ggml.model");
         return -1;
     }
-    if (!gguf_string_is(model, "gpt2")) {
+    if (!gguf_string_is(model, "gpt2")) { // micro's bytes (t->bpe stays NULL), or refused
+        if (gguf_string_is(model, "llama")) return byte_vocabulary(g, err, errlen);
         char shown[64];
-        snprintf(err, errlen, "tokenizer '%s': micro reads gpt2 (byte-level BPE) vocabularies so far",
+        snprintf(err, errlen, "tokenizer '%s': micro reads gpt2 (byte-level BPE) vocabularies and its own bytes so far",
                  gguf_shown(model, shown, sizeof shown));
         return -1;
     }

@@ -1,5 +1,7 @@
-// The tokenizer a GGUF file describes (tokenizer.ggml.model gpt2: byte-level BPE, its pre-tokenizer
-// named by tokenizer.ggml.pre), and whether texts begin with its BOS (tokenizer.ggml.add_bos_token).
+// The tokenizer a GGUF file describes: tokenizer.ggml.model gpt2, byte-level BPE (its pre-tokenizer
+// named by tokenizer.ggml.pre), and whether texts begin with its BOS (tokenizer.ggml.add_bos_token);
+// or llama with micro's 256 byte tokens <0x00>..<0xFF> in order (what micro export --gguf writes),
+// for which bpe stays NULL: the ids are the bytes.
 #ifndef MICRO_GGUF_TOKENIZER_H
 #define MICRO_GGUF_TOKENIZER_H
 
@@ -15,7 +17,7 @@ typedef struct {
     int32_t bos; // the id a text starts with, or -1 for none
 } GgufTokenizer;
 
-// 0, or -1 with one line in err (another tokenizer named; a key missing or of another type).
+// 0, or -1 with one line in err (another tokenizer or vocabulary named; a key missing or of another type).
 int gguf_tokenizer(const Gguf *g, GgufTokenizer *t, char *err, size_t errlen);
 void gguf_tokenizer_free(GgufTokenizer *t);
 
