@@ -88,7 +88,7 @@ int attention_in_cache(const Model *m, const KVRecording *rec, const CodecSpec *
             else if (together)
                 attention_heads(&seq.k[l], &seq.v[l], NULL, NULL, H, q_all, att, (size_t)n, out, n, NULL);
             for (int h = 0; h < H && !together && lat == 0; h++)
-                attention_head(&seq.k[l], &seq.v[l], NULL, NULL, h / group, q_all + (size_t)h * hd, fwd.rope_cos,
+                attention_head(&seq.k[l], &seq.v[l], NULL, NULL, h / group, q_all + (size_t)h * hd, m->config.rope_halves, fwd.rope_cos,
                                fwd.rope_sin, att, out, n);
             const double dt = seconds_now() - t0;
             if (r == 1 || (r > 1 && dt < best)) best = dt;

@@ -103,7 +103,7 @@ static int time_attention(const Model *m, const char *k_spec, const char *v_spec
         for (int s = 0; s < steps; s++)
             for (int l = 0; l < p->n_layers; l++)
                 for (int h = 0; h < p->n_heads; h++)
-                    attention_head(&d.seq.k[l], &d.seq.v[l], NULL, NULL, h / group, q + h * hd, d.rope_cos, d.rope_sin,
+                    attention_head(&d.seq.k[l], &d.seq.v[l], NULL, NULL, h / group, q + h * hd, p->rope_halves, d.rope_cos, d.rope_sin,
                                    d.att + (size_t)h * ctx, out + h * hd, n);
         double t = (seconds_now() - t0) / steps;
         if (t < best) best = t;

@@ -79,21 +79,21 @@ int cmd_tokenize(int argc, char **argv) {
         if (gguf_map(model_path, &map, &size, err, sizeof err) ||
             gguf_parse(&g, map, size, msg_text(model_path, shown, sizeof shown), err, sizeof err))
             status = cli_error("%s", err);
-        else if (gguf_tokenizer(&g, &tok, err, sizeof err)) // byte-level BPE, or micro's bytes (tok.bpe NULL)
+        else if (gguf_tokenizer(&g, &tok, err, sizeof err)) // byte-level BPE, or micro's bytes (tok.tok NULL)
             status = cli_error("%s: %s", shown, err);
     } else {
         Model m; // micro's own file: checked as every command checks it
         if (model_load(&m, model_path, err, sizeof err)) status = cli_error("%s", err);
         else model_free(&m);
     }
-    if (!status && tok.bpe) { // the ids eval reads (text_tokenize: BOS as the file says)
-        if (text_tokenize(&text, tok.bpe, tok.bos, INT32_MAX, err, sizeof err)) {
+    if (!status && tok.tok) { // the ids eval reads (text_tokenize: BOS as the file says)
+        if (text_tokenize(&text, tok.tok, tok.bos, INT32_MAX, err, sizeof err)) {
             status = cli_error("%s", err);
         } else {
             uint8_t bytes[1024];
             for (int i = 0; i < text.n_tokens; i++) {
                 const int bos = i == 0 && tok.bos >= 0;
-                const int nb = bos ? 0 : bpe_token_bytes(tok.bpe, text.tokens[i], bytes, sizeof bytes);
+                const int nb = bos ? 0 : tokenizer_token_bytes(tok.tok, text.tokens[i], bytes, sizeof bytes);
                 print_token(text.tokens[i], bytes, nb > 0 ? nb : 0, o.csv && !bos);
             }
         }

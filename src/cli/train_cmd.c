@@ -99,7 +99,7 @@ int train_parse(int argc, char **argv, TrainOptions *o, char *err, size_t errlen
         if (!rope_given) c->rope_dim = 16;
     }
     if (c->n_heads > 0 && c->dim % c->n_heads == 0) c->head_dim = c->dim / c->n_heads;
-    if (model_config_validate(c, err, errlen)) return OPTS_ERROR;
+    if (model_config_validate_own(c, err, errlen)) return OPTS_ERROR;
     if (o->seq > c->max_seq_len) return opts_fail(&p, "--seq %d exceeds the context %d", o->seq, c->max_seq_len);
     if ((long long)o->batch * o->seq > TRAIN_MAX_STEP_TOKENS)
         return opts_fail(&p, "--batch %d x --seq %d is %lld tokens per step, more than the %d the trainer takes", o->batch,

@@ -63,6 +63,22 @@ static void rmsnorm(float *out, const float *x, const float *gain, int n, float 
 
 // rmsnorm of n_rows rows `stride` apart (out and x alike): eight rows' sums of squares side by side,
 // each still in order of i, so that their chains of adds overlap (one row's waited on each add).
+// What an architecture does to a row's q, k and v between their products and RoPE: Qwen2's biases,
+// Qwen3's RMSNorm of each head (ModelConfig); nothing in micro's models.
+static void attention_inputs(const ModelConfig *p, const ModelWeights *w, int l, float *q, float *k, float *v) {
+    const size_t qd = (size_t)p->n_heads * p->head_dim, kd = (size_t)p->n_kv_heads * p->head_dim;
+    if (p->qkv_bias) {
+        const float *bq = w->bq + (size_t)l * qd, *bk = w->bk + (size_t)l * kd, *bv = w->bv + (size_t)l * kd;
+        for (size_t i = 0; i < qd; i++) q[i] += bq[i];
+        for (size_t i = 0; i < kd; i++) k[i] += bk[i], v[i] += bv[i];
+    }
+    if (p->qk_norm) {
+        const float *qn = w->q_norm + (size_t)l * p->head_dim, *kn = w->k_norm + (size_t)l * p->head_dim;
+        for (int h = 0; h < p->n_heads; h++) rmsnorm(q + (size_t)h * p->head_dim, q + (size_t)h * p->head_dim, qn, p->head_dim, p->norm_eps);
+        for (int h = 0; h < p->n_kv_heads; h++) rmsnorm(k + (size_t)h * p->head_dim, k + (size_t)h * p->head_dim, kn, p->head_dim, p->norm_eps);
+    }
+}
+
 static void rmsnorm_rows(float *out, const float *x, const float *gain, int n, float eps, int n_rows, size_t stride) {
     enum { SIDE = 8 };
     int r = 0;
@@ -77,16 +93,16 @@ static void rmsnorm_rows(float *out, const float *x, const float *gain, int n, f
     for (; r < n_rows; r++) rmsnorm(out + (size_t)r * stride, x + (size_t)r * stride, gain, n, eps);
 }
 
-// Rotates adjacent pairs (2i, 2i+1) of every head of vec by the angles of position pos.
-static void rope(float *vec, int n_heads, int head_dim, const float *cos_t, const float *sin_t) {
-    for (int h = 0; h < n_heads; h++) rope_head(vec + h * head_dim, head_dim, cos_t, sin_t);
+// Rotates the pairs (rope.h) of every head of vec by the angles of position pos.
+static void rope(float *vec, int n_heads, int head_dim, int halves, const float *cos_t, const float *sin_t) {
+    for (int h = 0; h < n_heads; h++) rope_head(vec + h * head_dim, head_dim, halves, cos_t, sin_t);
 }
 
 int attention_head(const PagedStream *ks, const PagedStream *vs, const PagedStream *next_k, const PagedStream *next_v,
-                   int kv_head, const float *q, const float *rope_cos, const float *rope_sin, float *att, float *out,
-                   int n) {
+                   int kv_head, const float *q, int rope_halves, const float *rope_cos, const float *rope_sin, float *att,
+                   float *out, int n) {
     if (ks->blocks[0].prerope) // keys kept before RoPE: rotated as they are read
-        paged_scores_rope(ks, kv_head, q, rope_cos, rope_sin, att, n);
+        paged_scores_rope(ks, kv_head, q, rope_halves, rope_cos, rope_sin, att, n);
     else
         paged_scores_then(ks, next_k, kv_head, q, att, n);
     const int top = forward_kernels()->scaled_softmax(att, n, 1.0f / sqrtf((float)ks->blocks[0].head_dim));
@@ -277,7 +293,7 @@ static void attend(StepCtx *c, int r, int h) {
     const size_t qd = (size_t)H * hd, xs = qd > (size_t)p->dim ? qd : (size_t)p->dim;
     const KVSeq *nseq = attention_heads_per_task(c) == H ? next_row_seq(c, r) : NULL;
     const int top = attention_head(&seq->k[c->layer], &seq->v[c->layer], nseq ? &nseq->k[c->layer] : NULL,
-                                   nseq ? &nseq->v[c->layer] : NULL, h / group, b->q + r * qd + h * hd, b->rope_cos,
+                                   nseq ? &nseq->v[c->layer] : NULL, h / group, b->q + r * qd + h * hd, p->rope_halves, b->rope_cos,
                                    b->rope_sin, att, b->xb2 + r * xs + h * hd, n);
     note_attention(b, r, c->layer, h, att, n, top);
 }
@@ -642,7 +658,8 @@ static void task_classifier(void *arg, int t, int nt) {
     const ModelConfig *p = &c->b->model->config;
     int b, e;
     pool_share(p->vocab_size, t, nt, &b, &e);
-    matmul_rows(c->b->logits, (size_t)p->vocab_size, c->b->model->w.token_embedding, c->b->xb, (size_t)p->dim, p->dim,
+    const float *classifier = p->separate_output ? c->b->model->w.output : c->b->model->w.token_embedding;
+    matmul_rows(c->b->logits, (size_t)p->vocab_size, classifier, c->b->xb, (size_t)p->dim, p->dim,
                 c->n_rows, b, e);
 }
 
@@ -687,16 +704,17 @@ float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
             const size_t at = (size_t)rows[r].pos * half;
             if (sd.mla) { // each head's RoPE part and the RoPE key rotated; the latent normalised
                 for (int h = 0; h < p->n_heads; h++)
-                    rope_head(b->q + r * qd + (size_t)h * qk + p->head_dim, p->rope_dim, b->rope_cos + at,
+                    rope_head(b->q + r * qd + (size_t)h * qk + p->head_dim, p->rope_dim, 0, b->rope_cos + at,
                               b->rope_sin + at);
-                rope_head(b->v + r * vd, p->rope_dim, b->rope_cos + at, b->rope_sin + at);
+                rope_head(b->v + r * vd, p->rope_dim, 0, b->rope_cos + at, b->rope_sin + at);
                 rmsnorm(b->k + r * kd, b->k + r * kd, w->kv_norm + (size_t)l * p->latent_dim, p->latent_dim,
                         p->norm_eps);
                 continue;
             }
-            rope(b->q + r * qd, p->n_heads, p->head_dim, b->rope_cos + at, b->rope_sin + at);
+            attention_inputs(p, w, l, b->q + r * qd, b->k + r * kd, b->v + r * vd);
+            rope(b->q + r * qd, p->n_heads, p->head_dim, p->rope_halves, b->rope_cos + at, b->rope_sin + at);
             if (!rows[r].seq->pool->rule[KV_ROLE_KEY].prerope) // else the cache keeps keys before RoPE
-                rope(b->k + r * kd, p->n_kv_heads, p->head_dim, b->rope_cos + at, b->rope_sin + at);
+                rope(b->k + r * kd, p->n_kv_heads, p->head_dim, p->rope_halves, b->rope_cos + at, b->rope_sin + at);
         }
         if (span && settles && !sd.mla && span_mirror_attends_at_once(&b->mirror, rows[0].seq->pool)) {
             // Tokens change form step by step (KIVI): appended and settled row after row, as the
@@ -707,7 +725,7 @@ float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
                 span_mirror_update_open(&b->mirror, rows[r].seq, l, rows[r].pos);
                 kvseq_end_step(rows[r].seq, l);
             }
-            span_mirror_update(&b->mirror, rows[0].seq, l, rows[0].pos, b->rope_cos, b->rope_sin);
+            span_mirror_update(&b->mirror, rows[0].seq, l, rows[0].pos, p->rope_halves, b->rope_cos, b->rope_sin);
             pool_run_tasks(b->pool, (n_rows + SPAN_TILE - 1) / SPAN_TILE * p->n_heads, task_span_attention, &c);
         } else if (span && settles) { // the same, each row attending between its append and its settle
             for (int r = 0; r < n_rows; r++) {
@@ -728,7 +746,7 @@ float *batch_forward(BatchForward *b, const BatchRow *rows, int n_rows) {
             for (int r = 0; r < n_rows; r++) kvseq_end_step(rows[r].seq, l);
         } else if (span) { // every row appended in order, then all rows attend at once
             for (int r = 0; r < n_rows; r++) kvseq_append(rows[r].seq, l, b->k + r * kd, b->v + r * vd);
-            span_mirror_update(&b->mirror, rows[0].seq, l, rows[0].pos, b->rope_cos, b->rope_sin);
+            span_mirror_update(&b->mirror, rows[0].seq, l, rows[0].pos, p->rope_halves, b->rope_cos, b->rope_sin);
             pool_run_tasks(b->pool, (n_rows + SPAN_TILE - 1) / SPAN_TILE * p->n_heads, task_span_attention, &c);
             for (int r = 0; r < n_rows; r++) kvseq_end_step(rows[r].seq, l);
         } else {
@@ -805,7 +823,7 @@ int batch_init(BatchForward *b, const Model *m, int max_rows, int context, int n
         snprintf(err, errlen, "out of memory allocating the forward pass's buffers");
         return -1;
     }
-    rope_table(b->rope_cos, b->rope_sin, (int)ctx, sd.rot, p->rope_theta);
+    rope_table(b->rope_cos, b->rope_sin, (int)ctx, sd.rot, p->rope_theta, p->rope_factors ? m->w.rope_freqs : NULL);
     return 0;
 }
 

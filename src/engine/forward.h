@@ -114,12 +114,13 @@ const char *decoder_spec(const Decoder *d, KVRole role);
 // One head's attention over n cached tokens, read back from the encoded streams: scores, softmax
 // (att holds n weights after), then the weighted sum of values into out[head_dim]; returns the first
 // position of the largest weight. rope_cos/sin:
-// the RoPE tables [position][head_dim/2], for keys a cache keeps before RoPE.
+// the RoPE tables [position][head_dim/2] and rope_halves the model's pairing (rope.h), for keys a
+// cache keeps before RoPE.
 // next_k, next_v: the streams attention most likely reads next (NULL: unknown), whose first head
 // some codecs' kernels ask for while they read the last one of these.
 int attention_head(const PagedStream *ks, const PagedStream *vs, const PagedStream *next_k, const PagedStream *next_v,
-                   int kv_head, const float *q, const float *rope_cos, const float *rope_sin, float *att, float *out,
-                   int n);
+                   int kv_head, const float *q, int rope_halves, const float *rope_cos, const float *rope_sin, float *att,
+                   float *out, int n);
 // One head of latent attention over n cached tokens, absorbed (batch_forward's): q the head's
 // head_dim + rope_dim numbers (RoPE applied); scratch qt and mix of latent_dim numbers, att and
 // att_rope of n (att holds the weights after); the head's head_dim outputs to out. Returns the first

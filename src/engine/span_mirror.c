@@ -98,7 +98,7 @@ int span_mirror_attends_at_once(const SpanMirror *m, const KVPool *pool) {
 // Token j of one stream, every head, decoded: keys into their channel rows (rotated at position j
 // when kept before RoPE, as paged_scores_rope rotates them), values as a row; or x̃ and its factor
 // as the role's MirrorOps say.
-static void read_token(SpanMirror *m, const PagedStream *ps, KVRole role, int layer, int j, const float *rope_cos,
+static void read_token(SpanMirror *m, const PagedStream *ps, KVRole role, int layer, int j, int rope_halves, const float *rope_cos,
                        const float *rope_sin, int open) {
     const int hd = m->head_dim, half = hd / 2;
     const MirrorOps *ops = m->ops[role];
@@ -127,7 +127,7 @@ static void read_token(SpanMirror *m, const PagedStream *ps, KVRole role, int la
         } else {
             paged_read(ps, h, j, row);
             if (role == KV_ROLE_KEY && ps->blocks[0].prerope)
-                rope_head(x, hd, rope_cos + (size_t)j * half, rope_sin + (size_t)j * half);
+                rope_head(x, hd, rope_halves, rope_cos + (size_t)j * half, rope_sin + (size_t)j * half);
         }
         if (role == KV_ROLE_VALUE) continue;
         float *kt = (float *)(open ? span_mirror_keys_open(m, layer, h) : span_mirror_keys(m, layer, h));
@@ -143,7 +143,7 @@ static void mirror_sequence(SpanMirror *m, const KVSeq *seq) {
     if (m->count_open) memset(m->count_open, 0, sizeof(int) * (size_t)m->n_layers * 2);
 }
 
-void span_mirror_update(SpanMirror *m, const KVSeq *seq, int layer, int first, const float *rope_cos,
+void span_mirror_update(SpanMirror *m, const KVSeq *seq, int layer, int first, int rope_halves, const float *rope_cos,
                         const float *rope_sin) {
     mirror_sequence(m, seq);
     for (int r = 0; r < 2; r++) {
@@ -152,7 +152,7 @@ void span_mirror_update(SpanMirror *m, const KVSeq *seq, int layer, int first, c
         int *done = &m->count[layer * 2 + r];
         *done = *done < first ? *done : first;
         for (const int end = m->settles[r] ? ps->settled : ps->length; *done < end; (*done)++)
-            read_token(m, ps, (KVRole)r, layer, *done, rope_cos, rope_sin, 0);
+            read_token(m, ps, (KVRole)r, layer, *done, rope_halves, rope_cos, rope_sin, 0);
     }
 }
 
@@ -163,6 +163,6 @@ void span_mirror_update_open(SpanMirror *m, const KVSeq *seq, int layer, int fir
         const PagedStream *ps = r == KV_ROLE_KEY ? &seq->k[layer] : &seq->v[layer];
         int *done = &m->count_open[layer * 2 + r];
         *done = *done < first ? *done : first;
-        for (; *done < ps->length; (*done)++) read_token(m, ps, (KVRole)r, layer, *done, NULL, NULL, 1);
+        for (; *done < ps->length; (*done)++) read_token(m, ps, (KVRole)r, layer, *done, 0, NULL, NULL, 1);
     }
 }

@@ -49,7 +49,7 @@ void span_mirror_free(SpanMirror *m);
 // After a span's rows, the first at position `first`, were appended to `seq` at this layer: decodes
 // the tokens not yet mirrored (those from `first` on again; a sequence other than the last one, from
 // its start); of a role whose tokens settle, those settled.
-void span_mirror_update(SpanMirror *m, const KVSeq *seq, int layer, int first, const float *rope_cos,
+void span_mirror_update(SpanMirror *m, const KVSeq *seq, int layer, int first, int rope_halves, const float *rope_cos,
                         const float *rope_sin);
 // Of the roles whose tokens settle: decodes the tokens appended and not yet mirrored in the form
 // they were appended in (from `first` on again, as above), before the step's end settles them.

@@ -19,7 +19,7 @@ static int write_llama2c(FILE *f, void *ctx, char *why, size_t whylen) {
     float *cos_t = malloc(table * sizeof(float)), *sin_t = malloc(table * sizeof(float));
     int ok = cos_t && sin_t;
     if (ok) {
-        rope_table(cos_t, sin_t, c->max_seq_len, c->head_dim, c->rope_theta);
+        rope_table(cos_t, sin_t, c->max_seq_len, c->head_dim, c->rope_theta, NULL);
         // Stops at the first short write; the stream's error flag carries the reason.
         (void)(fwrite(header, sizeof header, 1, f) == 1 && fwrite(m->params, sizeof(float), m->n_params, f) == m->n_params &&
                fwrite(cos_t, sizeof(float), table, f) == table && fwrite(sin_t, sizeof(float), table, f) == table);

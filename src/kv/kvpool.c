@@ -459,13 +459,13 @@ void paged_read(const PagedStream *ps, int head, int token, float *out) {
     blk->ops->read(blk->state, head, token % blk->capacity, out);
 }
 
-void paged_scores_rope(const PagedStream *ps, int head, const float *q, const float *rope_cos, const float *rope_sin,
-                       float *out, int n) {
+void paged_scores_rope(const PagedStream *ps, int head, const float *q, int rope_halves, const float *rope_cos,
+                       const float *rope_sin, float *out, int n) {
     const int hd = ps->blocks[0].head_dim, half = hd / 2;
     float x[MICRO_MAX_WIDTH];
     for (int j = 0; j < n; j++) {
         paged_read(ps, head, j, x);
-        rope_head(x, hd, rope_cos + (size_t)j * half, rope_sin + (size_t)j * half);
+        rope_head(x, hd, rope_halves, rope_cos + (size_t)j * half, rope_sin + (size_t)j * half);
         float acc = 0.0f;
         for (int d = 0; d < hd; d++) acc += q[d] * x[d];
         out[j] = acc;

@@ -148,8 +148,8 @@ void paged_mix_heads(const PagedStream *ps, const PagedStream *next, int n_heads
                      float *out, int n);
 void paged_read(const PagedStream *ps, int head, int token, float *out);
 // Scores of keys kept before RoPE (KVStream.prerope): each key read back, rotated by RoPE at its
-// position (rope_cos/sin [position][head_dim/2]), then dotted with q.
-void paged_scores_rope(const PagedStream *ps, int head, const float *q, const float *rope_cos, const float *rope_sin,
-                       float *out, int n);
+// position (rope_cos/sin [position][head_dim/2], pairs as rope_halves says: rope.h), then dotted with q.
+void paged_scores_rope(const PagedStream *ps, int head, const float *q, int rope_halves, const float *rope_cos,
+                       const float *rope_sin, float *out, int n);
 
 #endif

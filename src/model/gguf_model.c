@@ -1,7 +1,7 @@
 // A model from a GGUF file (gguf_model.h): what the file's architecture means described in one table,
 // every key and tensor checked against it before a weight is decoded, the weights decoded to fp32
-// (ggml_types.h) into micro's own layout. This step reads the llama architecture with micro's byte
-// vocabulary (what `micro export --gguf` writes); docs/models.md says what is refused and why.
+// (ggml_types.h) into micro's own layout. docs/models.md says what is read, what is refused and why;
+// docs/adding-an-architecture.md how an architecture joins the table.
 #include "gguf_model.h"
 
 #include <math.h>
@@ -13,16 +13,25 @@
 #include "gguf_tokenizer.h"
 #include "msgtext.h"
 
-// One architecture: its name and the features micro's forward pass has for it. An architecture not
-// listed is refused by name; one listed reads its keys under its own name ("llama.block_count").
+// One architecture: its name and what its block has beyond llama's, each a part of micro's forward
+// pass (ModelConfig). An architecture not listed is refused by name; one listed reads its keys under
+// its own name ("qwen2.block_count"). Whether the classifier is separate (output.weight) and the RoPE
+// frequencies scaled (rope_freqs.weight) the file's tensors say, in any of them.
 typedef struct {
     const char *name;
+    int rope_halves; // GPT-NeoX's RoPE pairs (llama.cpp's LLAMA_ROPE_TYPE_NEOX)
+    int qkv_bias;    // blk.N.attn_{q,k,v}.bias
+    int qk_norm;     // blk.N.attn_{q,k}_norm.weight
 } GgufArch;
-static const GgufArch archs[] = {{"llama"}};
+static const GgufArch archs[] = {
+    {"llama", 0, 0, 0},
+    {"qwen2", 1, 1, 0},
+    {"qwen3", 1, 0, 1},
+};
 
-// A tensor of every layer (blk.N.SUFFIX.weight) or of the model, and where micro keeps it.
+// A tensor of every layer (blk.N.NAME) or of the model (NAME), and where micro keeps it.
 typedef struct {
-    const char *suffix;
+    const char *name;   // "attn_q.weight"
     float **slot;       // the ModelWeights member (all layers, one after another)
     uint64_t dims[2];   // ggml's {inner, outer}; outer 0 for a vector
 } TensorPlace;
@@ -32,8 +41,8 @@ static const TensorPlace *tensor_at(size_t i, const TensorPlace *whole, size_t n
                                     size_t n_per, int *layer, char *key, size_t n) {
     *layer = i < n_whole ? -1 : (int)((i - n_whole) / n_per);
     const TensorPlace *p = i < n_whole ? &whole[i] : &per_layer[(i - n_whole) % n_per];
-    if (*layer < 0) snprintf(key, n, "%s.weight", p->suffix);
-    else snprintf(key, n, "blk.%d.%s.weight", *layer, p->suffix);
+    if (*layer < 0) snprintf(key, n, "%s", p->name);
+    else snprintf(key, n, "blk.%d.%s", *layer, p->name);
     return p;
 }
 
@@ -58,7 +67,7 @@ int gguf_model_from_bytes(Model *m, const uint8_t *data, size_t size, const char
         if (gguf_string_is(arch_name, archs[i].name)) arch = &archs[i];
     if (!arch) {
         char shown[64];
-        FAIL("architecture '%s': micro reads llama so far", gguf_shown(arch_name, shown, sizeof shown));
+        FAIL("architecture '%s': micro reads llama, qwen2 and qwen3", gguf_shown(arch_name, shown, sizeof shown));
     }
     if (gguf_tokenizer(&g, &tok, why, sizeof why)) FAIL("%s", why); // byte-level BPE, or micro's bytes
     // The shape from the architecture's keys: each required, in range, or refused by name.
@@ -82,13 +91,19 @@ int gguf_model_from_bytes(Model *m, const uint8_t *data, size_t size, const char
     c.dim = (int)v[0], c.n_layers = (int)v[1], c.hidden_dim = (int)v[2], c.n_heads = (int)v[3];
     c.n_kv_heads = v[4] ? (int)v[4] : c.n_heads;
     c.max_seq_len = (int)v[5];
-    c.head_dim = c.dim % c.n_heads == 0 ? c.dim / c.n_heads : 0;
-    // micro's attention has one width per head for queries, keys and values, all of it rotated.
-    if ((v[6] && v[6] != (uint64_t)c.head_dim) || (v[7] && v[7] != (uint64_t)c.head_dim))
-        FAIL("heads of %llu / %llu numbers beside embedding_length / head_count = %d: micro's heads are that width",
-             (unsigned long long)v[6], (unsigned long long)v[7], c.head_dim);
+    // A head's width: key_length where given (Qwen3's heads are wider than embedding_length shares),
+    // else the residual shared between the heads. micro's attention has one width per head for
+    // queries, keys and values, all of it rotated.
+    c.head_dim = v[6] ? (int)v[6] : c.dim % c.n_heads == 0 ? c.dim / c.n_heads : 0;
+    if (!c.head_dim) FAIL("embedding_length %d is not a multiple of head_count %d, and no attention.key_length", c.dim, c.n_heads);
+    if (v[7] && v[7] != (uint64_t)c.head_dim)
+        FAIL("values of %llu numbers a head beside keys of %d: micro's heads have one width",
+             (unsigned long long)v[7], c.head_dim);
     if (v[8] && v[8] != (uint64_t)c.head_dim)
         FAIL("RoPE on %llu of a head's %d numbers: micro rotates the whole head", (unsigned long long)v[8], c.head_dim);
+    c.rope_halves = arch->rope_halves, c.qkv_bias = arch->qkv_bias, c.qk_norm = arch->qk_norm;
+    c.separate_output = gguf_tensor(&g, "output.weight") != NULL;
+    c.rope_factors = gguf_tensor(&g, "rope_freqs.weight") != NULL;
     snprintf(key, sizeof key, "%s.rope.freq_base", arch->name);
     if (gguf_get_float(&g, key, &c.rope_theta, why, sizeof why) < 0) FAIL("%s", why);
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch->name);
@@ -103,23 +118,38 @@ int gguf_model_from_bytes(Model *m, const uint8_t *data, size_t size, const char
     if (!embd || embd->n_dims != 2) FAIL("no two-dimensional token_embd.weight");
     c.vocab_size = embd->dims[1] <= (1u << 24) ? (int)embd->dims[1] : -1;
     if (v[9] && v[9] != (uint64_t)c.vocab_size) FAIL("vocab_size %llu beside a token_embd.weight of %d rows", (unsigned long long)v[9], c.vocab_size);
-    if (tok.bpe && tok.n_tokens > c.vocab_size)
+    if (tok.tok && tok.n_tokens > c.vocab_size)
         FAIL("a vocabulary of %d tokens beside a token_embd.weight of %d rows", tok.n_tokens, c.vocab_size);
     if (model_config_validate(&c, why, sizeof why)) FAIL("%s", why);
     if (model_alloc(m, &c)) FAIL("out of memory for %zu parameters", model_param_count(&c));
-    m->tokenizer = tok.bpe, m->bos = tok.bpe ? tok.bos : MICRO_BOS;
-    tok.bpe = NULL; // the model's now
+    m->tokenizer = tok.tok, m->bos = tok.tok ? tok.bos : MICRO_BOS;
+    tok.tok = NULL; // the model's now
     ModelWeights *w = &m->w;
     const uint64_t d = (uint64_t)c.dim, q = (uint64_t)c.n_heads * (uint64_t)c.head_dim,
                    kv = (uint64_t)c.n_kv_heads * (uint64_t)c.head_dim, h = (uint64_t)c.hidden_dim;
-    const TensorPlace per_layer[] = {
-        {"attn_norm", &w->attn_norm, {d, 0}}, {"attn_q", &w->wq, {d, q}},       {"attn_k", &w->wk, {d, kv}},
-        {"attn_v", &w->wv, {d, kv}},          {"attn_output", &w->wo, {q, d}},  {"ffn_norm", &w->ffn_norm, {d, 0}},
-        {"ffn_gate", &w->w1, {d, h}},         {"ffn_down", &w->w2, {h, d}},     {"ffn_up", &w->w3, {d, h}},
+    const uint64_t hd = (uint64_t)c.head_dim, vocab = (uint64_t)c.vocab_size;
+    TensorPlace per_layer[16] = {
+        {"attn_norm.weight", &w->attn_norm, {d, 0}}, {"attn_q.weight", &w->wq, {d, q}},
+        {"attn_k.weight", &w->wk, {d, kv}},          {"attn_v.weight", &w->wv, {d, kv}},
+        {"attn_output.weight", &w->wo, {q, d}},      {"ffn_norm.weight", &w->ffn_norm, {d, 0}},
+        {"ffn_gate.weight", &w->w1, {d, h}},         {"ffn_down.weight", &w->w2, {h, d}},
+        {"ffn_up.weight", &w->w3, {d, h}},
     };
-    const TensorPlace whole[] = {{"token_embd", &w->token_embedding, {d, (uint64_t)c.vocab_size}},
-                                 {"output_norm", &w->final_norm, {d, 0}}};
-    const size_t n_per = sizeof per_layer / sizeof per_layer[0], n_whole = sizeof whole / sizeof whole[0];
+    size_t n_per = 9;
+    if (c.qkv_bias) {
+        per_layer[n_per++] = (TensorPlace){"attn_q.bias", &w->bq, {q, 0}};
+        per_layer[n_per++] = (TensorPlace){"attn_k.bias", &w->bk, {kv, 0}};
+        per_layer[n_per++] = (TensorPlace){"attn_v.bias", &w->bv, {kv, 0}};
+    }
+    if (c.qk_norm) {
+        per_layer[n_per++] = (TensorPlace){"attn_q_norm.weight", &w->q_norm, {hd, 0}};
+        per_layer[n_per++] = (TensorPlace){"attn_k_norm.weight", &w->k_norm, {hd, 0}};
+    }
+    TensorPlace whole[4] = {{"token_embd.weight", &w->token_embedding, {d, vocab}},
+                            {"output_norm.weight", &w->final_norm, {d, 0}}};
+    size_t n_whole = 2;
+    if (c.separate_output) whole[n_whole++] = (TensorPlace){"output.weight", &w->output, {d, vocab}};
+    if (c.rope_factors) whole[n_whole++] = (TensorPlace){"rope_freqs.weight", &w->rope_freqs, {hd / 2, 0}};
     uint64_t used = 0;
     const size_t n_read = n_whole + (size_t)c.n_layers * n_per;
     for (size_t i = 0; i < n_read; i++) {
@@ -138,8 +168,11 @@ int gguf_model_from_bytes(Model *m, const uint8_t *data, size_t size, const char
             if (!isfinite(dst[e])) FAIL("tensor %s: a non-finite value at element %llu", key, (unsigned long long)e);
         used++;
     }
+    // Llama 3's factors divide RoPE's frequencies: a zero or negative one is no model's.
+    for (int i = 0; c.rope_factors && i < c.head_dim / 2; i++)
+        if (!(w->rope_freqs[i] > 0.0f)) FAIL("rope_freqs.weight: factor %d is %g, not above 0", i, (double)w->rope_freqs[i]);
     // A tensor micro does not read would be a part of the model it leaves out: refused by name
-    // (output.weight, a separate classifier; rope_freqs, Llama 3's RoPE scaling; biases).
+    // (a bias llama has not, a norm qwen2 has not, ...).
     if (used != g.n_tensors)
         for (uint64_t i = 0; i < g.n_tensors; i++) {
             int known = 0;

@@ -84,20 +84,24 @@ int gguf_tokenizer(const Gguf *g, GgufTokenizer *t, char *err, size_t errlen) {
         for (uint64_t i = 0; user && i < n_tokens; i++)
             if ((int32_t)le_get_u32(types->at + 4 * i) == 4) user[n_user++] = (int32_t)i;
     }
-    if (tokens && merges)
-        t->bpe = bpe_create(tokens, (int)n_tokens, merges, (int)n_merges, user, n_user, pre_name, err, errlen);
+    Bpe *bpe = tokens && merges ? bpe_create(tokens, (int)n_tokens, merges, (int)n_merges, user, n_user, pre_name, err, errlen)
+                                : NULL;
     free(user);
     free(tokens);
     free(merges);
-    if (!t->bpe) return -1;
+    if (!bpe) return -1;
+    if (!(t->tok = tokenizer_from_bpe(bpe))) {
+        snprintf(err, errlen, "out of memory reading the tokenizer");
+        return -1;
+    }
     t->n_tokens = (int)n_tokens;
     uint64_t bos = 0;
     int add_bos = 0;
     const int has_bos = gguf_get_uint(g, "tokenizer.ggml.bos_token_id", 0, n_tokens - 1, &bos, why, sizeof why);
     const int has_add = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos, why, sizeof why);
     if (has_bos < 0 || has_add < 0) {
-        bpe_free(t->bpe);
-        t->bpe = NULL;
+        tokenizer_free(t->tok);
+        t->tok = NULL;
         snprintf(err, errlen, "%s", why);
         return -1;
     }
@@ -107,6 +111,6 @@ int gguf_tokenizer(const Gguf *g, GgufTokenizer *t, char *err, size_t errlen) {
 }
 
 void gguf_tokenizer_free(GgufTokenizer *t) {
-    bpe_free(t->bpe);
+    tokenizer_free(t->tok);
     memset(t, 0, sizeof *t);
 }

@@ -1,18 +1,18 @@
 // The tokenizer a GGUF file describes: tokenizer.ggml.model gpt2, byte-level BPE (its pre-tokenizer
 // named by tokenizer.ggml.pre), and whether texts begin with its BOS (tokenizer.ggml.add_bos_token);
 // or llama with micro's 256 byte tokens <0x00>..<0xFF> in order (what micro export --gguf writes),
-// for which bpe stays NULL: the ids are the bytes.
+// for which tok stays NULL: the ids are the bytes.
 #ifndef MICRO_GGUF_TOKENIZER_H
 #define MICRO_GGUF_TOKENIZER_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bpe.h"
+#include "tokenizer.h"
 #include "gguf.h"
 
 typedef struct {
-    Bpe *bpe;
+    Tokenizer *tok; // NULL for micro's bytes
     int n_tokens;
     int32_t bos; // the id a text starts with, or -1 for none
 } GgufTokenizer;

@@ -1,6 +1,6 @@
 // micro's configuration, tensor layout and the checks every config must pass.
 #include "model.h"
-#include "bpe.h"
+#include "tokenizer.h"
 
 #include "calloc_lines.h"
 
@@ -33,13 +33,20 @@ int model_tensor_infos(const ModelConfig *c, TensorInfo info[MODEL_N_TENSORS]) {
         !mul((size_t)c->vocab_size, d, &n) || !mul(L, (size_t)c->latent_dim, &lat) || !mul(lat, d, &latd) ||
         !mul(L * (size_t)c->rope_dim, d, &ropd) || !mul(L * qd, (size_t)c->latent_dim, &uk))
         return -1;
-    size_t wq, wk, wo, w13;
-    if (!mul(L, qkdd, &wq) || !mul(L, kvdd, &wk) || !mul(L, qdd, &wo) || !mul(L, hd2, &w13)) return -1;
+    size_t wq, wk, wo, w13, bq, bk, qkn;
+    if (!mul(L, qkdd, &wq) || !mul(L, kvdd, &wk) || !mul(L, qdd, &wo) || !mul(L, hd2, &w13) || !mul(L, qd, &bq) ||
+        !mul(L, kvd, &bk) || !mul(L, (size_t)c->head_dim, &qkn))
+        return -1;
+    if (!c->qkv_bias) bq = bk = 0;
+    if (!c->qk_norm) qkn = 0;
     TensorInfo t[MODEL_N_TENSORS] = {
         {"token_embedding", n, 1}, {"attn_norm", ld, 0}, {"wq", wq, 1},     {"wk", wk, 1},
         {"wv", wk, 1},             {"w_dkv", latd, 1},   {"kv_norm", lat, 0}, {"w_kr", ropd, 1},
         {"w_uk", uk, 1},           {"w_uv", uk, 1},      {"wo", wo, 1},     {"ffn_norm", ld, 0},
         {"w1", w13, 1},            {"w2", w13, 1},       {"w3", w13, 1},    {"final_norm", d, 0},
+        {"bq", bq, 0},             {"bk", bk, 0},        {"bv", bk, 0},     {"q_norm", qkn, 0},
+        {"k_norm", qkn, 0},        {"output", c->separate_output ? n : 0, 1},
+        {"rope_freqs", c->rope_factors ? (size_t)c->head_dim / 2 : 0, 0},
     };
     memcpy(info, t, sizeof t);
     return 0;
@@ -60,7 +67,9 @@ void model_point_weights(const ModelConfig *c, float *base, ModelWeights *w) {
     float **slots[MODEL_N_TENSORS] = {&w->token_embedding, &w->attn_norm, &w->wq,   &w->wk,
                                       &w->wv,              &w->w_dkv,     &w->kv_norm, &w->w_kr,
                                       &w->w_uk,            &w->w_uv,      &w->wo,   &w->ffn_norm,
-                                      &w->w1,              &w->w2,        &w->w3,   &w->final_norm};
+                                      &w->w1,              &w->w2,        &w->w3,   &w->final_norm,
+                                      &w->bq,              &w->bk,        &w->bv,   &w->q_norm,
+                                      &w->k_norm,          &w->output,    &w->rope_freqs};
     for (int i = 0; i < MODEL_N_TENSORS; i++) {
         *slots[i] = base;
         base += info[i].count;
@@ -74,7 +83,8 @@ void model_point_weights(const ModelConfig *c, float *base, ModelWeights *w) {
         return -1;                                                                           \
     }
 
-int model_config_validate(const ModelConfig *c, char *err, size_t errlen) {
+// Every field in its range; then the relations between them (config_relations).
+static int config_ranges(const ModelConfig *c, char *err, size_t errlen) {
     CHECK_RANGE(dim, 1, 65536);
     CHECK_RANGE(n_layers, 1, 1024);
     CHECK_RANGE(n_heads, 1, 4096);
@@ -84,17 +94,17 @@ int model_config_validate(const ModelConfig *c, char *err, size_t errlen) {
     // micro's own models read bytes (256 tokens); a GGUF's vocabulary is its tokenizer's.
     CHECK_RANGE(vocab_size, 256, 1 << 20);
     CHECK_RANGE(max_seq_len, 1, 1 << 20);
-    if (c->dim % c->n_heads != 0) {
-        snprintf(err, errlen, "dim %d is not divisible by n_heads %d", c->dim, c->n_heads);
-        return -1;
-    }
-    if (c->n_heads * c->head_dim != c->dim) {
-        snprintf(err, errlen, "n_heads %d x head_dim %d does not equal dim %d", c->n_heads,
-                 c->head_dim, c->dim);
-        return -1;
-    }
     CHECK_RANGE(latent_dim, 0, MICRO_MAX_WIDTH);
     CHECK_RANGE(rope_dim, 0, MICRO_MAX_WIDTH);
+    return 0;
+}
+
+static int config_relations(const ModelConfig *c, char *err, size_t errlen) {
+    // A GGUF's heads may together be wider than the residual (Qwen3: 16 of 128 beside 1024).
+    if ((long long)c->n_heads * c->head_dim > 1 << 20) {
+        snprintf(err, errlen, "n_heads %d x head_dim %d is beyond %d", c->n_heads, c->head_dim, 1 << 20);
+        return -1;
+    }
     if (c->latent_dim > 0 && c->n_kv_heads != 1) {
         snprintf(err, errlen, "n_kv_heads %d under latent attention: must be 1 (the latent serves every head)",
                  c->n_kv_heads);
@@ -131,6 +141,33 @@ int model_config_validate(const ModelConfig *c, char *err, size_t errlen) {
     return 0;
 }
 
+int model_config_validate(const ModelConfig *c, char *err, size_t errlen) {
+    return config_ranges(c, err, errlen) || config_relations(c, err, errlen) ? -1 : 0;
+}
+
+int model_config_validate_own(const ModelConfig *c, char *err, size_t errlen) {
+    if (config_ranges(c, err, errlen)) return -1;
+    if (c->dim % c->n_heads != 0) {
+        snprintf(err, errlen, "dim %d is not divisible by n_heads %d", c->dim, c->n_heads);
+        return -1;
+    }
+    if (c->n_heads * c->head_dim != c->dim) {
+        snprintf(err, errlen, "n_heads %d x head_dim %d does not equal dim %d", c->n_heads, c->head_dim, c->dim);
+        return -1;
+    }
+    if (config_relations(c, err, errlen)) return -1;
+    if (c->vocab_size != 256) {
+        snprintf(err, errlen, "vocab_size = %d: micro's own models read bytes (256 tokens)", c->vocab_size);
+        return -1;
+    }
+    if (c->rope_halves || c->qkv_bias || c->qk_norm || c->separate_output || c->rope_factors) {
+        snprintf(err, errlen, "a GGUF architecture's parts (biases, q/k norms, a separate classifier, NeoX or scaled RoPE) "
+                              "are not in micro's own models");
+        return -1;
+    }
+    return 0;
+}
+
 int model_alloc(Model *m, const ModelConfig *c) {
     memset(m, 0, sizeof *m);
     size_t n = model_param_count(c);
@@ -145,6 +182,6 @@ int model_alloc(Model *m, const ModelConfig *c) {
 
 void model_free(Model *m) {
     free(m->params);
-    bpe_free(m->tokenizer);
+    tokenizer_free(m->tokenizer);
     memset(m, 0, sizeof *m);
 }

@@ -28,6 +28,13 @@ typedef struct {
     // n_kv_heads is then 1 (the latent serves every head). 0 and 0: multi-head or grouped-query.
     int latent_dim;
     int rope_dim;
+    // What a GGUF's architecture adds to micro's block (gguf_model.c's table says which has what);
+    // all 0 in micro's own models, whose files do not store them.
+    int rope_halves;     // RoPE pairs (i, i + head_dim/2), GPT-NeoX's order (Qwen), not (2i, 2i+1)
+    int qkv_bias;        // q, k and v each have a bias (Qwen2)
+    int qk_norm;         // each head's q and k are RMS-normalised before RoPE (Qwen3)
+    int separate_output; // the classifier is a matrix of its own, not the token embedding
+    int rope_factors;    // each pair's RoPE frequency is divided by a factor (Llama 3's rope_freqs)
 } ModelConfig;
 
 // Per head, the numbers a query has: head_dim, plus rope_dim under latent attention.
@@ -53,9 +60,17 @@ typedef struct {
     float *w2;              // [L, dim, hidden]
     float *w3;              // [L, hidden, dim]
     float *final_norm;      // [dim]
+    // The architecture's additions (ModelConfig), each empty unless its flag is set:
+    float *bq;              // [L, n_heads*head_dim]
+    float *bk;              // [L, n_kv_heads*head_dim]
+    float *bv;              // [L, n_kv_heads*head_dim]
+    float *q_norm;          // [L, head_dim]: one gain for every head of a layer
+    float *k_norm;          // [L, head_dim]
+    float *output;          // [vocab, dim]
+    float *rope_freqs;      // [head_dim/2]
 } ModelWeights;
 
-#define MODEL_N_TENSORS 16
+#define MODEL_N_TENSORS 23
 #define MODEL_MAX_PARAMS (1ull << 34) // 64 GiB of fp32: far beyond micro, well inside 64-bit sizes
 
 typedef struct {
@@ -64,16 +79,16 @@ typedef struct {
     int is_matrix; // weight decay applies to matrices only
 } TensorInfo;
 
-struct Bpe;
+struct Tokenizer;
 
 typedef struct {
     ModelConfig config;
     ModelWeights w;
     float *params; // owns the buffer w points into
     size_t n_params;
-    // The model's own tokenizer when it is not micro's byte vocabulary (a GGUF's byte-level BPE),
-    // owned; NULL for bytes. bos: the id a text starts with under it, or -1 for none.
-    struct Bpe *tokenizer;
+    // The model's own tokenizer when it is not micro's byte vocabulary (a GGUF's), owned; NULL for
+    // bytes. bos: the id a text starts with under it, or -1 for none.
+    struct Tokenizer *tokenizer;
     int32_t bos;
 } Model;
 
@@ -86,6 +101,9 @@ size_t model_param_count(const ModelConfig *c);
 void model_point_weights(const ModelConfig *c, float *base, ModelWeights *w);
 // Checks every field's range and relations; on failure writes one line to err and returns -1.
 int model_config_validate(const ModelConfig *c, char *err, size_t errlen);
+// model_config_validate and what micro's own models (its files, the trainer, checkpoints) are
+// besides: heads as wide as the residual together, a byte vocabulary, none of a GGUF's additions.
+int model_config_validate_own(const ModelConfig *c, char *err, size_t errlen);
 
 int model_alloc(Model *m, const ModelConfig *c);
 void model_free(Model *m);

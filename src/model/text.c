@@ -1,6 +1,6 @@
 // Plates and other texts: UTF-8 checking, the character cut that never splits a character, bytes→tokens.
 #include "text.h"
-#include "bpe.h"
+#include "tokenizer.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -157,7 +157,7 @@ int text_load(Text *t, const char *arg, int max_tokens, char *err, size_t errlen
     return status;
 }
 
-int text_tokenize(Text *t, const struct Bpe *bpe, int32_t bos, int max_tokens, char *err, size_t errlen) {
+int text_tokenize(Text *t, const struct Tokenizer *tok, int32_t bos, int max_tokens, char *err, size_t errlen) {
     char shown[MSG_TEXT];
     const char *path = msg_text(t->path, shown, sizeof shown);
     if (t->documents != 1 || t->bytes[0] != MICRO_BOS) {
@@ -175,7 +175,7 @@ int text_tokenize(Text *t, const struct Bpe *bpe, int32_t bos, int max_tokens, c
         ids[n++] = bos;
     }
     char why[256];
-    if (bpe_encode(bpe, t->bytes + 1, (size_t)t->n_bytes - 1, &ids, &n, why, sizeof why)) {
+    if (tokenizer_encode(tok, t->bytes + 1, (size_t)t->n_bytes - 1, &ids, &n, why, sizeof why)) {
         free(ids);
         snprintf(err, errlen, "%s: %s", path, why);
         return -1;

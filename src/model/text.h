@@ -42,8 +42,8 @@ int text_from_bytes(Text *t, const uint8_t *bytes, size_t n, long limit, int max
 // The text's ids under a model's own tokenizer (text_load gives micro's bytes): bos (if >= 0), then
 // the tokenizer's ids of the bytes after BOS; at most max_tokens. A file in the corpus's form (its
 // documents each after a 0x01) is refused. 0, or -1 with one line in err.
-struct Bpe;
-int text_tokenize(Text *t, const struct Bpe *bpe, int32_t bos, int max_tokens, char *err, size_t errlen);
+struct Tokenizer;
+int text_tokenize(Text *t, const struct Tokenizer *tok, int32_t bos, int max_tokens, char *err, size_t errlen);
 // The one message for a text longer than the model's context.
 void text_context_error(const char *path, size_t tokens, int max_tokens, char *err, size_t errlen);
 

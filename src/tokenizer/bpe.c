@@ -454,3 +454,5 @@ int bpe_token_bytes(const Bpe *b, int32_t id, uint8_t *out, size_t cap) {
     }
     return (int)n;
 }
+
+int bpe_size(const Bpe *b) { return b->n_tokens; }

@@ -28,6 +28,7 @@ const char *const *bpe_pre_tokenizers(int *n);
 Bpe *bpe_create(const TokBytes *tokens, int n_tokens, const TokBytes *merges, int n_merges, const int32_t *user_defined,
                 int n_user, const char *pre, char *err, size_t errlen);
 void bpe_free(Bpe *b);
+int bpe_size(const Bpe *b); // the number of tokens
 
 // The ids of n bytes of valid UTF-8 (no BOS added), appended to *ids (a malloc'ed array of *n_ids,
 // grown as needed). 0, or -1 with one line in err.

@@ -138,7 +138,7 @@ static int ident_config(const RunIdent *id, ModelConfig *c, char *why, size_t n)
         snprintf(why, n, "rope_theta %.17g or norm_eps %.17g is not a float", id->rope_theta, id->norm_eps);
         return -1;
     }
-    return model_config_validate(c, why, n);
+    return model_config_validate_own(c, why, n);
 }
 
 // One line: "checkpoint NAME: " and the reason, then `goto fail`.

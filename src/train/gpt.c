@@ -400,7 +400,7 @@ int train_net_init(TrainNet *n, Model *m, int B, int T, int n_threads, char *err
     memset(n->act_memory, 0, total * sizeof(float));
     model_point_weights(c, n->grads, &n->g);
     train_net_zero_grad(n);
-    rope_table(a->rope_cos, a->rope_sin, T, ad.rope, c->rope_theta);
+    rope_table(a->rope_cos, a->rope_sin, T, ad.rope, c->rope_theta, NULL);
     return 0;
 }
 

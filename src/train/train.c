@@ -186,7 +186,7 @@ int train_run(const TrainOptions *o) {
         fprintf(stderr, "micro: %s\n", err);
         return 2;
     }
-    if (model_config_validate(cfg, err, sizeof err)) {
+    if (model_config_validate_own(cfg, err, sizeof err)) {
         fprintf(stderr, "micro: %s\n", err);
         return 2;
     }
