@@ -6,11 +6,18 @@
 // - micro's own export read back bit for bit, and a file with each weight type as the token
 //   embedding read back as that type decodes it;
 // - hostile files: every truncation, a foreign architecture, tokenizer and weight type, an unread
-//   tensor, each refused in one line naming it.
+//   tensor, each refused in one line naming it;
+// - qwen2, qwen3 and Llama 3's parts: each written by micro's exporter and read back bit for bit, and
+//   NeoX RoPE against a closed form: a NeoX model's loss is the loss of the same model with each
+//   head's q and k rows (and their biases and norm gains) permuted from (i, i + half) to (2i, 2i+1)
+//   and adjacent-pair RoPE, since q·k is the same sum in either order (llama.cpp's check of every
+//   part: scripts/gguf-check).
 #include <math.h>
 #include <stdlib.h>
 
 #include "check.h"
+#include "eval.h"
+#include "kvcache.h"
 #include "export_gguf.h"
 #include "ggml_types.h"
 #include "gguf.h"
@@ -156,8 +163,90 @@ static void expect_refused(const char *label, const Buf *w, const char *needle) 
     else printf("ok   %-22s %s\n", label, err);
 }
 
+// The loss of micro's fp32 cache on a fixed run of bytes.
+static double fp32_loss(const Model *m) {
+    int32_t tokens[40];
+    for (int i = 0; i < 40; i++) tokens[i] = i == 0 ? MICRO_BOS : 32 + (i * 37) % 90;
+    EvalResult r;
+    char err[256];
+    CHECK(eval_tokens(m, tokens, 40, &codec_spec_fp32, &codec_spec_fp32, 1, 0, NULL, NULL, &r, err, sizeof err) == 0,
+          "eval: %s", err);
+    return r.loss;
+}
+
+// Rows [h·hd, (h+1)·hd) of each head of a [heads·hd, width] matrix (width 1: a vector) from NeoX's
+// pair order to adjacent pairs: row i < half goes to 2i, row half + i to 2i + 1.
+static void to_adjacent(float *x, int heads, int hd, size_t width) {
+    float *tmp = malloc(sizeof(float) * (size_t)hd * width);
+    for (int h = 0; h < heads; h++) {
+        float *head = x + (size_t)h * hd * width;
+        for (int i = 0; i < hd; i++) {
+            const int to = i < hd / 2 ? 2 * i : 2 * (i - hd / 2) + 1;
+            memcpy(tmp + (size_t)to * width, head + (size_t)i * width, sizeof(float) * width);
+        }
+        memcpy(head, tmp, sizeof(float) * (size_t)hd * width);
+    }
+    free(tmp);
+}
+
+static void check_archs(void) {
+    static const char *names[] = {"llama (Llama 3's rope_freqs, a classifier of its own)", "qwen2", "qwen3"};
+    for (int a = 0; a < 3; a++) {
+        ModelConfig c = small_config();
+        c.dim = 128, c.n_heads = 2, c.n_kv_heads = 1, c.head_dim = 64, c.hidden_dim = 256;
+        if (a == 0) c.separate_output = 1, c.rope_factors = 1;
+        if (a == 1) c.rope_halves = 1, c.qkv_bias = 1;
+        if (a == 2) c.rope_halves = 1, c.qk_norm = 1, c.head_dim = 128; // heads wider than dim / n_heads
+        Model m;
+        random_model(&m, &c, 11 + (unsigned)a);
+        for (int i = 0; c.qk_norm && i < c.n_layers * c.head_dim; i++) m.w.q_norm[i] += 1.0f, m.w.k_norm[i] += 1.0f;
+        for (int i = 0; c.rope_factors && i < c.head_dim / 2; i++) m.w.rope_freqs[i] = 1.0f + (float)i / 4.0f;
+        Buf w = exported(&m);
+        Model back;
+        char err[512];
+        CHECK(gguf_model_from_bytes(&back, w.b, w.n, "a.gguf", err, sizeof err) == 0, "%s read back: %s", names[a], err);
+        CHECK(memcmp(&back.config, &m.config, sizeof c) == 0 && back.n_params == m.n_params &&
+                  memcmp(back.params, m.params, m.n_params * sizeof(float)) == 0,
+              "%s: not read back bit for bit", names[a]);
+        const double loss = fp32_loss(&back);
+        CHECK(isfinite(loss) && loss > 0.0, "%s: loss %g", names[a], loss);
+        printf("ok   %s read back bit for bit (fp32 loss %.6f)\n", names[a], loss);
+        model_free(&back);
+        if (c.rope_halves) { // the closed form: the same model in adjacent pairs
+            Model adj;
+            random_model(&adj, &c, 11 + (unsigned)a);
+            memcpy(adj.params, m.params, m.n_params * sizeof(float));
+            adj.config.rope_halves = 0;
+            const int hd = c.head_dim, H = c.n_heads, K = c.n_kv_heads;
+            for (int l = 0; l < c.n_layers; l++) {
+                const size_t q = (size_t)H * hd, k = (size_t)K * hd;
+                to_adjacent(adj.w.wq + (size_t)l * q * c.dim, H, hd, (size_t)c.dim);
+                to_adjacent(adj.w.wk + (size_t)l * k * c.dim, K, hd, (size_t)c.dim);
+                if (c.qkv_bias) to_adjacent(adj.w.bq + (size_t)l * q, H, hd, 1), to_adjacent(adj.w.bk + (size_t)l * k, K, hd, 1);
+                if (c.qk_norm) to_adjacent(adj.w.q_norm + (size_t)l * hd, 1, hd, 1), to_adjacent(adj.w.k_norm + (size_t)l * hd, 1, hd, 1);
+            }
+            const double want = fp32_loss(&adj);
+            CHECK(fabs(want - loss) < 1e-5, "%s: NeoX RoPE %.7f, permuted adjacent pairs %.7f", names[a], loss, want);
+            printf("ok   %s: NeoX RoPE %.7f = adjacent pairs of permuted rows %.7f\n", names[a], loss, want);
+            model_free(&adj);
+        }
+        // A part the architecture lacks, or one missing, named.
+        Buf v = {0};
+        put(&v, w.b, w.n);
+        if (a == 1) patch(&v, "blk.0.attn_k.bias", "blk.0.attn_k.bIas");
+        if (a == 2) patch(&v, "blk.1.attn_q_norm.weight", "blk.1.attn_q_nxrm.weight");
+        if (a == 0) patch(&v, "rope_freqs.weight", "rope_frexs.weight");
+        expect_refused(a == 0 ? "an unread tensor" : "a part missing", &v,
+                       a == 0 ? "tensor rope_frexs.weight: micro's llama has no such part" : a == 1 ? "no tensor blk.0.attn_k.bias" : "no tensor blk.1.attn_q_norm.weight");
+        free(v.b);
+        free(w.b);
+        model_free(&m);
+    }
+}
+
 int main(void) {
     check_types();
+    check_archs();
     ModelConfig c = small_config();
     Model m;
     random_model(&m, &c, 7);

@@ -155,7 +155,7 @@ void json_string_to(FILE *out, const char *text) { json_bytes_to(out, (const uin
 int cli_byte_vocabulary(const Model *m, const char *path, char *err, size_t errlen) {
     if (!m->tokenizer) return 0;
     char shown[MSG_TEXT];
-    snprintf(err, errlen, "%s: a byte-level BPE vocabulary of %d tokens: micro eval, sweep and tokenize read it so far, "
+    snprintf(err, errlen, "%s: a vocabulary of its own (%d tokens): micro eval, sweep and tokenize read it so far, "
              "this command micro's byte vocabulary", msg_text(path, shown, sizeof shown), m->config.vocab_size);
     return -1;
 }
@@ -190,11 +190,6 @@ int cli_load_any_model(Model *m, const char *given, const char *calib, char *err
 
 int cli_tokenize_texts(const Model *m, Text *texts, int n, char *err, size_t errlen) {
     if (!m->tokenizer) return 0; // micro's bytes: text_load's ids
-    if (m->bos < 0) {
-        snprintf(err, errlen, "the model's vocabulary adds no BOS (tokenizer.ggml.add_bos_token): micro scores a text from "
-                 "its BOS so far");
-        return -1;
-    }
     for (int i = 0; i < n; i++)
         if (text_tokenize(&texts[i], m->tokenizer, m->bos, INT32_MAX, err, errlen)) return -1;
     return 0;

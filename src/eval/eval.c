@@ -195,7 +195,9 @@ int eval_tokens(const Model *m, const int32_t *tokens, int n, const CodecSpec *k
 // next window − 1 bytes, run from BOS with the fp32 cache once and then with each scheme. Every byte
 // is predicted once; the loss, top-1 agreement and KL are means over all of them and the interval
 // comes from all their differences. The cache's bytes are those of the first window. A text that
-// fits one window gives exactly eval_tokens' results.
+// fits one window gives exactly eval_tokens' results. Under a vocabulary without BOS (m->bos < 0:
+// Qwen's) the text is one document and a window starts from the token before its first predicted
+// one, so that every token but the text's first is still predicted once.
 int eval_windows(const Model *m, const int32_t *tokens, int n, int window, const CodecSpec *const *k_specs,
                  const CodecSpec *const *v_specs, int n_specs, int threads, int decode, EvalResult *ref, EvalResult *out,
                  double *nll, char *err, size_t errlen) {
@@ -209,12 +211,14 @@ int eval_windows(const Model *m, const int32_t *tokens, int n, int window, const
         return -1;
     }
     int steps = 0, windows = 0, rc = 0, tokens_run = 0;
-    for (int doc = 0; doc < n && !rc;) { // tokens[doc] is a document's BOS
+    const int has_bos = m->bos >= 0;
+    for (int doc = 0; doc < n && !rc;) { // tokens[doc] is a document's BOS, or the text's first token
         int end = doc + 1;
-        while (end < n && tokens[end] != tokens[0]) end++;
+        while (has_bos && end < n && tokens[end] != tokens[0]) end++;
+        if (!has_bos) end = n;
         for (int start = doc + 1; start < end && !rc; start += per) {
             const int len = end - start < per ? end - start : per, wn = len + 1;
-            buf[0] = tokens[0];
+            buf[0] = has_bos ? tokens[0] : tokens[start - 1];
             memcpy(buf + 1, tokens + start, sizeof(int32_t) * (size_t)len);
             EvalTrace tr = {0}, ts = {0};
             EvalResult r_ref, r;
@@ -242,11 +246,11 @@ int eval_windows(const Model *m, const int32_t *tokens, int n, int window, const
         doc = end;
     }
     if (!rc && windows == 0) {
-        snprintf(err, errlen, "need at least one byte after BOS to score");
+        snprintf(err, errlen, has_bos ? "need at least one byte after BOS to score" : "need at least two tokens to score");
         rc = -1;
     }
     if (!rc && windows > 1) {
-        ref->tokens = tokens_run; // each window starts from its own BOS
+        ref->tokens = tokens_run; // each window starts from its own BOS (or the token before it)
         ref->loss = sums[3 * n_specs] / steps;
         for (int s = 0; s < n_specs && !rc; s++) {
             out[s].tokens = tokens_run;

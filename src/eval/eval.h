@@ -46,13 +46,14 @@ int eval_tokens(const Model *m, const int32_t *tokens, int n, const CodecSpec *k
 // A text of any length (tokens[0] is BOS; each further BOS starts a document, as the corpus's files):
 // each document in consecutive windows of `window` tokens, each run from its own BOS through fp32
 // (into *ref) and each of the n_specs schemes (into out[s]); every byte is predicted once, the means
-// and the interval are over all of them. One window: exactly eval_tokens' results. With `nll`
+// and the interval are over all of them. One window: exactly eval_tokens' results. A model whose
+// vocabulary has no BOS (m->bos < 0): one document, each window from the token before it. With `nll`
 // (n_specs + 1 rows of n), each predicted byte's NLL in text order: row 0 fp32's, row 1 + s scheme
 // s's (eval_windows_steps of them per row), for pairing runs on the same bytes.
 int eval_windows(const Model *m, const int32_t *tokens, int n, int window, const CodecSpec *const *k_specs,
                  const CodecSpec *const *v_specs, int n_specs, int threads, int decode, EvalResult *ref, EvalResult *out,
                  double *nll, char *err, size_t errlen);
-// How many bytes eval_windows predicts in tokens[0..n): every token that is not a BOS.
+// How many bytes eval_windows predicts in tokens[0..n) of micro's bytes: every token that is not a BOS.
 int eval_windows_steps(const int32_t *tokens, int n);
 int eval_trace_alloc(EvalTrace *t, const Model *m, int n_tokens);
 void eval_trace_free(EvalTrace *t);

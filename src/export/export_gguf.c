@@ -1,6 +1,8 @@
 // GGUF v3 writer for micro (docs/gguf.md): header, key/value metadata, tensor infos, aligned F32 data.
 // Multi-head and grouped-query models are written as llama.cpp's llama architecture, latent
-// attention as its deepseek2 (every layer dense, no query compression).
+// attention as its deepseek2 (every layer dense, no query compression); a model with a GGUF
+// architecture's parts (ModelConfig) as that architecture: qwen2, qwen3, llama with a separate
+// classifier or rope_freqs — what a model read from such a file had.
 #include "export_gguf.h"
 #include "safe_file.h"
 
@@ -84,19 +86,20 @@ typedef struct {
 
 static uint64_t tensor_count(const Tensor *t) { return t->ne[0] * t->ne[1] * t->ne[2]; }
 
-// token_embd, output_norm, and at most 11 per layer (latent attention; llama has 9), n_layers <= 1024
-#define MAX_TENSORS (2 + 11 * 1024)
+// token_embd, output_norm, output, rope_freqs, and at most 11 per layer (latent attention; llama has
+// 9, qwen2 12, qwen3 11), n_layers <= 1024
+#define MAX_TENSORS (4 + 12 * 1024)
 
 // One per-layer tensor: where its floats are and its ggml shape.
 typedef struct {
-    const char *suffix;
+    const char *name; // "attn_q.weight"
     const float *base; // micro's block, every layer's one after another (one == 0), or this layer's alone
     uint64_t ne[3];    // ne[1] == 0: a vector of ne[0]; ne[2] == 0: a matrix
     int one;
 } PerLayer;
 
 static void add_layer_tensor(Tensor *x, int l, const PerLayer *p) {
-    snprintf(x->name, sizeof x->name, "blk.%d.%s.weight", l, p->suffix);
+    snprintf(x->name, sizeof x->name, "blk.%d.%s", l, p->name);
     x->n_dims = p->ne[2] ? 3 : p->ne[1] ? 2 : 1;
     x->ne[0] = p->ne[0];
     x->ne[1] = p->ne[1] ? p->ne[1] : 1;
@@ -130,13 +133,20 @@ static int list_tensors(const Model *m, Tensor *t, float *derived) {
     for (int l = 0; l < c->n_layers; l++) {
         if (lat == 0) {
             PerLayer per[] = {
-                {"attn_norm", w->attn_norm, {d, 0, 0}, 0}, {"attn_q", w->wq, {d, q, 0}, 0},
-                {"attn_k", w->wk, {d, kv, 0}, 0},          {"attn_v", w->wv, {d, kv, 0}, 0},
-                {"attn_output", w->wo, {o, d, 0}, 0},      {"ffn_norm", w->ffn_norm, {d, 0, 0}, 0},
-                {"ffn_gate", w->w1, {d, h, 0}, 0},         {"ffn_down", w->w2, {h, d, 0}, 0},
-                {"ffn_up", w->w3, {d, h, 0}, 0},
+                {"attn_norm.weight", w->attn_norm, {d, 0, 0}, 0}, {"attn_q.weight", w->wq, {d, q, 0}, 0},
+                {"attn_k.weight", w->wk, {d, kv, 0}, 0},          {"attn_v.weight", w->wv, {d, kv, 0}, 0},
+                {"attn_output.weight", w->wo, {o, d, 0}, 0},      {"ffn_norm.weight", w->ffn_norm, {d, 0, 0}, 0},
+                {"ffn_gate.weight", w->w1, {d, h, 0}, 0},         {"ffn_down.weight", w->w2, {h, d, 0}, 0},
+                {"ffn_up.weight", w->w3, {d, h, 0}, 0},
             };
             for (size_t i = 0; i < sizeof per / sizeof per[0]; i++) add_layer_tensor(&t[n++], l, &per[i]);
+            const PerLayer extra[] = {
+                {"attn_q.bias", w->bq, {o, 0, 0}, 0},  {"attn_k.bias", w->bk, {kv, 0, 0}, 0},
+                {"attn_v.bias", w->bv, {kv, 0, 0}, 0}, {"attn_q_norm.weight", w->q_norm, {hd, 0, 0}, 0},
+                {"attn_k_norm.weight", w->k_norm, {hd, 0, 0}, 0},
+            };
+            for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+                if (i < 3 ? c->qkv_bias : c->qk_norm) add_layer_tensor(&t[n++], l, &extra[i]);
             continue;
         }
         // attn_kv_a_mqa: {dim, latent + rope}, the latent's rows, then the RoPE key's.
@@ -150,22 +160,38 @@ static int list_tensors(const Model *m, Tensor *t, float *derived) {
             for (uint64_t r = 0; r < lat; r++)
                 for (uint64_t i = 0; i < hd; i++) kb[(hh * lat + r) * hd + i] = uk[(hh * hd + i) * lat + r];
         PerLayer per[] = {
-            {"attn_norm", w->attn_norm, {d, 0, 0}, 0},     {"attn_q", w->wq, {d, q, 0}, 0},
-            {"attn_kv_a_mqa", kva, {d, lat + rope, 0}, 1}, {"attn_kv_a_norm", w->kv_norm, {lat, 0, 0}, 0},
-            {"attn_k_b", kb, {hd, lat, nh}, 1},            {"attn_v_b", w->w_uv, {lat, hd, nh}, 0},
-            {"attn_output", w->wo, {o, d, 0}, 0},           {"ffn_norm", w->ffn_norm, {d, 0, 0}, 0},
-            {"ffn_gate", w->w1, {d, h, 0}, 0},              {"ffn_down", w->w2, {h, d, 0}, 0},
-            {"ffn_up", w->w3, {d, h, 0}, 0},
+            {"attn_norm.weight", w->attn_norm, {d, 0, 0}, 0},     {"attn_q.weight", w->wq, {d, q, 0}, 0},
+            {"attn_kv_a_mqa.weight", kva, {d, lat + rope, 0}, 1}, {"attn_kv_a_norm.weight", w->kv_norm, {lat, 0, 0}, 0},
+            {"attn_k_b.weight", kb, {hd, lat, nh}, 1},            {"attn_v_b.weight", w->w_uv, {lat, hd, nh}, 0},
+            {"attn_output.weight", w->wo, {o, d, 0}, 0},           {"ffn_norm.weight", w->ffn_norm, {d, 0, 0}, 0},
+            {"ffn_gate.weight", w->w1, {d, h, 0}, 0},              {"ffn_down.weight", w->w2, {h, d, 0}, 0},
+            {"ffn_up.weight", w->w3, {d, h, 0}, 0},
         };
         for (size_t i = 0; i < sizeof per / sizeof per[0]; i++) add_layer_tensor(&t[n++], l, &per[i]);
     }
     t[n++] = (Tensor){"output_norm.weight", w->final_norm, 1, {d, 1, 1}};
+    if (c->separate_output) t[n++] = (Tensor){"output.weight", w->output, 2, {d, (uint64_t)c->vocab_size, 1}};
+    if (c->rope_factors) t[n++] = (Tensor){"rope_freqs.weight", w->rope_freqs, 1, {hd / 2, 1, 1}};
     return n;
 }
 
 // general.architecture: micro's multi-head and grouped-query models are llama's; latent attention
 // is DeepSeek-V2's (deepseek2), every layer dense and without query compression.
-static const char *arch_name(const ModelConfig *c) { return c->latent_dim > 0 ? "deepseek2" : "llama"; }
+// qwen2 and qwen3 are the architectures with NeoX RoPE and q/k/v biases, or q/k norms.
+static const char *arch_name(const ModelConfig *c) {
+    return c->latent_dim > 0 ? "deepseek2" : c->qk_norm ? "qwen3" : c->qkv_bias ? "qwen2" : "llama";
+}
+
+// A model the architectures above cannot hold (NeoX RoPE in llama, biases in qwen3, ...): one line.
+static int arch_fits(const ModelConfig *c, char *err, size_t errlen) {
+    const char *a = arch_name(c);
+    const int qwen = a[0] == 'q';
+    if (c->rope_halves == qwen && !(c->qkv_bias && c->qk_norm) && !(c->latent_dim > 0 && (qwen || c->rope_factors)))
+        return 0;
+    snprintf(err, errlen, "GGUF export: no architecture has this model's parts (NeoX RoPE %d, biases %d, q/k norms %d)",
+             c->rope_halves, c->qkv_bias, c->qk_norm);
+    return -1;
+}
 
 static void kv_arch_u32(Writer *w, const ModelConfig *c, const char *key, uint32_t v) {
     char name[128];
@@ -248,6 +274,7 @@ int gguf_write_model(FILE *f, const Model *m, char *err, size_t errlen) {
         snprintf(err, errlen, "GGUF export needs a 256-byte vocabulary and at most 1024 layers");
         return -1;
     }
+    if (arch_fits(&m->config, err, errlen)) return -1;
     Tensor *tensors = malloc(MAX_TENSORS * sizeof *tensors);
     size_t nd = derived_floats(&m->config);
     float *derived = nd ? malloc(nd * sizeof *derived) : NULL;
