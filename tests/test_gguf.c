@@ -275,7 +275,7 @@ int main(void) {
     expect_refused("foreign architecture", &v, "architecture 'qwen9'");
     v.n = 0, put(&v, w.b, w.n);
     patch(&v, "<0x41>", "<0x42>");
-    expect_refused("foreign vocabulary", &v, "micro reads only a byte vocabulary");
+    expect_refused("a vocabulary of two tokens of one text", &v, "tokens 65 and 66 have the same text");
     v.n = 0, put(&v, w.b, w.n);
     patch(&v, "ffn_up", "ffn_uq");
     expect_refused("missing tensor", &v, "no tensor blk.0.ffn_up.weight");

@@ -5,12 +5,15 @@
 // whole (the longest first) and control tokens not, byte fallback (<0xXX>, else the byte's own
 // token, else the text refused), llama.cpp's reading of ill-formed UTF-8, the texts llama.cpp makes
 // of a GGUF's strings (cut at a NUL, "[EMPTY_i]"), every token's bytes, and any bytes' ids spelling
-// them back. Each case was also run through llama.cpp (node-llama-cpp 3.21.1) when written; the
-// real Llama 2 vocabulary: scripts/tokenizer-check.
+// them back; and a GGUF's llama keys read as llama.cpp reads them (gguf_tokenizer: micro's own 256
+// bytes stay bytes; the defaults; each key missing or of another type refused naming it). Each
+// case was also run through llama.cpp (node-llama-cpp 3.21.1) when written; the real Llama 2
+// vocabulary: scripts/tokenizer-check.
 #include <math.h>
 #include <stdlib.h>
 
 #include "check.h"
+#include "gguf_tokenizer.h"
 #include "spm.h"
 
 #define MARK "\xe2\x96\x81" // U+2581, SentencePiece's space
@@ -70,6 +73,146 @@ static void expect(const Spm *s, const char *label, const char *text, const int3
 
 #define IDS(...) (const int32_t[]){__VA_ARGS__}, (int)(sizeof (const int32_t[]){__VA_ARGS__} / sizeof(int32_t))
 #define B(c) (BYTE0 + (uint8_t)(c))
+
+
+// ---------------------------------------------------------------------------------------------
+// A GGUF holding only tokenizer keys, written here.
+
+typedef struct {
+    uint8_t b[16384];
+    size_t n;
+    int kvs;
+} Gg;
+
+static void put(Gg *g, const void *p, size_t n) {
+    if (g->n + n <= sizeof g->b) memcpy(g->b + g->n, p, n);
+    g->n += n;
+}
+static void put_u32(Gg *g, uint32_t v) { put(g, (uint8_t[]){(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)}, 4); }
+static void put_u64(Gg *g, uint64_t v) { put_u32(g, (uint32_t)v), put_u32(g, (uint32_t)(v >> 32)); }
+static void put_str(Gg *g, const char *s) { put_u64(g, strlen(s)), put(g, s, strlen(s)); }
+static void key(Gg *g, const char *k, uint32_t type) { put_str(g, k), put_u32(g, type), g->kvs++; }
+
+// The keys llama.cpp's converter writes for <unk>, <s>, </s>, the 256 byte tokens and pieces; what
+// leave (a bit mask) leaves out, and scores of type score_type.
+enum { NO_SCORES = 1, NO_TYPES = 2, FLOAT_TYPES = 4, NO_PREFIX_KEY = 8, NO_BOS_KEYS = 16, NO_ADD_BOS = 32 };
+static void llama_keys(Gg *g, const Piece *pieces, int n, uint32_t score_type, int leave, int prefix) {
+    g->n = 0, g->kvs = 0;
+    put(g, "GGUF", 4), put_u32(g, 3), put_u64(g, 0), put_u64(g, 0); // the count of keys is patched at the end
+    key(g, "tokenizer.ggml.model", GGUF_STRING), put_str(g, "llama");
+    const int total = FIRST + n;
+    key(g, "tokenizer.ggml.tokens", GGUF_ARRAY), put_u32(g, GGUF_STRING), put_u64(g, (uint64_t)total);
+    put_str(g, "<unk>"), put_str(g, "<s>"), put_str(g, "</s>");
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        put_str(g, name);
+    }
+    for (int i = 0; i < n; i++) put_str(g, pieces[i].text);
+    if (!(leave & NO_SCORES)) {
+        key(g, "tokenizer.ggml.scores", GGUF_ARRAY), put_u32(g, score_type), put_u64(g, (uint64_t)total);
+        for (int i = 0; i < total; i++) {
+            const float f = i < FIRST ? 0 : pieces[i - FIRST].score;
+            uint32_t u;
+            if (score_type == GGUF_FLOAT32) memcpy(&u, &f, 4);
+            else u = (uint32_t)(int32_t)f;
+            put_u32(g, u);
+        }
+    }
+    if (!(leave & NO_TYPES)) {
+        key(g, "tokenizer.ggml.token_type", GGUF_ARRAY), put_u32(g, leave & FLOAT_TYPES ? GGUF_FLOAT32 : GGUF_INT32);
+        put_u64(g, (uint64_t)total);
+        for (int i = 0; i < total; i++) put_u32(g, i < 3 ? (i ? SPM_CONTROL : SPM_UNKNOWN) : i < FIRST ? SPM_BYTE : (uint32_t)pieces[i - FIRST].type);
+    }
+    if (!(leave & NO_PREFIX_KEY)) key(g, "tokenizer.ggml.add_space_prefix", GGUF_BOOL), put(g, (uint8_t[]){(uint8_t)prefix}, 1);
+    if (!(leave & NO_BOS_KEYS)) {
+        key(g, "tokenizer.ggml.bos_token_id", GGUF_UINT32), put_u32(g, 1);
+        key(g, "tokenizer.ggml.add_bos_token", GGUF_BOOL), put(g, (uint8_t[]){leave & NO_ADD_BOS ? 0 : 1}, 1);
+    }
+    const uint64_t kvs = (uint64_t)g->kvs;
+    for (int i = 0; i < 8; i++) g->b[16 + i] = (uint8_t)(kvs >> (8 * i));
+}
+
+// The tokenizer of g (0), or its refusal (-1, the message in err).
+static int read_keys(Gg *g, GgufTokenizer *t, char *err, size_t errlen) {
+    Gguf parsed = {0};
+    CHECK(g->n <= sizeof g->b, "the test's GGUF is too big");
+    if (gguf_parse(&parsed, g->b, g->n, "t.gguf", err, errlen)) {
+        CHECK(0, "the test's GGUF does not parse: %s", err);
+        return -1;
+    }
+    const int rc = gguf_tokenizer(&parsed, t, err, errlen);
+    gguf_free(&parsed);
+    return rc;
+}
+
+static void check_gguf_keys(void) {
+    static Gg g;
+    GgufTokenizer t;
+    char err[512];
+    const Piece pieces[] = {{MARK, -100, 1}, {"a", -100, 1}, {"b", -100, 1}, {"c", -100, 1}, {"ab", -2, 1}, {"bc", -1, 1}};
+    llama_keys(&g, pieces, 6, GGUF_FLOAT32, 0, 1);
+    CHECK(read_keys(&g, &t, err, sizeof err) == 0 && t.tok && t.bos == 1 && t.n_tokens == FIRST + 6, "a llama vocabulary: %s", err);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    CHECK(t.tok && tokenizer_encode(t.tok, (const uint8_t *)"abc", 3, &ids, &n, err, sizeof err) == 0 && n == 3 && ids[0] == 259 &&
+              ids[1] == 260 && ids[2] == 264 && tokenizer_size(t.tok) == FIRST + 6,
+          "through the facade: abc -> ▁|a|bc");
+    free(ids);
+    gguf_tokenizer_free(&t);
+    printf("ok   a GGUF's llama vocabulary is SentencePiece, BOS 1 added, through the Tokenizer facade\n");
+    // int32 scores, as llama.cpp reads them; no add_space_prefix key: a space first (llama.cpp's default).
+    llama_keys(&g, pieces, 6, GGUF_INT32, NO_PREFIX_KEY, 0);
+    ids = NULL, n = 0;
+    CHECK(read_keys(&g, &t, err, sizeof err) == 0 && tokenizer_encode(t.tok, (const uint8_t *)"abc", 3, &ids, &n, err, sizeof err) == 0 &&
+              n == 3 && ids[0] == 259 && ids[2] == 264,
+          "int32 scores and the default space: %s", err);
+    free(ids);
+    gguf_tokenizer_free(&t);
+    llama_keys(&g, pieces, 6, GGUF_FLOAT32, 0, 0);
+    ids = NULL, n = 0;
+    CHECK(read_keys(&g, &t, err, sizeof err) == 0 && tokenizer_encode(t.tok, (const uint8_t *)"abc", 3, &ids, &n, err, sizeof err) == 0 &&
+              n == 2 && ids[0] == 260 && ids[1] == 264,
+          "add_space_prefix false: abc -> a|bc");
+    free(ids);
+    gguf_tokenizer_free(&t);
+    printf("ok   int32 scores; add_space_prefix absent (a space first) and false (none)\n");
+    // BOS: none when add_bos_token is false; 1 when neither key is there (llama.cpp's SPM defaults).
+    llama_keys(&g, pieces, 6, GGUF_FLOAT32, NO_ADD_BOS, 1);
+    CHECK(read_keys(&g, &t, err, sizeof err) == 0 && t.bos == -1, "add_bos_token false: bos %d", t.bos);
+    gguf_tokenizer_free(&t);
+    llama_keys(&g, pieces, 6, GGUF_FLOAT32, NO_BOS_KEYS, 1);
+    CHECK(read_keys(&g, &t, err, sizeof err) == 0 && t.bos == 1, "no BOS keys: bos %d", t.bos);
+    gguf_tokenizer_free(&t);
+    printf("ok   BOS as add_bos_token says, 1 when the keys are absent\n");
+    // Each key missing or of another type refused in one line naming it.
+    static const struct {
+        int leave;
+        const char *needle;
+    } refused[] = {{NO_SCORES, "no tokenizer.ggml.scores"}, {NO_TYPES, "no tokenizer.ggml.token_type"},
+                   {FLOAT_TYPES, "no tokenizer.ggml.token_type"}};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        llama_keys(&g, pieces, 6, GGUF_FLOAT32, refused[i].leave, 1);
+        err[0] = 0;
+        CHECK(read_keys(&g, &t, err, sizeof err) == -1 && strstr(err, refused[i].needle) && !strchr(err, '\n'),
+              "refused with '%s': %s", refused[i].needle, err);
+    }
+    llama_keys(&g, pieces, 6, GGUF_UINT32, 0, 1);
+    CHECK(read_keys(&g, &t, err, sizeof err) == -1 && strstr(err, "no tokenizer.ggml.scores"), "uint32 scores refused: %s", err);
+    printf("ok   scores and token types missing or of another type refused naming the key (%s)\n", err);
+    // micro's own 256 byte tokens stay micro's bytes: no tokenizer, the ids are the bytes.
+    g.n = 0, g.kvs = 0;
+    put(&g, "GGUF", 4), put_u32(&g, 3), put_u64(&g, 0), put_u64(&g, 2);
+    key(&g, "tokenizer.ggml.model", GGUF_STRING), put_str(&g, "llama");
+    key(&g, "tokenizer.ggml.tokens", GGUF_ARRAY), put_u32(&g, GGUF_STRING), put_u64(&g, 256);
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        put_str(&g, name);
+    }
+    CHECK(read_keys(&g, &t, err, sizeof err) == 0 && t.tok == NULL && t.bos == -1, "micro's bytes: %s", err);
+    printf("ok   micro's 256 byte tokens in order: micro's bytes, no tokenizer\n");
+}
 
 int main(void) {
     // 259 ▁, 260 a, 261 b, 262 c (low scores), then the pairs.
@@ -223,6 +366,7 @@ int main(void) {
     CHECK(round_trips == 300, "%d of 300 texts spelled back", round_trips);
     printf("ok   300 random texts' ids spell a space and their bytes back\n");
     spm_free(s);
+    check_gguf_keys();
     printf("%d failures\n", failures);
     return failures != 0;
 }

@@ -15,8 +15,9 @@ static const char *tokenize_usage =
     "usage: micro tokenize --text FILE[:CHARS] [--model FILE] [--csv]\n"
     "  The text's token ids, one a line, as the model reads them: micro's byte vocabulary (micro's own\n"
     "  files, and GGUFs of 256 byte tokens) gives BOS and then the bytes; a GGUF's byte-level BPE\n"
-    "  (tokenizer.ggml.model gpt2; pre-tokenizers gpt2, llama-bpe, qwen2, smollm) its ids, BOS first\n"
-    "  where the file's add_bos_token says so. Text is data: no special token is read in it.\n"
+    "  (tokenizer.ggml.model gpt2; pre-tokenizers gpt2, llama-bpe, qwen2, smollm) or SentencePiece\n"
+    "  (llama: Llama 2, TinyLlama) its ids, BOS first where the file's add_bos_token says so (for\n"
+    "  SentencePiece when it is absent too). Text is data: no special token is read in it.\n"
     "options:\n"
     "  --text FILE[:CHARS] the text (UTF-8), its first CHARS characters\n"
     "  --model FILE        model file (default models/micro.bin)\n"
@@ -79,7 +80,7 @@ int cmd_tokenize(int argc, char **argv) {
         if (gguf_map(model_path, &map, &size, err, sizeof err) ||
             gguf_parse(&g, map, size, msg_text(model_path, shown, sizeof shown), err, sizeof err))
             status = cli_error("%s", err);
-        else if (gguf_tokenizer(&g, &tok, err, sizeof err)) // byte-level BPE, or micro's bytes (tok.tok NULL)
+        else if (gguf_tokenizer(&g, &tok, err, sizeof err)) // BPE or SentencePiece, or micro's bytes (tok.tok NULL)
             status = cli_error("%s: %s", shown, err);
     } else {
         Model m; // micro's own file: checked as every command checks it

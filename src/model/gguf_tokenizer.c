@@ -1,5 +1,5 @@
 // A GGUF file's tokenizer (gguf_tokenizer.h), from its tokenizer.ggml.* keys as llama.cpp's
-// converter writes them.
+// converter writes them and llama.cpp's llama-vocab.cpp reads them.
 #include "gguf_tokenizer.h"
 
 #include <stdio.h>
@@ -29,25 +29,74 @@ static TokBytes *string_array(const Gguf *g, const char *key, uint64_t *n, char 
     return out;
 }
 
-// The vocabulary micro reads so far: llama's SentencePiece form with 256 byte tokens <0x00>..<0xFF>
-// in order, token b the byte b (what export --gguf writes). Others are named in the refusal.
-static int byte_vocabulary(const Gguf *g, char *why, size_t n) {
-    GgufString model = {(const uint8_t *)"", 0};
-    if (gguf_get_string(g, "tokenizer.ggml.model", &model, why, n) < 0) return -1;
+// Whether the vocabulary is micro's own: llama's SentencePiece form with exactly the 256 byte tokens
+// <0x00>..<0xFF> in order, token b the byte b (what export --gguf writes). Its ids are the bytes.
+static int byte_vocabulary(const Gguf *g) {
     const GgufKv *tokens = gguf_find(g, "tokenizer.ggml.tokens");
-    int bytes = gguf_string_is(model, "llama") && tokens && tokens->type == GGUF_ARRAY &&
-                tokens->array_type == GGUF_STRING && tokens->count == 256;
+    int bytes = tokens && tokens->type == GGUF_ARRAY && tokens->array_type == GGUF_STRING && tokens->count == 256;
     const uint8_t *at = bytes ? tokens->at : NULL;
     for (int b = 0; b < 256 && bytes; b++) {
         char want[8];
         snprintf(want, sizeof want, "<0x%02X>", b);
         bytes = gguf_string_is(gguf_next_string(&at), want);
     }
-    if (bytes) return 0;
-    char shown[64];
-    snprintf(why, n, "tokenizer '%s'%s: micro reads only a byte vocabulary so far (256 tokens <0x00>..<0xFF>, "
-             "as micro export --gguf writes)", gguf_shown(model, shown, sizeof shown), tokens ? "" : " without tokens");
-    return -1;
+    return bytes;
+}
+
+// An array of n 32-bit numbers (type one of a and b, at least n of them), or NULL.
+static const GgufKv *numbers(const Gguf *g, const char *key, uint32_t a, uint32_t b, uint64_t n) {
+    const GgufKv *kv = gguf_find(g, key);
+    return kv && kv->type == GGUF_ARRAY && (kv->array_type == a || kv->array_type == b) && kv->count >= n ? kv : NULL;
+}
+
+// Any other llama vocabulary: SentencePiece as llama.cpp's LLAMA_VOCAB_TYPE_SPM reads it (tokens,
+// scores, token types; add_space_prefix, add_bos_token and bos_token_id default true, true and 1).
+static int spm_vocabulary(const Gguf *g, GgufTokenizer *t, char *err, size_t errlen) {
+    uint64_t n_tokens = 0;
+    TokBytes *tokens = string_array(g, "tokenizer.ggml.tokens", &n_tokens, err, errlen);
+    if (!tokens) return -1;
+    // llama.cpp takes int32 scores too (as floats); more scores or types than tokens are left unread.
+    const GgufKv *sk = numbers(g, "tokenizer.ggml.scores", GGUF_FLOAT32, GGUF_INT32, n_tokens);
+    const GgufKv *tk = numbers(g, "tokenizer.ggml.token_type", GGUF_INT32, GGUF_INT32, n_tokens);
+    if (!sk || !tk) {
+        snprintf(err, errlen, "no tokenizer.ggml.%s (an array of %s, one for each of the %llu tokens)", sk ? "token_type" : "scores",
+                 sk ? "int32" : "float32", (unsigned long long)n_tokens);
+        free(tokens);
+        return -1;
+    }
+    float *scores = malloc(sizeof *scores * (size_t)n_tokens);
+    int32_t *types = malloc(sizeof *types * (size_t)n_tokens);
+    for (uint64_t i = 0; scores && types && i < n_tokens; i++) {
+        const uint32_t u = le_get_u32(sk->at + 4 * i);
+        if (sk->array_type == GGUF_FLOAT32) memcpy(&scores[i], &u, sizeof u);
+        else scores[i] = (float)(int32_t)u;
+        types[i] = (int32_t)le_get_u32(tk->at + 4 * i);
+    }
+    char why[300];
+    int prefix = 1, add_bos = 1;
+    uint64_t bos = 1; // llama.cpp's SPM defaults: a space first, BOS 1 added
+    const int has_prefix = gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &prefix, why, sizeof why);
+    const int has_add = has_prefix < 0 ? 0 : gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos, why, sizeof why);
+    const int has_bos = has_prefix < 0 || has_add < 0 ? 0 : gguf_get_uint(g, "tokenizer.ggml.bos_token_id", 0, n_tokens - 1, &bos, why, sizeof why);
+    Spm *spm = NULL;
+    if (!scores || !types) snprintf(err, errlen, "out of memory reading the tokenizer");
+    else if (has_prefix < 0 || has_add < 0 || has_bos < 0) snprintf(err, errlen, "%s", why);
+    else if (has_bos > 0 && bos >= n_tokens && add_bos)
+        snprintf(err, errlen, "tokenizer.ggml.add_bos_token is true but there is no BOS (no tokenizer.ggml.bos_token_id, and "
+                 "the default 1 is no token)");
+    else if ((spm = spm_create(tokens, scores, types, (int)n_tokens, prefix, why, sizeof why)) == NULL)
+        snprintf(err, errlen, "tokenizer.ggml.tokens: %s", why);
+    free(tokens);
+    free(scores);
+    free(types);
+    if (!spm) return -1;
+    if (!(t->tok = tokenizer_from_spm(spm))) {
+        snprintf(err, errlen, "out of memory reading the tokenizer");
+        return -1;
+    }
+    t->n_tokens = (int)n_tokens;
+    t->bos = add_bos ? (int32_t)bos : -1;
+    return 0;
 }
 
 int gguf_tokenizer(const Gguf *g, GgufTokenizer *t, char *err, size_t errlen) {
@@ -59,10 +108,11 @@ int gguf_tokenizer(const Gguf *g, GgufTokenizer *t, char *err, size_t errlen) {
         snprintf(err, errlen, "no tokenizer.ggml.model");
         return -1;
     }
-    if (!gguf_string_is(model, "gpt2")) { // micro's bytes (t->bpe stays NULL), or refused
-        if (gguf_string_is(model, "llama")) return byte_vocabulary(g, err, errlen);
+    if (gguf_string_is(model, "llama")) // micro's bytes (t->tok stays NULL), or SentencePiece
+        return byte_vocabulary(g) ? 0 : spm_vocabulary(g, t, err, errlen);
+    if (!gguf_string_is(model, "gpt2")) {
         char shown[64];
-        snprintf(err, errlen, "tokenizer '%s': micro reads gpt2 (byte-level BPE) vocabularies and its own bytes so far",
+        snprintf(err, errlen, "tokenizer '%s': micro reads gpt2 (byte-level BPE) and llama (SentencePiece) vocabularies so far",
                  gguf_shown(model, shown, sizeof shown));
         return -1;
     }

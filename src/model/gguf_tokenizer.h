@@ -1,7 +1,8 @@
 // The tokenizer a GGUF file describes: tokenizer.ggml.model gpt2, byte-level BPE (its pre-tokenizer
 // named by tokenizer.ggml.pre), and whether texts begin with its BOS (tokenizer.ggml.add_bos_token);
-// or llama with micro's 256 byte tokens <0x00>..<0xFF> in order (what micro export --gguf writes),
-// for which tok stays NULL: the ids are the bytes.
+// llama with micro's 256 byte tokens <0x00>..<0xFF> in order (what micro export --gguf writes), for
+// which tok stays NULL: the ids are the bytes; or any other llama vocabulary, SentencePiece
+// (tokens, scores, token types; a BOS unless add_bos_token says false, as llama.cpp reads it).
 #ifndef MICRO_GGUF_TOKENIZER_H
 #define MICRO_GGUF_TOKENIZER_H
 

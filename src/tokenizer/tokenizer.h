@@ -1,5 +1,5 @@
-// A model's own tokenizer, whichever scheme it is: byte-level BPE (bpe.h) so far. The engine and
-// the commands hold a Tokenizer and call these; a new scheme is one more case here.
+// A model's own tokenizer, whichever scheme it is: byte-level BPE (bpe.h) or SentencePiece (spm.h).
+// The engine and the commands hold a Tokenizer and call these; a new scheme is one more case here.
 #ifndef MICRO_TOKENIZER_H
 #define MICRO_TOKENIZER_H
 
@@ -7,11 +7,13 @@
 #include <stdint.h>
 
 #include "bpe.h"
+#include "spm.h"
 
 typedef struct Tokenizer Tokenizer;
 
-// Takes b (freed with the Tokenizer, or here when out of memory); NULL when out of memory.
+// Each takes its tokenizer (freed with the Tokenizer, or here when out of memory); NULL when out of memory.
 Tokenizer *tokenizer_from_bpe(Bpe *b);
+Tokenizer *tokenizer_from_spm(Spm *s);
 void tokenizer_free(Tokenizer *t);
 
 // The ids of n bytes of text (no BOS added), appended to *ids (a malloc'ed array of *n_ids, grown
