@@ -26,6 +26,9 @@
 //   `qround=q8` on the K codec when it has that option (detected below); without it micro keeps
 //   the query in fp32 and the comparison measures that difference too.
 // - The iq4_nl cache is written with quantize_row_iq4_nl_ref (no scale search).
+// - Since April 2026 (its PR #21038) llama.cpp rotates a quantised cache by a Hadamard transform
+//   when heads have 64 numbers or more, unless LLAMA_ATTN_ROT_DISABLE=1: scripts/interop sets it,
+//   so that each row is the cache its type names (micro's heads of 32 are not rotated either way).
 // - Latent attention (a deepseek2 GGUF): llama.cpp runs it absorbed, one cached row per token (the
 //   latent, then the RoPE key) that is both K and V; micro caches the latent under --k and the RoPE
 //   key under --v, so `--k S --v S` is the same cache. Only f32 and f16 exist on both sides: a block

