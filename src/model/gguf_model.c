@@ -69,7 +69,7 @@ int gguf_model_from_bytes(Model *m, const uint8_t *data, size_t size, const char
         char shown[64];
         FAIL("architecture '%s': micro reads llama, qwen2 and qwen3", gguf_shown(arch_name, shown, sizeof shown));
     }
-    if (gguf_tokenizer(&g, &tok, why, sizeof why)) FAIL("%s", why); // byte-level BPE, or micro's bytes
+    if (gguf_tokenizer(&g, &tok, why, sizeof why)) FAIL("%s", why); // byte-level BPE, SentencePiece, or micro's bytes
     // The shape from the architecture's keys: each required, in range, or refused by name.
     static const struct {
         const char *key;
