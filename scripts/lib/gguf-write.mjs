@@ -108,6 +108,43 @@ export function bpeVocabulary(json, pre, bos, addBos) {
   };
 }
 
+// A SentencePiece vocabulary (Llama 2's) as llama.cpp's converter writes it from tokenizer.model (SentencePiece: tokens,
+// scores, types). The package ships Hugging Face's tokenizer.json (a BPE with byte fallback and
+// merges), not tokenizer.model, so the scores are derived: Hugging Face's converter lists the merges
+// by the score of the piece each makes, highest first, and this file's merges make pieces of rising
+// id (SentencePiece's BPE pieces, in the order it learned them, each scoring one less than the one
+// before) except the runs of two or more "▁", whose merges come after all the others (the lowest
+// scores, all equal: -1e9 here). So: <unk>, <s>, </s> and the byte tokens <0x00>..<0xFF>
+// (ids 0-258) score 0; the runs of "▁" -1e9; every other piece -(id - 259). Both orders are checked
+// here before the file is written. Types: 2 unknown, 3 control, 6 byte, 1 normal; BOS 1, EOS 2,
+// unknown 0, add_bos_token true, and no add_space_prefix key (llama.cpp's default for SPM: a space first).
+export function spmVocabulary(json, pkg) {
+  const n = Object.keys(json.model.vocab).length;
+  const tokens = new Array(n), scores = new Array(n), types = new Array(n);
+  const run = (t) => /^\u2581{2,}$/.test(t);
+  for (const [text, id] of Object.entries(json.model.vocab)) {
+    tokens[id] = text;
+    types[id] = id === 0 ? 2 : id < 3 ? 3 : id < 259 ? 6 : 1;
+    scores[id] = id < 259 ? 0 : run(text) ? -1e9 : -(id - 259);
+  }
+  for (const t of json.added_tokens) if (t.id >= n || tokens[t.id] !== t.content || !t.special || t.id > 2) throw new Error(`${pkg}: added token ${t.content}`);
+  let last = -1, runs = false;
+  for (const m of json.model.merges) {
+    const [l, r] = Array.isArray(m) ? m : m.split(" ");
+    const id = json.model.vocab[l + r];
+    if (run(l + r)) runs = true;
+    else if (runs || id < last) throw new Error(`${pkg}: merge ${l} ${r} (id ${id}) out of the order the scores are derived from`);
+    else last = id;
+  }
+  return {
+    vocab: n,
+    kvs: [["tokenizer.ggml.model", "string", "llama"], ["tokenizer.ggml.tokens", "strings", tokens],
+      ["tokenizer.ggml.scores", "f32s", scores], ["tokenizer.ggml.token_type", "i32s", types],
+      ["tokenizer.ggml.bos_token_id", "u32", 1], ["tokenizer.ggml.eos_token_id", "u32", 2],
+      ["tokenizer.ggml.unknown_token_id", "u32", 0], ["tokenizer.ggml.add_bos_token", "bool", true]],
+  };
+}
+
 // A model of architecture `arch` (llama, qwen2, qwen3) in shape s = {dim, layers, heads, kv, hd,
 // hidden, theta, eps}, with vocabulary v (above) and options o: types {embd, output, matrix} (F32
 // unless given), output (a separate classifier), ropeFreqs (Llama 3's factors), seed.
