@@ -20,7 +20,8 @@
 //    F32 — and each type in every matrix, where llama.cpp rounds the activations to the type's dot
 //    product type (q8_0/q8_K, f16, bf16) and micro keeps them fp32 (its arithmetic after loading is
 //    fp32): the table shows that difference, bounded by 0.05 nats only to catch a wrong decoder.
-// 3. `micro eval --cache kivi:bits=2 --csv` and `micro sweep` run on every model of 1 and 2.
+// 3. `micro eval --cache kivi:bits=2 --csv`, `micro sweep`, `inspect`, `attention`, `capacity` and
+//    `generate` (the same bytes on 1 and 2 threads) run on every model of 1 and 2.
 // usage: node gguf-check.mjs MICRO WORKDIR ROOT    (run by scripts/gguf-check)
 import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync, rmSync } from "node:fs";
@@ -81,7 +82,8 @@ const CACHES = [
 const llama = await getLlama({ gpu: false, build: "never", logLevel: "error" });
 const table = [];
 
-// Runs micro's Done-when commands on a model: eval with a 2-bit KIVI cache, and sweep.
+// Runs micro's commands on a model: eval with a 2-bit KIVI cache, sweep, inspect (its keys' outlier
+// channels), attention (a figure of one head) and capacity (its own bytes per token).
 function commands(label, file, textFile) {
   let ok = true, why = "";
   try {
@@ -89,7 +91,17 @@ function commands(label, file, textFile) {
     ok = rows.length === 2;
     const sweep = run(["sweep", "--model", file, "--text", textFile, "--grid", "{fp16|q8_0|q4_0|kivi:bits=2|int:bits=4,rot=hadamard}"]).trim().split("\n");
     ok = ok && sweep.length === 6;
-    why = `eval kivi:bits=2 ${rows[1]?.split(",")[4]}, sweep ${sweep.length - 1} rows`;
+    const inspect = run(["inspect", "--model", file, "--text", textFile, "--csv"]).trim().split("\n");
+    const attention = run(["attention", "--model", file, "--text", textFile, "--cache", "int:bits=2", "--out", `${work}/attention`]).split("\n")[0];
+    const capacity = run(["capacity", "--model", file, "--csv", "--bits", "16,4"]).trim().split("\n");
+    // generate: greedy, the same bytes on 1 and 2 threads and through a 4-bit cache's run twice.
+    const gen = (threads, cache) => run(["generate", "--model", file, "--prompt", "The plate", "-n", "12", "--threads", threads, "--cache", cache]);
+    const g1 = gen("1", "fp32"), g2 = gen("2", "fp32"), g4 = gen("1", "int:bits=4");
+    ok = ok && inspect.length > 1 && /agrees with fp32's/.test(attention) && capacity.length === 3 &&
+      g1.startsWith("The plate") && g1 === g2 && g4 === gen("2", "int:bits=4");
+    why = `eval kivi:bits=2 ${rows[1]?.split(",")[4]}, sweep ${sweep.length - 1} rows, inspect ${inspect.length - 1} rows, ` +
+      `attention "${attention.replace(/.*agrees with fp32's for /, "")}", capacity ${capacity[1]?.split(",")[3]} bytes a token at 16 bits, ` +
+      `generate ${Buffer.byteLength(g1) - 10} bytes`;
   } catch (e) {
     ok = false, why = (e.stderr ?? e.message).toString().split("\n")[0];
   }

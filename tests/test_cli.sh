@@ -222,4 +222,21 @@ expect 2 "tokenize needs --text" "tokenize without a text" -- "$micro" tokenize
     ok "tokenize: the exported GGUF's byte vocabulary, the same ids" || bad "tokenize on the GGUF"
 "$micro" tokenize --text data/plates/en.txt:2 --csv | sed -n 2p | grep -qx '87,W' && ok "tokenize --csv: id,bytes" || bad "tokenize --csv"
 
+# A GGUF model through inspect, attention and capacity: micro's own export gives micro's own output.
+"$micro" inspect --model "$tmp/m.gguf" --text data/plates/en.txt:60 --csv >"$tmp/ins-gguf.csv" &&
+    "$micro" inspect --text data/plates/en.txt:60 --csv | cmp -s - "$tmp/ins-gguf.csv" &&
+    ok "inspect: the exported GGUF's channels are micro.bin's, byte for byte" || bad "inspect on the GGUF"
+"$micro" attention --model "$tmp/m.gguf" --text data/plates/en.txt:40 --cache int:bits=2 --out "$tmp/att-g" | head -1 >"$tmp/att-gguf.txt" &&
+    "$micro" attention --text data/plates/en.txt:40 --cache int:bits=2 --out "$tmp/att-b" | head -1 | cmp -s - "$tmp/att-gguf.txt" &&
+    ok "attention: the exported GGUF's agreement is micro.bin's" || bad "attention on the GGUF: $(cat "$tmp/att-gguf.txt")"
+"$micro" capacity --model "$tmp/m.gguf" --csv | cut -d, -f2-5 >"$tmp/cap-gguf.csv" &&
+    "$micro" capacity --model models/micro.bin --csv | cut -d, -f2-5 | cmp -s - "$tmp/cap-gguf.csv" &&
+    grep -q '^16-bit,16.0000,3072.0,' "$tmp/cap-gguf.csv" &&
+    ok "capacity --model: the GGUF's bytes per token are micro.bin's (3,072 at 16 bits)" || bad "capacity --model: $(head -3 "$tmp/cap-gguf.csv")"
+"$micro" generate --model "$tmp/m.gguf" --prompt "The " -n 24 >"$tmp/gen-gguf.txt" &&
+    "$micro" generate --prompt "The " -n 24 | cmp -s - "$tmp/gen-gguf.txt" &&
+    ok "generate: the exported GGUF continues as micro.bin does" || bad "generate on the GGUF: $(cat "$tmp/gen-gguf.txt")"
+expect 2 "give one" "capacity with --preset and --model" -- "$micro" capacity --preset micro --model models/micro.bin
+expect 2 "latent" "capacity --model of a latent model" -- "$micro" capacity --model models/micro-mla.bin
+
 finish

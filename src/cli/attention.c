@@ -120,7 +120,9 @@ int cmd_attention(int argc, char **argv) {
     Model m = {0};
     if (text_load(&text, o.text, INT_MAX, err, sizeof err)) return cli_error("%s", err);
     int status = 0;
-    if (cli_load_model(&m, o.model_path, o.calib_path, err, sizeof err)) status = cli_error("%s", err);
+    // Any vocabulary: the text's ids are its tokenizer's (positions, not bytes, on the figure's axes).
+    if (cli_load_any_model(&m, o.model_path, o.calib_path, err, sizeof err) || cli_tokenize_texts(&m, &text, 1, err, sizeof err))
+        status = cli_error("%s", err);
     if (!status && cmd_check_specs_for_model(&m, o.k_spec, o.v_spec, err, sizeof err)) status = cli_error("%s", err);
     const int n = text.n_tokens;
     if (!status && n > m.config.max_seq_len) {

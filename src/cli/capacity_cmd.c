@@ -10,7 +10,9 @@
 #include "cli.h"
 #include "cmd_options.h"
 #include "commands.h"
+#include "gguf.h"
 #include "kvcache.h"
+#include "model_file.h"
 #include "msgtext.h"
 
 static const char *capacity_usage =
@@ -21,6 +23,8 @@ static const char *capacity_usage =
     "  weights, an 80 GB GPU at 90% use, 8192-token conversations, scales ignored (GB = 1e9 bytes).\n"
     "options:\n"
     "  --preset NAME     llama3-8b (default), llama3-70b (2 x 80 GB), mistral-7b, micro\n"
+    "  --model FILE      a model file's own shape instead (a GGUF or micro's): its layers, KV heads,\n"
+    "                    head_dim and context, and its weights' bytes as the file stores them\n"
     "  --bits LIST       cache widths in (0, 64], comma separated (default 16,8,4,3,2 without --scheme)\n"
     "  --scheme SPEC     count this cache scheme's real storage (scales, minimums, residuals);\n"
     "                    repeatable, at most 16; its rows follow those of --bits when both are given\n"
@@ -28,13 +32,15 @@ static const char *capacity_usage =
     "  --csv             model,bits,bytes_per_token,conversations,gb_per_conversation,step_read_bytes\n"
     "  -h, --help        this help\n";
 
-// Option values as given; capacity_parse applies the preset first and these over it, so that the
-// order of the flags does not matter.
-typedef struct {
-    double gpu_gb, util, weights_gb;
-    int context, layers, kv_heads, head_dim;
-    int given_gpu_gb, given_util, given_weights_gb, given_context, given_layers, given_kv_heads, given_head_dim;
-} Overrides;
+static void apply_overrides(CapacityModel *m, const CapacityOverrides *v) {
+    if (v->given_gpu_gb) m->gpu_gb = v->gpu_gb;
+    if (v->given_util) m->util = v->util;
+    if (v->given_weights_gb) m->weights_gb = v->weights_gb;
+    if (v->given_context) m->context = v->context;
+    if (v->given_layers) m->layers = v->layers;
+    if (v->given_kv_heads) m->kv_heads = v->kv_heads;
+    if (v->given_head_dim) m->head_dim = v->head_dim;
+}
 
 // A comma-separated list of widths in (0, 64].
 static int parse_bits(Opts *p, const char *list, CapacityOptions *o) {
@@ -54,11 +60,63 @@ static int parse_bits(Opts *p, const char *list, CapacityOptions *o) {
     }
 }
 
+// The checks of a shape and its rows, once the model is known (a preset's, or a file's).
+static int capacity_finish(CapacityOptions *o, char *err, size_t errlen) {
+    const CapacityModel *m = &o->model;
+    if (capacity_check(m, err, errlen)) return -1;
+    if (o->n_schemes && capacity_scheme_check(m, err, errlen)) return -1;
+    // Every row's count must fit a long (a width of 1e-300 bits would not).
+    for (int i = 0; i < o->n_bits; i++)
+        if (capacity_row(m, o->bits[i]).conversations == LONG_MAX) {
+            snprintf(err, errlen, "--bits %g: too many conversations to count; check the widths and the shape", o->bits[i]);
+            return -1;
+        }
+    return 0;
+}
+
+// A model file's shape for the arithmetic: its layers, key/value heads, head width and context, and
+// its weights as the file stores them (a GGUF's tensors in their types; micro's fp32). The name is
+// the file's.
+static int model_shape(CapacityOptions *o, char *err, size_t errlen) {
+    Model mdl;
+    if (model_load(&mdl, o->model_path, err, errlen)) return -1;
+    const ModelConfig *c = &mdl.config;
+    int rc = 0;
+    if (c->latent_dim > 0) {
+        snprintf(err, errlen, "capacity --model reads multi-head and grouped-query models (a latent one caches a latent "
+                              "and a RoPE key: micro plate's panel (g) counts it)");
+        rc = -1;
+    }
+    uint64_t bytes = (uint64_t)mdl.n_params * sizeof(float);
+    const uint8_t *map = NULL;
+    size_t size = 0;
+    Gguf g;
+    char why[256];
+    if (!rc && !gguf_map(o->model_path, &map, &size, why, sizeof why)) { // a GGUF: its tensors' bytes
+        if (size >= 4 && memcmp(map, "GGUF", 4) == 0 && gguf_parse(&g, map, size, o->model_path, why, sizeof why) == 0) {
+            bytes = 0;
+            for (uint64_t i = 0; i < g.n_tensors; i++)
+                bytes += g.tensors[i].n_elements / (uint64_t)g.tensors[i].type->block * (uint64_t)g.tensors[i].type->bytes;
+            gguf_free(&g);
+        }
+        gguf_unmap(map, size);
+    }
+    if (!rc) {
+        const char *slash = strrchr(o->model_path, '/');
+        o->model.name = slash ? slash + 1 : o->model_path;
+        o->model.layers = c->n_layers, o->model.kv_heads = c->n_kv_heads, o->model.head_dim = c->head_dim;
+        o->model.context = c->max_seq_len, o->model.weights_gb = (double)bytes / 1e9;
+        apply_overrides(&o->model, &o->over);
+    }
+    model_free(&mdl);
+    return rc;
+}
+
 int capacity_parse(int argc, char **argv, CapacityOptions *o, char *err, size_t errlen) {
     static const double default_bits[] = {16, 8, 4, 3, 2};
     const char *preset = NULL, *bits = NULL;
-    Overrides v = {0};
     memset(o, 0, sizeof *o);
+    CapacityOverrides v = {0};
     Opts p;
     opts_init(&p, argc, argv, err, errlen);
     while (opts_next(&p)) {
@@ -71,6 +129,7 @@ int capacity_parse(int argc, char **argv, CapacityOptions *o, char *err, size_t 
                   cmd_check_specs(o->schemes[o->n_schemes], o->schemes[o->n_schemes], err, errlen);
             o->n_schemes++;
         } else if (opts_is(&p, "--preset")) bad = opts_string(&p, &preset);
+        else if (opts_is(&p, "--model")) bad = opts_string(&p, &o->model_path);
         else if (opts_is(&p, "--bits")) bad = opts_string(&p, &bits);
         else if (opts_is(&p, "--gpu-gb")) bad = opts_double(&p, -1e9, 1e9, &v.gpu_gb), v.given_gpu_gb = 1;
         else if (opts_is(&p, "--util")) bad = opts_double(&p, -1e9, 1e9, &v.util), v.given_util = 1;
@@ -83,20 +142,16 @@ int capacity_parse(int argc, char **argv, CapacityOptions *o, char *err, size_t 
         if (bad) return OPTS_ERROR;
     }
     char shown[MSG_TEXT];
+    if (preset && o->model_path) return opts_fail(&p, "--preset and --model each name the model: give one");
+    o->over = v;
     const CapacityModel *base = capacity_preset(preset ? preset : "llama3-8b");
     if (!base)
         return opts_fail(&p, "unknown preset '%s' (llama3-8b, llama3-70b, mistral-7b, micro)",
                          msg_text(preset, shown, sizeof shown));
     CapacityModel *m = &o->model;
     *m = *base;
-    if (v.given_gpu_gb) m->gpu_gb = v.gpu_gb;
-    if (v.given_util) m->util = v.util;
-    if (v.given_weights_gb) m->weights_gb = v.weights_gb;
-    if (v.given_context) m->context = v.context;
-    if (v.given_layers) m->layers = v.layers;
-    if (v.given_kv_heads) m->kv_heads = v.kv_heads;
-    if (v.given_head_dim) m->head_dim = v.head_dim;
-    if (capacity_check(m, err, errlen)) return OPTS_ERROR;
+    apply_overrides(m, &v);
+    if (!o->model_path && capacity_check(m, err, errlen)) return OPTS_ERROR; // a file's shape: cmd_capacity's
     // Rows: the bare widths (--bits, or the defaults when no --scheme is given), then every scheme.
     if (bits) {
         if (parse_bits(&p, bits, o)) return OPTS_ERROR;
@@ -104,13 +159,8 @@ int capacity_parse(int argc, char **argv, CapacityOptions *o, char *err, size_t 
         memcpy(o->bits, default_bits, sizeof default_bits);
         o->n_bits = (int)(sizeof default_bits / sizeof default_bits[0]);
     }
-    if (o->n_schemes && capacity_scheme_check(m, err, errlen)) return OPTS_ERROR;
-    // Every row's count must fit a long (a width of 1e-300 bits would not).
-    for (int i = 0; i < o->n_bits; i++)
-        if (capacity_row(m, o->bits[i]).conversations == LONG_MAX)
-            return opts_fail(&p, "--bits %g: too many conversations to count; check the widths and the shape",
-                             o->bits[i]);
-    return OPTS_RUN;
+    if (o->model_path) return OPTS_RUN; // the rest once the file's shape is known
+    return capacity_finish(o, err, errlen) ? OPTS_ERROR : OPTS_RUN;
 }
 
 int cmd_capacity(int argc, char **argv) {
@@ -118,6 +168,8 @@ int cmd_capacity(int argc, char **argv) {
     char err[512];
     int done = cli_after_parse(capacity_parse(argc, argv, &o, err, sizeof err), err, capacity_usage);
     if (done >= 0) return done;
+    if (o.model_path && (model_shape(&o, err, sizeof err) || capacity_finish(&o, err, sizeof err)))
+        return cli_error("%s", err);
     const CapacityModel m = o.model;
     const int csv = o.csv;
 

@@ -60,8 +60,17 @@ int bench_parse(int argc, char **argv, BenchOptions *o, char *err, size_t errlen
 
 #define CAPACITY_MAX_BITS 32
 #define CAPACITY_MAX_SCHEMES 16
+// Option values as given; capacity_parse applies the preset (or cmd_capacity the --model file's
+// shape) first and these over it, so that the order of the flags does not matter.
+typedef struct {
+    double gpu_gb, util, weights_gb;
+    int context, layers, kv_heads, head_dim;
+    int given_gpu_gb, given_util, given_weights_gb, given_context, given_layers, given_kv_heads, given_head_dim;
+} CapacityOverrides;
 typedef struct {
     CapacityModel model; // the preset with every explicit flag applied
+    const char *model_path; // --model: cmd_capacity reads the shape from the file instead of a preset
+    CapacityOverrides over;
     double bits[CAPACITY_MAX_BITS];
     int n_bits; // bare widths shown (the defaults unless --bits, none when only --scheme is given)
     const char *schemes[CAPACITY_MAX_SCHEMES];

@@ -12,15 +12,18 @@
 #include "generate.h"
 #include "model_file.h"
 #include "text.h"
+#include "tokenizer.h"
 
 static const char *generate_usage =
     "usage: micro generate --prompt TEXT [options]\n"
     "  Continues the prompt byte by byte, printing bytes as they come. Sampling never emits a byte\n"
     "  that would break UTF-8, so Chinese comes out as whole characters. Stops at n bytes, at the\n"
-    "  end of the context, or when the model ends the document (BOS).\n"
+    "  end of the context, or when the model ends the document (BOS). A model with a vocabulary of\n"
+    "  its own (a GGUF's) continues token by token instead, each token's bytes printed as it comes,\n"
+    "  and stops at n tokens, the context's end or its end-of-generation token.\n"
     "options:\n"
     "  --prompt TEXT       the text to continue (UTF-8)\n"
-    "  -n N                bytes to generate (default 256)\n"
+    "  -n N                bytes (tokens, under a model's own vocabulary) to generate (default 256)\n"
     "  --temp T            sampling temperature; 0 = greedy (default 0)\n"
     "  --seed S            sampling seed (default 1)\n"
     "  --model FILE        model file (default models/micro.bin)\n"
@@ -118,6 +121,45 @@ int generate_continue(Decoder *d, const uint8_t *prompt, size_t plen, int n, dou
     return checked ? 0 : -1;
 }
 
+// Under a model's own tokenizer: the prompt's ids (BOS first when the vocabulary adds one), then up
+// to n tokens, greedy at temp 0 or sampled from the softmax at temp, each token's bytes to stdout
+// as it comes; stops at the vocabulary's end of generation or the decoder's context. 0, or -1 with
+// the position of logits that were not finite.
+static int generate_tokens(Decoder *d, const Model *m, const int32_t *ids, int n_ids, int n, double temp,
+                           unsigned long long *rng, int *bad_pos) {
+    const int vocab = m->config.vocab_size, ctx = d->fwd.context;
+    const float *logits = NULL;
+    int pos = 0;
+    for (; pos < n_ids && pos < ctx; pos++) logits = decoder_forward(d, ids[pos], pos);
+    double *p = temp > 0 ? malloc(sizeof(double) * (size_t)vocab) : NULL;
+    if (temp > 0 && !p) return -2;
+    int rc = 0;
+    for (int i = 0; i < n && pos < ctx; i++) {
+        if (!all_finite(logits, (size_t)vocab)) {
+            *bad_pos = pos - 1, rc = -1;
+            break;
+        }
+        int best = 0;
+        for (int t = 1; t < vocab; t++)
+            if (logits[t] > logits[best]) best = t;
+        int next = best;
+        if (temp > 0) {
+            double total = 0;
+            for (int t = 0; t < vocab; t++) total += p[t] = exp(((double)logits[t] - logits[best]) / temp);
+            double r = next_uniform(rng) * total;
+            for (int t = 0; t < vocab && r >= 0; t++)
+                if ((r -= p[t]) < 0 && p[t] > 0) next = t;
+        }
+        if (next == m->eos) break;
+        uint8_t bytes[256];
+        const int nb = tokenizer_token_bytes(m->tokenizer, next, bytes, sizeof bytes);
+        if (nb > 0) fwrite(bytes, 1, (size_t)nb, stdout), fflush(stdout);
+        logits = decoder_forward(d, next, pos++);
+    }
+    free(p);
+    return rc;
+}
+
 int cmd_generate(int argc, char **argv) {
     GenerateOptions o;
     char err[512];
@@ -129,9 +171,37 @@ int cmd_generate(int argc, char **argv) {
     const unsigned long long seed = o.seed;
     size_t plen = strlen(prompt);
     Model m;
-    if (cli_load_model(&m, model_path, o.calib_path, err, sizeof err))
+    if (cli_load_any_model(&m, model_path, o.calib_path, err, sizeof err))
         return cli_error("%s", err);
     int ctx = m.config.max_seq_len;
+    if (m.tokenizer) { // a vocabulary of its own: the prompt's ids, then tokens
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        if (m.bos >= 0 && (ids = malloc(sizeof *ids))) ids[n_ids++] = m.bos;
+        int status = m.bos >= 0 && !ids ? cli_error("out of memory") : 0;
+        if (!status && tokenizer_encode(m.tokenizer, (const uint8_t *)prompt, plen, &ids, &n_ids, err, sizeof err))
+            status = cli_error("the prompt: %s", err);
+        if (!status && (n_ids == 0 || (long)n_ids >= ctx))
+            status = cli_error("the prompt has %zu tokens; the model's context holds %d", n_ids, ctx);
+        Decoder d = {0};
+        const long reach = (long)n_ids + n;
+        if (!status && decoder_init(&d, &m, cli_spec(o.k_spec), cli_spec(o.v_spec), reach < ctx ? (int)reach : ctx,
+                                    threads, err, sizeof err))
+            status = cli_error("%s", err);
+        if (!status) {
+            unsigned long long rng = seed ? seed : 0x9E3779B97F4A7C15ull;
+            fwrite(prompt, 1, plen, stdout);
+            int bad_pos = 0;
+            const int rc = generate_tokens(&d, &m, ids, (int)n_ids, n, temp, &rng, &bad_pos);
+            putchar('\n');
+            if (rc == -2) status = cli_error("out of memory");
+            else if (rc) fprintf(stderr, "micro: the logits at position %d are " NONFINITE_REASON "\n", bad_pos), status = 1;
+            decoder_free(&d);
+        }
+        free(ids);
+        model_free(&m);
+        return status;
+    }
     if ((long)plen + 1 >= ctx) {
         model_free(&m);
         return cli_error("the prompt has %zu bytes; the context holds %d tokens with BOS", plen, ctx);

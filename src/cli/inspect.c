@@ -231,10 +231,6 @@ int cmd_inspect(int argc, char **argv) {
     Model m;
     const char *loaded_path = cli_default_path(model_path, "models/micro.bin", path, sizeof path);
     if (model_load(&m, loaded_path, err, sizeof err)) return cli_error("%s", err);
-    if (cli_byte_vocabulary(&m, loaded_path, err, sizeof err)) {
-        model_free(&m);
-        return cli_error("%s", err);
-    }
     const ModelConfig *p = &m.config;
     const int L = p->n_layers, H = kv_layout_of(p).n_heads[KV_ROLE_KEY];
     StreamView views[N_STREAMS];
@@ -284,7 +280,13 @@ int cmd_inspect(int argc, char **argv) {
     if (csv) printf("layer,head,stream,channel_ratio,top_channel,token_ratio,top_token,text\n");
     for (int ti = 0; ti < n_texts && !status; ti++) {
         Text text;
-        if (text_load(&text, texts[ti], p->max_seq_len, err, sizeof err)) {
+        // micro's bytes: at most the context of them; a vocabulary of its own: its ids, at most that many.
+        if (text_load(&text, texts[ti], m.tokenizer ? INT32_MAX : p->max_seq_len, err, sizeof err)) {
+            status = cli_error("%s", err);
+            break;
+        }
+        if (m.tokenizer && text_tokenize(&text, m.tokenizer, m.bos, p->max_seq_len, err, sizeof err)) {
+            text_free(&text);
             status = cli_error("%s", err);
             break;
         }

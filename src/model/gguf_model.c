@@ -122,7 +122,7 @@ int gguf_model_from_bytes(Model *m, const uint8_t *data, size_t size, const char
         FAIL("a vocabulary of %d tokens beside a token_embd.weight of %d rows", tok.n_tokens, c.vocab_size);
     if (model_config_validate(&c, why, sizeof why)) FAIL("%s", why);
     if (model_alloc(m, &c)) FAIL("out of memory for %zu parameters", model_param_count(&c));
-    m->tokenizer = tok.tok, m->bos = tok.tok ? tok.bos : MICRO_BOS;
+    m->tokenizer = tok.tok, m->bos = tok.tok ? tok.bos : MICRO_BOS, m->eos = tok.tok ? tok.eos : MICRO_BOS;
     tok.tok = NULL; // the model's now
     ModelWeights *w = &m->w;
     const uint64_t d = (uint64_t)c.dim, q = (uint64_t)c.n_heads * (uint64_t)c.head_dim,

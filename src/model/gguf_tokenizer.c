@@ -99,7 +99,21 @@ static int spm_vocabulary(const Gguf *g, GgufTokenizer *t, char *err, size_t err
     return 0;
 }
 
+static int tokenizer_of(const Gguf *g, GgufTokenizer *t, char *err, size_t errlen);
+
+// The vocabulary's end of generation (tokenizer.ggml.eos_token_id), where generation stops; -1 for
+// none or one outside the vocabulary (llama.cpp warns and goes on too). Not for micro's bytes.
 int gguf_tokenizer(const Gguf *g, GgufTokenizer *t, char *err, size_t errlen) {
+    if (tokenizer_of(g, t, err, errlen)) return -1;
+    uint64_t eos = 0;
+    char why[200];
+    t->eos = t->tok && gguf_get_uint(g, "tokenizer.ggml.eos_token_id", 0, (uint64_t)t->n_tokens - 1, &eos, why, sizeof why) == 0
+                 ? (int32_t)eos
+                 : -1;
+    return 0;
+}
+
+static int tokenizer_of(const Gguf *g, GgufTokenizer *t, char *err, size_t errlen) {
     memset(t, 0, sizeof *t);
     t->bos = -1;
     GgufString model, pre = {(const uint8_t *)"gpt2", 4};

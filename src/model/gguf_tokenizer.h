@@ -16,6 +16,7 @@ typedef struct {
     Tokenizer *tok; // NULL for micro's bytes
     int n_tokens;
     int32_t bos; // the id a text starts with, or -1 for none
+    int32_t eos; // the id that ends generation, or -1 for none
 } GgufTokenizer;
 
 // 0, or -1 with one line in err (another tokenizer or vocabulary named; a key missing or of another type).

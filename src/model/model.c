@@ -176,6 +176,7 @@ int model_alloc(Model *m, const ModelConfig *c) {
     if (!m->params) return -1;
     m->config = *c;
     m->n_params = n;
+    m->bos = m->eos = MICRO_BOS; // micro's bytes until a GGUF's tokenizer says otherwise
     model_point_weights(c, m->params, &m->w);
     return 0;
 }

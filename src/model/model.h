@@ -90,6 +90,7 @@ typedef struct {
     // bytes. bos: the id a text starts with under it, or -1 for none.
     struct Tokenizer *tokenizer;
     int32_t bos;
+    int32_t eos; // under its own tokenizer: the token that ends generation, or -1 for none
 } Model;
 
 ModelConfig model_config_micro(void);
