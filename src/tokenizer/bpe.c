@@ -12,6 +12,8 @@
 
 #include "stb_ds_setup.h"
 #include "utf8.h"
+#include "vec_heap.h"
+#include "whole_tokens.h"
 
 #define MAX_REGEXES 2
 
@@ -95,15 +97,6 @@ static const char *c_string(TokBytes t, char *buf, size_t cap) {
     return buf;
 }
 
-typedef struct {
-    size_t len;
-    int32_t id;
-} Whole;
-
-static int longer_first(const void *a, const void *b) {
-    const Whole *x = a, *y = b;
-    return x->len != y->len ? (x->len < y->len) - (x->len > y->len) : (x->id > y->id) - (x->id < y->id);
-}
 
 Bpe *bpe_create(const TokBytes *tokens, int n_tokens, const TokBytes *merges, int n_merges, const int32_t *user_defined,
                 int n_user, const char *pre, char *err, size_t errlen) {
@@ -148,7 +141,7 @@ Bpe *bpe_create(const TokBytes *tokens, int n_tokens, const TokBytes *merges, in
     }
     // The user-defined tokens, longest first (a longer text wins where two begin at one place), by id among equals.
     b->whole = malloc(sizeof(int32_t) * (size_t)(n_user > 0 ? n_user : 1));
-    Whole *order = malloc(sizeof *order * (size_t)(n_user > 0 ? n_user : 1));
+    WholeToken *order = malloc(sizeof *order * (size_t)(n_user > 0 ? n_user : 1));
     if (!b->whole || !order) {
         free(order);
         bpe_free(b);
@@ -158,9 +151,9 @@ Bpe *bpe_create(const TokBytes *tokens, int n_tokens, const TokBytes *merges, in
     int n_order = 0;
     for (int i = 0; i < n_user; i++)
         if (user_defined[i] >= 0 && user_defined[i] < n_tokens && tokens[user_defined[i]].n > 0)
-            order[n_order++] = (Whole){tokens[user_defined[i]].n, user_defined[i]};
-    qsort(order, (size_t)n_order, sizeof *order, longer_first);
-    for (int i = 0; i < n_order; i++) b->whole[b->n_whole++] = order[i].id;
+            order[n_order++] = (WholeToken){tokens[user_defined[i]].n, user_defined[i]};
+    whole_tokens_sort(order, n_order, b->whole);
+    b->n_whole = n_order;
     free(order);
     for (int r = 0; r < MAX_REGEXES && pre_tokenizers[which].regex[r]; r++) {
         int code;
@@ -192,57 +185,10 @@ typedef struct {
     size_t left_len, right_len; // the pair as pushed: a pair whose symbols changed since is stale
 } Pair;
 
-// Growable arrays of the merge loop: a failed growth is remembered and reported once at the end.
-typedef struct {
-    void *at;
-    size_t n, cap, size;
-    int failed;
-} Vec;
-
-static void *vec_push(Vec *v) {
-    if (v->n == v->cap) {
-        const size_t cap = v->cap ? 2 * v->cap : 64;
-        void *grown = realloc(v->at, cap * v->size);
-        if (!grown) {
-            v->failed = 1;
-            return NULL;
-        }
-        v->at = grown, v->cap = cap;
-    }
-    return (char *)v->at + v->n++ * v->size;
-}
-
-static int pair_before(const Pair *a, const Pair *b) { return a->rank < b->rank || (a->rank == b->rank && a->left < b->left); }
-
-static void heap_push(Vec *v, Pair p) {
-    Pair *slot = vec_push(v);
-    if (!slot) return;
-    *slot = p;
-    Pair *heap = v->at;
-    for (size_t i = v->n - 1; i > 0;) {
-        const size_t up = (i - 1) / 2;
-        if (!pair_before(&heap[i], &heap[up])) break;
-        const Pair t = heap[i];
-        heap[i] = heap[up], heap[up] = t;
-        i = up;
-    }
-}
-
-static Pair heap_pop(Vec *v) {
-    Pair *heap = v->at;
-    const Pair top = heap[0];
-    heap[0] = heap[--v->n];
-    for (size_t i = 0, n = v->n;;) {
-        size_t m = i;
-        const size_t l = 2 * i + 1, r = l + 1;
-        if (l < n && pair_before(&heap[l], &heap[m])) m = l;
-        if (r < n && pair_before(&heap[r], &heap[m])) m = r;
-        if (m == i) break;
-        const Pair t = heap[i];
-        heap[i] = heap[m], heap[m] = t;
-        i = m;
-    }
-    return top;
+// The lowest rank first, the leftmost of equal ranks.
+static int pair_before(const void *x, const void *y) {
+    const Pair *a = x, *b = y;
+    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
 }
 
 typedef struct {
@@ -277,7 +223,7 @@ static void try_pair(Merger *m, int left) {
     if (left < 0 || m->sym[left].next < 0) return;
     const Symbol *l = &m->sym[left], *r = &m->sym[l->next];
     const ptrdiff_t i = shgeti(m->ranks, join(m, l, r));
-    if (i >= 0) heap_push(&m->heap, (Pair){m->ranks[i].value, left, l->len, r->len});
+    if (i >= 0) heap_push(&m->heap, &(Pair){m->ranks[i].value, left, l->len, r->len}, pair_before);
 }
 
 // The piece's bytes as stand-ins, merged, each symbol then a token.
@@ -293,7 +239,8 @@ static int encode_piece(Merger *m, const uint8_t *piece, size_t n, uint8_t *mapp
     m->heap.n = 0;
     for (size_t i = 0; i + 1 < n; i++) try_pair(m, (int)i);
     while (m->heap.n > 0) {
-        const Pair p = heap_pop(&m->heap);
+        Pair p;
+        heap_pop(&m->heap, &p, pair_before);
         Symbol *l = &m->sym[p.left];
         if (l->len != p.left_len || l->next < 0 || m->sym[l->next].len != p.right_len) continue; // stale
         Symbol *r = &m->sym[l->next];

@@ -16,6 +16,8 @@
 #include <string.h>
 
 #include "stb_ds_setup.h"
+#include "vec_heap.h"
+#include "whole_tokens.h"
 
 typedef struct {
     char *key; // into the Spm's arena
@@ -49,15 +51,6 @@ void spm_free(Spm *s) {
 
 int spm_size(const Spm *s) { return s->n_tokens; }
 
-typedef struct {
-    size_t len;
-    int32_t id;
-} Whole;
-
-static int longer_first(const void *a, const void *b) {
-    const Whole *x = a, *y = b;
-    return x->len != y->len ? (x->len < y->len) - (x->len > y->len) : (x->id > y->id) - (x->id < y->id);
-}
 
 #define EMPTY_NAME 24 // "[EMPTY_16777215]" and its NUL
 
@@ -82,7 +75,7 @@ Spm *spm_create(const TokBytes *tokens, const float *scores, const int32_t *type
         s->types = malloc(sizeof *s->types * (size_t)n_tokens);
         s->whole = malloc(sizeof *s->whole * (size_t)n_tokens);
     }
-    Whole *order = malloc(sizeof *order * (size_t)n_tokens);
+    WholeToken *order = malloc(sizeof *order * (size_t)n_tokens);
     if (!s || !s->texts || !s->arena || !s->scores || !s->types || !s->whole || !order) {
         free(order);
         spm_free(s);
@@ -120,11 +113,10 @@ Spm *spm_create(const TokBytes *tokens, const float *scores, const int32_t *type
         }
         shput(s->vocab, key, i);
         if (n > s->longest) s->longest = n;
-        if (types[i] == SPM_USER_DEFINED) order[n_order++] = (Whole){n, i};
+        if (types[i] == SPM_USER_DEFINED) order[n_order++] = (WholeToken){n, i};
     }
     // The user-defined tokens, longest first (a longer text wins where two begin at one place), by id among equals.
-    qsort(order, (size_t)n_order, sizeof *order, longer_first);
-    for (int i = 0; i < n_order; i++) s->whole[i] = order[i].id;
+    whole_tokens_sort(order, n_order, s->whole);
     s->n_whole = n_order;
     free(order);
     // Byte fallback as llama.cpp's byte_to_token: the token <0xXX>, else the token of the byte alone.
@@ -155,61 +147,10 @@ typedef struct {
     size_t size; // the joined length when queued: stale once either symbol changed
 } Bigram;
 
-// Growable arrays: a failed growth is remembered and reported once at the end.
-typedef struct {
-    void *at;
-    size_t n, cap, size;
-    int failed;
-} Vec;
-
-static void *vec_push(Vec *v) {
-    if (v->failed) return NULL;
-    if (v->n == v->cap) {
-        const size_t cap = v->cap ? 2 * v->cap : 64;
-        void *grown = realloc(v->at, cap * v->size);
-        if (!grown) {
-            v->failed = 1;
-            return NULL;
-        }
-        v->at = grown, v->cap = cap;
-    }
-    return (char *)v->at + v->n++ * v->size;
-}
-
 // Higher score first; the leftmost of equal scores (llama.cpp's llm_bigram_spm::comparator).
-static int bigram_before(const Bigram *a, const Bigram *b) {
+static int bigram_before(const void *x, const void *y) {
+    const Bigram *a = x, *b = y;
     return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static void heap_push(Vec *v, Bigram x) {
-    Bigram *slot = vec_push(v);
-    if (!slot) return;
-    *slot = x;
-    Bigram *heap = v->at;
-    for (size_t i = v->n - 1; i > 0;) {
-        const size_t up = (i - 1) / 2;
-        if (!bigram_before(&heap[i], &heap[up])) break;
-        const Bigram t = heap[i];
-        heap[i] = heap[up], heap[up] = t;
-        i = up;
-    }
-}
-
-static Bigram heap_pop(Vec *v) {
-    Bigram *heap = v->at;
-    const Bigram top = heap[0];
-    heap[0] = heap[--v->n];
-    for (size_t i = 0, n = v->n;;) {
-        size_t m = i;
-        const size_t l = 2 * i + 1, r = l + 1;
-        if (l < n && bigram_before(&heap[l], &heap[m])) m = l;
-        if (r < n && bigram_before(&heap[r], &heap[m])) m = r;
-        if (m == i) break;
-        const Bigram t = heap[i];
-        heap[i] = heap[m], heap[m] = t;
-        i = m;
-    }
-    return top;
 }
 
 typedef struct {
@@ -236,7 +177,7 @@ static void try_bigram(Session *m, int left, int right) {
     if (left < 0 || right < 0) return;
     const size_t n = m->sym[left].n + m->sym[right].n; // right begins where left ends
     const int32_t id = lookup(m, m->sym[left].start, n);
-    if (id >= 0) heap_push(&m->heap, (Bigram){m->s->scores[id], left, right, n});
+    if (id >= 0) heap_push(&m->heap, &(Bigram){m->s->scores[id], left, right, n}, bigram_before);
 }
 
 static void emit(Session *m, int32_t id) {
@@ -264,7 +205,8 @@ static void encode_fragment(Session *m, const uint8_t *text, size_t len) {
     m->heap.n = 0;
     for (int i = 1; i < count; i++) try_bigram(m, i - 1, i);
     while (m->heap.n > 0) {
-        const Bigram b = heap_pop(&m->heap);
+        Bigram b;
+        heap_pop(&m->heap, &b, bigram_before);
         Symbol *l = &m->sym[b.left], *r = &m->sym[b.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; // stale
         l->n += r->n;
