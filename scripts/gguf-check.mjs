@@ -20,8 +20,8 @@
 //    F32 — and each type in every matrix, where llama.cpp rounds the activations to the type's dot
 //    product type (q8_0/q8_K, f16, bf16) and micro keeps them fp32 (its arithmetic after loading is
 //    fp32): the table shows that difference, bounded by 0.05 nats only to catch a wrong decoder.
-// 3. `micro eval --cache kivi:bits=2 --csv`, `micro sweep`, `inspect`, `attention`, `capacity` and
-//    `generate` (the same bytes on 1 and 2 threads) run on every model of 1 and 2.
+// 3. `micro eval --cache kivi:bits=2 --csv`, `micro sweep`, `inspect`, `attention`, `capacity`,
+//    `generate` (the same bytes on 1 and 2 threads) and `serve-bench` run on every model of 1 and 2.
 // usage: node gguf-check.mjs MICRO WORKDIR ROOT    (run by scripts/gguf-check)
 import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync, rmSync } from "node:fs";
@@ -98,15 +98,16 @@ function commands(label, file, textFile) {
     // generate: greedy, the same bytes on 1 and 2 threads and through a 4-bit cache's run twice.
     const gen = (threads, cache) => run(["generate", "--model", file, "--prompt", "The plate", "-n", "12", "--threads", threads, "--cache", cache]);
     const g1 = gen("1", "fp32"), g2 = gen("2", "fp32"), g4 = gen("1", "int:bits=4");
+    const serve = run(["serve-bench", "--model", file, "--conversations", "4", "--length", "64", "--cache", "fp16", "--cache", "q8_0", "--csv"]).trim().split("\n");
     ok = ok && inspect.length > 1 && /agrees with fp32's/.test(attention) && capacity.length === 3 &&
-      g1.startsWith("The plate") && g1 === g2 && g4 === gen("2", "int:bits=4");
+      g1.startsWith("The plate") && g1 === g2 && g4 === gen("2", "int:bits=4") && serve.length >= 3;
     why = `eval kivi:bits=2 loss ${rows[1]?.split(",").at(-8)}, sweep ${sweep.length - 1} rows, inspect ${inspect.length - 1} rows, ` +
       `attention "${attention.replace(/.*agrees with fp32's for /, "")}", capacity ${capacity[1]?.split(",")[3]} bytes a token at 16 bits, ` +
-      `generate ${Buffer.byteLength(g1) - 10} bytes`;
+      `generate ${Buffer.byteLength(g1) - 10} bytes, serve-bench ${serve.length - 1} rows`;
   } catch (e) {
     ok = false, why = (e.stderr ?? e.message).toString().split("\n")[0];
   }
-  verdict(ok, `${label}: micro eval, sweep, inspect, attention, capacity, generate: ${why}`);
+  verdict(ok, `${label}: micro eval, sweep, inspect, attention, capacity, generate, serve-bench: ${why}`);
 }
 
 // 1. Architectures with real vocabularies.

@@ -18,6 +18,7 @@
 #include "safe_file.h"
 #include "serve.h"
 #include "text.h"
+#include "tokenizer.h"
 
 static const char *serve_bench_usage =
     "usage: micro serve-bench [options]\n"
@@ -253,12 +254,14 @@ int cmd_serve_bench(int argc, char **argv) {
     int done = cli_after_parse(serve_bench_parse(argc, argv, &o, err, sizeof err), err, serve_bench_usage);
     if (done >= 0) return done;
     Model m;
-    if (cli_load_model(&m, o.model_path, o.calib_path, err, sizeof err))
+    if (cli_load_any_model(&m, o.model_path, o.calib_path, err, sizeof err))
         return cli_error("%s", err);
     const ModelConfig *c = &m.config;
     int status = 2;
     uint8_t *text = NULL;
     size_t text_len = 0;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
     Workload w = {0};
     BandwidthProbe *probe = NULL;
     SchemeResult *results = calloc((size_t)o.n_schemes, sizeof *results);
@@ -286,10 +289,17 @@ int cmd_serve_bench(int argc, char **argv) {
         snprintf(err, sizeof err, "the plates are empty: no text for the prompts");
         goto fail;
     }
-    if (workload_make(&w, (WorkloadKind)o.workload, o.conversations, o.length, o.seed, text, text_len)) {
+    // A vocabulary of its own: the plates' ids are the prompts (the bytes between the plates are data).
+    if (m.tokenizer && (tokenizer_encode(m.tokenizer, text, text_len, &ids, &n_ids, err, sizeof err) || n_ids == 0)) {
+        if (n_ids == 0) snprintf(err, sizeof err, "the plates give no tokens for the prompts");
+        goto fail;
+    }
+    if (workload_make(&w, (WorkloadKind)o.workload, o.conversations, o.length, o.seed, m.tokenizer ? NULL : text,
+                      m.tokenizer ? n_ids : text_len)) {
         snprintf(err, sizeof err, "out of memory making the workload");
         goto fail;
     }
+    w.ids = ids, w.n_ids = n_ids, w.bos = m.bos;
     double budget = o.pool_mb * 1e6;
     if (budget == 0) { // what pool_fp16 fp16 conversations of `length` tokens hold, with multi-head attention
         KVPool fp16;
@@ -372,6 +382,7 @@ fail:
     free(pools);
     free(results);
     free(text);
+    free(ids);
     workload_free(&w);
     model_free(&m);
     return status;

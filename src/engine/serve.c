@@ -171,11 +171,17 @@ int serve_run(const Model *m, KVPool *pool, const Workload *w, const ServeConfig
         q->tokens = malloc(sizeof(int) * (size_t)q->total);
         q->nll = calloc((size_t)q->total, sizeof(double));
         if (!q->tokens || !q->nll) goto oom;
-        q->tokens[0] = MICRO_BOS;
-        for (int t = 1; t < c->prompt; t++) {
-            // A BOS byte in the text would end the document: the prompt skips it.
-            uint8_t b = w->text[(c->text_at + (size_t)t - 1) % w->text_len];
-            q->tokens[t] = b == MICRO_BOS ? ' ' : b;
+        if (w->ids) { // a vocabulary of its own: its ids, after its BOS if it has one
+            const int first = w->bos >= 0;
+            if (first) q->tokens[0] = w->bos;
+            for (int t = first; t < c->prompt; t++) q->tokens[t] = w->ids[(c->text_at + (size_t)(t - first)) % w->n_ids];
+        } else {
+            q->tokens[0] = MICRO_BOS;
+            for (int t = 1; t < c->prompt; t++) {
+                // A BOS byte in the text would end the document: the prompt skips it.
+                uint8_t b = w->text[(c->text_at + (size_t)t - 1) % w->text_len];
+                q->tokens[t] = b == MICRO_BOS ? ' ' : b;
+            }
         }
         q->known = c->prompt;
         kvseq_init(&q->seq, pool);

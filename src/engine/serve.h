@@ -28,11 +28,17 @@ typedef struct {
     int n;
     const uint8_t *text; // prompt bytes (not owned)
     size_t text_len;
+    // Under a model's own tokenizer: the prompts' ids instead (not owned), read cyclically from
+    // text_at % n_ids, after bos when bos >= 0. NULL: micro's bytes, BOS first.
+    const int32_t *ids;
+    size_t n_ids;
+    int32_t bos;
 } Workload;
 
 // n conversations from seed. FIXED: every one `length` tokens, half prompt and half reply. CHAT:
 // prompt and reply lengths uniform on 1..321 and 1..675 (means 161 and 338, KIVI's ShareGPT
-// setting), each cut so that prompt + reply <= length. The text must not be empty. -1 on no memory.
+// setting), each cut so that prompt + reply <= length. text_len: the prompt tokens the text holds
+// (its bytes; or, with text NULL, the ids the caller sets in w->ids next), at least 1. -1 on no memory.
 int workload_make(Workload *w, WorkloadKind kind, int n, int length, uint64_t seed, const uint8_t *text,
                   size_t text_len);
 void workload_free(Workload *w);
