@@ -12,8 +12,7 @@
 typedef struct {
     int steps, n_layers, n_heads, vocab;
     int *top_position; // [steps, n_layers, n_heads] most-attended position
-    float *log_probs;  // [steps, vocab] next-token log-probabilities
-    double *probs;     // [steps, vocab] exp of each log_probs entry: KL's weights, made once for every scheme
+    float *log_probs;  // [steps, vocab] next-token log-probabilities; NULL: a trace of the NLLs alone
     double *nll;       // [steps] the NLL of each next token (the paired bootstrap's reference)
 } EvalTrace;
 
@@ -56,6 +55,9 @@ int eval_windows(const Model *m, const int32_t *tokens, int n, int window, const
 // How many bytes eval_windows predicts in tokens[0..n) of micro's bytes: every token that is not a BOS.
 int eval_windows_steps(const int32_t *tokens, int n);
 int eval_trace_alloc(EvalTrace *t, const Model *m, int n_tokens);
+// A trace of the steps' NLLs alone (and the most-attended positions): a scheme's run's, paired with
+// the reference's in the bootstrap, without its vocabulary's worth of numbers a step.
+int eval_trace_alloc_nll(EvalTrace *t, const Model *m, int n_tokens);
 void eval_trace_free(EvalTrace *t);
 
 
