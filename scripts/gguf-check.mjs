@@ -21,7 +21,8 @@
 //    product type (q8_0/q8_K, f16, bf16) and micro keeps them fp32 (its arithmetic after loading is
 //    fp32): the table shows that difference, bounded by 0.05 nats only to catch a wrong decoder.
 // 3. `micro eval --cache kivi:bits=2 --csv`, `micro sweep`, `inspect`, `attention`, `capacity`,
-//    `generate` (the same bytes on 1 and 2 threads) and `serve-bench` run on every model of 1 and 2.
+//    `generate` (the same bytes on 1 and 2 threads) and `serve-bench` run on every model of 1 and 2,
+//    `bench --eval` on those of 1.
 // usage: node gguf-check.mjs MICRO WORKDIR ROOT    (run by scripts/gguf-check)
 import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync, rmSync } from "node:fs";
@@ -156,6 +157,12 @@ for (const [name, arch, vocab, shape, opts] of ARCHS) {
   }
   await m.dispose();
   commands(name, file, `${work}/en.txt`);
+  { // bench --eval: the evaluator's two paths give the same loss, and the floor is printed
+    const out = run(["bench", "--eval", "--model", file, "--positions", "128", "--repeat", "1", "--cache", "q8_0"]);
+    const rows = out.split("\n").filter((l) => / \/ /.test(l) && /x /.test(l));
+    verdict(rows.length === 2 && rows.every((l) => l.trim().endsWith("0.00e+00")) && /target: the fast evaluator/.test(out),
+      `${name}: micro bench --eval: ${rows.length} caches, decode and fast losses equal, the floor printed`);
+  }
   rmSync(file);
 }
 

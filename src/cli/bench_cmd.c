@@ -503,7 +503,9 @@ int cmd_bench(int argc, char **argv) {
     const char *k_spec = o.k_spec, *v_spec = o.v_spec;
     const int repeat = o.repeat, nt = o.n_threads, *threads = o.threads;
     Model m;
-    if (cli_load_model(&m, o.model_path, o.calib_path, err, sizeof err))
+    // --eval reads any vocabulary (the plates through the model's own tokenizer); the rest bytes.
+    if (o.eval ? cli_load_any_model(&m, o.model_path, o.calib_path, err, sizeof err)
+               : cli_load_model(&m, o.model_path, o.calib_path, err, sizeof err))
         return cli_error("%s", err);
     if (cmd_check_specs_for_model(&m, k_spec, v_spec, err, sizeof err) ||
         fit_positions(&o, m.config.max_seq_len, err, sizeof err)) {

@@ -25,8 +25,9 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-// The window: BOS, then the two plates' bytes over and over (no BOS inside) up to n tokens.
-static int32_t *plate_window(int n, char *err, size_t errlen) {
+// The window: BOS, then the two plates' tokens over and over (no BOS inside) up to n tokens: their
+// bytes, or under a model's own tokenizer its ids (BOS first when it adds one).
+static int32_t *plate_window(const Model *m, int n, char *err, size_t errlen) {
     Text en, zh;
     char path_en[4096], path_zh[4096];
     if (text_load(&en, cli_default_path(NULL, "data/plates/en.txt", path_en, sizeof path_en), INT32_MAX, err, errlen))
@@ -35,12 +36,19 @@ static int32_t *plate_window(int n, char *err, size_t errlen) {
         text_free(&en);
         return NULL;
     }
+    // Under a model's own tokenizer: its ids without BOS, so that both plates start at index 1 alike.
+    if (m->tokenizer && (text_tokenize(&en, m->tokenizer, MICRO_BOS, INT32_MAX, err, errlen) ||
+                         text_tokenize(&zh, m->tokenizer, MICRO_BOS, INT32_MAX, err, errlen))) {
+        text_free(&en);
+        text_free(&zh);
+        return NULL;
+    }
     int32_t *w = malloc(sizeof(int32_t) * (size_t)n);
-    const int len_en = en.n_tokens - 1, len = len_en + zh.n_tokens - 1;
+    const int len_en = en.n_tokens - 1, len = len_en + zh.n_tokens - 1, first = m->bos >= 0;
     if (w) {
-        w[0] = MICRO_BOS;
-        for (int t = 1; t < n; t++) {
-            const int i = (t - 1) % len;
+        if (first) w[0] = m->bos;
+        for (int t = first; t < n; t++) {
+            const int i = (t - first) % len;
             w[t] = i < len_en ? en.tokens[1 + i] : zh.tokens[1 + i - len_en];
         }
     } else
@@ -85,7 +93,7 @@ double eval_text_multiply_adds(const ModelConfig *c, const int *tokens, int n_te
 // The arithmetic's floor, under the table: what no evaluator can beat at this machine's peak, the
 // fast evaluator's place against it (the target: within 2.5x), and the same at the rate of a
 // multiply and an add apart, the arithmetic every kernel set shares.
-static void print_floor(const ModelConfig *c, int n, int threads, double decode_fp32, double fast_fp32) {
+static void print_floor(const ModelConfig *c, int n, int threads, double decode_fp32, double fast_fp32, int bytes) {
     const char *form, *apart_form;
     const double peak = peak_multiply_adds(&form), apart = peak_multiply_then_add(&apart_form);
     if (!(peak > 0) || !(apart > 0)) return;
@@ -107,6 +115,7 @@ static void print_floor(const ModelConfig *c, int n, int threads, double decode_
            "a second (%s, measured now), %.0f%% of the fused rate, a floor of %.1f ms; the fast evaluator\n"
            "takes %.2fx that floor.\n",
            apart * 1e-9, apart_form, 100.0 * apart / peak, floor_apart * 1e3, fast_fp32 / floor_apart);
+    if (!bytes) return; // micro plate's runs are those of micro's byte vocabulary
     const int tokens[2] = {plate_tokens("data/plates/en.txt", PLATE_EN_CHARS),
                            plate_tokens("data/plates/zh.txt", PLATE_ZH_CHARS)};
     const double plate = eval_text_multiply_adds(c, tokens, 2, plate_loss_runs());
@@ -118,10 +127,10 @@ static void print_floor(const ModelConfig *c, int n, int threads, double decode_
 
 int bench_eval(const Model *m, const char *k_spec, const char *v_spec, int n, int threads, int repeat, char *err,
                size_t errlen) {
-    int32_t *window = plate_window(n, err, errlen);
+    int32_t *window = plate_window(m, n, err, errlen);
     if (!window) return -1;
-    printf("micro bench --eval: one window of %d tokens (the plates' bytes, repeated), %d thread%s, best of %d; "
-           "kernels: %s\n", n, threads, threads == 1 ? "" : "s", repeat, cli_kernels());
+    printf("micro bench --eval: one window of %d tokens (the plates' %s, repeated), %d thread%s, best of %d; "
+           "kernels: %s\n", n, m->tokenizer ? "tokens" : "bytes", threads, threads == 1 ? "" : "s", repeat, cli_kernels());
     printf("fast: %d positions at a time through the weights, each attending through its codec's kernels (or a\n"
            "copy decoded once per token, for codecs read back whole); decode: token by token, as a server\n"
            "decodes (micro eval --decode). Both give the same bits.\n\n", EVAL_SPAN);
@@ -149,7 +158,7 @@ int bench_eval(const Model *m, const char *k_spec, const char *v_spec, int n, in
         printf("%-44s %10.3f %10.3f %8.2fx %12.6f %12.6f %10.2e\n", label, best[1], best[0], best[1] / best[0], loss[1],
                loss[0], fabs(loss[1] - loss[0]));
     }
-    if (!rc) print_floor(&m->config, n, threads, decode_fp32, fast_fp32);
+    if (!rc) print_floor(&m->config, n, threads, decode_fp32, fast_fp32, !m->tokenizer);
     free(window);
     return rc;
 }

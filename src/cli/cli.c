@@ -156,7 +156,7 @@ int cli_byte_vocabulary(const Model *m, const char *path, char *err, size_t errl
     if (!m->tokenizer) return 0;
     char shown[MSG_TEXT];
     snprintf(err, errlen, "%s: a vocabulary of its own (%d tokens): eval, sweep, tokenize, inspect, attention, capacity, "
-             "generate and serve-bench read it, this command micro's byte vocabulary so far", msg_text(path, shown, sizeof shown),
+             "generate, serve-bench and bench --eval read it, this command micro's byte vocabulary so far", msg_text(path, shown, sizeof shown),
              m->config.vocab_size);
     return -1;
 }
