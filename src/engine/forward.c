@@ -61,8 +61,6 @@ static void rmsnorm(float *out, const float *x, const float *gain, int n, float 
     rmsnorm_scale(out, x, gain, n, eps, ss);
 }
 
-// rmsnorm of n_rows rows `stride` apart (out and x alike): eight rows' sums of squares side by side,
-// each still in order of i, so that their chains of adds overlap (one row's waited on each add).
 // What an architecture does to a row's q, k and v between their products and RoPE: Qwen2's biases,
 // Qwen3's RMSNorm of each head (ModelConfig); nothing in micro's models.
 static void attention_inputs(const ModelConfig *p, const ModelWeights *w, int l, float *q, float *k, float *v) {
@@ -74,11 +72,14 @@ static void attention_inputs(const ModelConfig *p, const ModelWeights *w, int l,
     }
     if (p->qk_norm) {
         const float *qn = w->q_norm + (size_t)l * p->head_dim, *kn = w->k_norm + (size_t)l * p->head_dim;
-        for (int h = 0; h < p->n_heads; h++) rmsnorm(q + (size_t)h * p->head_dim, q + (size_t)h * p->head_dim, qn, p->head_dim, p->norm_eps);
-        for (int h = 0; h < p->n_kv_heads; h++) rmsnorm(k + (size_t)h * p->head_dim, k + (size_t)h * p->head_dim, kn, p->head_dim, p->norm_eps);
+        const size_t hd = (size_t)p->head_dim;
+        for (int h = 0; h < p->n_heads; h++) rmsnorm(q + h * hd, q + h * hd, qn, p->head_dim, p->norm_eps);
+        for (int h = 0; h < p->n_kv_heads; h++) rmsnorm(k + h * hd, k + h * hd, kn, p->head_dim, p->norm_eps);
     }
 }
 
+// rmsnorm of n_rows rows `stride` apart (out and x alike): eight rows' sums of squares side by side,
+// each still in order of i, so that their chains of adds overlap (one row's waited on each add).
 static void rmsnorm_rows(float *out, const float *x, const float *gain, int n, float eps, int n_rows, size_t stride) {
     enum { SIDE = 8 };
     int r = 0;
@@ -293,8 +294,8 @@ static void attend(StepCtx *c, int r, int h) {
     const size_t qd = (size_t)H * hd, xs = qd > (size_t)p->dim ? qd : (size_t)p->dim;
     const KVSeq *nseq = attention_heads_per_task(c) == H ? next_row_seq(c, r) : NULL;
     const int top = attention_head(&seq->k[c->layer], &seq->v[c->layer], nseq ? &nseq->k[c->layer] : NULL,
-                                   nseq ? &nseq->v[c->layer] : NULL, h / group, b->q + r * qd + h * hd, p->rope_halves, b->rope_cos,
-                                   b->rope_sin, att, b->xb2 + r * xs + h * hd, n);
+                                   nseq ? &nseq->v[c->layer] : NULL, h / group, b->q + r * qd + h * hd, p->rope_halves,
+                                   b->rope_cos, b->rope_sin, att, b->xb2 + r * xs + h * hd, n);
     note_attention(b, r, c->layer, h, att, n, top);
 }
 
