@@ -20,6 +20,8 @@
 //    F32 — and each type in every matrix, where llama.cpp rounds the activations to the type's dot
 //    product type (q8_0/q8_K, f16, bf16) and micro keeps them fp32 (its arithmetic after loading is
 //    fp32): the table shows that difference, bounded by 0.05 nats only to catch a wrong decoder.
+//    And `micro eval --score second-half:64` against llama-perplexity's scoring recomputed through
+//    node-llama-cpp on the same chunks (fp32 within 1e-5; q8_0's increase within 4e-3).
 // 3. `micro eval --cache kivi:bits=2 --csv`, `micro sweep`, `inspect`, `attention`, `capacity`,
 //    `generate` (the same bytes on 1 and 2 threads) and `serve-bench` run on every model of 1 and 2,
 //    `bench --eval` on those of 1.
@@ -63,11 +65,43 @@ async function llamaLoss(m, ids, type, flash) {
   }
 }
 
+// A column of a micro CSV row by the header's name, counted from the row's end: a spec may be
+// quoted with commas inside, and every column after the specs is a number.
+function column(csv, name, row = 1) {
+  const lines = csv.trim().split("\n"), head = lines[0].split(",");
+  return lines[row]?.split(",").at(head.indexOf(name) - head.length);
+}
+
+// llama-perplexity's scoring (tools/perplexity/perplexity.cpp) recomputed through node-llama-cpp:
+// chunks of n tokens of ids (the rest left out), each's first token made BOS when the model adds one,
+// each evaluated from an empty cache, the mean NLL of its second half's predictions (n/2 .. n − 2).
+async function llamaSecondHalf(m, ids, n, bos, type) {
+  let sum = 0, count = 0;
+  for (let start = 0; start + n <= ids.length; start += n) {
+    const chunk = ids.slice(start, start + n);
+    if (bos !== undefined) chunk[0] = bos;
+    const context = await m.createContext({ contextSize: 2048, batchSize: 512, threads: 1, flashAttention: type !== "F32",
+      experimentalKvCacheKeyType: GgmlType[type], experimentalKvCacheValueType: GgmlType[type] });
+    try {
+      const first = n >> 1;
+      const out = await context.getSequence().controlledEvaluate(chunk.map((t, i) => (i >= first && i + 1 < n ? [t, { generateNext: { probabilities: true } }] : t)));
+      for (let i = first; i + 1 < n; i++) {
+        const probs = out[i].next.probabilities;
+        let total = 0;
+        for (const q of probs.values()) total += q;
+        sum -= Math.log(probs.get(chunk[i + 1]) / total), count++;
+      }
+    } finally {
+      await context.dispose();
+    }
+  }
+  return { loss: sum / count, scored: count };
+}
+
 // micro eval's loss and token count for one text file and cache.
 function microLoss(file, textFile, k, v) {
-  // From the end: a spec may be quoted with commas inside; tokens and loss are the 9th and 8th last.
-  const row = run(["eval", "--csv", "--model", file, "--k", k, "--v", v, "--threads", "1", "--text", textFile]).trim().split("\n")[1].split(",");
-  return { tokens: Number(row.at(-9)), loss: Number(row.at(-8)) };
+  const csv = run(["eval", "--csv", "--model", file, "--k", k, "--v", v, "--threads", "1", "--text", textFile]);
+  return { tokens: Number(column(csv, "tokens")), loss: Number(column(csv, "loss")) };
 }
 
 const microIds = (file, textFile) => run(["tokenize", "--model", file, "--text", textFile]).trim().split("\n").map(Number);
@@ -89,7 +123,8 @@ const table = [];
 function commands(label, file, textFile) {
   let ok = true, why = "";
   try {
-    const rows = run(["eval", "--model", file, "--cache", "kivi:bits=2", "--csv", "--text", textFile]).trim().split("\n");
+    const evalCsv = run(["eval", "--model", file, "--cache", "kivi:bits=2", "--csv", "--text", textFile]);
+    const rows = evalCsv.trim().split("\n");
     ok = rows.length === 2;
     const sweep = run(["sweep", "--model", file, "--text", textFile, "--grid", "{fp16|q8_0|q4_0|kivi:bits=2|int:bits=4,rot=hadamard}"]).trim().split("\n");
     ok = ok && sweep.length === 6;
@@ -102,7 +137,7 @@ function commands(label, file, textFile) {
     const serve = run(["serve-bench", "--model", file, "--conversations", "4", "--length", "64", "--cache", "fp16", "--cache", "q8_0", "--csv"]).trim().split("\n");
     ok = ok && inspect.length > 1 && /agrees with fp32's/.test(attention) && capacity.length === 3 &&
       g1.startsWith("The plate") && g1 === g2 && g4 === gen("2", "int:bits=4") && serve.length >= 3;
-    why = `eval kivi:bits=2 loss ${rows[1]?.split(",").at(-8)}, sweep ${sweep.length - 1} rows, inspect ${inspect.length - 1} rows, ` +
+    why = `eval kivi:bits=2 loss ${column(evalCsv, "loss")}, sweep ${sweep.length - 1} rows, inspect ${inspect.length - 1} rows, ` +
       `attention "${attention.replace(/.*agrees with fp32's for /, "")}", capacity ${capacity[1]?.split(",")[3]} bytes a token at 16 bits, ` +
       `generate ${Buffer.byteLength(g1) - 10} bytes, serve-bench ${serve.length - 1} rows`;
   } catch (e) {
@@ -154,6 +189,23 @@ for (const [name, arch, vocab, shape, opts] of ARCHS) {
       verdict(Math.abs(diff) <= tol, `${name} ${tname} ${r.cname}${r.flash ? " (flash)" : ""}: llama.cpp ${r.llama.toFixed(6)}, micro ${r.micro.toFixed(6)}, ` +
         `${quantised ? "increases differ by" : "difference"} ${diff.toExponential(2)} (tolerance ${tol.toExponential(1)})`);
     }
+  }
+  // --score second-half, against llama-perplexity's scoring on the same chunks: fp32 within 1e-5, and
+  // q8_0's increase within 4e-3, twice the full texts' bound: llama.cpp rounds the queries to q8_0
+  // against a q8_0 cache where micro keeps them fp32, and 93 predictions average that noise less
+  // than the full texts' (tinyllama's came out 2.4e-3 apart).
+  {
+    const tf = `${work}/half.txt`;
+    writeFileSync(tf, plateText("data/plates/en.txt", 1200));
+    const ids = microIds(file, tf), bos = vocab === vLlama3 ? 128000 : vocab === vLlama2 ? 1 : undefined;
+    const eval_ = (k) => run(["eval", "--csv", "--model", file, "--k", k, "--v", k, "--threads", "1", "--text", tf, "--score", "second-half:64"]);
+    const f32 = Number(column(eval_("fp32"), "loss")), q8 = eval_("q8_0");
+    const t32 = await llamaSecondHalf(m, ids, 64, bos, "F32"), t8 = await llamaSecondHalf(m, ids, 64, bos, "Q8_0");
+    const diff = f32 - t32.loss, qdiff = (Number(column(q8, "loss")) - f32) - (t8.loss - t32.loss);
+    table.push([name, arch, "F32", "en second-half:64", t32.scored, "f32", t32.loss, f32, diff, 1e-5]);
+    verdict(Math.abs(diff) <= 1e-5 && Math.abs(qdiff) <= 4e-3 && Number(column(q8, "kl_max")) >= Number(column(q8, "kl_p99")),
+      `${name} --score second-half:64 (${t32.scored} predictions in ${Math.floor(ids.length / 64)} chunks): llama-perplexity's scoring ` +
+      `${t32.loss.toFixed(6)}, micro ${f32.toFixed(6)}, difference ${diff.toExponential(2)}; q8_0's increase differs by ${qdiff.toExponential(2)}`);
   }
   await m.dispose();
   commands(name, file, `${work}/en.txt`);

@@ -26,6 +26,17 @@ w1=$("$micro" eval --model "$tmp/tiny.bin" --text "$tmp/a63.txt" --cache int:bit
 printf '\001abc def\001hello there\001\001x' >"$tmp/docs.txt"
 "$micro" eval --model "$tmp/tiny.bin" --text "$tmp/docs.txt" --csv | sed -n 2p | cut -d, -f4 | grep -qx 22 &&
     ok "documents: each from its own BOS, 22 tokens" || bad "documents"
+# --score second-half[:N]: chunks of N tokens, the rest left out (300 bytes + BOS: 9 chunks of 32,
+# 288 tokens run); every bad form refused in one line before any work.
+"$micro" eval --model "$tmp/tiny.bin" --text "$tmp/a300.txt" --score second-half:32 --csv | sed -n 2p | cut -d, -f4 | grep -qx 288 &&
+    ok "--score second-half:32: 9 chunks, 288 tokens" || bad "--score second-half:32"
+expect 2 "takes windows or second-half" "--score bogus" -- "$micro" eval --model "$tmp/tiny.bin" --score bogus
+expect 2 "from 4 to 1048576" "--score second-half:3" -- "$micro" eval --model "$tmp/tiny.bin" --score second-half:3
+expect 2 "from 4 to 1048576" "--score second-half:" -- "$micro" eval --model "$tmp/tiny.bin" --score second-half:
+expect 2 "from 4 to 1048576" "--score second-half:1e3" -- "$micro" eval --model "$tmp/tiny.bin" --score second-half:1e3
+expect 2 "not both" "--score second-half with --window" -- "$micro" eval --model "$tmp/tiny.bin" --score second-half --window 32
+expect 2 "longer than the model's context of 64" "--score second-half beyond the context" -- "$micro" eval --model "$tmp/tiny.bin" --score second-half
+expect 2 "fewer than one chunk of 64" "--score second-half: a text shorter than a chunk" -- "$micro" eval --model "$tmp/tiny.bin" --text "$tmp/a63.txt:40" --score second-half:64
 printf 'abc\001def' >"$tmp/bos.txt"
 expect 2 "byte 0x01 (the BOS token) at offset 3" "a BOS inside a plain text" -- "$micro" eval --model "$tmp/tiny.bin" --text "$tmp/bos.txt"
 

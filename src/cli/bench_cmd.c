@@ -516,7 +516,8 @@ int cmd_bench(int argc, char **argv) {
     if (o.eval) { // at the longest of the positions (the model's context by default)
         int n = 2;
         for (int a = 0; a < np; a++) n = positions[a] > n ? positions[a] : n;
-        const int rc = bench_eval(&m, k_spec, v_spec, n, threads[0], repeat, err, sizeof err);
+        const int rc = bench_eval(&m, k_spec, v_spec, n, threads[0], repeat, err, sizeof err) ||
+                       bench_eval_memory(&m, o.model_path, o.calib_path, k_spec, v_spec, threads[0], err, sizeof err);
         model_free(&m);
         return rc ? cli_error("%s", err) : 0;
     }

@@ -19,8 +19,9 @@ typedef struct {
     const char *k_spec, *v_spec;
     const char *texts[EVAL_MAX_TEXTS]; // FILE[:CHARS]; none given: the two plates
     int n_texts, threads, csv;
-    int window; // tokens per window, BOS included (0: the model's context)
+    int window; // tokens per window, BOS included (0: the model's context, eval_default_window)
     int decode; // token by token instead of the fast evaluator's spans
+    int second_half; // --score second-half[:N]: llama-perplexity's chunks of this many tokens (0: windows)
 } EvalOptions;
 int eval_parse(int argc, char **argv, EvalOptions *o, char *err, size_t errlen);
 

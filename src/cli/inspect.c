@@ -17,6 +17,7 @@
 #include "forward.h"
 #include "kvtransform.h"
 #include "model_file.h"
+#include "sort_doubles.h"
 #include "text.h"
 
 enum { K_PRE_ROPE, K_CACHED, V_CACHED, N_STREAMS };
@@ -54,14 +55,9 @@ typedef struct {
     float *channel_max;   // [head_dim] max_t |x| per channel, for the profile strip
 } HeadStats;
 
-static int compare_doubles(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double median(const double *v, int n, double *scratch) {
     memcpy(scratch, v, sizeof(double) * (size_t)n);
-    qsort(scratch, (size_t)n, sizeof(double), compare_doubles);
+    sort_doubles(scratch, (size_t)n);
     return n % 2 ? scratch[n / 2] : 0.5 * (scratch[n / 2 - 1] + scratch[n / 2]);
 }
 

@@ -515,7 +515,7 @@ static void print_frontier(const PlateRun *r) {
 static const char *csv_header =
     "panel,label,text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes,top1_agree,kl,published_delta,"
     "model,conversations,bytes_per_token,predicted_plain,predicted_metadata,tokens_per_s,cache_bytes_per_token_step,"
-    "pool_bytes,delta_lo,delta_hi,arch,numbers_per_token,delta_micro,delta_micro_lo,delta_micro_hi\n";
+    "pool_bytes,delta_lo,delta_hi,arch,numbers_per_token,delta_micro,delta_micro_lo,delta_micro_hi,kl_p99,kl_max\n";
 
 static void csv_number(FILE *out, double v, const char *fmt) {
     fputc(',', out);
@@ -526,7 +526,7 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
     fputs(csv_header, out);
     for (int t = 0; t < N_TEXTS; t++) {
         const EvalResult *e = &r->reference[t];
-        fprintf(out, "reference,fp32,%s,fp32,fp32,%d,%.6f,0.000000,%.4f,%zu,1.000000,0,,,,,,,,,,0.000000,0.000000,,,,,\n",
+        fprintf(out, "reference,fp32,%s,fp32,fp32,%d,%.6f,0.000000,%.4f,%zu,1.000000,0,,,,,,,,,,0.000000,0.000000,,,,,,0,0\n",
                 r->texts[t].name, e->tokens,
                 e->loss, e->bits_per_element, e->cache_bytes);
     }
@@ -543,7 +543,7 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
             fprintf(out, ",%d,%.6f,%.6f,%.4f,%zu,%.6f,%.6g", e->tokens, e->loss, delta_of(r, s, t), e->bits_per_element,
                     e->cache_bytes, e->top1_agree, e->kl);
             csv_number(out, schemes[s].published, "%.4f");
-            fprintf(out, ",,,,,,,,,%.6f,%.6f,,,,,\n", e->delta_lo, e->delta_hi);
+            fprintf(out, ",,,,,,,,,%.6f,%.6f,,,,,,%.6g,%.6g\n", e->delta_lo, e->delta_hi, e->kl_p99, e->kl_max);
         }
     }
     arch_panel_csv(out, &r->arch);
@@ -555,13 +555,13 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
             fprintf(out, "%d-bit", capacity_bits[i]);
         else
             csv_field_to(out, plate_capacity_schemes[i - N_CAP_BITS]);
-        fprintf(out, ",,,,,,,%.4f,,,,,%s,%ld,%.1f,,,,,,,,,,,,\n", bits, cap->name, row.conversations, row.bytes_per_token);
+        fprintf(out, ",,,,,,,%.4f,,,,,%s,%ld,%.1f,,,,,,,,,,,,,,\n", bits, cap->name, row.conversations, row.bytes_per_token);
     }
     for (int a = 0; a < N_CAP_ARCHS && !r->long_run; a++)
         for (int i = 0; i < N_CAP_BITS; i++) {
             const double numbers = cap_arch_numbers(cap, a);
             const CapacityRow row = capacity_row_numbers(cap, numbers, capacity_bits[i]);
-            fprintf(out, "capacity_arch,%s %d-bit,,,,,,,%d,,,,,%s,%ld,%.1f,,,,,,,,%s,%.0f,,,\n", cap_archs[a].arch,
+            fprintf(out, "capacity_arch,%s %d-bit,,,,,,,%d,,,,,%s,%ld,%.1f,,,,,,,,%s,%.0f,,,,,\n", cap_archs[a].arch,
                     capacity_bits[i], capacity_bits[i], cap->name, row.conversations, row.bytes_per_token,
                     cap_archs[a].arch, numbers);
         }
@@ -574,7 +574,7 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
         csv_field_to(out, serve_schemes[i].spec);
         fputc(',', out);
         csv_field_to(out, serve_schemes[i].spec);
-        fprintf(out, ",%d,,,%.4f,,,,,micro,%d,%.1f,%.2f,%.2f,%.1f,%.1f,%.0f,,,,,,,\n", r->serve_context, row->bits, row->held,
+        fprintf(out, ",%d,,,%.4f,,,,,micro,%d,%.1f,%.2f,%.2f,%.1f,%.1f,%.0f,,,,,,,,,\n", r->serve_context, row->bits, row->held,
                 row->bytes_per_token, row->plain, row->meta, row->tokens_per_s, row->bytes_per_token, r->serve_budget);
     }
 }
@@ -607,9 +607,9 @@ static void print_json(FILE *out, const PlateRun *r, const CapacityModel *cap, c
             const EvalResult *e = &r->results[s][t];
             fprintf(out, "%s\"%s\": {\"tokens\": %d, \"loss\": %.6f, \"delta\": %.6f, \"delta_lo\": %.6f, "
                     "\"delta_hi\": %.6f, \"bits_per_element\": %.4f, \"cache_bytes\": %zu, \"top1_agree\": %.6f, "
-                    "\"kl\": %.6g}",
+                    "\"kl\": %.6g, \"kl_p99\": %.6g, \"kl_max\": %.6g}",
                     t ? ", " : "", r->texts[t].name, e->tokens, e->loss, delta_of(r, s, t), e->delta_lo, e->delta_hi,
-                    e->bits_per_element, e->cache_bytes, e->top1_agree, e->kl);
+                    e->bits_per_element, e->cache_bytes, e->top1_agree, e->kl, e->kl_p99, e->kl_max);
         }
         fprintf(out, "}}%s\n", s + 1 < N_SCHEMES ? "," : "");
     }

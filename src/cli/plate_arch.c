@@ -354,9 +354,9 @@ void arch_panel_csv(FILE *out, const ArchPanel *p) {
             fprintf(out, ",%d,%.6f,%.6f,%.4f,%zu,%.6f,%.6g,,", e->tokens, e->loss, r->own[t], e->bits_per_element,
                     e->cache_bytes, e->top1_agree, e->kl);
             csv_field_to(out, stem);
-            fprintf(out, ",,%.1f,,,,,,%.6f,%.6f,%s,%d,%.6f,%.6f,%.6f\n", bytes_per_token(p, r, t),
+            fprintf(out, ",,%.1f,,,,,,%.6f,%.6f,%s,%d,%.6f,%.6f,%.6f,%.6g,%.6g\n", bytes_per_token(p, r, t),
                     r->scheme ? e->delta_lo : 0.0, r->scheme ? e->delta_hi : 0.0, archs[r->arch].label,
-                    p->numbers[r->arch], r->micro[t], r->micro_lo[t], r->micro_hi[t]);
+                    p->numbers[r->arch], r->micro[t], r->micro_lo[t], r->micro_hi[t], e->kl_p99, e->kl_max);
         }
     }
 }

@@ -96,9 +96,10 @@ static void print_row(int json, int first, const char *text, const EvalResult *r
         printf(", \"v_cache\": ");
         json_string_to(stdout, r->v_spec);
         printf(", \"tokens\": %d, \"loss\": %.6f, \"delta\": %.6f, \"bits_per_element\": %.4f, \"cache_bytes\": %zu, "
-               "\"top1_agree\": %.6f, \"kl\": %.6g, \"delta_lo\": %.6f, \"delta_hi\": %.6f}",
+               "\"top1_agree\": %.6f, \"kl\": %.6g, \"delta_lo\": %.6f, \"delta_hi\": %.6f, \"kl_p99\": %.6g, "
+               "\"kl_max\": %.6g}",
                r->tokens, r->loss, delta, r->bits_per_element, r->cache_bytes, r->top1_agree, r->kl, r->delta_lo,
-               r->delta_hi);
+               r->delta_hi, r->kl_p99, r->kl_max);
         return;
     }
     csv_field(text);
@@ -106,8 +107,8 @@ static void print_row(int json, int first, const char *text, const EvalResult *r
     csv_field(r->k_spec);
     putchar(',');
     csv_field(r->v_spec);
-    printf(",%d,%.6f,%.6f,%.4f,%zu,%.6f,%.6g,%.6f,%.6f\n", r->tokens, r->loss, delta, r->bits_per_element,
-           r->cache_bytes, r->top1_agree, r->kl, r->delta_lo, r->delta_hi);
+    printf(",%d,%.6f,%.6f,%.4f,%zu,%.6f,%.6g,%.6f,%.6f,%.6g,%.6g\n", r->tokens, r->loss, delta, r->bits_per_element,
+           r->cache_bytes, r->top1_agree, r->kl, r->delta_lo, r->delta_hi, r->kl_p99, r->kl_max);
 }
 
 int cmd_sweep(int argc, char **argv) {
@@ -162,7 +163,7 @@ int cmd_sweep(int argc, char **argv) {
     const int progress = isatty(STDERR_FILENO);
     const double start = seconds_now();
     if (!status && !o.json)
-        printf("text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes,top1_agree,kl,delta_lo,delta_hi\n");
+        printf("text,k_cache,v_cache,tokens,loss,delta,bits_per_element,cache_bytes,top1_agree,kl,delta_lo,delta_hi,kl_p99,kl_max\n");
     if (!status && o.json) printf("[");
     int rows = 0;
     for (int t = 0; t < o.n_texts && !status; t++) {

@@ -4,11 +4,7 @@
 #include <stdlib.h>
 
 #include "rng.h"
-
-static int compare_doubles(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "sort_doubles.h"
 
 int bootstrap_mean_ci(const double *d, int n, int block, int resamples, uint64_t seed, double *lo, double *hi) {
     if (block > n / 8) block = n / 8 > 1 ? n / 8 : 1;
@@ -32,7 +28,7 @@ int bootstrap_mean_ci(const double *d, int n, int block, int resamples, uint64_t
         }
         means[r] = sum / n;
     }
-    qsort(means, (size_t)resamples, sizeof(double), compare_doubles);
+    sort_doubles(means, (size_t)resamples);
     *lo = means[(int)(0.025 * resamples)];
     *hi = means[(int)(0.975 * resamples + 0.5) - 1];
     free(prefix);

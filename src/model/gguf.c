@@ -294,3 +294,11 @@ int gguf_map(const char *path, const uint8_t **data, size_t *size, char *err, si
 }
 
 void gguf_unmap(const uint8_t *data, size_t size) { munmap((void *)data, size); }
+
+void gguf_release(const uint8_t *data, uint64_t bytes) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t from = (uintptr_t)data & ~(page - 1), to = ((uintptr_t)data + bytes + page - 1) & ~(page - 1);
+    // A hint: refused, the pages stay until gguf_unmap. Dropped pages of a private, unwritten file
+    // mapping read back from the file if touched again, so a neighbour's pages lose nothing.
+    (void)madvise((void *)from, to - from, MADV_DONTNEED);
+}

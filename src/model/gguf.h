@@ -61,6 +61,9 @@ void gguf_free(Gguf *g);
 // A file's bytes, mapped read-only (a regular, non-empty file); 0, or -1 with one line in err.
 int gguf_map(const char *path, const uint8_t **data, size_t *size, char *err, size_t errlen);
 void gguf_unmap(const uint8_t *data, size_t size);
+// Gives back the resident pages of bytes at data, inside gguf_map's mapping (never other memory:
+// anonymous pages would read back as zeros).
+void gguf_release(const uint8_t *data, uint64_t bytes);
 
 // The pair with this key, or NULL.
 const GgufKv *gguf_find(const Gguf *g, const char *key);

@@ -54,7 +54,11 @@ static const TensorPlace *tensor_at(size_t i, const TensorPlace *whole, size_t n
     } while (0)
 
 
-int gguf_model_from_bytes(Model *m, const uint8_t *data, size_t size, const char *label, char *err, size_t errlen) {
+// mapped: data is gguf_map's, whose pages of a tensor are given back once it is decoded, so that
+// loading holds the fp32 weights and one tensor of the file, not the whole file beside them (a 0.5B
+// model's F16 file is 1 GB).
+static int from_bytes(Model *m, const uint8_t *data, size_t size, int mapped, const char *label, char *err,
+                      size_t errlen) {
     memset(m, 0, sizeof *m);
     Gguf g;
     GgufTokenizer tok = {0}; // freed at fail: every path there has it set or empty
@@ -166,6 +170,7 @@ int gguf_model_from_bytes(Model *m, const uint8_t *data, size_t size, const char
         t->type->decode(t->data, dst, (size_t)(t->n_elements / (uint64_t)t->type->block));
         for (uint64_t e = 0; e < t->n_elements; e++)
             if (!isfinite(dst[e])) FAIL("tensor %s: a non-finite value at element %llu", key, (unsigned long long)e);
+        if (mapped) gguf_release(t->data, t->bytes);
         used++;
     }
     // Llama 3's factors divide RoPE's frequencies: a zero or negative one is no model's.
@@ -197,6 +202,10 @@ fail:
     return -1;
 }
 
+int gguf_model_from_bytes(Model *m, const uint8_t *data, size_t size, const char *label, char *err, size_t errlen) {
+    return from_bytes(m, data, size, 0, label, err, errlen);
+}
+
 int gguf_model_load(Model *m, const char *path, char *err, size_t errlen) {
     char shown[MSG_TEXT];
     const char *label = msg_text(path, shown, sizeof shown);
@@ -204,7 +213,7 @@ int gguf_model_load(Model *m, const char *path, char *err, size_t errlen) {
     const uint8_t *map;
     size_t size;
     if (gguf_map(path, &map, &size, err, errlen)) return -1;
-    const int rc = gguf_model_from_bytes(m, map, size, label, err, errlen);
+    const int rc = from_bytes(m, map, size, 1, label, err, errlen);
     gguf_unmap(map, size);
     return rc;
 }
