@@ -50,7 +50,10 @@ static int write_with_vocab(const Model *m, int n, int bos, const char *path) {
     const int first_control = k;
     for (; k < n; k++) {
         tok[k] = malloc(32);
-        snprintf(tok[k], 32, k == first_control ? "<|begin_of_text|>" : k == first_control + 1 ? "<|endoftext|>" : "<|extra_%d|>", k);
+        const char *name = k == first_control       ? "<|begin_of_text|>"
+                           : k == first_control + 1 ? "<|endoftext|>"
+                                                    : "<|extra_%d|>";
+        snprintf(tok[k], 32, name, k);
         types[k] = 3; // control: never read in a text
     }
     GgufBpeVocab v = {(const char *const *)tok, types, n, merges, N_MERGES, "gpt2", bos ? first_control : -1,
@@ -71,7 +74,8 @@ int main(int argc, char **argv) {
     ModelConfig c = model_config_micro();
     c.dim = 128, c.n_layers = 2, c.n_heads = 2, c.n_kv_heads = 1, c.head_dim = 64, c.hidden_dim = 256;
     c.max_seq_len = 2048, c.rope_theta = 1000000.0f, c.norm_eps = 1e-6f;
-    if (!strcmp(argv[2], "llama3")) c.separate_output = 1, c.rope_factors = 1, c.rope_theta = 500000.0f, c.norm_eps = 1e-5f;
+    if (!strcmp(argv[2], "llama3"))
+        c.separate_output = 1, c.rope_factors = 1, c.rope_theta = 500000.0f, c.norm_eps = 1e-5f;
     else if (!strcmp(argv[2], "qwen2")) c.rope_halves = 1, c.qkv_bias = 1;
     else if (!strcmp(argv[2], "qwen3")) c.rope_halves = 1, c.qk_norm = 1, c.head_dim = 128;
     else {
@@ -89,7 +93,8 @@ int main(int argc, char **argv) {
     random_model(&m, &c, seed);
     for (int i = 0; c.qk_norm && i < c.n_layers * c.head_dim; i++) m.w.q_norm[i] += 1.0f, m.w.k_norm[i] += 1.0f;
     // Llama 3's factors: 1 for the fast pairs, rising to 8 for the slowest (as its scaling has them).
-    for (int i = 0; c.rope_factors && i < c.head_dim / 2; i++) m.w.rope_freqs[i] = 1.0f + 7.0f * (float)i / (float)(c.head_dim / 2 - 1);
+    for (int i = 0; c.rope_factors && i < c.head_dim / 2; i++)
+        m.w.rope_freqs[i] = 1.0f + 7.0f * (float)i / (float)(c.head_dim / 2 - 1);
     int status;
     char err[256];
     if (vocab) status = write_with_vocab(&m, (int)vocab, !strcmp(argv[2], "llama3"), argv[1]);

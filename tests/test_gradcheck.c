@@ -342,7 +342,8 @@ int main(void) {
     fail |= check("llama: rope_freqs, a classifier of its own, B 2, T 8", l3, 2, 8, 3);
     ModelConfig all = q3; // every part together
     all.qkv_bias = 1, all.rope_factors = 1, all.separate_output = 1, all.n_heads = 4, all.n_kv_heads = 2;
-    fail |= check("every part: biases, q/k norms, NeoX, rope_freqs, own classifier, 4 heads of 12 over 2", all, 2, 8, 3);
+    fail |= check("every part: biases, q/k norms, NeoX, rope_freqs, own classifier, 4 heads of 12 over 2", all, 2, 8,
+                  3);
     printf(fail ? "FAIL\n" : "ok\n");
     return fail;
 }

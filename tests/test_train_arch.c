@@ -127,7 +127,8 @@ static int modes_agree(const char *label, Model *m, const int *in, const int *tg
         }
         worst = fmax(worst, scale > 0 ? diff / scale : diff);
     }
-    const int same = a == b && memcmp(lf, lp, sizeof(float) * T) == 0 && memcmp(full.dk, part.dk, sizeof(float) * per) == 0 &&
+    const int same = a == b && memcmp(lf, lp, sizeof(float) * T) == 0 &&
+                     memcmp(full.dk, part.dk, sizeof(float) * per) == 0 &&
                      memcmp(full.dv, part.dv, sizeof(float) * per) == 0;
     int bad = exact ? !same : !(worst_loss <= 1e-5 && worst <= GRAD_BOUND);
     printf("%s: activations-only backward against the full one: %s (max |loss diff| %.2e, key/value gradients max "

@@ -123,7 +123,8 @@ static int write_provenance(FILE *f, void *ctx, char *why, size_t whylen) {
     char *command = NULL;
     size_t command_len = 0;
     FILE *m = open_memstream(&command, &command_len);
-    if (m) fprintf(m, "build/micro calibrate --model %s --out %s %s %s --sequences %u --length %u --seed %llu --threads %d",
+    if (m) fprintf(m,
+                   "build/micro calibrate --model %s --out %s %s %s --sequences %u --length %u --seed %llu --threads %d",
                    p->model_path, p->kvq_path, src->corpus ? "--corpus" : "--text",
                    src->corpus ? (p->o->corpus ? p->o->corpus : "data/corpus") : src->text, k->sequences, k->length,
                    (unsigned long long)k->seed, p->threads);
@@ -140,7 +141,8 @@ static int write_provenance(FILE *f, void *ctx, char *why, size_t whylen) {
     fprintf(f, ", \"payload_fnv1a64\": \"%016llx\", \"n_layers\": %d, \"n_kv_heads\": %d, \"head_dim\": %d},\n",
             (unsigned long long)k->model_checksum, k->n_layers, k->n_kv_heads, k->head_dim);
     if (src->corpus)
-        fprintf(f, "  \"corpus\": {\"sha256\": \"%s\", \"read\": [\"en.train.txt\", \"zh.train.txt\"], \"bytes\": [%zu, %zu]},\n",
+        fprintf(f,
+                "  \"corpus\": {\"sha256\": \"%s\", \"read\": [\"en.train.txt\", \"zh.train.txt\"], \"bytes\": [%zu, %zu]},\n",
                 src->sha256, src->corpus->file_len[0], src->corpus->file_len[2]);
     else {
         fprintf(f, "  \"text\": {\"path\": ");
@@ -153,7 +155,8 @@ static int write_provenance(FILE *f, void *ctx, char *why, size_t whylen) {
             (unsigned long long)k->seed);
     fprintf(f, "  \"windows\": \"%s\",\n",
             src->ids == 0 ? "the trainer's batch_sample from en.train+zh.train, splitmix64 seeded with seed"
-                          : "calib_windows: offsets uniform over the ids, splitmix64 seeded with seed, BOS first when bos >= 0");
+                          : "calib_windows: offsets uniform over the ids, splitmix64 seeded with seed, BOS first "
+                            "when bos >= 0");
     fprintf(f, "  \"outlier_percents\": [");
     for (int i = 0; i < k->n_percents; i++) fprintf(f, "%s%g", i ? ", " : "", k->percents[i] / 100.0);
     fprintf(f, "],\n  \"bits\": [");
@@ -288,7 +291,8 @@ int cmd_calibrate(int argc, char **argv) {
         char probe[4200];
         snprintf(probe, sizeof probe, "%s/en.train.txt", dir);
         if (safe_check_input(probe, err, sizeof err)) {
-            cli_error("no corpus in %s (%s): extract it with bash scripts/corpus", msg_text(dir, shown, sizeof shown), err);
+            cli_error("no corpus in %s (%s): extract it with bash scripts/corpus", msg_text(dir, shown, sizeof shown),
+                      err);
             goto done;
         }
         if (corpus_load(&corpus, dir, err, sizeof err)) {

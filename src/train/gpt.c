@@ -936,5 +936,6 @@ void train_net_keys_pre_rope(const TrainNet *n, int l, float *out) {
     int N = n->B * n->T, KD = c->n_kv_heads * c->head_dim;
     memcpy(out, n->a.k + (size_t)l * N * KD, sizeof(float) * (size_t)N * KD);
     // RoPE's backward is its inverse: the rotation is orthogonal.
-    rope_backward(out, KD, c->n_kv_heads, c->head_dim, c->head_dim, c->rope_halves, n->a.rope_cos, n->a.rope_sin, 0, N, n->T);
+    rope_backward(out, KD, c->n_kv_heads, c->head_dim, c->head_dim, c->rope_halves, n->a.rope_cos, n->a.rope_sin, 0, N,
+                  n->T);
 }
