@@ -52,14 +52,18 @@ static void ref_matvec(double *y, const double *W, const double *x, int out, int
     }
 }
 
-// RoPE on the first `dims` numbers of each head, heads `stride` apart.
-static void ref_rope(double *v, int n_heads, int stride, int dims, int pos, double theta) {
+// RoPE on the first `dims` numbers of each head, heads `stride` apart: pair i is (2i, 2i+1), or
+// (i, i + dims/2) with halves (GPT-NeoX's order); its angle pos·θ^(−2i/dims), divided by factors[i]
+// when given (Llama 3's rope_freqs).
+static void ref_rope(double *v, int n_heads, int stride, int dims, int pos, double theta, int halves,
+                     const double *factors) {
     for (int h = 0; h < n_heads; h++)
         for (int i = 0; i < dims / 2; i++) {
-            double ang = pos * pow(theta, -2.0 * i / dims);
-            double a = v[h * stride + 2 * i], b = v[h * stride + 2 * i + 1];
-            v[h * stride + 2 * i] = a * cos(ang) - b * sin(ang);
-            v[h * stride + 2 * i + 1] = a * sin(ang) + b * cos(ang);
+            double ang = pos * pow(theta, -2.0 * i / dims) / (factors ? factors[i] : 1.0);
+            int i0 = halves ? i : 2 * i, i1 = halves ? i + dims / 2 : 2 * i + 1;
+            double a = v[h * stride + i0], b = v[h * stride + i1];
+            v[h * stride + i0] = a * cos(ang) - b * sin(ang);
+            v[h * stride + i1] = a * sin(ang) + b * cos(ang);
         }
 }
 
@@ -117,6 +121,13 @@ static double ref_loss(const Ref *r, const double *p) {
     const double *w2 = w1 + (size_t)L * F * D;
     const double *w3 = w2 + (size_t)L * D * F;
     const double *final_norm = w3 + (size_t)L * F * D;
+    // A GGUF architecture's parts, each present only under its flag (model.h's payload order).
+    const double *bq = final_norm + D, *bk = bq + (c->qkv_bias ? (size_t)L * OD : 0);
+    const double *bv = bk + (c->qkv_bias ? (size_t)L * KD : 0);
+    const double *q_norm = bv + (c->qkv_bias ? (size_t)L * KD : 0), *k_norm = q_norm + (c->qk_norm ? L * hd : 0);
+    const double *output = k_norm + (c->qk_norm ? L * hd : 0);
+    const double *rope_freqs = output + (c->separate_output ? (size_t)V * D : 0);
+    const double *classifier = c->separate_output ? output : emb, *factors = c->rope_factors ? rope_freqs : NULL;
     double *x = malloc(sizeof(double) * T * D), *xn = malloc(sizeof(double) * D);
     double *q = malloc(sizeof(double) * T * QD), *k = malloc(sizeof(double) * (T * KD + 1));
     double *v = malloc(sizeof(double) * (T * KD + 1)), *att = malloc(sizeof(double) * OD), *tmp = malloc(sizeof(double) * D);
@@ -135,15 +146,26 @@ static double ref_loss(const Ref *r, const double *p) {
                     ref_matvec(pre, w_dkv + (size_t)l * LAT * D, xn, LAT, D);
                     ref_rmsnorm(lat + t * LAT, pre, kv_norm + (size_t)l * LAT, LAT, c->norm_eps);
                     ref_matvec(kr + t * DR, w_kr + (size_t)l * DR * D, xn, DR, D);
-                    ref_rope(q + t * QD + hd, nh, hd + DR, DR, t, c->rope_theta);
-                    ref_rope(kr + t * DR, 1, DR, DR, t, c->rope_theta);
+                    ref_rope(q + t * QD + hd, nh, hd + DR, DR, t, c->rope_theta, 0, NULL);
+                    ref_rope(kr + t * DR, 1, DR, DR, t, c->rope_theta, 0, NULL);
                     free(pre);
                     continue;
                 }
                 ref_matvec(k + t * KD, wk + (size_t)l * KD * D, xn, KD, D);
                 ref_matvec(v + t * KD, wv + (size_t)l * KD * D, xn, KD, D);
-                ref_rope(q + t * QD, nh, hd, hd, t, c->rope_theta);
-                ref_rope(k + t * KD, nkv, hd, hd, t, c->rope_theta);
+                for (int i = 0; i < QD && c->qkv_bias; i++) q[t * QD + i] += bq[(size_t)l * QD + i];
+                for (int i = 0; i < KD && c->qkv_bias; i++)
+                    k[t * KD + i] += bk[(size_t)l * KD + i], v[t * KD + i] += bv[(size_t)l * KD + i];
+                for (int h = 0; h < nh && c->qk_norm; h++) { // each head RMS-normalised, one gain a layer
+                    double *x = q + t * QD + h * hd;
+                    ref_rmsnorm(x, x, q_norm + (size_t)l * hd, hd, c->norm_eps);
+                }
+                for (int h = 0; h < nkv && c->qk_norm; h++) {
+                    double *x = k + t * KD + h * hd;
+                    ref_rmsnorm(x, x, k_norm + (size_t)l * hd, hd, c->norm_eps);
+                }
+                ref_rope(q + t * QD, nh, hd, hd, t, c->rope_theta, c->rope_halves, factors);
+                ref_rope(k + t * KD, nkv, hd, hd, t, c->rope_theta, c->rope_halves, factors);
             }
             for (int t = 0; t < T; t++) {
                 if (mla)
@@ -180,7 +202,7 @@ static double ref_loss(const Ref *r, const double *p) {
         }
         for (int t = 0; t < T; t++) {
             ref_rmsnorm(xn, x + t * D, final_norm, D, c->norm_eps);
-            ref_matvec(logits, emb, xn, V, D);
+            ref_matvec(logits, classifier, xn, V, D);
             double m = -INFINITY, sum = 0;
             for (int i = 0; i < V; i++) m = logits[i] > m ? logits[i] : m;
             for (int i = 0; i < V; i++) sum += exp(logits[i] - m);
@@ -211,6 +233,8 @@ static int check(const char *label, ModelConfig c, int B, int T, int att_block) 
         }
         p += info[t].count;
     }
+    // Llama 3's factors are above 0, rising from the fast pairs to the slow (a factor is not trained)
+    for (int i = 0; c.rope_factors && i < c.head_dim / 2; i++) m.w.rope_freqs[i] = 1.0f + 0.75f * (float)i;
     int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
     for (int i = 0; i < B * T; i++) {
         in[i] = i % T == 0 ? MICRO_BOS : (int)rng_below(&rng, 256);
@@ -241,6 +265,14 @@ static int check(const char *label, ModelConfig c, int B, int T, int att_block) 
     for (int t = 0; t < MODEL_N_TENSORS; t++) {
         size_t cnt = info[t].count;
         if (cnt == 0) continue; // a tensor this attention does not have
+        if (!strcmp(info[t].name, "rope_freqs")) { // given, never trained: its gradient stays 0
+            int moved = 0;
+            for (size_t i = 0; i < cnt; i++) moved |= net.grads[off + i] != 0.0f;
+            printf("  %-16s not trained: gradient %s\n", info[t].name, moved ? "not 0  FAIL" : "0");
+            fail |= moved;
+            off += cnt;
+            continue;
+        }
         int ns = cnt < SAMPLES ? (int)cnt : SAMPLES;
         size_t idx[SAMPLES];
         double num[SAMPLES], ana[SAMPLES], gmax = 0;
@@ -298,6 +330,20 @@ int main(void) {
     a.latent_dim = 6;
     a.rope_dim = 4;
     fail |= check("MLA: 2 heads of 8, latent 6, RoPE key 4, B 2, T 8", a, 2, 8, 3);
+    // What a GGUF's architectures add (model.h), each checked on its own, then all at once.
+    ModelConfig q2 = g; // qwen2: q, k and v biases; GPT-NeoX's RoPE pairs
+    q2.qkv_bias = 1, q2.rope_halves = 1;
+    fail |= check("qwen2: biases, NeoX RoPE, 4 query heads of 4 over 2, B 2, T 8", q2, 2, 8, 3);
+    ModelConfig q3 = c; // qwen3: per-head q/k norms; heads wider than the residual's share (2 x 12 > 16)
+    q3.qk_norm = 1, q3.rope_halves = 1, q3.head_dim = 12, q3.n_kv_heads = 1;
+    fail |= check("qwen3: q/k norms, NeoX RoPE, 2 heads of 12 over 1 beside a residual of 16, B 2, T 8", q3, 2, 8, 3);
+    ModelConfig l3 = c; // Llama 3: rope_freqs; TinyLlama: a classifier of its own
+    l3.rope_factors = 1, l3.separate_output = 1;
+    fail |= check("llama: rope_freqs, a classifier of its own, B 2, T 8", l3, 2, 8, 3);
+    ModelConfig all = q3; // every part together
+    all.qkv_bias = 1, all.rope_factors = 1, all.separate_output = 1, all.n_heads = 4, all.n_kv_heads = 2;
+    fail |= check("every part: biases, q/k norms, NeoX, rope_freqs, own classifier, 4 heads of 12 over 2", all, 2, 8,
+                  3);
     printf(fail ? "FAIL\n" : "ok\n");
     return fail;
 }

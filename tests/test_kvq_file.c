@@ -167,6 +167,7 @@ int main(void) {
     char buf[64];
     CHECK(kvq_default_path(NULL, "models/micro.bin", buf, sizeof buf) == 0 && !strcmp(buf, "models/micro.kvq"), "%s", buf);
     CHECK(kvq_default_path(NULL, "weights", buf, sizeof buf) == 0 && !strcmp(buf, "weights.kvq"), "%s", buf);
+    CHECK(kvq_default_path(NULL, "m/qwen.gguf", buf, sizeof buf) == 0 && !strcmp(buf, "m/qwen.kvq"), "%s", buf);
     CHECK(kvq_default_path("x/c.kvq", "models/micro.bin", buf, sizeof buf) == 0 && !strcmp(buf, "x/c.kvq"), "%s", buf);
     CHECK(kvq_default_path(NULL, "a-very-long-name-that-will-not-fit-in-the-buffer/of-sixteen.bin", buf, 16) == -1,
           "too long");

@@ -149,7 +149,9 @@ int calibrate_model(Model *m, const int *inputs, const int *targets, int n_seq, 
         if (normhist_init(&khist[i])) goto oom;
     // One sequence at a time (B = 1): the activations of 16 × 2048 tokens at once would take a
     // gigabyte, and each sequence's gradient is then that of its own mean loss, the same scale for all.
-    if (train_net_init(&net, m, 1, len, s->threads, err, errlen)) goto done;
+    // Only the activations' gradients: no parameter's is read, and at a large vocabulary the
+    // classifier's [tokens, vocab] probabilities are never held (train_net_init_grads).
+    if (train_net_init_grads(&net, m, 1, len, s->threads, TRAIN_GRADS_INPUTS, err, errlen)) goto done;
     net_ok = 1;
     net.layer_grad_hook = on_layer_grads;
     net.hook_ctx = &g;

@@ -16,8 +16,11 @@
 #include "model_file.h"
 #include "msgtext.h"
 #include "safe_file.h"
+#include "calib_windows.h"
 #include "data.h"
 #include "rng.h"
+#include "sha256.h"
+#include "text.h"
 
 #define DEFAULT_SEQUENCES 16 // KVQuant calibrates on 16 sequences of 2,048 tokens
 #define DEFAULT_LENGTH 2048
@@ -32,19 +35,25 @@ static const uint32_t bits[] = {1, 2, 3, 4};
 static const char usage[] =
     "usage: micro calibrate [options]\n"
     "KVQuant's calibration for a model's KV cache: runs the trainer's forward and backward over\n"
-    "sequences from the corpus's training split and writes, per layer, the pre-RoPE keys' per-channel\n"
-    "ranges and outlier thresholds (outliers 0% and 1%) and Fisher-weighted k-means codebooks for keys\n"
-    "and values (1-4 bits, plain and Q-Norm), and each layer's largest key (after and before RoPE) and\n"
-    "value magnitudes (nvfp4:scale2=calib). Bit-identical for the same options, whatever --threads.\n"
-    "Format: docs/kvq-format.md.\n"
+    "sequences from the corpus's training split (or a text you name) and writes, per layer, the\n"
+    "pre-RoPE keys' per-channel ranges and outlier thresholds (outliers 0% and 1%) and Fisher-weighted\n"
+    "k-means codebooks for keys and values (1-4 bits, plain and Q-Norm), and each layer's largest key\n"
+    "(after and before RoPE) and value magnitudes (nvfp4:scale2=calib). Bit-identical for the same\n"
+    "options, whatever --threads. Format: docs/kvq-format.md; on a GGUF: docs/models.md.\n"
     "\n"
-    "  --model FILE      the model (default models/micro.bin)\n"
-    "  --out FILE        the calibration (default: beside the model, .bin -> .kvq: models/micro.kvq);\n"
-    "                    its provenance goes to FILE.json\n"
-    "  --corpus DIR      {en,zh}.{train,val}.txt (default data/corpus; only *.train.txt is read from)\n"
+    "  --model FILE      the model: micro's file or a GGUF (llama, qwen2, qwen3), in its own vocabulary\n"
+    "                    (default models/micro.bin)\n"
+    "  --out FILE        the calibration (default: beside the model, .bin or .gguf -> .kvq:\n"
+    "                    models/micro.kvq); its provenance goes to FILE.json\n"
+    "  --corpus DIR      {en,zh}.{train,val}.txt (default data/corpus; only *.train.txt is read from),\n"
+    "                    each document tokenised by the model's tokenizer, BOS first if it has one\n"
+    "  --text FILE[:N]   calibrate from this UTF-8 text instead (its first N characters): tokenised by\n"
+    "                    the model's tokenizer, windows of --length at offsets drawn from --seed, each\n"
+    "                    BOS first if the model has one; a text shorter than one window is refused.\n"
+    "                    Not with --corpus: one source of text\n"
     "  --sequences N     sequences (default 16, 1..4096)\n"
     "  --length T        tokens per sequence (default 2048, at most the model's context)\n"
-    "  --seed S          which windows of the training split (default 1)\n"
+    "  --seed S          which windows of the training split or the text (default 1)\n"
     "  --threads N       worker threads, 1..256 (default 2; results do not depend on it)\n"
     "  --help            this text\n";
 
@@ -58,12 +67,18 @@ int calibrate_parse(int argc, char **argv, CalibrateOptions *o, char *err, size_
         else if (opts_is(&p, "--model")) bad = opts_path(&p, &o->model_path);
         else if (opts_is(&p, "--out")) bad = opts_path(&p, &o->out);
         else if (opts_is(&p, "--corpus")) bad = opts_path(&p, &o->corpus);
+        else if (opts_is(&p, "--text"))
+            bad = opts_path(&p, &o->text) || cmd_check_text_arg("--text", o->text, err, errlen);
         else if (opts_is(&p, "--sequences")) bad = opts_int(&p, 1, 4096, &o->sequences);
         else if (opts_is(&p, "--length")) bad = opts_int(&p, 1, 1 << 16, &o->length);
         else if (opts_is(&p, "--seed")) bad = opts_u64(&p, &o->seed);
         else if (opts_is(&p, "--threads")) bad = opts_int(&p, 1, 256, &o->threads);
         else return opts_unknown(&p);
         if (bad) return OPTS_ERROR;
+    }
+    if (o->text && o->corpus) { // two sources of text: which one the windows come from would be a guess
+        snprintf(err, errlen, "--text and --corpus are two sources of calibration text: give one");
+        return OPTS_ERROR;
     }
     return OPTS_RUN;
 }
@@ -74,10 +89,22 @@ static double now_seconds(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+// Where the windows came from: the corpus's training split (as bytes, or under the model's
+// tokenizer) or a text the user named; what the summary and the provenance record say of it.
+typedef struct {
+    const Corpus *corpus; // NULL: the text
+    const char *text;     // --text as given
+    char sha256[65];      // of the corpus's four files, or of the text's bytes read (after its cut)
+    size_t text_bytes;
+    size_t ids;           // ids in the tokenised stream (0: micro's bytes drawn by batch_sample)
+    int own_vocabulary;   // the model's tokenizer, not micro's bytes
+    int32_t bos;          // the BOS each window starts with, or -1 (the model adds none)
+} Source;
+
 typedef struct {
     const Kvq *k;
     const char *model_path, *kvq_path;
-    const Corpus *corpus;
+    const Source *src;
     const CalibSummary *sum;
     int threads;
     double seconds;
@@ -87,6 +114,7 @@ typedef struct {
 static int write_provenance(FILE *f, void *ctx, char *why, size_t whylen) {
     const Provenance *p = ctx;
     const Kvq *k = p->k;
+    const Source *src = p->src;
     fprintf(f, "{\n  \"kvq\": ");
     json_string_to(f, p->kvq_path);
     // The command that makes this file again, every option spelled out (the defaults included).
@@ -94,8 +122,10 @@ static int write_provenance(FILE *f, void *ctx, char *why, size_t whylen) {
     char *command = NULL;
     size_t command_len = 0;
     FILE *m = open_memstream(&command, &command_len);
-    if (m) fprintf(m, "build/micro calibrate --model %s --out %s --corpus %s --sequences %u --length %u --seed %llu --threads %d",
-                   p->model_path, p->kvq_path, p->o->corpus ? p->o->corpus : "data/corpus", k->sequences, k->length,
+    if (m) fprintf(m,
+                   "build/micro calibrate --model %s --out %s %s %s --sequences %u --length %u --seed %llu --threads %d",
+                   p->model_path, p->kvq_path, src->corpus ? "--corpus" : "--text",
+                   src->corpus ? (p->o->corpus ? p->o->corpus : "data/corpus") : src->text, k->sequences, k->length,
                    (unsigned long long)k->seed, p->threads);
     if (!m || fclose(m) != 0) {
         free(command);
@@ -109,11 +139,23 @@ static int write_provenance(FILE *f, void *ctx, char *why, size_t whylen) {
     json_string_to(f, p->model_path);
     fprintf(f, ", \"payload_fnv1a64\": \"%016llx\", \"n_layers\": %d, \"n_kv_heads\": %d, \"head_dim\": %d},\n",
             (unsigned long long)k->model_checksum, k->n_layers, k->n_kv_heads, k->head_dim);
-    fprintf(f, "  \"corpus\": {\"sha256\": \"%s\", \"read\": [\"en.train.txt\", \"zh.train.txt\"], \"bytes\": [%zu, %zu]},\n",
-            p->corpus->sha256, p->corpus->file_len[0], p->corpus->file_len[2]);
+    if (src->corpus)
+        fprintf(f,
+                "  \"corpus\": {\"sha256\": \"%s\", \"read\": [\"en.train.txt\", \"zh.train.txt\"], \"bytes\": [%zu, %zu]},\n",
+                src->sha256, src->corpus->file_len[0], src->corpus->file_len[2]);
+    else {
+        fprintf(f, "  \"text\": {\"path\": ");
+        json_string_to(f, src->text);
+        fprintf(f, ", \"sha256\": \"%s\", \"bytes\": %zu},\n", src->sha256, src->text_bytes);
+    }
+    fprintf(f, "  \"tokens\": {\"vocabulary\": \"%s\", \"ids\": %zu, \"bos\": %d},\n",
+            src->own_vocabulary ? "the model's own" : "micro's bytes", src->ids, (int)src->bos);
     fprintf(f, "  \"sequences\": %u,\n  \"length\": %u,\n  \"seed\": %llu,\n", k->sequences, k->length,
             (unsigned long long)k->seed);
-    fprintf(f, "  \"windows\": \"the trainer's batch_sample from en.train+zh.train, splitmix64 seeded with seed\",\n");
+    fprintf(f, "  \"windows\": \"%s\",\n",
+            src->ids == 0 ? "the trainer's batch_sample from en.train+zh.train, splitmix64 seeded with seed"
+                          : "calib_windows: offsets uniform over the ids, splitmix64 seeded with seed, BOS first "
+                            "when bos >= 0");
     fprintf(f, "  \"outlier_percents\": [");
     for (int i = 0; i < k->n_percents; i++) fprintf(f, "%s%g", i ? ", " : "", k->percents[i] / 100.0);
     fprintf(f, "],\n  \"bits\": [");
@@ -139,13 +181,20 @@ static void hex_to_bytes(const char *hex, unsigned char *out, int n) {
     }
 }
 
-static void print_summary(const Kvq *k, const CalibSummary *s, const char *model, const Corpus *c, int threads,
+static void print_summary(const Kvq *k, const CalibSummary *s, const char *model, const Source *src, int threads,
                           double seconds) {
-    char shown[MSG_TEXT];
-    printf("calibrated %s: %u sequences of %u tokens from the training split (corpus %.12s), seed %llu, "
-           "%d threads, %.1f s; mean loss %.4f nats/token\n",
-           msg_text(model, shown, sizeof shown), k->sequences, k->length, c->sha256, (unsigned long long)k->seed,
-           threads, seconds, s->mean_loss);
+    char shown[MSG_TEXT], text[MSG_TEXT];
+    if (src->corpus)
+        printf("calibrated %s: %u sequences of %u tokens from the training split (corpus %.12s%s), seed %llu, "
+               "%d threads, %.1f s; mean loss %.4f nats/token\n",
+               msg_text(model, shown, sizeof shown), k->sequences, k->length, src->sha256,
+               src->own_vocabulary ? ", the model's tokenizer" : "", (unsigned long long)k->seed, threads, seconds,
+               s->mean_loss);
+    else
+        printf("calibrated %s: %u sequences of %u tokens from %s (%zu tokens, sha256 %.12s), seed %llu, %d threads, "
+               "%.1f s; mean loss %.4f nats/token\n",
+               msg_text(model, shown, sizeof shown), k->sequences, k->length, msg_text(src->text, text, sizeof text),
+               src->ids, src->sha256, (unsigned long long)k->seed, threads, seconds, s->mean_loss);
     for (int pi = 0; pi < k->n_percents; pi++)
         printf("outliers %g%%: %.3f%% of key numbers outside their channel's thresholds, %.3f%% of values set apart\n",
                k->percents[pi] / 100.0, 100 * s->key_outliers[pi], 100 * s->value_outliers[pi]);
@@ -161,6 +210,39 @@ static void print_summary(const Kvq *k, const CalibSummary *s, const char *model
     }
 }
 
+// --text: the text's ids under the model's vocabulary (its BOS left out: each window puts its own
+// first), its sha256, and the check that one window fits. 0, or 2 after printing one line.
+static int text_ids(const Model *m, const char *arg, int len, Source *src, int32_t **ids, size_t *n) {
+    char err[1024];
+    Text t = {0};
+    if (text_load(&t, arg, INT32_MAX, err, sizeof err) ||
+        (m->tokenizer && text_tokenize(&t, m->tokenizer, m->bos, INT32_MAX, err, sizeof err))) {
+        text_free(&t);
+        return cli_error("--text %s", err);
+    }
+    Sha256 h; // the text's bytes as read, after its cut: the BOS text_load puts first is not the file's
+    sha256_init(&h);
+    sha256_update(&h, t.bytes + 1, (size_t)t.n_bytes - 1);
+    sha256_final_hex(&h, src->sha256);
+    src->text_bytes = (size_t)t.n_bytes - 1;
+    const size_t skip = src->bos >= 0 && t.n_tokens > 0 && t.tokens[0] == src->bos;
+    *n = (size_t)t.n_tokens - skip;
+    *ids = malloc(sizeof(int32_t) * (*n ? *n : 1));
+    if (!*ids) {
+        text_free(&t);
+        return cli_error("out of memory for %zu tokens", *n);
+    }
+    memcpy(*ids, t.tokens + skip, sizeof(int32_t) * *n);
+    text_free(&t);
+    const size_t need = calib_window_need(len, src->bos);
+    if (*n < need) {
+        char shown[MSG_TEXT];
+        return cli_error("--text %s: %zu tokens under the model's vocabulary, fewer than one sequence of --length %d "
+                         "needs (%zu)", msg_text(arg, shown, sizeof shown), *n, len, need);
+    }
+    return 0;
+}
+
 int cmd_calibrate(int argc, char **argv) {
     CalibrateOptions o;
     char err[1024], path[4096], out[4096], json[4200], shown[MSG_TEXT];
@@ -172,47 +254,70 @@ int cmd_calibrate(int argc, char **argv) {
         return cli_error("--out: path too long");
     if (safe_check_output(out, err, sizeof err) || safe_check_output(json, err, sizeof err))
         return cli_error("%s", err);
-    {   // the outputs against the model and the corpus's training split, which the run reads
-        const char *dir = o.corpus ? o.corpus : "data/corpus";
+    const char *dir = o.corpus ? o.corpus : "data/corpus";
+    char text_path[4200];
+    long chars;
+    if (o.text && text_split_arg(o.text, text_path, sizeof text_path, &chars, err, sizeof err))
+        return cli_error("--text: %s", err);
+    {   // the outputs against the model and what the run reads: the text, or the corpus's training split
         char en[4200], zh[4200];
         snprintf(en, sizeof en, "%s/en.train.txt", dir);
         snprintf(zh, sizeof zh, "%s/zh.train.txt", dir);
         const CliFile outputs[2] = {{"--out", out}, {"its record (--out's .json)", json}},
-                      inputs[3] = {{"--model", model_path}, {"the corpus", en}, {"the corpus", zh}};
+                      inputs[3] = {{"--model", model_path}, {o.text ? "--text" : "the corpus", o.text ? text_path : en},
+                                   {"the corpus", o.text ? NULL : zh}};
         if (cli_check_distinct(outputs, 2, inputs, 3, err, sizeof err)) return cli_error("%s", err);
     }
     Model m;
     if (model_load(&m, model_path, err, sizeof err)) return cli_error("%s", err);
-    if (cli_byte_vocabulary(&m, model_path, err, sizeof err)) {
-        model_free(&m);
-        return cli_error("%s", err);
-    }
     int len = o.length ? o.length : (m.config.max_seq_len < DEFAULT_LENGTH ? m.config.max_seq_len : DEFAULT_LENGTH);
     if (len > m.config.max_seq_len) {
         const int context = m.config.max_seq_len;
         model_free(&m);
         return cli_error("--length %d exceeds the model's context %d", len, context);
     }
-    const char *dir = o.corpus ? o.corpus : "data/corpus";
-    char probe[4200];
-    snprintf(probe, sizeof probe, "%s/en.train.txt", dir);
-    if (safe_check_input(probe, err, sizeof err)) {
-        model_free(&m);
-        return cli_error("no corpus in %s (%s): extract it with bash scripts/corpus",
-                         msg_text(dir, shown, sizeof shown), err);
-    }
-    Corpus corpus;
-    if (corpus_load(&corpus, dir, err, sizeof err)) {
-        model_free(&m);
-        return cli_error("%s", err);
-    }
-    int status = 2;
+    Source src = {.text = o.text, .own_vocabulary = m.tokenizer != NULL, .bos = m.tokenizer ? m.bos : MICRO_BOS};
+    Corpus corpus = {0};
+    int status = 2, corpus_loaded = 0;
     int *inputs = NULL, *targets = NULL;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
     Kvq k = {0};
-    if (corpus.train_len < (size_t)len + 1) {
-        cli_error("the corpus's training split (%zu bytes) is shorter than --length %d", corpus.train_len, len);
-        goto done;
+    if (o.text) {
+        if ((status = text_ids(&m, o.text, len, &src, &ids, &n_ids)) != 0) goto done;
+        status = 2;
+    } else {
+        char probe[4200];
+        snprintf(probe, sizeof probe, "%s/en.train.txt", dir);
+        if (safe_check_input(probe, err, sizeof err)) {
+            cli_error("no corpus in %s (%s): extract it with bash scripts/corpus", msg_text(dir, shown, sizeof shown),
+                      err);
+            goto done;
+        }
+        if (corpus_load(&corpus, dir, err, sizeof err)) {
+            cli_error("%s", err);
+            goto done;
+        }
+        corpus_loaded = 1;
+        src.corpus = &corpus;
+        memcpy(src.sha256, corpus.sha256, sizeof src.sha256);
+        if (!m.tokenizer && corpus.train_len < (size_t)len + 1) {
+            cli_error("the corpus's training split (%zu bytes) is shorter than --length %d", corpus.train_len, len);
+            goto done;
+        }
+        if (m.tokenizer) { // the model's own vocabulary: the split tokenised document by document
+            if (calib_corpus_ids(m.tokenizer, m.bos, corpus.train, corpus.train_len, &ids, &n_ids, err, sizeof err)) {
+                status = cli_error("%s", err);
+                goto done;
+            }
+            if (n_ids < calib_window_need(len, src.bos)) {
+                cli_error("the corpus's training split (%zu tokens under the model's vocabulary) is shorter than one "
+                          "sequence of --length %d", n_ids, len);
+                goto done;
+            }
+        }
     }
+    src.ids = n_ids;
     size_t tokens = (size_t)o.sequences * (size_t)len;
     inputs = malloc(sizeof(int) * tokens);
     targets = malloc(sizeof(int) * tokens);
@@ -220,11 +325,17 @@ int cmd_calibrate(int argc, char **argv) {
         status = cli_error("out of memory for %zu tokens", tokens);
         goto done;
     }
-    // The trainer's own window sampler over the training split only (en.train + zh.train): the
-    // validation text and the plates are what calibration will later be judged on.
-    Rng rng;
-    rng_seed(&rng, o.seed);
-    batch_sample(corpus.train, corpus.train_len, &rng, o.sequences, len, inputs, targets);
+    if (ids) {
+        calib_windows(ids, n_ids, src.bos, o.sequences, len, o.seed, inputs, targets);
+    } else {
+        // The trainer's own window sampler over the training split only (en.train + zh.train): the
+        // validation text and the plates are what calibration will later be judged on.
+        Rng rng;
+        rng_seed(&rng, o.seed);
+        batch_sample(corpus.train, corpus.train_len, &rng, o.sequences, len, inputs, targets);
+    }
+    free(ids);
+    ids = NULL;
     CalibSettings s = {percents, N_PERCENTS, bits, N_BITS, o.threads};
     CalibSummary sum;
     double t0 = now_seconds();
@@ -234,21 +345,22 @@ int cmd_calibrate(int argc, char **argv) {
     }
     double seconds = now_seconds() - t0;
     k.seed = o.seed;
-    hex_to_bytes(corpus.sha256, k.corpus_sha256, 32);
-    Provenance prov = {&k, model_path, out, &corpus, &sum, o.threads, seconds, &o};
+    hex_to_bytes(src.sha256, k.corpus_sha256, 32);
+    Provenance prov = {&k, model_path, out, &src, &sum, o.threads, seconds, &o};
     if (kvq_save(&k, out, err, sizeof err) || safe_write(json, write_provenance, &prov, err, sizeof err)) {
         fprintf(stderr, "micro: %s\n", err);
         status = 1;
         goto done;
     }
-    print_summary(&k, &sum, model_path, &corpus, o.threads, seconds);
+    print_summary(&k, &sum, model_path, &src, o.threads, seconds);
     printf("wrote %s (%zu bytes) and %s\n", msg_text(out, shown, sizeof shown), kvq_file_bytes(&k), json);
     status = 0;
 done:
     kvq_free(&k);
     free(inputs);
     free(targets);
-    corpus_free(&corpus);
+    free(ids);
+    if (corpus_loaded) corpus_free(&corpus);
     model_free(&m);
     return status;
 }

@@ -155,9 +155,10 @@ void json_string_to(FILE *out, const char *text) { json_bytes_to(out, (const uin
 int cli_byte_vocabulary(const Model *m, const char *path, char *err, size_t errlen) {
     if (!m->tokenizer) return 0;
     char shown[MSG_TEXT];
-    snprintf(err, errlen, "%s: a vocabulary of its own (%d tokens): eval, sweep, tokenize, inspect, attention, capacity, "
-             "generate, serve-bench and bench --eval read it, this command micro's byte vocabulary so far", msg_text(path, shown, sizeof shown),
-             m->config.vocab_size);
+    snprintf(err, errlen,
+             "%s: a vocabulary of its own (%d tokens): eval, sweep, tokenize, inspect, attention, capacity, generate, "
+             "serve-bench, bench --eval and calibrate read it, this command micro's byte vocabulary so far",
+             msg_text(path, shown, sizeof shown), m->config.vocab_size);
     return -1;
 }
 

@@ -118,6 +118,7 @@ int train_parse(int argc, char **argv, TrainOptions *o, char *err, size_t errlen
 
 typedef struct {
     const char *model_path, *out, *corpus; // NULL: models/micro.bin, beside the model, data/corpus
+    const char *text;                      // FILE[:CHARS] to calibrate from instead of the corpus; NULL: none
     int sequences, length, threads;        // length 0: the model's context, at most 2048
     unsigned long long seed;
 } CalibrateOptions;

@@ -204,7 +204,22 @@ static void kv_arch_f32(Writer *w, const ModelConfig *c, const char *key, float 
     kv_f32(w, name, v);
 }
 
-static void write_metadata(Writer *w, const ModelConfig *c) {
+// A byte-level BPE vocabulary of the caller's (GgufBpeVocab) as llama.cpp's gpt2 tokenizer keys.
+static void write_bpe_vocab(Writer *w, const GgufBpeVocab *v) {
+    kv_str(w, "tokenizer.ggml.model", "gpt2");
+    kv_str(w, "tokenizer.ggml.pre", v->pre);
+    kv_array(w, "tokenizer.ggml.tokens", GGUF_STRING, (uint64_t)v->n_tokens);
+    for (int i = 0; i < v->n_tokens; i++) put_str(w, v->tokens[i]);
+    kv_array(w, "tokenizer.ggml.token_type", GGUF_I32, (uint64_t)v->n_tokens);
+    for (int i = 0; i < v->n_tokens; i++) put_u32(w, (uint32_t)(v->types ? v->types[i] : 1)); // 1: normal
+    kv_array(w, "tokenizer.ggml.merges", GGUF_STRING, (uint64_t)v->n_merges);
+    for (int i = 0; i < v->n_merges; i++) put_str(w, v->merges[i]);
+    if (v->bos >= 0) kv_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos);
+    if (v->eos >= 0) kv_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos);
+    kv_bool(w, "tokenizer.ggml.add_bos_token", v->bos >= 0);
+}
+
+static void write_metadata(Writer *w, const ModelConfig *c, const GgufBpeVocab *vocab) {
     const int mla = c->latent_dim > 0;
     kv_str(w, "general.architecture", arch_name(c));
     kv_str(w, "general.name", "micro");
@@ -249,6 +264,10 @@ static void write_metadata(Writer *w, const ModelConfig *c) {
     kv_arch_f32(w, c, "rope.freq_base", c->rope_theta);
     kv_arch_f32(w, c, "attention.layer_norm_rms_epsilon", c->norm_eps);
 
+    if (vocab) {
+        write_bpe_vocab(w, vocab);
+        return;
+    }
     // A SentencePiece ("llama") vocabulary made only of byte-fallback tokens: llama.cpp maps each
     // byte b to the token named <0xBB> (upper-case hex), which is token b, so token ids are bytes.
     kv_str(w, "tokenizer.ggml.model", "llama");
@@ -270,8 +289,14 @@ static void write_metadata(Writer *w, const ModelConfig *c) {
 }
 
 int gguf_write_model(FILE *f, const Model *m, char *err, size_t errlen) {
-    if (m->config.vocab_size != 256 || m->config.n_layers > 1024) {
-        snprintf(err, errlen, "GGUF export needs a 256-byte vocabulary and at most 1024 layers");
+    return gguf_write_model_vocab(f, m, NULL, err, errlen);
+}
+
+int gguf_write_model_vocab(FILE *f, const Model *m, const GgufBpeVocab *vocab, char *err, size_t errlen) {
+    if ((vocab ? vocab->n_tokens > m->config.vocab_size || vocab->n_tokens < 1 : m->config.vocab_size != 256) ||
+        m->config.n_layers > 1024) {
+        snprintf(err, errlen, "GGUF export needs a 256-byte vocabulary (or a vocabulary of its own within the "
+                              "embedding's rows) and at most 1024 layers");
         return -1;
     }
     if (arch_fits(&m->config, err, errlen)) return -1;
@@ -295,14 +320,14 @@ int gguf_write_model(FILE *f, const Model *m, char *err, size_t errlen) {
     }
 
     Writer count = {NULL, 0, 1, 0};
-    write_metadata(&count, &m->config);
+    write_metadata(&count, &m->config, vocab);
     Writer w = {f, 0, 1, 0};
     errno = 0;
     put(&w, "GGUF", 4);
     put_u32(&w, 3);
     put_u64(&w, (uint64_t)n);
     put_u64(&w, count.n_kv);
-    write_metadata(&w, &m->config);
+    write_metadata(&w, &m->config, vocab);
 
     // Offsets are relative to the start of the data section; each tensor starts on the alignment.
     uint64_t offset = 0;
@@ -329,11 +354,22 @@ int gguf_write_model(FILE *f, const Model *m, char *err, size_t errlen) {
     return 0;
 }
 
+typedef struct {
+    const Model *m;
+    const GgufBpeVocab *vocab;
+} Save;
+
 static int write_gguf(FILE *f, void *ctx, char *why, size_t whylen) {
-    return gguf_write_model(f, ctx, why, whylen);
+    const Save *s = ctx;
+    return gguf_write_model_vocab(f, s->m, s->vocab, why, whylen);
 }
 
 int gguf_save(const Model *m, const char *path, char *err, size_t errlen) {
+    return gguf_save_vocab(m, NULL, path, err, errlen);
+}
+
+int gguf_save_vocab(const Model *m, const GgufBpeVocab *vocab, const char *path, char *err, size_t errlen) {
     if (safe_check_output(path, err, errlen)) return 2;
-    return safe_write(path, write_gguf, (void *)m, err, errlen) ? 1 : 0;
+    Save s = {m, vocab};
+    return safe_write(path, write_gguf, &s, err, errlen) ? 1 : 0;
 }

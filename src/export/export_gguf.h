@@ -5,6 +5,7 @@
 #define MICRO_EXPORT_GGUF_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "model.h"
@@ -17,6 +18,23 @@
 // not written: llama.cpp falls back to token_embd.weight). Returns 0, or -1 with one line in err.
 // Only writes; flushing, syncing and renaming are the caller's.
 int gguf_write_model(FILE *f, const Model *m, char *err, size_t errlen);
+
+// A byte-level BPE vocabulary ("gpt2", docs/models.md) to write instead of micro's bytes, for the
+// tests and tools that need a model with a vocabulary of its own (tests/make_gguf): the tokens as
+// UTF-8 in GPT-2's byte stand-ins, their llama.cpp types (NULL: all normal), the merges ("a b", by
+// rank), the pre-tokenizer's name, and BOS and EOS ids (-1: none; add_bos_token is bos >= 0). The
+// tokens are at most the embedding's rows.
+typedef struct {
+    const char *const *tokens;
+    const int32_t *types;
+    int n_tokens;
+    const char *const *merges;
+    int n_merges;
+    const char *pre;
+    int32_t bos, eos;
+} GgufBpeVocab;
+int gguf_write_model_vocab(FILE *f, const Model *m, const GgufBpeVocab *vocab, char *err, size_t errlen);
+int gguf_save_vocab(const Model *m, const GgufBpeVocab *vocab, const char *path, char *err, size_t errlen);
 
 // Writes the GGUF file at path through safe_write (a temporary beside it, flushed, synced, renamed),
 // so that a failure never leaves a half-written file under the real name. Returns 0; 2 for a path

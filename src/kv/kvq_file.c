@@ -157,8 +157,10 @@ int kvq_default_path(const char *given, const char *model_path, char *buf, size_
     int w;
     if (given) w = snprintf(buf, n, "%s", given);
     else {
-        size_t len = strlen(model_path);
-        int stem = len >= 4 && !strcmp(model_path + len - 4, ".bin") ? (int)(len - 4) : (int)len;
+        size_t len = strlen(model_path); // micro's .bin or a GGUF's .gguf: X.kvq beside either
+        int stem = len >= 4 && !strcmp(model_path + len - 4, ".bin")    ? (int)(len - 4)
+                   : len >= 5 && !strcmp(model_path + len - 5, ".gguf") ? (int)(len - 5)
+                                                                        : (int)len;
         w = snprintf(buf, n, "%.*s.kvq", stem, model_path);
     }
     return w < 0 || (size_t)w >= n ? -1 : 0;

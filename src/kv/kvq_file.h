@@ -80,7 +80,8 @@ const float *kvq_stream_max(const Kvq *k, int layer, KvqStream which);
 uint64_t kvq_model_checksum(const Model *m);
 
 // The calibration file a command uses: `given` (a --calib FILE) when set, else the model's path with
-// its ".bin" replaced by ".kvq" (or ".kvq" appended): models/micro.bin → models/micro.kvq. -1 when
+// its ".bin" or ".gguf" replaced by ".kvq" (or ".kvq" appended): models/micro.bin → models/micro.kvq,
+// qwen.gguf → qwen.kvq. -1 when
 // it does not fit in buf.
 int kvq_default_path(const char *given, const char *model_path, char *buf, size_t n);
 

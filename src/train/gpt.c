@@ -125,37 +125,54 @@ static void rmsnorm_gain_backward(float *dg, const float *dy, const float *x, co
     for (int i = c0; i < c1; i++) dg[i] += acc[i - c0];
 }
 
-// RoPE on adjacent pairs (2i, 2i+1) of the first `dims` numbers of each head (heads `stride` apart),
-// angle pos * theta^(-2i/dims)
-static void rope_forward(float *v, int ld, int n_heads, int stride, int dims, const float *cs, const float *sn, int r0,
-                         int r1, int T) {
-    int half = dims / 2;
+// RoPE on the pairs of the first `dims` numbers of each head (heads `stride` apart): adjacent
+// (2i, 2i+1), or (i, i + dims/2) under GPT-NeoX's order (halves, rope.h); angle pos * theta^(-2i/dims)
+// (divided by Llama 3's factors, in the tables). Both pairings do the same arithmetic on a pair.
+static void rope_forward(float *v, int ld, int n_heads, int stride, int dims, int halves, const float *cs,
+                         const float *sn, int r0, int r1, int T) {
+    const int half = dims / 2, step = halves ? 1 : 2, other = halves ? half : 1;
     for (int n = r0; n < r1; n++) {
         int pos = n % T;
         const float *c = cs + (size_t)pos * half, *s = sn + (size_t)pos * half;
         for (int h = 0; h < n_heads; h++) {
             float *p = v + (size_t)n * ld + h * stride;
+            if (!halves) {
+                for (int i = 0; i < half; i++) {
+                    float a = p[2 * i], b = p[2 * i + 1];
+                    p[2 * i] = a * c[i] - b * s[i];
+                    p[2 * i + 1] = a * s[i] + b * c[i];
+                }
+                continue;
+            }
             for (int i = 0; i < half; i++) {
-                float a = p[2 * i], b = p[2 * i + 1];
-                p[2 * i] = a * c[i] - b * s[i];
-                p[2 * i + 1] = a * s[i] + b * c[i];
+                float *x = p + i * step, a = x[0], b = x[other];
+                x[0] = a * c[i] - b * s[i];
+                x[other] = a * s[i] + b * c[i];
             }
         }
     }
 }
 // the rotation is orthogonal: its backward rotates the gradient by -angle
-static void rope_backward(float *d, int ld, int n_heads, int stride, int dims, const float *cs, const float *sn,
-                          int r0, int r1, int T) {
-    int half = dims / 2;
+static void rope_backward(float *d, int ld, int n_heads, int stride, int dims, int halves, const float *cs,
+                          const float *sn, int r0, int r1, int T) {
+    const int half = dims / 2, step = halves ? 1 : 2, other = halves ? half : 1;
     for (int n = r0; n < r1; n++) {
         int pos = n % T;
         const float *c = cs + (size_t)pos * half, *s = sn + (size_t)pos * half;
         for (int h = 0; h < n_heads; h++) {
             float *p = d + (size_t)n * ld + h * stride;
+            if (!halves) {
+                for (int i = 0; i < half; i++) {
+                    float a = p[2 * i], b = p[2 * i + 1];
+                    p[2 * i] = a * c[i] + b * s[i];
+                    p[2 * i + 1] = -a * s[i] + b * c[i];
+                }
+                continue;
+            }
             for (int i = 0; i < half; i++) {
-                float a = p[2 * i], b = p[2 * i + 1];
-                p[2 * i] = a * c[i] + b * s[i];
-                p[2 * i + 1] = -a * s[i] + b * c[i];
+                float *x = p + i * step, a = x[0], b = x[other];
+                x[0] = a * c[i] + b * s[i];
+                x[other] = -a * s[i] + b * c[i];
             }
         }
     }
@@ -178,13 +195,14 @@ static void swiglu_backward(float *dh1, float *dh3, const float *dg, const float
     }
 }
 
-// classifier + softmax + cross-entropy for rows [r0, r1): probs = softmax(xn E^T), loss = -log p[target]
-static void classifier_forward(float *probs, float *losses, const float *xn, const float *emb, const int *targets,
+// classifier + softmax + cross-entropy for rows [r0, r1): probs = softmax(xn W^T), loss = -log p[target];
+// probs holds those rows only (row r0 first), W is the classifier (the embedding when tied)
+static void classifier_forward(float *probs, float *losses, const float *xn, const float *W, const int *targets,
                                int r0, int r1, int D, int V) {
     int rows = r1 - r0;
-    mm_nt(rows, V, D, 1.0f, xn + (size_t)r0 * D, D, emb, D, 0.0f, probs + (size_t)r0 * V, V);
+    mm_nt(rows, V, D, 1.0f, xn + (size_t)r0 * D, D, W, D, 0.0f, probs, V);
     for (int n = r0; n < r1; n++) {
-        float *p = probs + (size_t)n * V;
+        float *p = probs + (size_t)(n - r0) * V;
         float m = p[0];
         for (int i = 1; i < V; i++) m = p[i] > m ? p[i] : m;
         float logit_t = targets ? p[targets[n]] : 0.0f;
@@ -199,10 +217,10 @@ static void classifier_forward(float *probs, float *losses, const float *xn, con
         if (targets) losses[n] = logf(sum) + m - logit_t;
     }
 }
-// dlogits = (probs - onehot(target)) * scale, in place
+// dlogits = (probs - onehot(target)) * scale, in place (probs: rows [r0, r1), row r0 first)
 static void classifier_backward(float *probs, const int *targets, int r0, int r1, int V, float scale) {
     for (int n = r0; n < r1; n++) {
-        float *p = probs + (size_t)n * V;
+        float *p = probs + (size_t)(n - r0) * V;
         for (int i = 0; i < V; i++) p[i] *= scale;
         p[targets[n]] -= scale;
     }
@@ -314,7 +332,17 @@ typedef struct {
     size_t count;
 } Slot;
 
+// Rows of the classifier's block when only the activations' gradients are kept (fwd_head): as many
+// as keep a thread's block of logits within 16 MiB, up to ROW_CHUNK (micro's 256-byte vocabulary
+// takes ROW_CHUNK rows, as the full backward does, so its numbers are that backward's).
+#define HEAD_BLOCK_FLOATS ((size_t)1 << 22)
+
 int train_net_init(TrainNet *n, Model *m, int B, int T, int n_threads, char *err, size_t errlen) {
+    return train_net_init_grads(n, m, B, T, n_threads, TRAIN_GRADS_PARAMS, err, errlen);
+}
+
+int train_net_init_grads(TrainNet *n, Model *m, int B, int T, int n_threads, TrainGrads grads, char *err,
+                         size_t errlen) {
     memset(n, 0, sizeof *n);
     const ModelConfig *c = &m->config;
     if (B < 1 || T < 1 || T > c->max_seq_len) {
@@ -337,10 +365,16 @@ int train_net_init(TrainNet *n, Model *m, int B, int T, int n_threads, char *err
     n->model = m;
     n->n_threads = n_threads < 1 ? 1 : n_threads;
     n->att_block = ATT_BLOCK;
+    n->grads_kind = grads;
     const AttDims ad = att_dims(c);
     size_t N = (size_t)B * T, L = (size_t)c->n_layers, D = (size_t)c->dim;
     size_t QD = (size_t)ad.QD, KD = (size_t)ad.KD, VD = (size_t)ad.VD, OD = (size_t)ad.OD, LAT = (size_t)ad.LAT;
     size_t F = (size_t)c->hidden_dim, V = (size_t)c->vocab_size, H = (size_t)c->n_heads;
+    const int params = grads == TRAIN_GRADS_PARAMS;
+    n->head_rows = params || (size_t)ROW_CHUNK * V <= HEAD_BLOCK_FLOATS ? ROW_CHUNK
+                   : V >= HEAD_BLOCK_FLOATS                              ? 1
+                                                                         : (int)(HEAD_BLOCK_FLOATS / V);
+    const size_t QN = c->qk_norm ? 1 : 0; // the q/k norms' inputs and 1/rms, and their gradients
     TrainActs *a = &n->a;
     Slot slots[] = {
         {&a->x, (2 * L + 1) * N * D},
@@ -361,7 +395,14 @@ int train_net_init(TrainNet *n, Model *m, int B, int T, int n_threads, char *err
         {&a->hg, L * N * F},
         {&a->final_rstd, N},
         {&a->final_xn, N * D},
-        {&a->probs, N * V},
+        {&a->probs, params ? N * V : 0},
+        {&a->logit_block, params ? 0 : (size_t)n->n_threads * (size_t)n->head_rows * V},
+        {&a->q_pre, QN * L * N * QD},
+        {&a->k_pre, QN * L * N * KD},
+        {&a->q_rstd, QN * L * N * H},
+        {&a->k_rstd, QN * L * N * (size_t)c->n_kv_heads},
+        {&a->dq_pre, QN * N * QD},
+        {&a->dk_pre, QN * N * KD},
         {&a->losses, N},
         {&a->dx, N * D},
         {&a->dx2, N * D},
@@ -384,9 +425,9 @@ int train_net_init(TrainNet *n, Model *m, int B, int T, int n_threads, char *err
     size_t total = 0, nslots = sizeof slots / sizeof slots[0];
     for (size_t i = 0; i < nslots; i++) total += (slots[i].count + 15) & ~(size_t)15; // 64-byte aligned
     n->act_memory = calloc_lines(total, sizeof(float));
-    n->grads = calloc_lines(m->n_params, sizeof(float));
+    n->grads = params ? calloc_lines(m->n_params, sizeof(float)) : NULL;
     n->pool = pool_create(n->n_threads);
-    if (!n->act_memory || !n->grads || !n->pool) {
+    if (!n->act_memory || (params && !n->grads) || !n->pool) {
         snprintf(err, errlen, "out of memory for %zu activation floats (batch %d x seq %d)", total, B, T);
         train_net_free(n);
         return -1;
@@ -398,9 +439,10 @@ int train_net_init(TrainNet *n, Model *m, int B, int T, int n_threads, char *err
         p += (slots[i].count + 15) & ~(size_t)15;
     }
     memset(n->act_memory, 0, total * sizeof(float));
-    model_point_weights(c, n->grads, &n->g);
+    if (!params) a->probs = NULL; // never held in this mode (fwd_head)
+    if (params) model_point_weights(c, n->grads, &n->g);
     train_net_zero_grad(n);
-    rope_table(a->rope_cos, a->rope_sin, T, ad.rope, c->rope_theta, NULL);
+    rope_table(a->rope_cos, a->rope_sin, T, ad.rope, c->rope_theta, c->rope_factors ? m->w.rope_freqs : NULL);
     return 0;
 }
 
@@ -412,7 +454,7 @@ void train_net_free(TrainNet *n) {
 }
 
 void train_net_zero_grad(TrainNet *n) {
-    memset(n->grads, 0, n->model->n_params * sizeof(float));
+    if (n->grads) memset(n->grads, 0, n->model->n_params * sizeof(float));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -434,6 +476,7 @@ typedef struct {
 typedef struct {
     const float *wq, *wk, *wv, *wo, *w1, *w2, *w3, *an, *fn;
     const float *w_dkv, *kv_norm, *w_kr, *w_uk, *w_uv; // latent attention's
+    const float *bq, *bk, *bv, *qn, *kn;               // a GGUF architecture's (NULL when it has none)
 } LayerW;
 static LayerW layer_weights(const ModelConfig *c, const ModelWeights *w, int l) {
     const AttDims ad = att_dims(c);
@@ -442,7 +485,10 @@ static LayerW layer_weights(const ModelConfig *c, const ModelWeights *w, int l) 
     LayerW r = {w->wq + l * QD * D,   w->wk + l * KW * D,   w->wv + l * KW * D,     w->wo + l * D * OD,
                 w->w1 + l * F * D,    w->w2 + l * D * F,    w->w3 + l * F * D,      w->attn_norm + l * D,
                 w->ffn_norm + l * D,  w->w_dkv + l * LAT * D, w->kv_norm + l * LAT, w->w_kr + l * DR * D,
-                w->w_uk + l * OD * LAT, w->w_uv + l * OD * LAT};
+                w->w_uk + l * OD * LAT, w->w_uv + l * OD * LAT, NULL, NULL, NULL, NULL, NULL};
+    const size_t HD = (size_t)c->head_dim;
+    if (c->qkv_bias) r.bq = w->bq + l * QD, r.bk = w->bk + l * KW, r.bv = w->bv + l * KW;
+    if (c->qk_norm) r.qn = w->q_norm + l * HD, r.kn = w->k_norm + l * HD;
     return r;
 }
 
@@ -457,18 +503,42 @@ static void fwd_latent_in(TrainNet *n, int l, int r0, int r1) {
     const float *xn = a->attn_xn + (size_t)l * N * D + (size_t)r0 * D;
     float *q = a->q + (size_t)l * N * QD, *k = a->k + (size_t)l * N * KD, *v = a->v + (size_t)l * N * VD;
     float *kv_pre = a->kv_pre + (size_t)l * N * LAT, *ckv = a->ckv + (size_t)l * N * LAT;
-    rope_forward(q + hd, QD, H, QK, DR, a->rope_cos, a->rope_sin, r0, r1, T);
+    rope_forward(q + hd, QD, H, QK, DR, c->rope_halves, a->rope_cos, a->rope_sin, r0, r1, T);
     mm_nt(rows, LAT, D, 1.0f, xn, D, w.w_dkv, D, 0.0f, kv_pre + (size_t)r0 * LAT, LAT);
     rmsnorm_forward(ckv, a->kv_rstd + (size_t)l * N, kv_pre, w.kv_norm, r0, r1, LAT, c->norm_eps);
     for (int h = 0; h < H; h++)
         mm_nt(rows, hd, LAT, 1.0f, ckv + (size_t)r0 * LAT, LAT, w.w_uk + (size_t)h * hd * LAT, LAT, 0.0f,
               k + (size_t)r0 * KD + (size_t)h * QK, KD);
     mm_nt(rows, DR, D, 1.0f, xn, D, w.w_kr, D, 0.0f, k + (size_t)r0 * KD + hd, KD);
-    rope_forward(k + hd, KD, 1, QK, DR, a->rope_cos, a->rope_sin, r0, r1, T);
+    rope_forward(k + hd, KD, 1, QK, DR, c->rope_halves, a->rope_cos, a->rope_sin, r0, r1, T);
     for (int r = r0; r < r1; r++)
         for (int h = 1; h < H; h++)
             memcpy(k + (size_t)r * KD + (size_t)h * QK + hd, k + (size_t)r * KD + hd, sizeof(float) * (size_t)DR);
     mm_nt(rows, VD, LAT, 1.0f, ckv + (size_t)r0 * LAT, LAT, w.w_uv, LAT, 0.0f, v + (size_t)r0 * VD, VD);
+}
+
+// Rows [r0, r1) of layer l between the projections and RoPE: what a GGUF architecture adds there, as
+// the inference forward's attention_inputs applies it: q, k and v biases, then each head's q and k
+// RMS-normalised with the layer's gain (the norm's input and 1/rms kept: the backward needs them).
+static void fwd_qk_parts(TrainNet *n, int l, int r0, int r1) {
+    DIMS;
+    TrainActs *a = &n->a;
+    LayerW w = layer_weights(c, &n->model->w, l);
+    float *q = a->q + (size_t)l * N * QD, *k = a->k + (size_t)l * N * KD, *v = a->v + (size_t)l * N * VD;
+    const int H = c->n_heads, KVH = c->n_kv_heads;
+    if (c->qkv_bias)
+        for (int r = r0; r < r1; r++) {
+            float *qr = q + (size_t)r * QD, *kr = k + (size_t)r * KD, *vr = v + (size_t)r * VD;
+            for (int i = 0; i < QD; i++) qr[i] += w.bq[i];
+            for (int i = 0; i < KD; i++) kr[i] += w.bk[i], vr[i] += w.bv[i];
+        }
+    if (c->qk_norm) { // heads are rows of head_dim: rows [r0·H, r1·H) of the [N·H, head_dim] view
+        float *qp = a->q_pre + (size_t)l * N * QD, *kp = a->k_pre + (size_t)l * N * KD;
+        memcpy(qp + (size_t)r0 * QD, q + (size_t)r0 * QD, sizeof(float) * (size_t)(r1 - r0) * QD);
+        memcpy(kp + (size_t)r0 * KD, k + (size_t)r0 * KD, sizeof(float) * (size_t)(r1 - r0) * KD);
+        rmsnorm_forward(q, a->q_rstd + (size_t)l * N * H, qp, w.qn, r0 * H, r1 * H, hd, c->norm_eps);
+        rmsnorm_forward(k, a->k_rstd + (size_t)l * N * KVH, kp, w.kn, r0 * KVH, r1 * KVH, hd, c->norm_eps);
+    }
 }
 
 // rows: (embedding for l == 0), attention norm, Q K V projections, RoPE
@@ -492,8 +562,9 @@ static void fwd_attn_in(void *ctx, int task, int thread) {
     }
     mm_nt(rows, KD, D, 1.0f, xn + (size_t)r0 * D, D, w.wk, D, 0.0f, k + (size_t)r0 * KD, KD);
     mm_nt(rows, VD, D, 1.0f, xn + (size_t)r0 * D, D, w.wv, D, 0.0f, v + (size_t)r0 * VD, VD);
-    rope_forward(q, QD, c->n_heads, hd, hd, a->rope_cos, a->rope_sin, r0, r1, T);
-    rope_forward(k, KD, c->n_kv_heads, hd, hd, a->rope_cos, a->rope_sin, r0, r1, T);
+    fwd_qk_parts(n, l, r0, r1);
+    rope_forward(q, QD, c->n_heads, hd, hd, c->rope_halves, a->rope_cos, a->rope_sin, r0, r1, T);
+    rope_forward(k, KD, c->n_kv_heads, hd, hd, c->rope_halves, a->rope_cos, a->rope_sin, r0, r1, T);
 }
 
 static AttHead att_head(TrainNet *n, int l, int b, int h, int thread, int backward) {
@@ -556,17 +627,32 @@ static void fwd_attn_out_ffn(void *ctx, int task, int thread) {
     mm_nt(rows, D, F, 1.0f, hg, F, w.w2, F, 1.0f, x2 + (size_t)r0 * D, D);
 }
 
-// rows: final norm, classifier, softmax, loss
+// The classifier: its own matrix, or the token embedding when tied.
+static const float *classifier_weights(const TrainNet *n) {
+    return n->c.separate_output ? n->model->w.output : n->model->w.token_embedding;
+}
+
+// rows: final norm, classifier, softmax, loss. Keeping every parameter's gradient, the probabilities
+// of all rows stay for the backward; with the activations' gradients only, each block of head_rows
+// rows is turned into dlogits and d final_xn = dlogits·W at once in this thread's block, so that
+// no [tokens, vocab] array is ever held (at Qwen's 152k vocabulary 2,048 tokens' would be 1.2 GB).
 static void fwd_head(void *ctx, int task, int thread) {
-    (void)thread;
     Job *j = ctx;
     TrainNet *n = j->n;
     DIMS;
-    int r0 = task * ROW_CHUNK, r1 = r0 + ROW_CHUNK < N ? r0 + ROW_CHUNK : N;
+    int r0 = task * n->head_rows, r1 = r0 + n->head_rows < N ? r0 + n->head_rows : N;
     TrainActs *a = &n->a;
-    const float *x = a->x + (size_t)2 * c->n_layers * N * D;
+    const float *x = a->x + (size_t)2 * c->n_layers * N * D, *W = classifier_weights(n);
     rmsnorm_forward(a->final_xn, a->final_rstd, x, n->model->w.final_norm, r0, r1, D, c->norm_eps);
-    classifier_forward(a->probs, a->losses, a->final_xn, n->model->w.token_embedding, n->targets, r0, r1, D, V);
+    if (n->grads_kind == TRAIN_GRADS_PARAMS) {
+        classifier_forward(a->probs + (size_t)r0 * V, a->losses, a->final_xn, W, n->targets, r0, r1, D, V);
+        return;
+    }
+    float *P = a->logit_block + (size_t)thread * n->head_rows * V;
+    classifier_forward(P, a->losses, a->final_xn, W, n->targets, r0, r1, D, V);
+    if (!n->targets) return;
+    classifier_backward(P, n->targets, r0, r1, V, 1.0f / (float)N);
+    mm_nn(r1 - r0, D, V, 1.0f, P, V, W, D, 0.0f, a->dxn + (size_t)r0 * D, D);
 }
 
 float train_net_forward(TrainNet *n, const int *inputs, const int *targets) {
@@ -581,7 +667,7 @@ float train_net_forward(TrainNet *n, const int *inputs, const int *targets) {
         pool_run_tasks(n->pool, row_tasks, fwd_attn_out_ffn, &j);
     }
     Job j = {n, 0};
-    pool_run_tasks(n->pool, row_tasks, fwd_head, &j);
+    pool_run_tasks(n->pool, (N + n->head_rows - 1) / n->head_rows, fwd_head, &j);
     n->mean_loss = 0.0f;
     if (targets) {
         double sum = 0.0;
@@ -600,17 +686,22 @@ typedef struct {
     const float *dy, *x, *rstd; // rstd != NULL: a norm gain (dy: the norm output's gradient, x: its input)
     float *dw;
     int out, in;
+    int rows; // rows of dy summed over: the tokens (0), or a per-head norm's tokens × heads
+    int bias; // a bias: db[out] += Σ_n dy[n, out]
 } GradItem;
 
+#define GRAD_ITEMS 12
 typedef struct {
     TrainNet *n;
-    GradItem items[8];
+    GradItem items[GRAD_ITEMS];
     int n_items;
-    int first_task[9];
+    int first_task[GRAD_ITEMS + 1];
 } GradJob;
 
-static void grad_job_add(GradJob *j, const float *dy, const float *x, const float *rstd, float *dw, int out, int in) {
+static GradItem *grad_job_add(GradJob *j, const float *dy, const float *x, const float *rstd, float *dw, int out,
+                              int in) {
     GradItem *it = &j->items[j->n_items];
+    *it = (GradItem){0};
     it->dy = dy;
     it->x = x;
     it->rstd = rstd;
@@ -619,6 +710,21 @@ static void grad_job_add(GradJob *j, const float *dy, const float *x, const floa
     it->in = in;
     j->first_task[j->n_items + 1] = j->first_task[j->n_items] + (out + WROW_CHUNK - 1) / WROW_CHUNK;
     j->n_items++;
+    return it;
+}
+
+// A bias's gradient: the column sums of dy[N, out] over the rows in order.
+static void grad_job_add_bias(GradJob *j, const float *dy, float *db, int out) {
+    grad_job_add(j, dy, NULL, NULL, db, out, 0)->bias = 1;
+}
+
+// db[i] += Σ_n dy[n,i] for columns [c0, c1), rows in order
+static void bias_backward(float *db, const float *dy, int N, int D, int c0, int c1) {
+    float acc[WROW_CHUNK];
+    for (int i = c0; i < c1; i++) acc[i - c0] = 0.0f;
+    for (int n = 0; n < N; n++)
+        for (int i = c0; i < c1; i++) acc[i - c0] += dy[(size_t)n * D + i];
+    for (int i = c0; i < c1; i++) db[i] += acc[i - c0];
 }
 
 static void grad_task(void *ctx, int task, int thread) {
@@ -627,9 +733,11 @@ static void grad_task(void *ctx, int task, int thread) {
     int i = 0;
     while (task >= j->first_task[i + 1]) i++;
     const GradItem *it = &j->items[i];
-    int N = j->n->B * j->n->T;
+    int N = it->rows ? it->rows : j->n->B * j->n->T;
     int o0 = (task - j->first_task[i]) * WROW_CHUNK, o1 = o0 + WROW_CHUNK < it->out ? o0 + WROW_CHUNK : it->out;
-    if (it->rstd)
+    if (it->bias)
+        bias_backward(it->dw, it->dy, N, it->out, o0, o1);
+    else if (it->rstd)
         rmsnorm_gain_backward(it->dw, it->dy, it->x, it->rstd, N, it->out, o0, o1);
     else
         mm_tn(o1 - o0, it->in, N, 1.0f, it->dy + o0, it->out, it->x, it->in, 1.0f, it->dw + (size_t)o0 * it->in,
@@ -648,9 +756,11 @@ static void bwd_head(void *ctx, int task, int thread) {
     DIMS;
     int r0 = task * ROW_CHUNK, r1 = r0 + ROW_CHUNK < N ? r0 + ROW_CHUNK : N, rows = r1 - r0;
     TrainActs *a = &n->a;
-    classifier_backward(a->probs, n->targets, r0, r1, V, 1.0f / (float)N);
-    mm_nn(rows, D, V, 1.0f, a->probs + (size_t)r0 * V, V, n->model->w.token_embedding, D, 0.0f,
-          a->dxn + (size_t)r0 * D, D);
+    if (n->grads_kind == TRAIN_GRADS_PARAMS) { // else the forward has made dxn (fwd_head)
+        classifier_backward(a->probs + (size_t)r0 * V, n->targets, r0, r1, V, 1.0f / (float)N);
+        mm_nn(rows, D, V, 1.0f, a->probs + (size_t)r0 * V, V, classifier_weights(n), D, 0.0f, a->dxn + (size_t)r0 * D,
+              D);
+    }
     rmsnorm_backward(a->dx, NULL, a->dxn, a->x + (size_t)2 * c->n_layers * N * D, a->final_rstd,
                      n->model->w.final_norm, r0, r1, D);
 }
@@ -700,7 +810,7 @@ static void bwd_latent_in(TrainNet *n, int l, int r0, int r1) {
     LayerW w = layer_weights(c, &n->model->w, l);
     const int rows = r1 - r0, H = c->n_heads, QK = ad.QK, LAT = ad.LAT, DR = ad.DR;
     const size_t rd = (size_t)r0 * D;
-    rope_backward(a->dq + hd, QD, H, QK, DR, a->rope_cos, a->rope_sin, r0, r1, T);
+    rope_backward(a->dq + hd, QD, H, QK, DR, c->rope_halves, a->rope_cos, a->rope_sin, r0, r1, T);
     for (int r = r0; r < r1; r++) {
         const float *dk = a->dk + (size_t)r * KD;
         for (int i = 0; i < DR; i++) {
@@ -711,7 +821,7 @@ static void bwd_latent_in(TrainNet *n, int l, int r0, int r1) {
         for (int h = 0; h < H; h++)
             memcpy(a->dknope + (size_t)r * OD + (size_t)h * hd, dk + (size_t)h * QK, sizeof(float) * (size_t)hd);
     }
-    rope_backward(a->dkr, DR, 1, DR, DR, a->rope_cos, a->rope_sin, r0, r1, T);
+    rope_backward(a->dkr, DR, 1, DR, DR, c->rope_halves, a->rope_cos, a->rope_sin, r0, r1, T);
     float *dckv = a->dckv + (size_t)r0 * LAT;
     mm_nn(rows, LAT, OD, 1.0f, a->dknope + (size_t)r0 * OD, OD, w.w_uk, LAT, 0.0f, dckv, LAT);
     mm_nn(rows, LAT, VD, 1.0f, a->dv + (size_t)r0 * VD, VD, w.w_uv, LAT, 1.0f, dckv, LAT);
@@ -735,10 +845,19 @@ static void bwd_attn_in(void *ctx, int task, int thread) {
     if (ad.mla) {
         bwd_latent_in(n, l, r0, r1);
     } else {
-        rope_backward(a->dq, QD, c->n_heads, hd, hd, a->rope_cos, a->rope_sin, r0, r1, T);
-        rope_backward(a->dk, KD, c->n_kv_heads, hd, hd, a->rope_cos, a->rope_sin, r0, r1, T);
-        mm_nn(rows, D, QD, 1.0f, a->dq + (size_t)r0 * QD, QD, w.wq, D, 0.0f, a->dxn + rd, D);
-        mm_nn(rows, D, KD, 1.0f, a->dk + (size_t)r0 * KD, KD, w.wk, D, 1.0f, a->dxn + rd, D);
+        rope_backward(a->dq, QD, c->n_heads, hd, hd, c->rope_halves, a->rope_cos, a->rope_sin, r0, r1, T);
+        rope_backward(a->dk, KD, c->n_kv_heads, hd, hd, c->rope_halves, a->rope_cos, a->rope_sin, r0, r1, T);
+        const float *dq = a->dq, *dk = a->dk; // the gradients at the projections' outputs (biases added)
+        if (c->qk_norm) { // through each head's norm, into buffers of their own: a.dk stays the hook's
+            const int H = c->n_heads, KVH = c->n_kv_heads;
+            rmsnorm_backward(a->dq_pre, NULL, a->dq, a->q_pre + (size_t)l * N * QD, a->q_rstd + (size_t)l * N * H, w.qn,
+                             r0 * H, r1 * H, hd);
+            rmsnorm_backward(a->dk_pre, NULL, a->dk, a->k_pre + (size_t)l * N * KD, a->k_rstd + (size_t)l * N * KVH,
+                             w.kn, r0 * KVH, r1 * KVH, hd);
+            dq = a->dq_pre, dk = a->dk_pre;
+        }
+        mm_nn(rows, D, QD, 1.0f, dq + (size_t)r0 * QD, QD, w.wq, D, 0.0f, a->dxn + rd, D);
+        mm_nn(rows, D, KD, 1.0f, dk + (size_t)r0 * KD, KD, w.wk, D, 1.0f, a->dxn + rd, D);
         mm_nn(rows, D, VD, 1.0f, a->dv + (size_t)r0 * VD, VD, w.wv, D, 1.0f, a->dxn + rd, D);
     }
     rmsnorm_backward(a->dx, a->dx2, a->dxn, a->x + (size_t)2 * l * N * D, a->attn_rstd + (size_t)l * N, w.an, r0,
@@ -749,16 +868,25 @@ void train_net_backward(TrainNet *n) {
     DIMS;
     TrainActs *a = &n->a;
     int row_tasks = (N + ROW_CHUNK - 1) / ROW_CHUNK;
+    const int params = n->grads_kind == TRAIN_GRADS_PARAMS;
     Job j = {n, 0};
     pool_run_tasks(n->pool, row_tasks, bwd_head, &j);
-    GradJob gj = {.n = n};
-    grad_job_add(&gj, a->probs, a->final_xn, NULL, n->g.token_embedding, V, D);
-    grad_job_add(&gj, a->dxn, a->x + (size_t)2 * c->n_layers * N * D, a->final_rstd, n->g.final_norm, D, 0);
-    grad_job_run(&gj);
+    if (params) {
+        GradJob gj = {.n = n};
+        grad_job_add(&gj, a->probs, a->final_xn, NULL, c->separate_output ? n->g.output : n->g.token_embedding, V, D);
+        grad_job_add(&gj, a->dxn, a->x + (size_t)2 * c->n_layers * N * D, a->final_rstd, n->g.final_norm, D, 0);
+        grad_job_run(&gj);
+    }
     for (int l = c->n_layers - 1; l >= 0; l--) {
         j.l = l;
         LayerW gw = layer_weights(c, &n->g, l);
         pool_run_tasks(n->pool, row_tasks, bwd_ffn, &j);
+        if (!params) { // the activations' gradients only: the hook's
+            pool_run_tasks(n->pool, n->B * ad.att_kv_heads, bwd_attention, &j);
+            pool_run_tasks(n->pool, row_tasks, bwd_attn_in, &j);
+            if (n->layer_grad_hook) n->layer_grad_hook(n->hook_ctx, n, l);
+            continue;
+        }
         GradJob g1 = {.n = n};
         grad_job_add(&g1, a->dx, a->hg + (size_t)l * N * F, NULL, (float *)gw.w2, D, F);
         grad_job_add(&g1, a->dh1, a->ffn_xn + (size_t)l * N * D, NULL, (float *)gw.w1, F, D);
@@ -772,7 +900,9 @@ void train_net_backward(TrainNet *n) {
         if (n->layer_grad_hook) n->layer_grad_hook(n->hook_ctx, n, l);
         GradJob g2 = {.n = n};
         const float *xn = a->attn_xn + (size_t)l * N * D;
-        grad_job_add(&g2, a->dq, xn, NULL, (float *)gw.wq, QD, D);
+        // Wq's and Wk's gradients are taken before the q and k norms (and at the biases)
+        const float *dq_in = c->qk_norm ? a->dq_pre : a->dq, *dk_in = c->qk_norm ? a->dk_pre : a->dk;
+        grad_job_add(&g2, dq_in, xn, NULL, (float *)gw.wq, QD, D);
         if (ad.mla) {
             const float *kv_pre = a->kv_pre + (size_t)l * N * ad.LAT, *ckv = a->ckv + (size_t)l * N * ad.LAT;
             grad_job_add(&g2, a->dckv_pre, xn, NULL, (float *)gw.w_dkv, ad.LAT, D);
@@ -781,13 +911,24 @@ void train_net_backward(TrainNet *n) {
             grad_job_add(&g2, a->dknope, ckv, NULL, (float *)gw.w_uk, OD, ad.LAT);
             grad_job_add(&g2, a->dv, ckv, NULL, (float *)gw.w_uv, VD, ad.LAT);
         } else {
-            grad_job_add(&g2, a->dk, xn, NULL, (float *)gw.wk, KD, D);
+            grad_job_add(&g2, dk_in, xn, NULL, (float *)gw.wk, KD, D);
             grad_job_add(&g2, a->dv, xn, NULL, (float *)gw.wv, VD, D);
+            if (c->qkv_bias) {
+                grad_job_add_bias(&g2, dq_in, (float *)gw.bq, QD);
+                grad_job_add_bias(&g2, dk_in, (float *)gw.bk, KD);
+                grad_job_add_bias(&g2, a->dv, (float *)gw.bv, VD);
+            }
+            if (c->qk_norm) { // one gain for every head: rows of head_dim, tokens × heads of them
+                grad_job_add(&g2, a->dq, a->q_pre + (size_t)l * N * QD, a->q_rstd + (size_t)l * N * c->n_heads,
+                             (float *)gw.qn, hd, 0)->rows = N * c->n_heads;
+                grad_job_add(&g2, a->dk, a->k_pre + (size_t)l * N * KD, a->k_rstd + (size_t)l * N * c->n_kv_heads,
+                             (float *)gw.kn, hd, 0)->rows = N * c->n_kv_heads;
+            }
         }
         grad_job_add(&g2, a->dxn, a->x + (size_t)2 * l * N * D, a->attn_rstd + (size_t)l * N, (float *)gw.an, D, 0);
         grad_job_run(&g2);
     }
-    encoder_backward(n->g.token_embedding, a->dx, n->inputs, N, D);
+    if (params) encoder_backward(n->g.token_embedding, a->dx, n->inputs, N, D);
 }
 
 void train_net_keys_pre_rope(const TrainNet *n, int l, float *out) {
@@ -795,5 +936,6 @@ void train_net_keys_pre_rope(const TrainNet *n, int l, float *out) {
     int N = n->B * n->T, KD = c->n_kv_heads * c->head_dim;
     memcpy(out, n->a.k + (size_t)l * N * KD, sizeof(float) * (size_t)N * KD);
     // RoPE's backward is its inverse: the rotation is orthogonal.
-    rope_backward(out, KD, c->n_kv_heads, c->head_dim, c->head_dim, n->a.rope_cos, n->a.rope_sin, 0, N, n->T);
+    rope_backward(out, KD, c->n_kv_heads, c->head_dim, c->head_dim, c->rope_halves, n->a.rope_cos, n->a.rope_sin, 0, N,
+                  n->T);
 }

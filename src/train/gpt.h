@@ -30,6 +30,10 @@ typedef struct {
     float *q;          // [L, N, QD] queries after RoPE
     float *k;          // [L, N, KD] keys after RoPE
     float *v;          // [L, N, VD] values
+    float *q_pre;      // [L, N, QD] qk_norm: the queries before their per-head norm (biases added)
+    float *k_pre;      // [L, N, KD] the keys before theirs
+    float *q_rstd;     // [L, N, n_heads] each head's 1/rms
+    float *k_rstd;     // [L, N, n_kv_heads]
     float *kv_pre;     // [L, N, LAT] latent attention: W_dkv h, the latent before its norm
     float *kv_rstd;    // [L, N] its norm's 1/sqrt(mean(x²)+eps)
     float *ckv;        // [L, N, LAT] the latent c (what the cache holds)
@@ -42,7 +46,9 @@ typedef struct {
     float *hg;         // [L, N, F] silu(W1 h) * W3 h, the input of W2
     float *final_rstd; // [N]
     float *final_xn;   // [N, D]
-    float *probs;      // [N, V] softmax of the logits; the backward turns it into dloss/dlogits
+    float *probs;      // [N, V] softmax of the logits; the backward turns it into dloss/dlogits (NULL
+                       // keeping the activations' gradients only: TRAIN_GRADS_INPUTS)
+    float *logit_block; // TRAIN_GRADS_INPUTS: [n_threads, head_rows, V], each thread's block of the classifier
     float *losses;     // [N] per-token negative log-likelihood (nats)
     // backward scratch, reused by every layer
     float *dx;         // [N, D] gradient at the residual stream (running)
@@ -52,6 +58,8 @@ typedef struct {
     float *dq;         // [N, QD]
     float *dk;         // [N, KD]
     float *dv;         // [N, VD]
+    float *dq_pre;     // [N, QD] qk_norm: the gradients before the per-head norms (dq and dk: after them)
+    float *dk_pre;     // [N, KD]
     float *dknope;     // [N, OD] latent attention: the keys' gradient without their RoPE parts
     float *dkr;        // [N, DR] the shared RoPE key's gradient (summed over the heads)
     float *dckv;       // [N, LAT] the latent's gradient
@@ -65,6 +73,12 @@ typedef struct {
 } TrainActs;
 
 typedef struct TrainNet TrainNet;
+
+// What the backward computes: every parameter's gradient (training), or only the activations' (the
+// gradients at each layer's keys and values that calibration reads through the hook): no gradient
+// buffer, no weight products, and no [tokens, vocab] probabilities (the classifier's rows are taken a
+// block at a time in the forward), so a model of a large vocabulary runs within its activations.
+typedef enum { TRAIN_GRADS_PARAMS = 0, TRAIN_GRADS_INPUTS = 1 } TrainGrads;
 // Called by train_net_backward once layer l's a.dk and a.dv hold the gradients of the mean loss with
 // respect to that layer's pre-RoPE keys (RoPE's backward has rotated them back) and its values; the
 // scratch is overwritten by the next layer, so a reader (calibration's Fisher weights) copies it here.
@@ -74,7 +88,9 @@ struct TrainNet {
     ModelConfig c;
     int B, T;
     Model *model;       // borrowed: parameters in payload order
-    float *grads;       // [n_params] gradients, same layout as model->params
+    TrainGrads grads_kind;
+    int head_rows;      // rows of a classifier task: ROW_CHUNK, fewer under TRAIN_GRADS_INPUTS at a large vocabulary
+    float *grads;       // [n_params] gradients, same layout as model->params (NULL: TRAIN_GRADS_INPUTS)
     ModelWeights g;     // pointers into grads
     TrainActs a;
     float *act_memory;  // the one buffer TrainActs points into
@@ -90,15 +106,23 @@ struct TrainNet {
 };
 
 // Sizes everything for B windows of T tokens (T <= model max_seq_len). One line in err on failure.
+// Every ModelConfig part of a multi-head, grouped-query or latent model is trained as the inference
+// forward (src/engine/forward.c) computes it: RoPE's two pairings and Llama 3's factors (not trained),
+// q/k/v biases, per-head q/k norms, a classifier of its own, heads wider than the residual's share.
 int train_net_init(TrainNet *n, Model *m, int B, int T, int n_threads, char *err, size_t errlen);
+// The same, choosing what the backward computes (train_net_init: TRAIN_GRADS_PARAMS).
+int train_net_init_grads(TrainNet *n, Model *m, int B, int T, int n_threads, TrainGrads grads, char *err,
+                         size_t errlen);
 void train_net_free(TrainNet *n);
 
-// Forward pass over inputs[B*T]; with targets[B*T] (bytes 0..V-1) returns the mean loss (nats per
-// token) and fills a.losses. Without targets returns 0 and leaves the probabilities in a.probs.
+// Forward pass over inputs[B*T]; with targets[B*T] (ids 0..V-1) returns the mean loss (nats per
+// token) and fills a.losses. Without targets returns 0 and leaves the probabilities in a.probs
+// (TRAIN_GRADS_PARAMS; TRAIN_GRADS_INPUTS needs targets).
 // The arrays must stay valid until the backward.
 float train_net_forward(TrainNet *n, const int *inputs, const int *targets);
 void train_net_zero_grad(TrainNet *n);
-// Accumulates d(mean loss)/d(params) of the last forward (which must have had targets) into grads.
+// Accumulates d(mean loss)/d(params) of the last forward (which must have had targets) into grads;
+// under TRAIN_GRADS_INPUTS, only the activations' gradients (each layer's for the hook).
 void train_net_backward(TrainNet *n);
 // Layer l's keys of the last forward before RoPE ([B*T, n_kv_heads*head_dim]): the stored rotated keys
 // turned back by the inverse rotation (equal to Wk·h up to an ulp or so of rounding).
