@@ -24,7 +24,7 @@
 //    node-llama-cpp on the same chunks (fp32 within 1e-5; q8_0's increase within 4e-3).
 // 3. `micro eval --cache kivi:bits=2 --csv`, `micro sweep`, `inspect`, `attention`, `capacity`,
 //    `generate` (the same bytes on 1 and 2 threads) and `serve-bench` run on every model of 1 and 2,
-//    `bench --eval` on those of 1.
+//    `plate --model` (panels (a), (b), (e), (f)) and `bench --eval` on those of 1.
 // usage: node gguf-check.mjs MICRO WORKDIR ROOT    (run by scripts/gguf-check)
 import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync, rmSync } from "node:fs";
@@ -209,6 +209,13 @@ for (const [name, arch, vocab, shape, opts] of ARCHS) {
   }
   await m.dispose();
   commands(name, file, `${work}/en.txt`);
+  { // plate --model: panels (a), (b), (e), (f) in the model's own tokens, its name in the title
+    const out = run(["plate", "--model", file, "--en", "data/plates/en.txt:300", "--zh", "data/plates/zh.txt:80", "--no-files"]);
+    const csv = run(["plate", "--model", file, "--en", "data/plates/en.txt:300", "--zh", "data/plates/zh.txt:80", "--no-files", "--csv"]).trim().split("\n");
+    const panels = out.split("\n").filter((l) => /^\([a-g]\) /.test(l)).map((l) => l[1]).join("");
+    verdict(out.startsWith(`micro plate on ${name}.gguf: `) && panels === "abef" && csv.every((l, i) => !i || /^(reference|loss|beyond),/.test(l)),
+      `${name}: micro plate --model: panels ${panels}, ${csv.length - 1} CSV rows of (a) and (b)`);
+  }
   { // bench --eval: the evaluator's two paths give the same loss, and the floor is printed
     const out = run(["bench", "--eval", "--model", file, "--positions", "128", "--repeat", "1", "--cache", "q8_0"]);
     const rows = out.split("\n").filter((l) => / \/ /.test(l) && /x /.test(l));

@@ -190,6 +190,8 @@ typedef struct {
     int threads;
     int decode; // token by token instead of the fast evaluator's spans
     int long_run; // panel (a) only, on long texts (plate --long)
+    int own_model; // a model with a tokenizer of its own (a user's GGUF): panels (a), (b), (e), (f) only;
+                   // (c) is Llama 3 8B's, (d) and (g) are measured on micro's byte models
     atomic_int failed;
     char err[4700];
     pthread_mutex_t err_lock;
@@ -547,7 +549,8 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
         }
     }
     arch_panel_csv(out, &r->arch);
-    for (int i = 0; i < N_CAP_BITS + N_CAP_SCHEMES && !r->long_run; i++) {
+    const int others = !r->long_run && !r->own_model; // panels (c) and (d)
+    for (int i = 0; i < N_CAP_BITS + N_CAP_SCHEMES && others; i++) {
         double bits = i < N_CAP_BITS ? capacity_bits[i] : scheme_bits[i - N_CAP_BITS];
         CapacityRow row = capacity_row(cap, bits);
         fprintf(out, "capacity,");
@@ -557,7 +560,7 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
             csv_field_to(out, plate_capacity_schemes[i - N_CAP_BITS]);
         fprintf(out, ",,,,,,,%.4f,,,,,%s,%ld,%.1f,,,,,,,,,,,,,,\n", bits, cap->name, row.conversations, row.bytes_per_token);
     }
-    for (int a = 0; a < N_CAP_ARCHS && !r->long_run; a++)
+    for (int a = 0; a < N_CAP_ARCHS && others; a++)
         for (int i = 0; i < N_CAP_BITS; i++) {
             const double numbers = cap_arch_numbers(cap, a);
             const CapacityRow row = capacity_row_numbers(cap, numbers, capacity_bits[i]);
@@ -567,7 +570,7 @@ static void print_csv(FILE *out, const PlateRun *r, const CapacityModel *cap, co
         }
     // The measured panel: conversations = held, bytes_per_token = cache bytes one held conversation's
     // decode step reads (the same as cache_bytes_per_token_step, kept for the capacity rows' meaning).
-    for (int i = 0; i < N_SERVE && !r->long_run; i++) {
+    for (int i = 0; i < N_SERVE && others; i++) {
         const ServeRow *row = &r->serve[i];
         if (r->serve_skipped[i][0]) continue;
         fprintf(out, "serve,%s,,", serve_schemes[i].label);
@@ -613,6 +616,10 @@ static void print_json(FILE *out, const PlateRun *r, const CapacityModel *cap, c
         }
         fprintf(out, "}}%s\n", s + 1 < N_SCHEMES ? "," : "");
     }
+    if (r->own_model) { // panels (c), (d) and (g) are not this model's
+        fprintf(out, "  ]\n}\n");
+        return;
+    }
     fprintf(out, "  ],\n  \"capacity\": {\"model\": \"%s\", \"gpu_gb\": %g, \"util\": %g, \"weights_gb\": %g, \"context\": %d, "
             "\"rows\": [\n",
             cap->name, cap->gpu_gb, cap->util, cap->weights_gb, cap->context);
@@ -657,6 +664,31 @@ static void print_json(FILE *out, const PlateRun *r, const CapacityModel *cap, c
 
 // ---------------------------------------------------------------------------------------------
 
+// The panels of a model the user brings: its name in the title, its texts in its own tokens.
+static void print_own_model(const PlateRun *r, const Model *m, const char *model_path, int threads) {
+    const char *slash = strrchr(model_path, '/');
+    const ModelConfig *c = &m->config;
+    printf("micro plate on %s: %zu parameters (%d layers, %d query and %d key/value heads of %d, vocabulary %d);\n"
+           "English %ld characters = %d tokens, Chinese %ld characters = %d tokens, in its own tokenizer%s\n\n",
+           slash ? slash + 1 : model_path, m->n_params, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
+           c->vocab_size, r->texts[0].chars, r->texts[0].n_tokens, r->texts[1].chars, r->texts[1].n_tokens,
+           m->bos >= 0 ? " (BOS first)" : " (no BOS: each text from its first token)");
+    printf("(a) the plate's scheme on %s: symmetric round-to-nearest, one fp16 scale per head per token\n",
+           slash ? slash + 1 : model_path);
+    printf("%31s | %-43s | %-43s |\n", "", "English", "Chinese");
+    print_scheme_table(r, "loss", 1);
+    printf("\n(b) beyond the plate, same texts (bits = storage per cached number, metadata included)\n");
+    printf("%31s | %-43s | %-43s\n", "", "English", "Chinese");
+    print_scheme_table(r, "beyond", 0);
+    print_legend();
+    printf("\n(c), (d) and (g) are micro's: Llama 3 8B's arithmetic (micro capacity --model FILE gives this model's),\n"
+           "and pools and siblings measured on micro's byte models (micro serve-bench --model FILE serves this one).\n");
+    printf("\n(e) ");
+    print_bars(r);
+    print_frontier(r);
+    print_loss_time(r, threads);
+}
+
 static const char *plate_usage =
     "usage: micro plate [options]\n"
     "  The plate, reproduced on micro: (a) the plate's scheme (symmetric round-to-nearest, one fp16\n"
@@ -669,7 +701,9 @@ static const char *plate_usage =
     "  share of (layer, head, position) that attend most to the same position as with fp32; KL is the\n"
     "  mean KL(fp32 || scheme) of the next-token distributions.\n"
     "options:\n"
-    "  --model FILE      model file (default models/micro.bin)\n"
+    "  --model FILE      model file (default models/micro.bin); a GGUF in a vocabulary of its own (the\n"
+    "                    model you bring: docs/models.md) gets panels (a), (b), (e) and (f), its texts\n"
+    "                    in its own tokens ((c) is Llama 3 8B's arithmetic; (d) and (g) measure micro)\n"
     "  --calib FILE      kvquant's calibration (default beside the model: models/micro.kvq)\n"
     "  --en FILE[:N]     English text (default data/plates/en.txt:1500)\n"
     "  --zh FILE[:N]     Chinese text (default data/plates/zh.txt:500)\n"
@@ -985,7 +1019,13 @@ int cmd_plate(int argc, char **argv) {
     for (int t = 0; t < N_TEXTS && !status; t++)
         if (text_load(&r->texts[t], text_args[t], INT32_MAX, err, sizeof err)) status = cli_error("%s", err);
     name_by_role(r->texts);
-    if (!status && cli_load_model(&m, model_path, o.calib_path, err, sizeof err))
+    if (!status && cli_load_any_model(&m, model_path, o.calib_path, err, sizeof err))
+        status = cli_error("%s", err);
+    r->own_model = !status && m.tokenizer != NULL;
+    if (r->own_model && o.html)
+        status = cli_error("--html draws micro's page (its continuations are micro's bytes); on a model with a "
+                           "vocabulary of its own, plate gives the panels, --csv and --json");
+    if (r->own_model && !status && cli_tokenize_texts(&m, r->texts, N_TEXTS, err, sizeof err))
         status = cli_error("%s", err);
     if (!status) { // before any work
         r->serve_context = o.serve_length                                ? o.serve_length
@@ -995,7 +1035,7 @@ int cmd_plate(int argc, char **argv) {
             status = cli_error("--serve-length %d is outside %d..%d (the model's context)", r->serve_context,
                                SERVE_STEPS + 2, m.config.max_seq_len);
         else
-            find_skipped(r, &m.config, 1);
+            find_skipped(r, &m.config, !r->own_model);
     }
     for (int t = 0; t < N_TEXTS && !status; t++) {
         if (r->texts[t].n_tokens > m.config.max_seq_len) {
@@ -1032,9 +1072,9 @@ int cmd_plate(int argc, char **argv) {
         }
     }
     pool_destroy(pool);
-    if (!status && (status = arch_panel_run(&r->arch, model_path, r->texts, threads, o.decode, 0)) != 0)
+    if (!status && !r->own_model && (status = arch_panel_run(&r->arch, model_path, r->texts, threads, o.decode, 0)) != 0)
         cli_error("%s", r->arch.err);
-    if (!status) { // the prompts' text: both plates' bytes, one after the other
+    if (!status && !r->own_model) { // the prompts' text: both plates' bytes, one after the other
         const size_t en_len = (size_t)r->texts[0].n_bytes - 1, zh_len = (size_t)r->texts[1].n_bytes - 1;
         uint8_t *text = malloc(en_len + zh_len);
         r->threads = 1;
@@ -1058,7 +1098,12 @@ int cmd_plate(int argc, char **argv) {
     }
     if (!status && csv) print_csv(stdout, r, cap, scheme_bits);
     if (!status && json) print_json(stdout, r, cap, scheme_bits);
-    if (!status && !csv && !json) {
+    if (!status && !csv && !json && r->own_model) {
+        print_own_model(r, &m, model_path, threads);
+        if (files) // the figure's right half is panels (c) and (d), micro's
+            printf("\nwritten: %s and %s/plate.json (no figure: its right half is micro's panels (c) and (d))\n",
+                   csv_path, out_dir);
+    } else if (!status && !csv && !json) {
         printf("micro plate: %s, %zu parameters; English %ld characters = %d tokens, Chinese %ld characters = %d "
                "tokens\n\n",
                cli_default_path(model_path, "models/micro.bin", path, sizeof path), m.n_params, r->texts[0].chars,

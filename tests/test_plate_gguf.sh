@@ -1,0 +1,25 @@
+# micro plate --model on the model a user brings (docs/models.md): a tiny synthetic GGUF (tests/make_gguf
+# qwen2, a byte-level BPE vocabulary of its own, no BOS) gets panels (a), (b), (e) and (f) with its
+# name in the title and its texts in its own tokens; (c), (d) and (g), micro's, are neither printed nor
+# in --csv or --json; --html (micro's page) is refused in one line; the same CSV on 1 and 2 threads.
+. "$(dirname "$0")/lib.sh"
+make_gguf=${MICRO_MAKE_GGUF:?}
+
+"$make_gguf" "$tmp/user.gguf" qwen2 1 400 || bad "make_gguf qwen2"
+texts=(--en data/plates/en.txt:300 --zh data/plates/zh.txt:80)
+expect 0 "" "plate --model on a GGUF of its own vocabulary" -- "$micro" plate --model "$tmp/user.gguf" "${texts[@]}" --no-files
+grep -q '^micro plate on user.gguf: ' "$tmp/out" && grep -q 'in its own tokenizer (no BOS' "$tmp/out" &&
+    grep -q '^(a) the plate.s scheme on user.gguf' "$tmp/out" && grep -q '^(b) beyond the plate' "$tmp/out" &&
+    grep -q '^(e) ' "$tmp/out" && grep -q '^(f) the frontier' "$tmp/out" && ! grep -q '^(d) \|^(g) \|^(c) what it buys' "$tmp/out" &&
+    ok "panels (a), (b), (e), (f) with the model's name; not (c), (d), (g)" || bad "plate's panels: $(grep '^(' "$tmp/out")"
+"$micro" plate --model "$tmp/user.gguf" "${texts[@]}" --no-files --csv --threads 1 >"$tmp/p1.csv" &&
+    "$micro" plate --model "$tmp/user.gguf" "${texts[@]}" --no-files --csv --threads 2 >"$tmp/p2.csv" &&
+    cmp -s "$tmp/p1.csv" "$tmp/p2.csv" && ! grep -q '^capacity\|^serve\|^arch' "$tmp/p1.csv" &&
+    grep -q '^loss,int 4,en,' "$tmp/p1.csv" && head -1 "$tmp/p1.csv" | grep -q ',kl_p99,kl_max$' &&
+    ok "--csv: panels (a) and (b) only, the same on 1 and 2 threads" || bad "plate --csv on the GGUF"
+"$micro" plate --model "$tmp/user.gguf" "${texts[@]}" --no-files --json | grep -q '"schemes": \[' &&
+    ok "--json" || bad "plate --json on the GGUF"
+expect 2 "on a model with a vocabulary of its own" "plate --html on a GGUF of its own vocabulary" -- \
+    "$micro" plate --model "$tmp/user.gguf" "${texts[@]}" --html --out "$tmp/page"
+[ ! -e "$tmp/page/plate.html" ] && ok "nothing written" || bad "--html wrote $(ls "$tmp/page")"
+finish
