@@ -11,6 +11,7 @@
 #include "cmd_options.h"
 #include "commands.h"
 #include "gguf.h"
+#include "gguf_model.h"
 #include "kvcache.h"
 #include "model_file.h"
 #include "msgtext.h"
@@ -78,37 +79,39 @@ static int capacity_finish(CapacityOptions *o, char *err, size_t errlen) {
 // its weights as the file stores them (a GGUF's tensors in their types; micro's fp32). The name is
 // the file's.
 static int model_shape(CapacityOptions *o, char *err, size_t errlen) {
-    Model mdl;
-    if (model_load(&mdl, o->model_path, err, errlen)) return -1;
-    const ModelConfig *c = &mdl.config;
-    int rc = 0;
-    if (c->latent_dim > 0) {
+    const uint8_t *map = NULL;
+    size_t size = 0;
+    char why[256];
+    const int mapped = gguf_map(o->model_path, &map, &size, why, sizeof why) == 0;
+    const int gguf = mapped && size >= 4 && memcmp(map, "GGUF", 4) == 0;
+    ModelConfig c;
+    size_t n_params;
+    Model mdl = {0};
+    int rc = gguf ? gguf_model_shape(&c, &n_params, o->model_path, err, errlen)
+                  : model_load(&mdl, o->model_path, err, errlen); // micro's files: megabytes
+    if (!rc && !gguf) c = mdl.config, n_params = mdl.n_params;
+    model_free(&mdl);
+    if (!rc && c.latent_dim > 0) {
         snprintf(err, errlen, "capacity --model reads multi-head and grouped-query models (a latent one caches a latent "
                               "and a RoPE key: micro plate's panel (g) counts it)");
         rc = -1;
     }
-    uint64_t bytes = (uint64_t)mdl.n_params * sizeof(float);
-    const uint8_t *map = NULL;
-    size_t size = 0;
+    uint64_t bytes = (uint64_t)n_params * sizeof(float);
     Gguf g;
-    char why[256];
-    if (!rc && !gguf_map(o->model_path, &map, &size, why, sizeof why)) { // a GGUF: its tensors' bytes
-        if (size >= 4 && memcmp(map, "GGUF", 4) == 0 && gguf_parse(&g, map, size, o->model_path, why, sizeof why) == 0) {
-            bytes = 0;
-            for (uint64_t i = 0; i < g.n_tensors; i++)
-                bytes += g.tensors[i].n_elements / (uint64_t)g.tensors[i].type->block * (uint64_t)g.tensors[i].type->bytes;
-            gguf_free(&g);
-        }
-        gguf_unmap(map, size);
+    if (!rc && gguf && gguf_parse(&g, map, size, o->model_path, why, sizeof why) == 0) { // its tensors' bytes
+        bytes = 0;
+        for (uint64_t i = 0; i < g.n_tensors; i++)
+            bytes += g.tensors[i].n_elements / (uint64_t)g.tensors[i].type->block * (uint64_t)g.tensors[i].type->bytes;
+        gguf_free(&g);
     }
+    if (mapped) gguf_unmap(map, size);
     if (!rc) {
         const char *slash = strrchr(o->model_path, '/');
         o->model.name = slash ? slash + 1 : o->model_path;
-        o->model.layers = c->n_layers, o->model.kv_heads = c->n_kv_heads, o->model.head_dim = c->head_dim;
-        o->model.context = c->max_seq_len, o->model.weights_gb = (double)bytes / 1e9;
+        o->model.layers = c.n_layers, o->model.kv_heads = c.n_kv_heads, o->model.head_dim = c.head_dim;
+        o->model.context = c.max_seq_len, o->model.weights_gb = (double)bytes / 1e9;
         apply_overrides(&o->model, &o->over);
     }
-    model_free(&mdl);
     return rc;
 }
 

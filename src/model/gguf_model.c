@@ -57,8 +57,9 @@ static const TensorPlace *tensor_at(size_t i, const TensorPlace *whole, size_t n
 // mapped: data is gguf_map's, whose pages of a tensor are given back once it is decoded, so that
 // loading holds the fp32 weights and one tensor of the file, not the whole file beside them (a 0.5B
 // model's F16 file is 1 GB).
-static int from_bytes(Model *m, const uint8_t *data, size_t size, int mapped, const char *label, char *err,
-                      size_t errlen) {
+// shape_only: the configuration checked and kept, no weight decoded (m->params NULL).
+static int from_bytes(Model *m, const uint8_t *data, size_t size, int mapped, int shape_only, const char *label,
+                      char *err, size_t errlen) {
     memset(m, 0, sizeof *m);
     Gguf g;
     GgufTokenizer tok = {0}; // freed at fail: every path there has it set or empty
@@ -125,6 +126,12 @@ static int from_bytes(Model *m, const uint8_t *data, size_t size, int mapped, co
     if (tok.tok && tok.n_tokens > c.vocab_size)
         FAIL("a vocabulary of %d tokens beside a token_embd.weight of %d rows", tok.n_tokens, c.vocab_size);
     if (model_config_validate(&c, why, sizeof why)) FAIL("%s", why);
+    if (shape_only) {
+        m->config = c, m->n_params = model_param_count(&c);
+        gguf_tokenizer_free(&tok);
+        gguf_free(&g);
+        return 0;
+    }
     if (model_alloc(m, &c)) FAIL("out of memory for %zu parameters", model_param_count(&c));
     m->tokenizer = tok.tok, m->bos = tok.tok ? tok.bos : MICRO_BOS, m->eos = tok.tok ? tok.eos : MICRO_BOS;
     tok.tok = NULL; // the model's now
@@ -203,7 +210,7 @@ fail:
 }
 
 int gguf_model_from_bytes(Model *m, const uint8_t *data, size_t size, const char *label, char *err, size_t errlen) {
-    return from_bytes(m, data, size, 0, label, err, errlen);
+    return from_bytes(m, data, size, 0, 0, label, err, errlen);
 }
 
 int gguf_model_load(Model *m, const char *path, char *err, size_t errlen) {
@@ -213,7 +220,19 @@ int gguf_model_load(Model *m, const char *path, char *err, size_t errlen) {
     const uint8_t *map;
     size_t size;
     if (gguf_map(path, &map, &size, err, errlen)) return -1;
-    const int rc = from_bytes(m, map, size, 1, label, err, errlen);
+    const int rc = from_bytes(m, map, size, 1, 0, label, err, errlen);
     gguf_unmap(map, size);
+    return rc;
+}
+
+int gguf_model_shape(ModelConfig *c, size_t *n_params, const char *path, char *err, size_t errlen) {
+    char shown[MSG_TEXT];
+    const uint8_t *map;
+    size_t size;
+    Model m;
+    if (gguf_map(path, &map, &size, err, errlen)) return -1;
+    const int rc = from_bytes(&m, map, size, 1, 1, msg_text(path, shown, sizeof shown), err, errlen);
+    gguf_unmap(map, size);
+    if (!rc) *c = m.config, *n_params = m.n_params;
     return rc;
 }
