@@ -8,8 +8,14 @@
 if [ -f models/micro.bin ]; then
     expect 2 "one of --batch and --eval" "bench --batch with --eval" -- "$micro" bench --eval --batch 4
     "$micro" bench --eval --positions 100 --repeat 1 --cache kivi:bits=2,group=16,residual=32 >"$tmp/be.txt" 2>&1
-    [ "$(grep -c ' 0.00e+00$' "$tmp/be.txt")" = 2 ] && ok "bench --eval: fast and decode losses equal (fp32, kivi)" ||
+    [ "$(grep -Ec ' 0\.00e\+00 +[0-9.]+$' "$tmp/be.txt")" = 2 ] && ok "bench --eval: fast and decode losses equal (fp32, kivi)" ||
         bad "bench --eval: $(tail -2 "$tmp/be.txt")"
+    # --no-decode: the fast evaluator alone, with its tokens/s.
+    "$micro" bench --eval --no-decode --positions 100 --repeat 1 >"$tmp/bn.txt" 2>&1
+    awk '/^fp32 \/ fp32/ { rows++; ok = $4 == "-" && $5 > 0 && $6 == "-" && $10 > 0 }
+         END { exit !(rows == 1 && ok) }' "$tmp/bn.txt" &&
+        ok "bench --eval --no-decode: the fast evaluator alone, its tokens/s" || bad "bench --eval --no-decode: $(grep -A1 '^cache' "$tmp/bn.txt")"
+    expect 2 "--no-decode goes with --eval" "bench --no-decode without --eval" -- "$micro" bench --no-decode
     # Its arithmetic floor, against the closed form for the shipped model: 99 positions × 1,818,624
     # multiply-adds of weights (4 layers × (4·192² + 3·192·512) + 256·192) = 0.18 G, and
     # 4 · 6 · 2 · 32 · (1 + ... + 99) = 7.6 M of attention; and a positive peak.

@@ -50,7 +50,9 @@ static const char *bench_usage =
     "  --steps N           with --batch: decode steps timed (default 8)\n"
     "  --eval              instead: scoring one window (the longest of the positions) with the fast\n"
     "                      evaluator against the decode loop, fp32 and the chosen cache, side by side\n"
-    "                      (seconds, speed-up, both losses); --threads takes the first count\n"
+    "                      (seconds, speed-up, both losses, tokens/s); --threads takes the first count\n"
+    "  --no-decode         with --eval: the fast evaluator alone (a large model's decode loop takes\n"
+    "                      minutes)\n"
     "  -h, --help          this help\n";
 
 
@@ -138,6 +140,7 @@ int bench_parse(int argc, char **argv, BenchOptions *o, char *err, size_t errlen
         else if (opts_is(&p, "--block")) bad = opts_int(&p, 1, 1 << 20, &o->block), o->block_given = 1;
         else if (opts_is(&p, "--steps")) bad = opts_int(&p, 1, 1000, &o->steps), o->steps_given = 1;
         else if (opts_is(&p, "--eval")) bad = opts_flag(&p), o->eval = 1;
+        else if (opts_is(&p, "--no-decode")) bad = opts_flag(&p), o->no_decode = 1;
         else if (opts_is(&p, "--positions")) {
             // The model's context bounds them too; that is checked once the model is loaded.
             bad = opts_int_list(&p, 2, 1 << 20, o->positions, BENCH_MAX_LIST, &o->n_positions);
@@ -147,6 +150,7 @@ int bench_parse(int argc, char **argv, BenchOptions *o, char *err, size_t errlen
     }
     if (o->eval && o->batch) return opts_fail(&p, "choose one of --batch and --eval");
     if (!o->batch && (o->block_given || o->steps_given)) return opts_fail(&p, "--block and --steps go with --batch");
+    if (o->no_decode && !o->eval) return opts_fail(&p, "--no-decode goes with --eval");
     if (!o->k_spec) o->k_spec = cache;
     if (!o->v_spec) o->v_spec = cache;
     return cmd_check_specs(o->k_spec, o->v_spec, err, errlen) ? OPTS_ERROR : OPTS_RUN;
@@ -516,7 +520,7 @@ int cmd_bench(int argc, char **argv) {
     if (o.eval) { // at the longest of the positions (the model's context by default)
         int n = 2;
         for (int a = 0; a < np; a++) n = positions[a] > n ? positions[a] : n;
-        const int rc = bench_eval(&m, k_spec, v_spec, n, threads[0], repeat, err, sizeof err) ||
+        const int rc = bench_eval(&m, k_spec, v_spec, n, threads[0], repeat, !o.no_decode, err, sizeof err) ||
                        bench_eval_memory(&m, o.model_path, o.calib_path, k_spec, v_spec, threads[0], err, sizeof err);
         model_free(&m);
         return rc ? cli_error("%s", err) : 0;

@@ -3,7 +3,9 @@
 // One window of the model's context (the plates' bytes, repeated) is scored through fp32 and the
 // chosen cache, each way in turn (spans, then token by token, alternating so that the machine's
 // noise falls on both), best of --repeat. It prints the seconds, the speed-up and how far the two
-// losses are apart: the fast path must agree with decoding within 1e-5 nats per token.
+// losses are apart: the fast path must agree with decoding within 1e-5 nats per token. --no-decode
+// times the fast evaluator alone (scripts/speed-vs-llama: a 135M-parameter model's decode loop takes
+// minutes), and its tokens/s are what is set beside llama.cpp's.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -91,8 +93,9 @@ double eval_text_multiply_adds(const ModelConfig *c, const int *tokens, int n_te
 }
 
 // The arithmetic's floor, under the table: what no evaluator can beat at this machine's peak, the
-// fast evaluator's place against it (the target: within 2.5x), and the same at the rate of a
-// multiply and an add apart, the arithmetic every kernel set shares.
+// fast evaluator's place against it, and the same at the rate of a multiply and an add apart, the
+// arithmetic every kernel set shares. The target: within 2.5x on micro's own model (issue 28); on a
+// model you bring, within 3x on the threads given (issue 51: a SmolLM2-135M-shaped model on 2).
 static void print_floor(const ModelConfig *c, int n, int threads, double decode_fp32, double fast_fp32, int bytes) {
     const char *form, *apart_form;
     const double peak = peak_multiply_adds(&form), apart = peak_multiply_then_add(&apart_form);
@@ -104,12 +107,14 @@ static void print_floor(const ModelConfig *c, int n, int threads, double decode_
     const double total = text_multiply_adds(c, n, &w, &a), floor = total / (peak * threads);
     printf("\nthe arithmetic's floor: scoring this window is %.2f G multiply-adds (weights %.2f G, attention %.2f G);\n"
            "one core here peaks at %.1f G a second (%s, nothing else, measured now), so no\n"
-           "evaluator scores the window in under %.1f ms on %d thread%s: at most %.1fx fp32's decode loop above.\n",
-           total * 1e-9, w * 1e-9, a * 1e-9, peak * 1e-9, form, floor * 1e3, threads, threads == 1 ? "" : "s",
-           decode_fp32 / floor);
-    const double ratio = fast_fp32 / floor, floor_apart = total / (apart * threads);
-    printf("target: the fast evaluator within 2.5x of that floor (40%% of the peak). fp32's: %.3f s, %.2fx the floor\n"
-           "(%.1f%% of the peak): %s.\n", fast_fp32, ratio, 100.0 / ratio, ratio <= 2.5 ? "met" : "not met");
+           "evaluator scores the window in under %.1f ms on %d thread%s",
+           total * 1e-9, w * 1e-9, a * 1e-9, peak * 1e-9, form, floor * 1e3, threads, threads == 1 ? "" : "s");
+    if (decode_fp32 > 0) printf(": at most %.1fx fp32's decode loop above", decode_fp32 / floor);
+    printf(".\n");
+    const double ratio = fast_fp32 / floor, floor_apart = total / (apart * threads), within = bytes ? 2.5 : 3.0;
+    printf("target: the fast evaluator within %.1fx of that floor (%.0f%% of the peak). fp32's: %.3f s, %.2fx the floor\n"
+           "(%.1f%% of the peak): %s.\n", within, 100.0 / within, fast_fp32, ratio, 100.0 / ratio,
+           ratio <= within ? "met" : "not met");
     printf("every kernel set multiplies and adds apart, each rounded (the portable build's arithmetic, so that all\n"
            "sets give the same bits; x86-64 before v3 has no fused multiply-add): one core here does %.1f G of those\n"
            "a second (%s, measured now), %.0f%% of the fused rate, a floor of %.1f ms; the fast evaluator\n"
@@ -125,8 +130,8 @@ static void print_floor(const ModelConfig *c, int n, int threads, double decode_
            cores == 1 ? "" : "s");
 }
 
-int bench_eval(const Model *m, const char *k_spec, const char *v_spec, int n, int threads, int repeat, char *err,
-               size_t errlen) {
+int bench_eval(const Model *m, const char *k_spec, const char *v_spec, int n, int threads, int repeat, int decode,
+               char *err, size_t errlen) {
     int32_t *window = plate_window(m, n, err, errlen);
     if (!window) return -1;
     printf("micro bench --eval: one window of %d tokens (the plates' %s, repeated), %d thread%s, best of %d; "
@@ -134,8 +139,8 @@ int bench_eval(const Model *m, const char *k_spec, const char *v_spec, int n, in
     printf("fast: %d positions at a time through the weights, each attending through its codec's kernels (or a\n"
            "copy decoded once per token, for codecs read back whole); decode: token by token, as a server\n"
            "decodes (micro eval --decode). Both give the same bits.\n\n", EVAL_SPAN);
-    printf("%-44s %10s %10s %9s %12s %12s %10s\n", "cache (K / V)", "decode s", "fast s", "speed-up", "loss decode",
-           "loss fast", "|diff|");
+    printf("%-44s %10s %10s %9s %12s %12s %10s %10s\n", "cache (K / V)", "decode s", "fast s", "speed-up", "loss decode",
+           "loss fast", "|diff|", "tokens/s");
     const char *specs[2][2] = {{"fp32", "fp32"}, {k_spec, v_spec}};
     const int n_specs = strcmp(k_spec, "fp32") == 0 && strcmp(v_spec, "fp32") == 0 ? 1 : 2;
     int rc = 0;
@@ -143,20 +148,25 @@ int bench_eval(const Model *m, const char *k_spec, const char *v_spec, int n, in
     for (int s = 0; s < n_specs && !rc; s++) {
         double best[2] = {INFINITY, INFINITY}, loss[2] = {0, 0};
         for (int r = 0; r < repeat && !rc; r++)
-            for (int decode = 0; decode < 2 && !rc; decode++) {
+            for (int way = 0; way < 1 + decode && !rc; way++) { // 0: fast, 1: decode
                 EvalResult res;
                 const double t0 = now();
-                rc = eval_tokens(m, window, n, cli_spec(specs[s][0]), cli_spec(specs[s][1]), threads, decode, NULL, NULL, &res, err, errlen);
+                rc = eval_tokens(m, window, n, cli_spec(specs[s][0]), cli_spec(specs[s][1]), threads, way, NULL, NULL, &res, err, errlen);
                 const double t = now() - t0;
-                best[decode] = t < best[decode] ? t : best[decode];
-                loss[decode] = res.loss;
+                best[way] = t < best[way] ? t : best[way];
+                loss[way] = res.loss;
             }
         if (rc) break;
-        if (s == 0) decode_fp32 = best[1], fast_fp32 = best[0];
+        if (s == 0) decode_fp32 = decode ? best[1] : 0, fast_fp32 = best[0];
         char label[256];
         snprintf(label, sizeof label, "%s / %s", specs[s][0], specs[s][1]);
-        printf("%-44s %10.3f %10.3f %8.2fx %12.6f %12.6f %10.2e\n", label, best[1], best[0], best[1] / best[0], loss[1],
-               loss[0], fabs(loss[1] - loss[0]));
+        // tokens/s: the window's tokens over the fast evaluator's time (llama.cpp's count for a batch).
+        if (decode)
+            printf("%-44s %10.3f %10.3f %8.2fx %12.6f %12.6f %10.2e %10.1f\n", label, best[1], best[0], best[1] / best[0],
+                   loss[1], loss[0], fabs(loss[1] - loss[0]), n / best[0]);
+        else
+            printf("%-44s %10s %10.3f %9s %12s %12.6f %10s %10.1f\n", label, "-", best[0], "-", "-", loss[0], "-",
+                   n / best[0]);
     }
     if (!rc) print_floor(&m->config, n, threads, decode_fp32, fast_fp32, !m->tokenizer);
     free(window);

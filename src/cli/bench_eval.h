@@ -6,9 +6,10 @@
 
 #include "model.h"
 
-// Prints the table for fp32 and the given specs on a window of n tokens; -1 with one line in err.
-int bench_eval(const Model *m, const char *k_spec, const char *v_spec, int n, int threads, int repeat, char *err,
-               size_t errlen);
+// Prints the table for fp32 and the given specs on a window of n tokens, the decode loop beside the
+// fast evaluator unless `decode` is 0; -1 with one line in err.
+int bench_eval(const Model *m, const char *k_spec, const char *v_spec, int n, int threads, int repeat, int decode,
+               char *err, size_t errlen);
 
 // The memory line (bench_memory.c): `micro eval` on the model file, the plates repeated to 1,500 tokens,
 // run as a child; its peak resident memory against the fp32 weights + 1 GB. -1 with one line in err.

@@ -56,6 +56,7 @@ typedef struct {
     int steps;           // batched decode steps timed
     int block_given, steps_given; // --block and --steps belong to --batch
     int eval;            // the fast evaluator against the decode loop instead (bench_eval.h)
+    int no_decode;       // with --eval: the fast evaluator alone (a large model's decode loop takes minutes)
 } BenchOptions;
 int bench_parse(int argc, char **argv, BenchOptions *o, char *err, size_t errlen);
 
