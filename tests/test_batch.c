@@ -2,8 +2,8 @@
 // batch, whatever its companions (other tokens, other lengths, joining and leaving), its row in the
 // batch, and the thread count (1 or 2), for every codec family in blocks of 16; on grouped-query and
 // latent-attention models too (each family's first catalog spec, the RoPE key in fp16 where it cannot
-// take the spec, on 2 threads). And the paged single-sequence decoder agrees with the one-block
-// decoder to rounding.
+// take the spec, on 2 threads), and on a model with the parts of the architectures users bring. And
+// the paged single-sequence decoder agrees with the one-block decoder to rounding.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -184,6 +184,32 @@ int main(void) {
         }
         printf("ok   %s attention: %d families batch-invariant\n", kind ? "latent" : "grouped-query", checked);
         model_free(&sm);
+    }
+    // A model of the architectures users bring (docs/models.md): NeoX RoPE with Llama 3's frequency
+    // factors, q/k/v biases, per-head q/k norms, a classifier of its own and query heads wider than the
+    // residual shares, over one key/value head: the same invariance through each part.
+    {
+        ModelConfig g = small_config();
+        g.n_kv_heads = 1, g.head_dim = 64; // 2 query heads of 64 over a residual of 64
+        g.rope_halves = 1, g.qkv_bias = 1, g.qk_norm = 1, g.separate_output = 1, g.rope_factors = 1;
+        Model gm;
+        random_model(&gm, &g, 53);
+        for (int i = 0; i < g.n_layers * g.head_dim; i++) gm.w.q_norm[i] += 1.0f, gm.w.k_norm[i] += 1.0f;
+        for (int i = 0; i < g.head_dim / 2; i++) gm.w.rope_freqs[i] = 1.0f + 4.0f * (float)i / (float)g.head_dim;
+        static const char *const brought[] = {"fp16|fp16", "int:bits=4|int:bits=4", "q4_0|q8_0", "kivi:bits=2,group=16,residual=32|kivi:bits=2,group=16,residual=32",
+                                              "turboquant:bits=3|turboquant:bits=3", "int:bits=4,rot=hadamard|fp8:e4m3"};
+        for (size_t i = 0; i < sizeof brought / sizeof brought[0]; i++) {
+            if (alone(&gm, brought[i], tokens, want)) {
+                CHECK(0, "%s: could not decode alone", brought[i]);
+                continue;
+            }
+            const int differ = differing_steps(&gm, brought[i], tokens, want, 2, 500 + (uint64_t)i);
+            CHECK(differ == 0, "a brought model's parts, %s: %d of %d steps' logits differ from the sequence alone",
+                  brought[i], differ, T);
+        }
+        printf("ok   a brought model's parts (NeoX RoPE, rope factors, biases, q/k norms, own classifier): %zu specs "
+               "batch-invariant\n", sizeof brought / sizeof brought[0]);
+        model_free(&gm);
     }
     free(want);
     model_free(&m);
