@@ -664,6 +664,18 @@ static void print_json(FILE *out, const PlateRun *r, const CapacityModel *cap, c
 
 // ---------------------------------------------------------------------------------------------
 
+// Panels (a) and (b) with the legend; `name`, when given, is the model's in (a)'s title.
+static void print_loss_panels(const PlateRun *r, const char *name) {
+    printf("(a) the plate's scheme%s%s: symmetric round-to-nearest, one fp16 scale per head per token\n",
+           name ? " on " : "", name ? name : "");
+    printf("%31s | %-43s | %-43s |\n", "", "English", "Chinese");
+    print_scheme_table(r, "loss", 1);
+    printf("\n(b) beyond the plate, same texts (bits = storage per cached number, metadata included)\n");
+    printf("%31s | %-43s | %-43s\n", "", "English", "Chinese");
+    print_scheme_table(r, "beyond", 0);
+    print_legend();
+}
+
 // The panels of a model the user brings: its name in the title, its texts in its own tokens.
 static void print_own_model(const PlateRun *r, const Model *m, const char *model_path, int threads) {
     const char *slash = strrchr(model_path, '/');
@@ -673,14 +685,7 @@ static void print_own_model(const PlateRun *r, const Model *m, const char *model
            slash ? slash + 1 : model_path, m->n_params, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
            c->vocab_size, r->texts[0].chars, r->texts[0].n_tokens, r->texts[1].chars, r->texts[1].n_tokens,
            m->bos >= 0 ? " (BOS first)" : " (no BOS: each text from its first token)");
-    printf("(a) the plate's scheme on %s: symmetric round-to-nearest, one fp16 scale per head per token\n",
-           slash ? slash + 1 : model_path);
-    printf("%31s | %-43s | %-43s |\n", "", "English", "Chinese");
-    print_scheme_table(r, "loss", 1);
-    printf("\n(b) beyond the plate, same texts (bits = storage per cached number, metadata included)\n");
-    printf("%31s | %-43s | %-43s\n", "", "English", "Chinese");
-    print_scheme_table(r, "beyond", 0);
-    print_legend();
+    print_loss_panels(r, slash ? slash + 1 : model_path);
     printf("\n(c), (d) and (g) are micro's: Llama 3 8B's arithmetic (micro capacity --model FILE gives this model's),\n"
            "and pools and siblings measured on micro's byte models (micro serve-bench --model FILE serves this one).\n");
     printf("\n(e) ");
@@ -1108,13 +1113,7 @@ int cmd_plate(int argc, char **argv) {
                "tokens\n\n",
                cli_default_path(model_path, "models/micro.bin", path, sizeof path), m.n_params, r->texts[0].chars,
                r->texts[0].n_tokens, r->texts[1].chars, r->texts[1].n_tokens);
-        printf("(a) the plate's scheme: symmetric round-to-nearest, one fp16 scale per head per token\n");
-        printf("%31s | %-43s | %-43s |\n", "", "English", "Chinese");
-        print_scheme_table(r, "loss", 1);
-        printf("\n(b) beyond the plate, same texts (bits = storage per cached number, metadata included)\n");
-        printf("%31s | %-43s | %-43s\n", "", "English", "Chinese");
-        print_scheme_table(r, "beyond", 0);
-        print_legend();
+        print_loss_panels(r, NULL);
         printf("\n(c) what it buys: %s, %.1f GB weights, %.0f GB GPU at %.0f%% use, %d-token conversations\n",
                cap->name, cap->weights_gb, cap->gpu_gb, 100 * cap->util, cap->context);
         printf("%-24s %8s %14s %14s\n", "cache", "bits", "bytes/token", "conversations");
