@@ -1,7 +1,8 @@
-# micro plate --model on the model a user brings (docs/models.md): a tiny synthetic GGUF (tests/make_gguf
-# qwen2, a byte-level BPE vocabulary of its own, no BOS) gets panels (a), (b), (e) and (f) with its
+# The model a user brings (docs/models.md), a tiny synthetic GGUF (tests/make_gguf qwen2, a byte-level
+# BPE vocabulary of its own, no BOS): micro plate --model gets panels (a), (b), (e) and (f) with its
 # name in the title and its texts in its own tokens; (c), (d) and (g), micro's, are neither printed nor
 # in --csv or --json; --html (micro's page) is refused in one line; the same CSV on 1 and 2 threads.
+# bench --eval prints micro eval's peak memory on 1,500 tokens against the fp32 weights + 1 GB.
 . "$(dirname "$0")/lib.sh"
 make_gguf=${MICRO_MAKE_GGUF:?}
 
@@ -22,4 +23,9 @@ grep -q '^micro plate on user.gguf: ' "$tmp/out" && grep -q 'in its own tokenize
 expect 2 "on a model with a vocabulary of its own" "plate --html on a GGUF of its own vocabulary" -- \
     "$micro" plate --model "$tmp/user.gguf" "${texts[@]}" --html --out "$tmp/page"
 [ ! -e "$tmp/page/plate.html" ] && ok "nothing written" || bad "--html wrote $(ls "$tmp/page")"
+"$micro" bench --eval --no-decode --model "$tmp/user.gguf" --positions 64 --repeat 1 >"$tmp/bench.txt" 2>&1 &&
+    grep -Eq '^memory: .micro eval --model FILE .* on (1[5-9]|[2-9])[0-9]{3} tokens' "$tmp/bench.txt" &&
+    grep -Eq 'peak resident [0-9]+ MB\. Target: at most the fp32 weights' "$tmp/bench.txt" &&
+    grep -Eq '1 GB = [0-9]+ MB: met' "$tmp/bench.txt" &&
+    ok "bench --eval: micro eval's peak memory on 1,500 tokens or more, its target met" || bad "bench --eval's memory line: $(tail -3 "$tmp/bench.txt")"
 finish
