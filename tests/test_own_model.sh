@@ -3,6 +3,9 @@
 # name in the title and its texts in its own tokens; (c), (d) and (g), micro's, are neither printed nor
 # in --csv or --json; --html (micro's page) is refused in one line; the same CSV on 1 and 2 threads.
 # bench --eval prints micro eval's peak memory on 1,500 tokens against the fp32 weights + 1 GB.
+# And every command on each architecture (llama3 with BOS, qwen2, qwen3), small shapes: eval with
+# --score second-half and KL's tail, inspect, attention, capacity, generate (the same bytes on 1 and 2
+# threads), serve-bench; scripts/gguf-check does the same against llama.cpp in CI's interop part.
 . "$(dirname "$0")/lib.sh"
 make_gguf=${MICRO_MAKE_GGUF:?}
 
@@ -23,6 +26,23 @@ grep -q '^micro plate on user.gguf: ' "$tmp/out" && grep -q 'in its own tokenize
 expect 2 "on a model with a vocabulary of its own" "plate --html on a GGUF of its own vocabulary" -- \
     "$micro" plate --model "$tmp/user.gguf" "${texts[@]}" --html --out "$tmp/page"
 [ ! -e "$tmp/page/plate.html" ] && ok "nothing written" || bad "--html wrote $(ls "$tmp/page")"
+for a in llama3 qwen2 qwen3; do
+    g=$tmp/$a.gguf
+    "$make_gguf" "$g" "$a" 2 300 || bad "make_gguf $a"
+    "$micro" eval --model "$g" --cache q8_0 --score second-half:64 --text data/plates/en.txt:800 --csv >"$tmp/$a-half.csv" &&
+        head -1 "$tmp/$a-half.csv" | grep -q ',kl_p99,kl_max$' && [ "$(wc -l <"$tmp/$a-half.csv")" = 2 ] &&
+        "$micro" inspect --model "$g" --text data/plates/en.txt:300 --csv >"$tmp/$a-inspect.csv" &&
+        [ "$(wc -l <"$tmp/$a-inspect.csv")" -gt 2 ] &&
+        "$micro" attention --model "$g" --text data/plates/en.txt:200 --cache int:bits=2 --out "$tmp/$a-att" >"$tmp/$a-att.txt" &&
+        grep -q "agrees with fp32's" "$tmp/$a-att.txt" &&
+        "$micro" capacity --model "$g" --csv --bits 16,4 | grep -q "^$a.gguf,4-bit," &&
+        [ "$("$micro" generate --model "$g" --prompt "The plate" -n 8 --threads 1)" = \
+          "$("$micro" generate --model "$g" --prompt "The plate" -n 8 --threads 2)" ] &&
+        "$micro" serve-bench --model "$g" --conversations 3 --length 48 --cache fp16 --cache q8_0 --csv >"$tmp/$a-serve.csv" &&
+        [ "$(wc -l <"$tmp/$a-serve.csv")" -ge 3 ] &&
+        ok "$a: eval --score second-half, inspect, attention, capacity, generate, serve-bench" ||
+        bad "$a: a command failed on the model: $(tail -2 "$tmp/out" 2>/dev/null)"
+done
 "$micro" bench --eval --no-decode --model "$tmp/user.gguf" --positions 64 --repeat 1 >"$tmp/bench.txt" 2>&1 &&
     grep -Eq '^memory: .micro eval --model FILE .* on (1[5-9]|[2-9])[0-9]{3} tokens' "$tmp/bench.txt" &&
     grep -Eq 'peak resident [0-9]+ MB\. Target: at most the fp32 weights' "$tmp/bench.txt" &&
