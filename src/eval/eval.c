@@ -203,12 +203,11 @@ static int eval_run(const Model *m, const int32_t *tokens, int n, int first, con
                 log_softmax_rows(logits + (size_t)i0 * V, side, V, lp);
                 // KL(reference || this); when the two runs are the same the terms cancel exactly, so
                 // the fp32 cache gets exactly 0.
-                const float *ref_lp = ref.stored ? ref.stored->log_probs + (size_t)(t0 + i0) * V
-                                                 : span_lp + (size_t)i0 * V;
                 if (is_ref)
                     for (size_t j = 0; j < (size_t)side * V; j++) span_lp[(size_t)i0 * V + j] = (float)lp[j];
                 else if (compared)
-                    kl_rows(ref_lp, side, V, lp, pref, steps);
+                    kl_rows(ref.stored ? ref.stored->log_probs + (size_t)(t0 + i0) * V : span_lp + (size_t)i0 * V, side,
+                            V, lp, pref, steps);
                 for (int k = 0; k < side; k++) {
                     const int i = i0 + k, t = t0 + i, s = t - first;
                     const int *top_position = run->d.fwd.top_position + (size_t)i * heads;

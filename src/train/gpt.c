@@ -879,14 +879,14 @@ void train_net_backward(TrainNet *n) {
     }
     for (int l = c->n_layers - 1; l >= 0; l--) {
         j.l = l;
-        LayerW gw = layer_weights(c, &n->g, l);
         pool_run_tasks(n->pool, row_tasks, bwd_ffn, &j);
-        if (!params) { // the activations' gradients only: the hook's
+        if (!params) { // the activations' gradients only: the hook's (no parameter gradients to point into)
             pool_run_tasks(n->pool, n->B * ad.att_kv_heads, bwd_attention, &j);
             pool_run_tasks(n->pool, row_tasks, bwd_attn_in, &j);
             if (n->layer_grad_hook) n->layer_grad_hook(n->hook_ctx, n, l);
             continue;
         }
+        LayerW gw = layer_weights(c, &n->g, l);
         GradJob g1 = {.n = n};
         grad_job_add(&g1, a->dx, a->hg + (size_t)l * N * F, NULL, (float *)gw.w2, D, F);
         grad_job_add(&g1, a->dh1, a->ffn_xn + (size_t)l * N * D, NULL, (float *)gw.w1, F, D);
