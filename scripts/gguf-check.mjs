@@ -219,8 +219,10 @@ for (const [name, arch, vocab, shape, opts] of ARCHS) {
   { // bench --eval: the evaluator's two paths give the same loss, and the floor is printed
     const out = run(["bench", "--eval", "--model", file, "--positions", "128", "--repeat", "1", "--cache", "q8_0"]);
     const rows = out.split("\n").filter((l) => / \/ /.test(l) && /x /.test(l));
-    verdict(rows.length === 2 && rows.every((l) => l.trim().endsWith("0.00e+00")) && /target: the fast evaluator/.test(out),
-      `${name}: micro bench --eval: ${rows.length} caches, decode and fast losses equal, the floor printed`);
+    // Each row: ... |diff| tokens/s; the memory line: micro eval's peak against the fp32 weights + 1 GB.
+    const memory = out.split("\n").find((l) => l.startsWith("memory: ")) !== undefined && /\+ 1 GB = [0-9]+ MB: met/.test(out);
+    verdict(rows.length === 2 && rows.every((l) => / 0\.00e\+00 +[0-9.]+$/.test(l.trim())) && /target: the fast evaluator/.test(out) && memory,
+      `${name}: micro bench --eval: ${rows.length} caches, decode and fast losses equal, the floor printed, the memory line met`);
   }
   rmSync(file);
 }
