@@ -17,35 +17,22 @@
 #define BENCH_MEMORY_TOKENS 1500 // the text: at Qwen's 152k tokens, 0.9 GB of distributions
 #define MEMORY_MARGIN 1e9        // bytes beside the fp32 weights
 
-// The plates' bytes, en then zh, and how many tokens they make under the model (BOS left out).
+// A plate's bytes (after BOS) and how many tokens they make under the model (BOS left out).
 static int plate_bytes(const Model *m, const char *rel, char **bytes, size_t *n, int *tokens, char *err,
                        size_t errlen) {
     char buf[4096];
-    const char *path = cli_default_path(NULL, rel, buf, sizeof buf);
     Text t;
-    if (text_load(&t, path, INT32_MAX, err, errlen)) return -1;
-    if (m->tokenizer) {
-        Text ids;
-        if (text_load(&ids, path, INT32_MAX, err, errlen)) {
-            text_free(&t);
-            return -1;
-        }
-        const int rc = text_tokenize(&ids, m->tokenizer, -1, INT32_MAX, err, errlen);
-        *tokens = ids.n_tokens;
-        text_free(&ids);
-        if (rc) {
-            text_free(&t);
-            return -1;
-        }
-    } else
-        *tokens = t.n_tokens - 1;
-    *n = (size_t)t.n_tokens - 1; // micro's bytes after BOS: the file's bytes
-    *bytes = malloc(*n);
-    if (*bytes)
-        for (size_t i = 0; i < *n; i++) (*bytes)[i] = (char)t.tokens[i + 1];
+    if (text_load(&t, cli_default_path(NULL, rel, buf, sizeof buf), INT32_MAX, err, errlen)) return -1;
+    *n = (size_t)t.n_bytes - 1;
+    *bytes = malloc(*n ? *n : 1);
+    int rc = *bytes ? 0 : -1;
+    if (rc) snprintf(err, errlen, "out of memory");
+    else memcpy(*bytes, t.bytes + 1, *n);
+    if (!rc && m->tokenizer) rc = text_tokenize(&t, m->tokenizer, -1, INT32_MAX, err, errlen);
+    *tokens = m->tokenizer ? t.n_tokens : (int)*n;
     text_free(&t);
-    if (!*bytes) snprintf(err, errlen, "out of memory");
-    return *bytes ? 0 : -1;
+    if (rc) free(*bytes), *bytes = NULL;
+    return rc;
 }
 
 // A scratch file in $TMPDIR (or /tmp) holding `reps` copies of en then zh; its path into path.
