@@ -15,6 +15,7 @@
 #include "check.h"
 #include "eval.h"
 #include "random_model.h"
+#include "sort_doubles.h"
 #include "spec_text.h"
 
 enum { T = 5 * EVAL_SPAN + 45, VOCAB = 256, CHUNK = 40 };
@@ -55,10 +56,6 @@ static void check_lockstep(const Model *m, const int32_t *text) {
 
 // Under a vocabulary without BOS, windows of 2 tokens predict one step each from the token before:
 // every window's KL is one step's, so the text's p99 and max follow from them by the nearest-rank rule.
-static int cmp(const void *x, const void *y) {
-    const double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
 static void check_tail(Model *m, const int32_t *text) {
     enum { N = 301 };
     char err[256];
@@ -74,7 +71,7 @@ static void check_tail(Model *m, const int32_t *text) {
     EvalResult r0, r1;
     CHECK(eval_windows(m, text, N, 2, &k, &k, 1, 1, 0, &r0, &r1, NULL, err, sizeof err) == 0, "%s", err);
     m->bos = bos;
-    qsort(kl, N - 1, sizeof(double), cmp);
+    sort_doubles(kl, N - 1);
     const int rank = ((N - 1) * 99 + 99) / 100; // ceil(0.99 · 300) = 297: not the floor rule's 298th, nor the second largest
     CHECK(kl[0] < kl[N - 2], "the steps' KL does not vary");
     CHECK(same(r1.kl_p99, kl[rank - 1]) && same(r1.kl_max, kl[N - 2]), "windows of 2: p99 %.9g max %.9g, steps say %.9g %.9g",
